@@ -1,0 +1,58 @@
+# flashgpt build. Everything is nvcc + cuBLAS/cuBLASLt; no cuDNN anywhere.
+#
+#   make                      train_gpt2cu, test_gpt2cu, profile_gpt2cu and the dev/cuda binaries
+#   make test                 CPU tests everywhere; GPU tests too where a GPU is present. Ends "N passed, N failed".
+#   make GPU_ARCH=90a ...     build for one arch (default: the GPU found by nvidia-smi, else "80 90a")
+#   make regs                 ptxas register/smem report for src/attention.cuh
+#
+# sm_80 gets the portable mma.sync path; sm_90a also gets the Hopper (wgmma/TMA) path.
+
+NVCC ?= nvcc
+CXX ?= g++
+
+# lowest compute capability among the GPUs present, e.g. 9.0 -> 90a; no GPU -> build both archs
+DETECTED_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | sort -n | head -n 1 | tr -d '.')
+ifeq ($(DETECTED_CC),90)
+  DETECTED_CC := 90a
+endif
+GPU_ARCH ?= $(if $(DETECTED_CC),$(DETECTED_CC),80 90a)
+GENCODE := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+
+NVCC_FLAGS := -O3 --use_fast_math -std=c++17 --threads=0 -DNDEBUG -lineinfo -Xptxas=--warn-on-spills $(GENCODE) -I. -Isrc
+NVCC_LDLIBS := -lcublas -lcublasLt
+CXX_FLAGS := -O2 -std=c++17 -Wall -I. -Isrc
+
+TRAIN_DEPS := train_gpt2.cu $(wildcard src/*.cuh src/*.h)
+DEV_CUDA := dev/cuda/attention_forward dev/cuda/attention_backward
+CPU_TESTS := tests/test_cpu
+
+.PHONY: all dev test test_cpu test_gpu regs clean
+
+all: train_gpt2cu test_gpt2cu profile_gpt2cu dev $(CPU_TESTS)
+
+train_gpt2cu: $(TRAIN_DEPS)
+	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
+
+test_gpt2cu: test_gpt2.cu $(TRAIN_DEPS)
+	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
+
+profile_gpt2cu: profile/profile_gpt2.cu $(TRAIN_DEPS)
+	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
+
+dev: $(DEV_CUDA)
+
+dev/cuda/%: dev/cuda/%.cu dev/cuda/common.h dev/cuda/reference.h src/attention.cuh src/common.cuh $(wildcard dev/cuda/attention_forward/*.cuh dev/cuda/attention_backward/*.cuh)
+	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
+
+# CPU tests are plain C++ (no CUDA runtime), so they run on any machine
+tests/test_cpu: $(wildcard tests/*.cpp tests/*.h) dev/cuda/reference.h $(wildcard src/*.h)
+	$(CXX) $(CXX_FLAGS) $(filter %.cpp,$^) -o $@ -lm
+
+regs:
+	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -c dev/cuda/attention_forward.cu -o /dev/null
+
+test: all
+	@bash scripts/run_tests.sh
+
+clean:
+	rm -f train_gpt2cu test_gpt2cu profile_gpt2cu $(DEV_CUDA) $(CPU_TESTS)
