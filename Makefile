@@ -41,7 +41,7 @@ profile_gpt2cu: profile/profile_gpt2.cu $(TRAIN_DEPS)
 
 dev: $(DEV_CUDA)
 
-dev/cuda/%: dev/cuda/%.cu dev/cuda/common.h dev/cuda/reference.h src/attention.cuh src/common.cuh $(wildcard dev/cuda/attention_forward/*.cuh dev/cuda/attention_backward/*.cuh)
+dev/cuda/%: dev/cuda/%.cu dev/cuda/common.h dev/cuda/reference.h src/attention.cuh src/common.cuh $(wildcard dev/cuda/forward_variants/*.cuh dev/cuda/backward_variants/*.cuh)
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
 
 # CPU tests are plain C++ (no CUDA runtime), so they run on any machine

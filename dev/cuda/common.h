@@ -1,0 +1,277 @@
+/*
+THE harness shared by every dev/cuda file (attention_forward.cu, attention_backward.cu).
+
+  - CUDA error checks (cudaCheck from src/common.cuh) and a check after every launch
+  - fresh random inputs every run (seeded from the clock unless --seed), randn or randn*scale
+  - output poisoning (0xFF bytes = NaN in bf16 and fp32) before every validated launch, so an
+    element the kernel never wrote shows up as non-finite
+  - GPU references (fp32, one warp per query row) that are themselves checked against the CPU
+    fp64 references of reference.h on small shapes, and the FlashAttention pass rule
+  - timing with CUDA events: warm-up, median and min of many repeats, inputs rotated over
+    several buffer sets so the L2 never holds them, TFLOP/s, RESULT lines for scripts/
+
+Command line shared by the dev binaries:
+  ./attention_forward N|all [--check] [--no-bench] [-b B] [-t T] [-n NH] [-d HS] [--scale S]
+                            [--seed S] [--repeats R] [--shapes bench]
+  N|all      the variant number, or every variant
+  --check    validate on the acceptance validation set (7 shapes x input scale 1 and 8), no timing
+  --no-bench validate the given shape only
+  --shapes bench   validate + time on the benchmark shapes (64,1024,12,64 4,4096,12,64 4,8192,16,128)
+*/
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+#include <cublas_v2.h>
+#include "src/attention.cuh"
+#include "dev/cuda/reference.h"
+
+// ----------------------------------------------------------------------------
+// shapes and command line
+
+struct Shape { int B, T, NH, HS; };
+
+// the acceptance validation set of the attention issues: big GPT-2 shapes, ragged T, T = 1, tiny B*NH, HS 128
+static const Shape kValidationShapes[] = {
+    {64, 1024, 12, 64}, {8, 1024, 12, 64}, {2, 1000, 12, 64}, {1, 1, 1, 64},
+    {1, 17, 1, 64}, {4, 4096, 16, 128}, {3, 333, 5, 128},
+};
+static const Shape kBenchShapes[] = { {64, 1024, 12, 64}, {4, 4096, 12, 64}, {4, 8192, 16, 128} };
+
+struct HarnessArgs {
+    int variant = -1;            // -1 = all
+    bool check = false;          // the validation set, no timing
+    bool bench = true;
+    bool bench_shapes = false;   // time on kBenchShapes
+    Shape shape = {8, 1024, 12, 64};
+    float scale = 1.0f;          // input scale (8 stresses the softmax max)
+    uint64_t seed = 0;           // 0: from the clock (fresh inputs every run)
+    int repeats = 30;
+};
+
+inline HarnessArgs parse_harness_args(int argc, char** argv) {
+    HarnessArgs a;
+    if (argc < 2) { fprintf(stderr, "usage: %s N|all [--check] [--no-bench] [-b B] [-t T] [-n NH] [-d HS] [--scale S] [--seed S] [--repeats R] [--shapes bench]\n", argv[0]); exit(EXIT_FAILURE); }
+    a.variant = strcmp(argv[1], "all") == 0 ? -1 : atoi(argv[1]);
+    for (int i = 2; i < argc; i++) {
+        std::string f = argv[i];
+        auto next = [&]() { if (i + 1 >= argc) { fprintf(stderr, "missing value after %s\n", f.c_str()); exit(EXIT_FAILURE); } return argv[++i]; };
+        if (f == "--check") { a.check = true; a.bench = false; }
+        else if (f == "--no-bench") a.bench = false;
+        else if (f == "-b") a.shape.B = atoi(next());
+        else if (f == "-t") a.shape.T = atoi(next());
+        else if (f == "-n") a.shape.NH = atoi(next());
+        else if (f == "-d") a.shape.HS = atoi(next());
+        else if (f == "--scale") a.scale = (float)atof(next());
+        else if (f == "--seed") a.seed = strtoull(next(), nullptr, 10);
+        else if (f == "--repeats") a.repeats = atoi(next());
+        else if (f == "--shapes") { if (strcmp(next(), "bench") != 0) { fprintf(stderr, "--shapes takes 'bench'\n"); exit(EXIT_FAILURE); } a.bench_shapes = true; }
+        else { fprintf(stderr, "unknown flag %s\n", f.c_str()); exit(EXIT_FAILURE); }
+    }
+    if (a.seed == 0) a.seed = (uint64_t)std::chrono::high_resolution_clock::now().time_since_epoch().count();
+    return a;
+}
+
+inline double attention_forward_flops(const Shape& s) {   // causal: half of 4*B*NH*T*T*HS
+    return 4.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0;
+}
+
+// ----------------------------------------------------------------------------
+// host <-> device helpers
+
+inline void fill_randn_bf16(std::vector<floatX>& h, float scale, std::mt19937_64& rng) {
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (auto& x : h) x = __float2bfloat16(dist(rng) * scale);
+}
+inline std::vector<float> to_float(const std::vector<floatX>& h) {
+    std::vector<float> f(h.size());
+    for (size_t i = 0; i < h.size(); i++) f[i] = __bfloat162float(h[i]);
+    return f;
+}
+template <class T> T* device_alloc(size_t n) { T* p; cudaCheck(cudaMalloc(&p, n * sizeof(T))); return p; }
+template <class T> void to_device(T* d, const std::vector<T>& h) { cudaCheck(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice)); }
+template <class T> std::vector<T> from_device(const T* d, size_t n) {
+    std::vector<T> h(n);
+    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+// 0xFF bytes: NaN in both bf16 and fp32, so anything left unwritten fails validation
+inline void poison(void* d, size_t bytes) { cudaCheck(cudaMemset(d, 0xFF, bytes)); }
+
+// turns a flat index of one of the three layouts into readable coordinates for error messages
+struct Describe {
+    enum Layout { BTHD, QKV, LSE };
+    Shape s; Layout layout;
+    void operator()(size_t i, char* buf) const {
+        size_t HS = s.HS, NH = s.NH, T = s.T;
+        if (layout == LSE) snprintf(buf, 128, "(b=%zu, h=%zu, t=%zu)", i / (NH * T), i / T % NH, i % T);
+        else if (layout == QKV) snprintf(buf, 128, "(b=%zu, t=%zu, %c, h=%zu, d=%zu)", i / (T * 3 * NH * HS), i / (3 * NH * HS) % T,
+                                      "qkv"[i / (NH * HS) % 3], i / HS % NH, i % HS);
+        else snprintf(buf, 128, "(b=%zu, t=%zu, h=%zu, d=%zu)", i / (T * NH * HS), i / (NH * HS) % T, i / HS % NH, i % HS);
+    }
+};
+
+// ----------------------------------------------------------------------------
+// GPU reference forward: one warp per query row, fp32. Lanes split the keys; pass 1 finds the
+// row max, pass 2 accumulates exp(s - max) * v. With kRoundBf16 it rounds S, P and out to bf16
+// where a naive bf16 implementation would (the "naive bf16" error of the FlashAttention rule).
+// out is OutT (float for the reference, floatX when it serves as variant 1).
+
+template <int HS, bool kRoundBf16, class OutT>
+__global__ void reference_forward_kernel(OutT* out, float* lse, const floatX* qkv, int B, int T, int NH) {
+    const int t = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, lane = threadIdx.x;
+    const size_t row_stride = 3 * (size_t)NH * HS;
+    const floatX* q = qkv + ((size_t)b * T + t) * row_stride + h * HS;
+    const floatX* k_base = qkv + (size_t)b * T * row_stride + NH * HS + h * HS;
+    const floatX* v_base = k_base + NH * HS;
+    const float scale = 1.0f / sqrtf((float)HS);
+    auto score = [&](int j) {
+        const floatX* k = k_base + (size_t)j * row_stride;
+        float dot = 0.0f;
+        for (int d = 0; d < HS; d++) dot += __bfloat162float(q[d]) * __bfloat162float(k[d]);
+        dot *= scale;
+        return kRoundBf16 ? __bfloat162float(__float2bfloat16(dot)) : dot;
+    };
+    float row_max = -INFINITY;
+    for (int j = lane; j <= t; j += 32) row_max = fmaxf(row_max, score(j));
+    for (int o = 16; o > 0; o >>= 1) row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffff, row_max, o));
+    float row_sum = 0.0f;
+    for (int j = lane; j <= t; j += 32) row_sum += expf(score(j) - row_max);
+    for (int o = 16; o > 0; o >>= 1) row_sum += __shfl_xor_sync(0xffffffff, row_sum, o);
+    float acc[HS];
+    for (int d = 0; d < HS; d++) acc[d] = 0.0f;
+    for (int j = lane; j <= t; j += 32) {
+        float p = expf(score(j) - row_max) / row_sum;
+        if (kRoundBf16) p = __bfloat162float(__float2bfloat16(p));
+        const floatX* v = v_base + (size_t)j * row_stride;
+        for (int d = 0; d < HS; d++) acc[d] += p * __bfloat162float(v[d]);
+    }
+    OutT* o = out + (((size_t)b * T + t) * NH + h) * HS;
+    #pragma unroll
+    for (int d = 0; d < HS; d++) {
+        float x = acc[d];
+        for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffff, x, off);
+        if (d % 32 == lane) {
+            if constexpr (sizeof(OutT) == 2) o[d] = __float2bfloat16(x);
+            else o[d] = kRoundBf16 ? __bfloat162float(__float2bfloat16(x)) : x;
+        }
+    }
+    if (lane == 0 && lse) lse[((size_t)b * NH + h) * T + t] = row_max + logf(row_sum);
+}
+
+template <bool kRoundBf16, class OutT>
+void reference_forward(OutT* out, float* lse, const floatX* qkv, const Shape& s, cudaStream_t stream) {
+    dim3 grid(s.T, s.B * s.NH);
+    if (s.HS == 64) reference_forward_kernel<64, kRoundBf16, OutT><<<grid, 32, 0, stream>>>(out, lse, qkv, s.B, s.T, s.NH);
+    else if (s.HS == 128) reference_forward_kernel<128, kRoundBf16, OutT><<<grid, 32, 0, stream>>>(out, lse, qkv, s.B, s.T, s.NH);
+    else { fprintf(stderr, "reference_forward: HS %d not supported\n", s.HS); exit(EXIT_FAILURE); }
+    cudaCheck(cudaGetLastError());
+}
+
+// The GPU reference is only trusted after it agrees with the CPU fp64 reference; this runs on a
+// small shape (cheap on the CPU) each time a dev binary starts.
+inline bool self_check_reference_forward(uint64_t seed) {
+    bool ok = true;
+    for (Shape s : {Shape{2, 67, 3, 64}, Shape{1, 35, 2, 128}}) {
+        std::mt19937_64 rng(seed);
+        size_t nqkv = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = nqkv / 3, nlse = (size_t)s.B * s.NH * s.T;
+        std::vector<floatX> h_qkv(nqkv);
+        fill_randn_bf16(h_qkv, 2.0f, rng);
+        std::vector<float> qkv_f = to_float(h_qkv), cpu_out(nout), cpu_lse(nlse), cpu_naive(nout), cpu_naive_lse(nlse);
+        attention_forward_cpu(cpu_out.data(), cpu_lse.data(), qkv_f.data(), s.B, s.T, s.NH, s.HS);
+        attention_forward_cpu(cpu_naive.data(), cpu_naive_lse.data(), qkv_f.data(), s.B, s.T, s.NH, s.HS, true);
+        floatX* d_qkv = device_alloc<floatX>(nqkv);
+        float* d_out = device_alloc<float>(nout);
+        float* d_lse = device_alloc<float>(nlse);
+        to_device(d_qkv, h_qkv);
+        poison(d_out, nout * 4); poison(d_lse, nlse * 4);
+        reference_forward<false, float>(d_out, d_lse, d_qkv, s, 0);
+        std::vector<float> out = from_device(d_out, nout), lse = from_device(d_lse, nlse);
+        // the fp32 GPU reference must be far closer to the fp64 one than bf16 rounding is
+        printf("GPU reference forward vs CPU fp64 reference, B=%d T=%d NH=%d HS=%d:\n", s.B, s.T, s.NH, s.HS);
+        ErrorStats e = error_stats(out.data(), cpu_out.data(), nout), en = error_stats(cpu_naive.data(), cpu_out.data(), nout);
+        bool this_ok = e.nonfinite == 0 && e.max_abs < 1e-5 + 0.05 * en.max_abs;
+        printf("  out  max_err %.3e (naive bf16 %.3e) %s\n", e.max_abs, en.max_abs, this_ok ? "ok" : "FAIL");
+        ok = ok && this_ok && lse_check(lse.data(), cpu_lse.data(), nlse, Describe{s, Describe::LSE});
+        cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_lse));
+    }
+    return ok;
+}
+
+// ----------------------------------------------------------------------------
+// timing: CUDA events around each repeat on the launch stream; `launch(i)` runs repeat i and is
+// expected to rotate over input sets (see num_rotating_sets). Returns {median, min} in ms.
+
+struct Timing { float median_ms, min_ms; };
+
+template <class Launch>
+Timing time_kernel(Launch launch, int repeats, cudaStream_t stream, int warmup = 3) {
+    for (int i = 0; i < warmup; i++) launch(i);
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaStreamSynchronize(stream));
+    std::vector<cudaEvent_t> ev(2 * repeats);
+    for (auto& e : ev) cudaCheck(cudaEventCreate(&e));
+    for (int i = 0; i < repeats; i++) {
+        cudaCheck(cudaEventRecord(ev[2 * i], stream));
+        launch(warmup + i);
+        cudaCheck(cudaEventRecord(ev[2 * i + 1], stream));
+    }
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaStreamSynchronize(stream));
+    std::vector<float> ms(repeats);
+    for (int i = 0; i < repeats; i++) cudaCheck(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+    for (auto& e : ev) cudaCheck(cudaEventDestroy(e));
+    std::sort(ms.begin(), ms.end());
+    return {ms[repeats / 2], ms[0]};
+}
+
+// how many copies of a working set of `bytes` make the rotation exceed 3x the L2
+inline int num_rotating_sets(size_t bytes) {
+    size_t l2 = (size_t)device_props().l2CacheSize;
+    return (int)std::min<size_t>(8, std::max<size_t>(1, (3 * l2 + bytes - 1) / bytes));
+}
+
+inline std::string git_commit() {
+#ifdef GIT_COMMIT
+    return GIT_COMMIT;
+#else
+    return "unknown";
+#endif
+}
+
+inline void print_device_banner() {
+    const cudaDeviceProp& p = device_props();
+    printf("device: %s (sm_%d%d, %d SMs, L2 %d MB) | commit %s\n", p.name, p.major, p.minor, p.multiProcessorCount,
+           p.l2CacheSize >> 20, git_commit().c_str());
+}
+
+// ----------------------------------------------------------------------------
+// shared resources for variants (variant files allocate nothing themselves)
+
+inline cublasHandle_t cublas_handle() {
+    static cublasHandle_t handle = nullptr;
+    if (!handle) {
+        if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) { fprintf(stderr, "cublasCreate failed\n"); exit(EXIT_FAILURE); }
+    }
+    return handle;
+}
+#define cublasCheck(status) do { cublasStatus_t s_ = (status); if (s_ != CUBLAS_STATUS_SUCCESS) { \
+    fprintf(stderr, "[cuBLAS ERROR] %d at %s:%d\n", (int)s_, __FILE__, __LINE__); exit(EXIT_FAILURE); } } while (0)
+
+// one device workspace, grown on demand, for variants that need scratch (e.g. the materialized baseline)
+inline void* harness_workspace(size_t bytes) {
+    static void* ptr = nullptr;
+    static size_t size = 0;
+    if (bytes > size) {
+        if (ptr) cudaCheck(cudaFree(ptr));
+        cudaCheck(cudaMalloc(&ptr, bytes));
+        size = bytes;
+    }
+    return ptr;
+}

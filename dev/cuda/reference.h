@@ -1,0 +1,228 @@
+/*
+CPU references for causal self-attention and the validation rule every kernel is judged by.
+Plain C++ (no CUDA), so it is shared by the dev/cuda harness and by the CPU tests in tests/.
+
+Layouts (llm.c's): qkv is (B, T, 3, NH, HS), out and dout are (B, T, NH, HS), lse is (B, NH, T).
+  S = scale * Q K^T (scale = 1/sqrt(HS)), masked where key > query (causal)
+  P = softmax(S) row-wise,  out = P V,  lse = log(sum_j exp(S_ij))   (natural log)
+Backward, with D_i = sum_d dout_id * out_id:
+  dV = P^T dout,  dP = dout V^T,  dS = P * (dP - D),  dQ = scale * dS K,  dK = scale * dS^T Q
+
+The references accumulate in double. The rule (FlashAttention's tests): a kernel's max abs error
+against the reference must be at most 2x the max abs error of the naive computation done in bf16,
+plus a small constant for bf16 rounding of the output (see fa_rule_check).
+*/
+#pragma once
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+// ----------------------------------------------------------------------------
+// indexing helpers for the three layouts
+
+inline size_t qkv_index(int b, int t, int which, int h, int d, int T, int NH, int HS) {
+    return ((((size_t)b * T + t) * 3 + which) * NH + h) * HS + d;
+}
+inline size_t bthd_index(int b, int t, int h, int d, int T, int NH, int HS) {
+    return (((size_t)b * T + t) * NH + h) * HS + d;
+}
+inline size_t lse_index(int b, int h, int t, int T, int NH) {
+    return ((size_t)b * NH + h) * T + t;
+}
+
+// bf16 round-to-nearest-even on the host, used to emulate the naive bf16 computation
+inline float round_to_bf16(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, 4);
+    if ((bits & 0x7f800000u) == 0x7f800000u) return x;  // inf / nan unchanged
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    bits &= 0xffff0000u;
+    float y;
+    memcpy(&y, &bits, 4);
+    return y;
+}
+
+// ----------------------------------------------------------------------------
+// forward: out (B, T, NH, HS), lse (B, NH, T). With round_like_bf16 the scores, the
+// probabilities and the output are rounded to bf16 where a naive bf16 implementation
+// (S = Q K^T in bf16, softmax, P in bf16, out = P V in bf16) would round them.
+
+inline void attention_forward_cpu(float* out, float* lse, const float* qkv, int B, int T, int NH, int HS,
+                                  bool round_like_bf16 = false) {
+    const double scale = 1.0 / std::sqrt((double)HS);
+    std::vector<double> s(T), acc(HS);
+    for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+    for (int t = 0; t < T; t++) {
+        const float* q = &qkv[qkv_index(b, t, 0, h, 0, T, NH, HS)];
+        double row_max = -INFINITY;
+        for (int j = 0; j <= t; j++) {
+            const float* k = &qkv[qkv_index(b, j, 1, h, 0, T, NH, HS)];
+            double dot = 0.0;
+            for (int d = 0; d < HS; d++) dot += (double)q[d] * (double)k[d];
+            s[j] = round_like_bf16 ? round_to_bf16((float)(dot * scale)) : dot * scale;
+            row_max = std::fmax(row_max, s[j]);
+        }
+        double row_sum = 0.0;
+        for (int j = 0; j <= t; j++) { s[j] = std::exp(s[j] - row_max); row_sum += s[j]; }
+        for (int d = 0; d < HS; d++) acc[d] = 0.0;
+        for (int j = 0; j <= t; j++) {
+            double p = s[j] / row_sum;
+            if (round_like_bf16) p = round_to_bf16((float)p);
+            const float* v = &qkv[qkv_index(b, j, 2, h, 0, T, NH, HS)];
+            for (int d = 0; d < HS; d++) acc[d] += p * (double)v[d];
+        }
+        float* o = &out[bthd_index(b, t, h, 0, T, NH, HS)];
+        for (int d = 0; d < HS; d++) o[d] = round_like_bf16 ? round_to_bf16((float)acc[d]) : (float)acc[d];
+        lse[lse_index(b, h, t, T, NH)] = (float)(row_max + std::log(row_sum));
+    }
+}
+
+// backward: dqkv (B, T, 3, NH, HS) from dout (B, T, NH, HS); recomputes P in double.
+// With round_like_bf16, P, dP, dS and the three outputs are rounded to bf16 as a naive
+// bf16 implementation would round them.
+inline void attention_backward_cpu(float* dqkv, const float* dout, const float* qkv, int B, int T, int NH, int HS,
+                                   bool round_like_bf16 = false) {
+    const double scale = 1.0 / std::sqrt((double)HS);
+    auto rnd = [&](double x) { return round_like_bf16 ? (double)round_to_bf16((float)x) : x; };
+    std::vector<double> P((size_t)T * T), dS((size_t)T * T), o(HS);
+    std::vector<double> dq(HS), dk((size_t)T * HS), dv((size_t)T * HS);
+    for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++) {
+        // P, row by row (causal)
+        for (int i = 0; i < T; i++) {
+            const float* q = &qkv[qkv_index(b, i, 0, h, 0, T, NH, HS)];
+            double row_max = -INFINITY, row_sum = 0.0;
+            for (int j = 0; j <= i; j++) {
+                const float* k = &qkv[qkv_index(b, j, 1, h, 0, T, NH, HS)];
+                double dot = 0.0;
+                for (int d = 0; d < HS; d++) dot += (double)q[d] * (double)k[d];
+                P[(size_t)i * T + j] = dot * scale;
+                row_max = std::fmax(row_max, dot * scale);
+            }
+            for (int j = 0; j <= i; j++) {
+                double e = std::exp(P[(size_t)i * T + j] - row_max);
+                P[(size_t)i * T + j] = e;
+                row_sum += e;
+            }
+            for (int j = 0; j <= i; j++) P[(size_t)i * T + j] = rnd(P[(size_t)i * T + j] / row_sum);
+        }
+        // dS = P * (dP - D), with D_i = sum_j P_ij dP_ij (= rowsum(dout * out))
+        for (int i = 0; i < T; i++) {
+            const float* dout_i = &dout[bthd_index(b, i, h, 0, T, NH, HS)];
+            double D = 0.0;
+            for (int j = 0; j <= i; j++) {
+                const float* v = &qkv[qkv_index(b, j, 2, h, 0, T, NH, HS)];
+                double dp = 0.0;
+                for (int d = 0; d < HS; d++) dp += (double)dout_i[d] * (double)v[d];
+                dS[(size_t)i * T + j] = rnd(dp);
+                D += P[(size_t)i * T + j] * dS[(size_t)i * T + j];
+            }
+            for (int j = 0; j <= i; j++)
+                dS[(size_t)i * T + j] = rnd(P[(size_t)i * T + j] * (dS[(size_t)i * T + j] - D));
+        }
+        // dQ_i = scale * sum_j dS_ij K_j;  dK_j = scale * sum_i dS_ij Q_i;  dV_j = sum_i P_ij dout_i
+        std::fill(dk.begin(), dk.end(), 0.0);
+        std::fill(dv.begin(), dv.end(), 0.0);
+        for (int i = 0; i < T; i++) {
+            const float* q = &qkv[qkv_index(b, i, 0, h, 0, T, NH, HS)];
+            const float* dout_i = &dout[bthd_index(b, i, h, 0, T, NH, HS)];
+            std::fill(dq.begin(), dq.end(), 0.0);
+            for (int j = 0; j <= i; j++) {
+                const float* k = &qkv[qkv_index(b, j, 1, h, 0, T, NH, HS)];
+                double ds = dS[(size_t)i * T + j], p = P[(size_t)i * T + j];
+                for (int d = 0; d < HS; d++) {
+                    dq[d] += ds * k[d];
+                    dk[(size_t)j * HS + d] += ds * q[d];
+                    dv[(size_t)j * HS + d] += p * dout_i[d];
+                }
+            }
+            for (int d = 0; d < HS; d++) dqkv[qkv_index(b, i, 0, h, d, T, NH, HS)] = (float)rnd(dq[d] * scale);
+        }
+        for (int j = 0; j < T; j++)
+            for (int d = 0; d < HS; d++) {
+                dqkv[qkv_index(b, j, 1, h, d, T, NH, HS)] = (float)rnd(dk[(size_t)j * HS + d] * scale);
+                dqkv[qkv_index(b, j, 2, h, d, T, NH, HS)] = (float)rnd(dv[(size_t)j * HS + d]);
+            }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// error statistics and the FlashAttention pass rule
+
+struct ErrorStats {
+    double max_abs = 0.0, mean_abs = 0.0, max_ref = 0.0;
+    size_t worst = 0;        // flat index of the largest error
+    size_t nonfinite = 0;    // NaN/inf in the tested tensor (never allowed)
+};
+
+inline ErrorStats error_stats(const float* got, const float* ref, size_t n) {
+    ErrorStats s;
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (!std::isfinite(got[i])) { s.nonfinite++; continue; }
+        double e = std::fabs((double)got[i] - (double)ref[i]);
+        sum += e;
+        if (e > s.max_abs) { s.max_abs = e; s.worst = i; }
+        s.max_ref = std::fmax(s.max_ref, std::fabs((double)ref[i]));
+    }
+    s.mean_abs = n ? sum / n : 0.0;
+    return s;
+}
+
+// The FlashAttention rule: max|got - ref| <= 2 * max|naive_bf16 - ref| + atol, where atol is the bf16
+// rounding of the largest reference value (2^-8 relative) plus 1e-5 absolute. `describe(i, buf)` turns
+// a flat index into readable coordinates. Prints one line (and up to 5 worst pairs on failure).
+template <class Describe>
+bool fa_rule_check(const char* what, const float* got, const float* ref, const float* naive, size_t n,
+                   Describe describe, bool verbose = true) {
+    ErrorStats e = error_stats(got, ref, n);
+    ErrorStats en = error_stats(naive, ref, n);
+    double atol = std::ldexp(e.max_ref, -8) + 1e-5;
+    double bound = 2.0 * en.max_abs + atol;
+    bool ok = e.nonfinite == 0 && e.max_abs <= bound;
+    char where[128];
+    describe(e.worst, where);
+    if (verbose || !ok) {
+        printf("  %-4s max_err %.3e (at %s) mean_err %.3e | naive bf16 max_err %.3e | ratio %.2f | bound %.3e %s",
+               what, e.max_abs, where, e.mean_abs, en.max_abs, en.max_abs > 0 ? e.max_abs / en.max_abs : 0.0, bound,
+               ok ? "ok" : "FAIL");
+        if (e.nonfinite) printf(" (%zu non-finite = unwritten or NaN)", e.nonfinite);
+        printf("\n");
+    }
+    if (!ok) {  // llm.c style: show the first mismatching pairs, at most 5
+        int shown = 0;
+        for (size_t i = 0; i < n && shown < 5; i++) {
+            if (!std::isfinite(got[i]) || std::fabs((double)got[i] - ref[i]) > bound) {
+                describe(i, where);
+                printf("    %s: got %.6f ref %.6f naive %.6f\n", where, got[i], ref[i], naive[i]);
+                shown++;
+            }
+        }
+    }
+    return ok;
+}
+
+// LSE is fp32 in every implementation, so it gets a plain relative bound instead of the bf16 rule.
+template <class Describe>
+bool lse_check(const float* got, const float* ref, size_t n, Describe describe, bool verbose = true) {
+    double worst_rel = 0.0; size_t worst = 0, nonfinite = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!std::isfinite(got[i])) { nonfinite++; continue; }
+        double rel = std::fabs((double)got[i] - ref[i]) / std::fmax(1.0, std::fabs((double)ref[i]));
+        if (rel > worst_rel) { worst_rel = rel; worst = i; }
+    }
+    const double tol = 1e-4;
+    bool ok = nonfinite == 0 && worst_rel <= tol;
+    char where[128];
+    describe(worst, where);
+    if (verbose || !ok) {
+        printf("  lse  max_err/max(1,|ref|) %.3e (at %s: got %.6f ref %.6f) tol %.0e %s", worst_rel, where,
+               got[worst], ref[worst], tol, ok ? "ok" : "FAIL");
+        if (nonfinite) printf(" (%zu non-finite = unwritten or NaN)", nonfinite);
+        printf("\n");
+    }
+    return ok;
+}

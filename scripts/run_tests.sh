@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# flashgpt's test runner (what `make test` calls). Runs the CPU tests everywhere and, where a GPU
+# is present, the GPU tests too; every test binary is built by `make` before this runs.
+# Ends with one line "N passed, N failed" and exits non-zero if anything failed.
+set -u
+cd "$(dirname "$0")/.."
+passed=0; failed=0; failed_names=()
+
+# CPU tests: one PASS/FAIL line per test
+cpu_out=$(./tests/test_cpu 2>&1); echo "$cpu_out"
+p=$(grep -c '^PASS: ' <<<"$cpu_out"); f=$(grep -c '^FAIL: ' <<<"$cpu_out")
+passed=$((passed + p)); failed=$((failed + f))
+[ "$p" -gt 0 ] || { failed=$((failed + 1)); failed_names+=("test_cpu ran nothing"); }
+while read -r name; do [ -n "$name" ] && failed_names+=("$name"); done < <(grep '^FAIL: ' <<<"$cpu_out" | sed 's/^FAIL: //')
+
+# GPU tests: each command is one test, judged by its exit code
+run_gpu() {
+    local name="$1"; shift
+    echo "=== $name: $*"
+    if "$@"; then passed=$((passed + 1)); echo "PASS: $name"
+    else failed=$((failed + 1)); failed_names+=("$name"); echo "FAIL: $name"; fi
+}
+if nvidia-smi -L >/dev/null 2>&1; then
+    source scripts/gpu_tests.sh
+else
+    echo "no GPU found: GPU tests skipped (they run where nvidia-smi sees a GPU)"
+fi
+
+for n in "${failed_names[@]}"; do echo "failed: $n"; done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
