@@ -18,7 +18,8 @@ endif
 GPU_ARCH ?= $(if $(DETECTED_CC),$(DETECTED_CC),80 90a)
 GENCODE := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 
-NVCC_FLAGS := -O3 --use_fast_math -std=c++17 --threads=0 -DNDEBUG -lineinfo -Xptxas=--warn-on-spills $(GENCODE) -I. -Isrc
+GIT_COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null)
+NVCC_FLAGS := -DGIT_COMMIT=\"$(GIT_COMMIT)\" -O3 --use_fast_math -std=c++17 --threads=0 -DNDEBUG -lineinfo -Xptxas=--warn-on-spills $(GENCODE) -I. -Isrc
 NVCC_LDLIBS := -lcublas -lcublasLt
 CXX_FLAGS := -O2 -std=c++17 -Wall -I. -Isrc
 

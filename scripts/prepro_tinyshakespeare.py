@@ -6,7 +6,8 @@ Prepares tiny Shakespeare for train_gpt2cu: GPT-2 BPE token shards plus the GPT-
 Inputs (defaults are relative to the repository root, i.e. they work from any working directory):
     --text   ../shared/data/tinyshakespeare.txt   the 1,115,394-byte corpus
     --ranks  ../shared/data/gpt2.tiktoken         GPT-2 BPE ranks, one "base64(token bytes) rank" per line (50,256 lines)
-If an input file is missing it is downloaded from its canonical URL (only works where a network exists).
+(when ../shared/data does not exist, shared/data inside the repository is tried too)
+If an input file is missing it is downloaded from its canonical URL (only where a network exists) and its sha256 checked.
 
 Outputs:
     DIR/tiny_shakespeare_val.bin     first 32,768 tokens            (default DIR = dev/data/tinyshakespeare)
@@ -28,6 +29,7 @@ compares (needs tiktoken). `--encoder python` forces the pure-Python path.
 import argparse
 import array
 import base64
+import hashlib
 import os
 import struct
 import sys
@@ -36,7 +38,9 @@ import urllib.request
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TEXT_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+TEXT_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 RANKS_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"  # GPT-2's ranks (tiktoken: gpt2 == r50k_base)
+RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 
 # GPT-2's pre-tokenizer: contractions, letters, numbers, other symbols, whitespace (trailing space stays with the next word)
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -50,8 +54,13 @@ TOKENIZER_MAGIC, TOKENIZER_VERSION = 20240328, 2
 # -----------------------------------------------------------------------------
 # inputs
 
-def ensure_file(path, url):
-    """Returns path; downloads url there first if the file does not exist."""
+def default_input(name):
+    """../shared/data/NAME beside the repository, else shared/data/NAME inside it, else the first (to download to)."""
+    candidates = [os.path.join(REPO_ROOT, "..", "shared", "data", name), os.path.join(REPO_ROOT, "shared", "data", name)]
+    return next((c for c in candidates if os.path.exists(c)), candidates[0])
+
+def ensure_file(path, url, sha256):
+    """Returns path; downloads url there first (checking its sha256) if the file does not exist."""
     if os.path.exists(path):
         return path
     print(f"{path} not found, downloading {url}")
@@ -61,6 +70,11 @@ def ensure_file(path, url):
         urllib.request.urlretrieve(url, tmp)
     except Exception as e:
         sys.exit(f"error: {path} is missing and the download from {url} failed ({e})")
+    with open(tmp, "rb") as f:
+        got = hashlib.sha256(f.read()).hexdigest()
+    if got != sha256:
+        os.remove(tmp)
+        sys.exit(f"error: {url} has sha256 {got}, expected {sha256}")
     os.replace(tmp, path)
     return path
 
@@ -85,7 +99,10 @@ class PythonBPE:
     has the lowest rank, until no adjacent pair is in the table. A token's id is its rank."""
 
     def __init__(self, ranks):
-        import regex  # \p{L} and \p{N} are not in the standard re module
+        try:
+            import regex  # \p{L} and \p{N} are not in the standard re module
+        except ImportError:
+            sys.exit("error: the pure-Python encoder needs the `regex` module: pip install regex (or tiktoken)")
         self.ranks = ranks
         self.pattern = regex.compile(GPT2_PATTERN)
         self.cache = {}
@@ -171,8 +188,8 @@ def write_tokenizer(path, ranks):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--text", default=os.path.join(REPO_ROOT, "..", "shared", "data", "tinyshakespeare.txt"))
-    p.add_argument("--ranks", default=os.path.join(REPO_ROOT, "..", "shared", "data", "gpt2.tiktoken"))
+    p.add_argument("--text", default=default_input("tinyshakespeare.txt"))
+    p.add_argument("--ranks", default=default_input("gpt2.tiktoken"))
     p.add_argument("--out_dir", default=os.path.join(REPO_ROOT, "dev", "data", "tinyshakespeare"))
     p.add_argument("--tokenizer_out", default=os.path.join(REPO_ROOT, "gpt2_tokenizer.bin"))
     p.add_argument("--encoder", choices=["auto", "tiktoken", "python"], default="auto",
@@ -181,8 +198,8 @@ def main():
                    help="also encode the corpus with the other encoder and require identical ids")
     args = p.parse_args()
 
-    text_path = ensure_file(os.path.normpath(args.text), TEXT_URL)
-    ranks_path = ensure_file(os.path.normpath(args.ranks), RANKS_URL)
+    text_path = ensure_file(os.path.normpath(args.text), TEXT_URL, TEXT_SHA256)
+    ranks_path = ensure_file(os.path.normpath(args.ranks), RANKS_URL, RANKS_SHA256)
     with open(text_path, "r", encoding="utf-8") as f:
         text = f.read()
     ranks = load_ranks(ranks_path)
@@ -190,8 +207,8 @@ def main():
     tk = tiktoken_encoder(ranks_path) if args.encoder in ("auto", "tiktoken") or args.check_encoders else None
     if args.encoder == "tiktoken" and tk is None:
         sys.exit("error: --encoder tiktoken but tiktoken is not installed")
-    py = PythonBPE(ranks)
     use_tk = tk is not None and args.encoder != "python"
+    py = PythonBPE(ranks) if not use_tk or args.check_encoders else None
     encode = tk.encode_ordinary if use_tk else py.encode_ordinary
     print(f"encoder: {'tiktoken' if use_tk else 'pure-Python BPE'} over {ranks_path}")
 

@@ -3,8 +3,8 @@ GPT-2 in plain PyTorch: the reference that train_gpt2cu and test_gpt2cu are chec
 weights come from a seeded random init (GPT-2's scheme) or from an llm.c-format model file.
 
 Model: GPT-2 (learned positions, pre-LayerNorm blocks, tanh GELU, causal attention, wte tied to the classifier).
-  -e d12|d24|d36|d48 (llm.c's descriptors: C = 64·depth... as GPT-2: 768/1024/1280/1600, NH = C/64), or any size with
-  --depth L --channels C --heads NH. Init (on the CPU, seed --seed, so every device writes the same weights):
+  -e d12|d24|d36|d48 (llm.c's descriptors: GPT-2's C = 768/1024/1280/1600, NH = C/64), or any size with
+  --depth L --channels C --heads NH (default: d12's 12/768/12). Init (on the CPU, seed --seed, so every device writes the same weights):
   Linear/Embedding weights N(0, 0.02), attention and MLP output projections N(0, 0.02/sqrt(2L)), biases 0, LayerNorm 1/0.
   wte is stored padded to Vp = 50304 rows (rows >= 50257 zero); logits are computed over Vp and sliced to V before the loss,
   so the padding never changes the math.
@@ -31,19 +31,21 @@ Model: GPT-2 (learned positions, pre-LayerNorm blocks, tanh GELU, causal attenti
    the next batch would run past the end it starts again at 0 (llm.c's loader on one shard, one process, no permute).
    AdamW as llm.c: lr -l, linear warmup -u steps, cosine to -q × lr at step -x, weight decay -c on 2D tensors only
    (wte, wpe, qkvw, attprojw, fcw, fcprojw), betas 0.9/0.95, eps 1e-8, clip 1.0. bf16 autocast (-dtype), fp32 weights.
-   --compile uses torch.compile; attention is F.scaled_dot_product_attention(is_causal=True) (--attn sdpa, the default)
-   or an explicit masked softmax (--attn manual). Prints "step N/M | loss L | norm G | lr LR | ms | tok/s" per step and
+   --compile 1 uses torch.compile; attention is F.scaled_dot_product_attention(is_causal=True) (--attn sdpa, the
+   default; --sdpa_backend flash makes it fail loudly rather than fall back) or an explicit masked softmax (--attn manual). Prints "step N/M | loss L | norm G | lr LR | ms | tok/s" per step and
    writes the loss file: one line per step, "step loss" with step counted from 0 (as train_gpt2cu's main.log "s:%d").
    Start from the bf16 file when comparing with the bf16 CUDA build: then both start from identical weights.
    --skip_first_update mirrors an llm.c quirk (lr 0 on step 0; the moments still update) should train_gpt2cu keep it.
 
-3) Throughput (d12, B=64, T=1024, torch.compile, SDPA flash, bf16; 10 warmup steps, 30 timed):
+3) Throughput (d12, B=64, T=1024, torch.compile, SDPA restricted to the flash backend, bf16, TF32; 10 warmup steps, 30 timed):
      python scripts/train_gpt2.py --bench
-   prints the steady tok/s (total tokens / total time of the timed steps) and the median step time. The model is a random
-   d12 init; data are the tiny Shakespeare train batches cycled. Add --grad_accum style -d to run B=32 twice if memory is short.
+   prints the steady tok/s (total tokens / total time of the timed steps), the median step time and peak memory. The model
+   is a random d12 init; data are the tiny Shakespeare train batches cycled. If memory is short: -B 32 -d 65536
+   (two micro-batches per step, same tokens per step).
 """
 
 import argparse
+import contextlib
 import math
 import os
 import struct
@@ -63,6 +65,8 @@ MODEL_MAGIC, MODEL_VERSION_FP32, MODEL_VERSION_BF16 = 20240326, 3, 5
 STATE_MAGIC, STATE_VERSION = 20240327, 2
 DATA_MAGIC, DATA_VERSION = 20240520, 1
 GPT2_DEPTHS = {12: (768, 12), 24: (1024, 16), 36: (1280, 20), 48: (1600, 25)}  # dN -> (C, NH)
+SDPA_BACKENDS = {"auto": None, "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "math": "MATH",
+                 "cudnn": "CUDNN_ATTENTION"}
 
 # -----------------------------------------------------------------------------
 # model
@@ -392,9 +396,15 @@ def train(args):
     optimizer = make_optimizer(model, args.learning_rate, args.weight_decay, device)
     step_model = torch.compile(model) if args.compile else model
     autocast = torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=args.dtype == "bfloat16")
+    sdpa_context = contextlib.nullcontext
+    if SDPA_BACKENDS[args.sdpa_backend]:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        backend = getattr(SDPBackend, SDPA_BACKENDS[args.sdpa_backend])
+        sdpa_context = lambda: sdpa_kernel([backend])
     print(f"train: B={B} T={T} grad_accum={grad_accum} steps={args.num_iterations} lr={args.learning_rate:g} "
           f"warmup={args.warmup_iters} final_frac={args.final_lr_frac:g} wd={args.weight_decay:g} dtype={args.dtype} "
-          f"attn={args.attn} compile={bool(args.compile)} device={device}")
+          f"attn={args.attn}{'' if args.attn == 'manual' else '/' + args.sdpa_backend} compile={bool(args.compile)} "
+          f"device={device}{' (' + torch.cuda.get_device_name() + ')' if device.startswith('cuda') else ''}")
 
     losses, times = [], []
     for step in range(args.num_iterations):
@@ -404,7 +414,7 @@ def train(args):
         for _ in range(grad_accum):
             x, y = loader.next_batch()
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            with autocast:
+            with autocast, sdpa_context():
                 _, loss = step_model(x, y)
             loss = loss / grad_accum
             loss_sum += loss.detach()
@@ -451,6 +461,8 @@ def main():
     p.add_argument("--init", default=None, help="llm.c model file to start from (else random init from --seed)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--attn", choices=["sdpa", "manual"], default="sdpa")
+    p.add_argument("--sdpa_backend", choices=list(SDPA_BACKENDS), default="auto",
+                   help="restrict SDPA to one kernel (auto: PyTorch picks; --bench: flash)")
     # data and optimization (llm.c's letters where they exist)
     p.add_argument("--input_bin", "-i", default=DEFAULT_TRAIN, help="train token shard")
     p.add_argument("-B", "-b", dest="batch_size", type=int, default=None, help="micro-batch (default 4; --bench 64)")
@@ -474,9 +486,9 @@ def main():
 
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.bench:
-        args.depth_desc, args.init, args.attn = "d12", None, "sdpa"
-        args.compile = 1 if args.compile == 0 else args.compile
-        args.dtype = "bfloat16"
+        args.depth_desc, args.init, args.attn, args.compile, args.dtype = "d12", None, "sdpa", 1, "bfloat16"
+        if args.sdpa_backend == "auto":
+            args.sdpa_backend = "flash"
     defaults = dict(batch_size=64 if args.bench else 4,
                     seq_len=64 if args.write_reference else 1024,
                     num_iterations=40 if args.bench else 50,

@@ -1,6 +1,6 @@
 /*
 A tiny test registry for the CPU tests (plain C++, no CUDA runtime, so they run on CI's
-GPU-less machine). Each tests/*.cpp file defines tests with TEST(name) { ... CHECK(cond); },
+GPU-less machine). Each tests/NAME.cpp file defines tests with TEST(name) { ... CHECK(cond); },
 tests/test_main.cpp runs them all and prints "PASS: name" / "FAIL: name" lines, which
 scripts/run_tests.sh counts.
 */

@@ -239,7 +239,7 @@ inline int num_rotating_sets(size_t bytes) {
 
 inline std::string git_commit() {
 #ifdef GIT_COMMIT
-    return GIT_COMMIT;
+    return sizeof(GIT_COMMIT) > 1 ? GIT_COMMIT : "unknown";
 #else
     return "unknown";
 #endif

@@ -1,0 +1,57 @@
+/*
+AdamW over all parameters in one launch (they are one contiguous buffer), fp32 moments,
+optional fp32 master weights, decoupled weight decay on the 2D tensors only.
+    g = grad * clip_scale,  clip_scale = min(1, max_norm / norm)   (norm read from the GPU)
+    m = beta1 m + (1-beta1) g;  v = beta2 v + (1-beta2) g^2
+    p -= lr * (m / (1-beta1^t) / (sqrt(v / (1-beta2^t)) + eps) + wd * p)      [torch.optim.AdamW]
+The bf16 copy of a parameter is the master weight rounded to nearest (deterministic).
+Each thread finds its tensor in a 16-entry table to know its weight decay: "multi-tensor" in one kernel.
+*/
+#pragma once
+#include "cuda_utils.cuh"
+#include "config.h"
+
+typedef struct {
+    size_t offsets[NUM_PARAMETER_TENSORS + 1];  // prefix sums of the tensor sizes
+    float weight_decay[NUM_PARAMETER_TENSORS];
+} AdamWTensorTable;
+
+// params (n) bf16, master (n) fp32 or null, grads (n) bf16, m/v (n) fp32; norm (1) device
+__global__ void adamw_kernel(floatX* params, float* master, const floatX* grads, float* m_memory, float* v_memory,
+                             size_t n, AdamWTensorTable table, const float* norm, float max_norm,
+                             float learning_rate, float beta1, float beta2, float beta1_correction,
+                             float beta2_correction, float eps) {
+    float clip_scale = 1.0f;
+    if (max_norm > 0.0f) {
+        float gn = *norm;
+        if (gn > max_norm) clip_scale = max_norm / gn;
+    }
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        int t = 0;
+        while (i >= table.offsets[t + 1]) t++;
+        float wd = table.weight_decay[t];
+        float g = __bfloat162float(grads[i]) * clip_scale;
+        float m = beta1 * m_memory[i] + (1.0f - beta1) * g;
+        float v = beta2 * v_memory[i] + (1.0f - beta2) * g * g;
+        m_memory[i] = m;
+        v_memory[i] = v;
+        float p = master ? master[i] : __bfloat162float(params[i]);
+        float update = (m / beta1_correction) / (sqrtf(v / beta2_correction) + eps) + wd * p;
+        p -= learning_rate * update;
+        params[i] = __float2bfloat16(p);
+        if (master) master[i] = p;
+    }
+}
+
+void adamw_update(floatX* params, float* master, const floatX* grads, float* m_memory, float* v_memory, size_t n,
+                  const AdamWTensorTable& table, const float* norm, float max_norm, float learning_rate, float beta1,
+                  float beta2, int t, float eps, cudaStream_t stream) {
+    NVTX_RANGE_FN();
+    float beta1_correction = 1.0f - powf(beta1, (float)t);
+    float beta2_correction = 1.0f - powf(beta2, (float)t);
+    const int block_size = 512;
+    int num_blocks = std::min((int)ceil_div(n, (size_t)block_size), device_props().multiProcessorCount * 8);
+    adamw_kernel<<<num_blocks, block_size, 0, stream>>>(params, master, grads, m_memory, v_memory, n, table, norm, max_norm,
+                                                        learning_rate, beta1, beta2, beta1_correction, beta2_correction, eps);
+    cudaCheck(cudaGetLastError());
+}

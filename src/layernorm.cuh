@@ -1,0 +1,165 @@
+/*
+LayerNorm over the channels, one warp per row, fp32 statistics.
+forward:  out = (x - mean) * rstd * w + b, saving mean and rstd (fp32) for the backward
+fused:    residual = a + b; out = layernorm(residual)  (the residual add that precedes every
+          layernorm in GPT-2; one pass instead of two)
+backward: dinp += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),  dnorm = dout * w
+          dw += sum over rows of dout * xhat,  db += sum over rows of dout
+The weight/bias gradients are column sums over B*T rows. To stay deterministic without atomics,
+each warp accumulates its rows in its own slice of shared memory, the block adds the warp
+slices in order into a per-block partial, and a second kernel adds the partials in order.
+*/
+#pragma once
+#include "cuda_utils.cuh"
+
+#define LN_EPS 1e-5f
+
+// inp/out (N, C), mean/rstd (N) (may be null), weight/bias (C)
+__global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp,
+                                         const floatX* weight, const floatX* bias, int N, int C) {
+    int lane = threadIdx.x % 32;
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= N) return;
+    const floatX* x = inp + (size_t)row * C;
+    float sum = 0.0f;
+    for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
+        x128 v = load128(x + c);
+        for (int k = 0; k < X128_SIZE; k++) sum += v.f(k);
+    }
+    float m = warp_reduce_sum(sum) / C;
+    float var = 0.0f;
+    for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
+        x128 v = load128(x + c);
+        for (int k = 0; k < X128_SIZE; k++) { float d = v.f(k) - m; var += d * d; }
+    }
+    float s = rsqrtf(warp_reduce_sum(var) / C + LN_EPS);
+    floatX* o = out + (size_t)row * C;
+    for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
+        x128 v = load128cs(x + c), w = load128(weight + c), b = load128(bias + c), r;
+        for (int k = 0; k < X128_SIZE; k++) r.set(k, (v.f(k) - m) * s * w.f(k) + b.f(k));
+        store128(o + c, r);
+    }
+    if (lane == 0 && mean) mean[row] = m;
+    if (lane == 0 && rstd) rstd[row] = s;
+}
+
+// residual = inp1 + inp2 (rounded to bf16 first, so the backward sees exactly what was normalized)
+__global__ void fused_residual_layernorm_forward_kernel(floatX* residual, floatX* out, float* mean, float* rstd,
+                                                        const floatX* inp1, const floatX* inp2,
+                                                        const floatX* weight, const floatX* bias, int N, int C) {
+    int lane = threadIdx.x % 32;
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= N) return;
+    size_t off = (size_t)row * C;
+    float sum = 0.0f;
+    for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
+        x128 a = load128cs(inp1 + off + c), b = load128cs(inp2 + off + c), r;
+        for (int k = 0; k < X128_SIZE; k++) { r.set(k, a.f(k) + b.f(k)); sum += r.f(k); }
+        store128(residual + off + c, r);
+    }
+    float m = warp_reduce_sum(sum) / C;
+    float var = 0.0f;
+    // each lane re-reads only what it wrote itself above, so no synchronization is needed
+    for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
+        x128 v = load128(residual + off + c);
+        for (int k = 0; k < X128_SIZE; k++) { float d = v.f(k) - m; var += d * d; }
+    }
+    float s = rsqrtf(warp_reduce_sum(var) / C + LN_EPS);
+    for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
+        x128 v = load128(residual + off + c), w = load128(weight + c), b = load128(bias + c), r;
+        for (int k = 0; k < X128_SIZE; k++) r.set(k, (v.f(k) - m) * s * w.f(k) + b.f(k));
+        store128(out + off + c, r);
+    }
+    if (lane == 0) { mean[row] = m; rstd[row] = s; }
+}
+
+void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight, const floatX* bias,
+                       int N, int C, cudaStream_t stream) {
+    NVTX_RANGE_FN();
+    const int block_size = 256;  // 8 rows per block
+    layernorm_forward_kernel<<<ceil_div(N, block_size / 32), block_size, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+    cudaCheck(cudaGetLastError());
+}
+
+void fused_residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* inp1,
+                                      const floatX* inp2, const floatX* weight, const floatX* bias, int N, int C, cudaStream_t stream) {
+    NVTX_RANGE_FN();
+    const int block_size = 256;
+    fused_residual_layernorm_forward_kernel<<<ceil_div(N, block_size / 32), block_size, 0, stream>>>(
+        residual, out, mean, rstd, inp1, inp2, weight, bias, N, C);
+    cudaCheck(cudaGetLastError());
+}
+
+// ----------------------------------------------------------------------------
+// backward
+
+#define LN_BWD_WARPS 4
+#define LN_BWD_MAX_BLOCKS 1024
+
+// dinp (N,C) +=; partials (gridDim.x, 2, C) = per-block (dw, db); dout/inp (N,C); weight (C); mean/rstd (N)
+// dynamic shared memory: (LN_BWD_WARPS, 2, C) floats
+__global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
+                                          const floatX* weight, const float* mean, const float* rstd, int N, int C) {
+    extern __shared__ float smem[];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    float* dw_acc = smem + (size_t)warp * 2 * C;
+    float* db_acc = dw_acc + C;
+    for (int c = lane; c < 2 * C; c += 32) dw_acc[c] = 0.0f;  // each warp zeroes its own slice
+    __syncwarp();
+    for (int row = blockIdx.x * LN_BWD_WARPS + warp; row < N; row += gridDim.x * LN_BWD_WARPS) {
+        size_t off = (size_t)row * C;
+        float m = mean[row], s = rstd[row];
+        // pass 1: the two row means, and this row's contribution to dw, db
+        float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
+        for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
+            x128 d = load128(dout + off + c), x = load128(inp + off + c), w = load128(weight + c);
+            for (int k = 0; k < X128_SIZE; k++) {
+                float xhat = (x.f(k) - m) * s;
+                float dnorm = d.f(k) * w.f(k);
+                dnorm_sum += dnorm;
+                dnorm_xhat_sum += dnorm * xhat;
+                dw_acc[c + k] += d.f(k) * xhat;  // lane-private channels: no race
+                db_acc[c + k] += d.f(k);
+            }
+        }
+        float dnorm_mean = warp_reduce_sum(dnorm_sum) / C;
+        float dnorm_xhat_mean = warp_reduce_sum(dnorm_xhat_sum) / C;
+        // pass 2: the input gradient (the row is still in L1)
+        for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
+            x128 d = load128cs(dout + off + c), x = load128cs(inp + off + c), w = load128(weight + c);
+            x128 di = load128(dinp + off + c);
+            for (int k = 0; k < X128_SIZE; k++) {
+                float xhat = (x.f(k) - m) * s;
+                float dnorm = d.f(k) * w.f(k);
+                di.set(k, di.f(k) + (dnorm - dnorm_mean - xhat * dnorm_xhat_mean) * s);
+            }
+            store128(dinp + off + c, di);
+        }
+    }
+    __syncthreads();  // every warp's dw/db slice is complete
+    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+        float sum = 0.0f;
+        for (int w = 0; w < LN_BWD_WARPS; w++) sum += smem[(size_t)w * 2 * C + c];
+        partials[(size_t)blockIdx.x * 2 * C + c] = sum;
+    }
+}
+
+inline int layernorm_backward_num_blocks(int N) { return std::min(ceil_div(N, LN_BWD_WARPS), LN_BWD_MAX_BLOCKS); }
+// fp32 scratch the backward needs, in floats
+inline size_t layernorm_backward_scratch_floats(int N, int C) { return (size_t)layernorm_backward_num_blocks(N) * 2 * C; }
+
+// scratch: layernorm_backward_scratch_floats(N, C) floats
+void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout, const floatX* inp,
+                        const floatX* weight, const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
+    NVTX_RANGE_FN();
+    int num_blocks = layernorm_backward_num_blocks(N);
+    size_t smem = (size_t)LN_BWD_WARPS * 2 * C * sizeof(float);
+    static size_t smem_set = 0;
+    if (smem > smem_set) {  // above 48 KiB (C > 1536) the kernel must opt in
+        cudaCheck(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_set = smem;
+    }
+    layernorm_backward_kernel<<<num_blocks, LN_BWD_WARPS * 32, smem, stream>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C);
+    cudaCheck(cudaGetLastError());
+    reduce_partials_add(dweight, dbias, scratch, num_blocks, C, stream);
+}
