@@ -119,6 +119,9 @@ attention_forward_kernel(const AttentionForwardParams p) {
     constexpr int kKS = HS / 16;          // k16 steps of Q K^T
     constexpr int kDT = HS / 8;           // n8 tiles of O
     constexpr int kPS = kBlockN / 16;     // k16 steps of P V
+    // Q fragments stay in registers when they cost <= 32 of them; at HS 128 with 32 rows per warp
+    // they would push O (128 regs) + S (64) past the 255 limit, so they are re-read from smem.
+    constexpr bool kQInRegs = kMT * HS <= 128;
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* q_smem = smem;                              // (kBlockM, HS), later O staging
     uint8_t* kv_smem = smem + kBlockM * HS * 2;          // [stage][K, V] (kBlockN, HS) each
@@ -144,7 +147,11 @@ attention_forward_kernel(const AttentionForwardParams p) {
     load_tile_async<HS, kThreads>(v_tile(0), v_gl, row_stride, (n_blocks - 1) * kBlockN, kBlockN, T);
     cp_async_commit();
 
-    uint32_t q_frag[kMT][kKS][4];
+    uint32_t q_frag[kQInRegs ? kMT : 1][kQInRegs ? kKS : 1][4];
+    auto load_q_frag = [&](uint32_t (&frag)[4], int mt, int ks) {
+        int row = warp_row0 + mt * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+        ldmatrix_x4(frag, smem_addr(q_smem + swizzle<HS>(row, 2 * ks + lane / 16)));
+    };
     float o_acc[kMT][kDT][4];
     float row_max[kMT][2], row_sum[kMT][2];   // [m tile][row g, row g + 8]; row_sum is this thread's partial
     #pragma unroll
@@ -170,14 +177,11 @@ attention_forward_kernel(const AttentionForwardParams p) {
         }
         __syncthreads();   // this stage's K/V (and Q on the first pass) are visible to every warp
 
-        if (it == 0) {     // Q fragments stay in registers for the whole loop
+        if (kQInRegs && it == 0) {   // Q fragments stay in registers for the whole loop
             #pragma unroll
             for (int mt = 0; mt < kMT; mt++)
                 #pragma unroll
-                for (int ks = 0; ks < kKS; ks++) {
-                    int row = warp_row0 + mt * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
-                    ldmatrix_x4(q_frag[mt][ks], smem_addr(q_smem + swizzle<HS>(row, 2 * ks + lane / 16)));
-                }
+                for (int ks = 0; ks < kKS; ks++) load_q_frag(q_frag[kQInRegs ? mt : 0][kQInRegs ? ks : 0], mt, ks);
         }
         // a warp whose rows all lie above this K tile has nothing to do here (every key masked)
         const bool warp_active = n_block * kBlockN <= m_start + warp_row0 + 16 * kMT - 1;
@@ -190,7 +194,12 @@ attention_forward_kernel(const AttentionForwardParams p) {
                 for (int nt = 0; nt < kNT; nt++) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.0f;
             const uint8_t* k_s = k_tile(stage);
             #pragma unroll
-            for (int ks = 0; ks < kKS; ks++)
+            for (int ks = 0; ks < kKS; ks++) {
+                uint32_t q_smem_frag[kQInRegs ? 1 : kMT][4];
+                if constexpr (!kQInRegs) {
+                    #pragma unroll
+                    for (int mt = 0; mt < kMT; mt++) load_q_frag(q_smem_frag[mt], mt, ks);
+                }
                 #pragma unroll
                 for (int np = 0; np < kNT / 2; np++) {
                     uint32_t kb[4];   // B fragments of key tiles 2np and 2np+1 for this k step
@@ -198,10 +207,12 @@ attention_forward_kernel(const AttentionForwardParams p) {
                     ldmatrix_x4(kb, smem_addr(k_s + swizzle<HS>(key, 2 * ks + (lane / 8) % 2)));
                     #pragma unroll
                     for (int mt = 0; mt < kMT; mt++) {
-                        mma_bf16_16816(s[mt][2 * np], q_frag[mt][ks], kb[0], kb[1]);
-                        mma_bf16_16816(s[mt][2 * np + 1], q_frag[mt][ks], kb[2], kb[3]);
+                        const uint32_t (&qa)[4] = kQInRegs ? q_frag[kQInRegs ? mt : 0][kQInRegs ? ks : 0] : q_smem_frag[kQInRegs ? 0 : mt];
+                        mma_bf16_16816(s[mt][2 * np], qa, kb[0], kb[1]);
+                        mma_bf16_16816(s[mt][2 * np + 1], qa, kb[2], kb[3]);
                     }
                 }
+            }
             // causal mask, only on tiles that cross this warp's diagonal
             if (n_block * kBlockN + kBlockN - 1 > m_start + warp_row0) {
                 #pragma unroll
@@ -350,10 +361,602 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
 // ============================================================================
 // BACKWARD (below this line)
 
-inline const char* attention_backward_path_name(int HS) { return "not implemented yet"; }
-inline size_t attention_backward_scratch_bytes(int B, int T, int NH, int HS) { return 0; }
+/*
+Backward: dqkv (B, T, 3, NH, HS) from dout (B, T, NH, HS), the forward's out and lse, and qkv.
+  D = rowsum(dout * out); P = exp(scale * Q K^T - lse); dV = P^T dO; dP = dO V^T; dS = P * (dP - D);
+  dQ = scale * dS K; dK = scale * dS^T Q                     (FA2 paper section 3.1.2)
+Kernels (sm_80+ mma.sync, the forward's fragments, swizzle and cp.async loads):
+  preprocess  D ("dpsum") and lse2 = lse * log2(e) into scratch, padded to a multiple of kBwdRowPad rows per
+              head: padded rows get D = 0 and lse2 = +inf, so their P is exactly 0 and no kernel needs a
+              row-bounds check on them. Zeroes the fp32 dQ accumulator when the atomic path runs.
+  dkdv        one CTA per (key block of kBlockN = 16 * warps keys, b, h); warp w owns keys 16w..16w+15. It walks
+              the query tiles at or below the diagonal computing S^T = K Q^T and dP^T = V dO^T with the keys as
+              the MMA rows, so P^T and dS^T come out of the accumulators already in the A-fragment layout of
+              dV += P^T dO and dK += dS^T Q (FA3's "swapAB"): dK and dV stay in registers for the whole walk.
+              With kAtomicDq it also stages dS^T in shared memory and adds dQ += dS K into an fp32 accumulator
+              with red.global.add (FA2's KV-parallel backward: 5 GEMMs per tile pair, summation order varies).
+  dq          (split path) one CTA per (query block, b, h): recomputes S and dP, dQ += dS K in registers,
+              written once. With dkdv it is 7 GEMMs per tile pair instead of 5, but no atomics: deterministic.
+  postprocess (atomic path) the fp32 dQ accumulator * scale -> bf16 into dqkv.
+Paths: "split" (deterministic, the training default) and "atomic" (opt-in: FLASHGPT_ATTN_NONDETERMINISTIC=1 or
+attention_backward_nondeterministic() = true). Crossover measured with dev/cuda/attention_backward: see
+attention_backward_prefers_atomic().
+*/
+
+struct AttentionBackwardParams {
+    floatX* dqkv;          // (B, T, 3, NH, HS), fully overwritten
+    void* scratch;         // attention_backward_scratch_bytes(B, T, NH, HS) bytes
+    const floatX* dout;    // (B, T, NH, HS)
+    const floatX* qkv;     // (B, T, 3, NH, HS)
+    const floatX* out;     // (B, T, NH, HS), the forward's output
+    const float* lse;      // (B, NH, T), the forward's natural-log LSE
+    int B, T, NH, HS;
+};
+
+// lse2 / dpsum rows per head are padded to this (the largest query tile), so tiles never read past them
+constexpr int kBwdRowPad = 128;
+__host__ __device__ inline int bwd_padded_T(int T) { return ceil_div(T, kBwdRowPad) * kBwdRowPad; }
+
+// scratch = lse2 (B*NH, Tpad) fp32 | dpsum (B*NH, Tpad) fp32 | [atomic path] dq_accum (B*NH, T, HS) fp32
+struct BackwardScratch { float* lse2; float* dpsum; float* dq_accum; };
+__host__ __device__ inline BackwardScratch backward_scratch(const AttentionBackwardParams& p) {
+    const size_t rows = (size_t)p.B * p.NH * bwd_padded_T(p.T);
+    float* base = (float*)p.scratch;
+    return {base, base + rows, base + 2 * rows};
+}
+inline size_t attention_backward_scratch_bytes_for(int B, int T, int NH, int HS, bool with_dq_accum) {
+    size_t floats = 2 * (size_t)B * NH * bwd_padded_T(T) + (with_dq_accum ? (size_t)B * NH * T * HS : 0);
+    return floats * sizeof(float);
+}
+
+// ----------------------------------------------------------------------------
+// preprocess: dpsum = rowsum(dout * out), lse2 = lse * log2(e); HS / 8 threads per row, 16 bytes each
+
+template <int HS>
+__global__ void attention_backward_preprocess_kernel(const AttentionBackwardParams p, bool zero_dq) {
+    constexpr int kLanes = HS / 8;
+    const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T);
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t row = idx / kLanes;                 // (b * NH + h) * Tp + t
+    const int chunk = idx % kLanes;
+    const int bh = row / Tp, t = row % Tp, b = bh / NH, h = bh % NH;
+    const bool valid = row < (size_t)p.B * NH * Tp && t < T;
+    BackwardScratch sc = backward_scratch(p);
+    float sum = 0.0f;
+    if (valid) {
+        const size_t off = (((size_t)b * T + t) * NH + h) * HS + chunk * 8;
+        uint4 o = *reinterpret_cast<const uint4*>(p.out + off), d = *reinterpret_cast<const uint4*>(p.dout + off);
+        const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&o);
+        const __nv_bfloat162* d2 = reinterpret_cast<const __nv_bfloat162*>(&d);
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float2 of = __bfloat1622float2(o2[i]), df = __bfloat1622float2(d2[i]);
+            sum += of.x * df.x + of.y * df.y;
+        }
+        if (zero_dq) {
+            float4* acc = reinterpret_cast<float4*>(sc.dq_accum + ((size_t)bh * T + t) * HS + chunk * 8);
+            acc[0] = acc[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    }
+    #pragma unroll
+    for (int off = kLanes / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffff, sum, off);
+    if (chunk == 0 && row < (size_t)p.B * NH * Tp) {
+        // padded rows: D = 0 and lse2 = +inf make P = exp2(s - inf) = 0 exactly (a -inf LSE would too)
+        const float l = valid ? p.lse[(size_t)bh * T + t] : -INFINITY;
+        sc.dpsum[row] = valid ? sum : 0.0f;
+        sc.lse2[row] = l == -INFINITY ? INFINITY : l * kLog2e;
+    }
+}
+
+// postprocess (atomic path): dq (bf16, in dqkv) = scale * dq_accum (B*NH, T, HS) fp32; 8 elements per thread
+template <int HS>
+__global__ void attention_backward_postprocess_kernel(const AttentionBackwardParams p) {
+    constexpr int kChunks = HS / 8;
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)p.B * p.NH * p.T * kChunks) return;
+    const int chunk = idx % kChunks;
+    const size_t r = idx / kChunks;                  // (b * NH + h) * T + t
+    const int t = r % p.T, bh = r / p.T, b = bh / p.NH, h = bh % p.NH;
+    const float scale = rsqrtf((float)HS);
+    const float4* acc = reinterpret_cast<const float4*>(backward_scratch(p).dq_accum + r * HS + chunk * 8);
+    float4 x = acc[0], y = acc[1];
+    uint4 packed = make_uint4(pack_bf16x2(x.x * scale, x.y * scale), pack_bf16x2(x.z * scale, x.w * scale),
+                              pack_bf16x2(y.x * scale, y.y * scale), pack_bf16x2(y.z * scale, y.w * scale));
+    *reinterpret_cast<uint4*>(p.dqkv + (((size_t)b * p.T + t) * 3 * p.NH + h) * HS + chunk * 8) = packed;
+}
+
+// ----------------------------------------------------------------------------
+// dK/dV kernel (optionally with atomic dQ). Fragment bookkeeping, per warp (g = lane / 4, tq = lane % 4):
+// an S^T accumulator tile nt holds keys g, g + 8 of the warp's 16 and queries nt*8 + 2tq, +1 of the tile.
+
+template <int HS, int kNWarps, int kBlockM, bool kAtomicDq>
+struct BackwardKVTile {
+    static constexpr int kBlockN = 16 * kNWarps;                 // keys per CTA, 16 per warp
+    static constexpr int kThreads = 32 * kNWarps;
+    static constexpr int kKVBytes = kBlockN * HS * 2;            // one K or V tile
+    static constexpr int kQBytes = kBlockM * HS * 2;             // one Q or dO tile
+    static constexpr int kStageBytes = 2 * kQBytes + 2 * kBlockM * 4;   // Q, dO, lse2, dpsum
+    static constexpr int kDsBytes = kAtomicDq ? kBlockN * kBlockM * 2 : 0;   // dS^T (kBlockN, kBlockM) bf16
+    // K, V, [dS^T], then the two stages of the Q/dO pipeline
+    static constexpr int kSmemBytes = 2 * kKVBytes + kDsBytes + 2 * kStageBytes;
+};
+
+template <int HS, int kNWarps, int kBlockM, bool kAtomicDq>
+__global__ void __launch_bounds__(kNWarps * 32)
+attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
+    using Tile = BackwardKVTile<HS, kNWarps, kBlockM, kAtomicDq>;
+    constexpr int kBlockN = Tile::kBlockN, kThreads = Tile::kThreads;
+    constexpr int kKS = HS / 16;          // k16 steps of S^T = K Q^T (over d)
+    constexpr int kQT = kBlockM / 8;      // n8 tiles of S^T (queries)
+    constexpr int kQS = kBlockM / 16;     // k16 steps of dV, dK (over queries)
+    constexpr int kDT = HS / 8;           // n8 tiles of dK, dV
+    static_assert(!kAtomicDq || kBlockM % 64 == 0, "dS^T rows must be a multiple of 128 bytes for the swizzle");
+    extern __shared__ __align__(1024) uint8_t smem[];
+    uint8_t* k_smem = smem;                                     // (kBlockN, HS), dK staging at the end
+    uint8_t* v_smem = smem + Tile::kKVBytes;                    // (kBlockN, HS), dV staging at the end
+    uint8_t* ds_smem = smem + 2 * Tile::kKVBytes;               // (kBlockN, kBlockM) dS^T, atomic path only
+    uint8_t* stage_smem = ds_smem + Tile::kDsBytes;
+    auto q_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes; };
+    auto do_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes + Tile::kQBytes; };
+    auto lse2_tile = [&](int s) { return reinterpret_cast<float*>(stage_smem + s * Tile::kStageBytes + 2 * Tile::kQBytes); };
+
+    const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T);
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int n_block = blockIdx.y;                     // block 0 has the most query tiles: launched first
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, tq = lane % 4;
+    const size_t row_stride = 3 * (size_t)NH * HS;     // between consecutive t in qkv / dqkv
+    const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
+    const floatX* k_gl = q_gl + NH * HS;
+    const floatX* v_gl = q_gl + 2 * NH * HS;
+    const floatX* do_gl = p.dout + ((size_t)b * T * NH + h) * HS;
+    const BackwardScratch sc = backward_scratch(p);
+    const float* lse2_gl = sc.lse2 + (size_t)bh * Tp;
+    const float* dpsum_gl = sc.dpsum + (size_t)bh * Tp;
+    const int n_start = n_block * kBlockN;
+    const int warp_key0 = n_start + warp * 16;          // this warp's first key
+    const int m_first = n_start / kBlockM;              // first query tile with a query >= some key here
+    const int m_blocks = ceil_div(T, kBlockM);
+
+    auto load_stage = [&](int s, int m_block) {
+        load_tile_async<HS, kThreads>(q_tile(s), q_gl, row_stride, m_block * kBlockM, kBlockM, T);
+        load_tile_async<HS, kThreads>(do_tile(s), do_gl, (size_t)NH * HS, m_block * kBlockM, kBlockM, T);
+        // lse2 then dpsum, kBlockM floats each; the padding keeps these in bounds and 16-byte aligned
+        for (int c = threadIdx.x; c < kBlockM / 2; c += kThreads) {
+            const int which = c / (kBlockM / 4), i = c % (kBlockM / 4);
+            const float* src = (which ? dpsum_gl : lse2_gl) + m_block * kBlockM + 4 * i;
+            cp_async_16(smem_addr(lse2_tile(s) + which * kBlockM + 4 * i), src, true);
+        }
+    };
+    load_tile_async<HS, kThreads>(k_smem, k_gl, row_stride, n_start, kBlockN, T);
+    load_tile_async<HS, kThreads>(v_smem, v_gl, row_stride, n_start, kBlockN, T);
+    load_stage(0, m_first);
+    cp_async_commit();
+
+    float dk_acc[kDT][4], dv_acc[kDT][4];
+    #pragma unroll
+    for (int dt = 0; dt < kDT; dt++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) dk_acc[dt][e] = dv_acc[dt][e] = 0.0f;
+    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
+
+    for (int m_block = m_first; m_block < m_blocks; m_block++) {
+        const int stage = (m_block - m_first) & 1;
+        if (m_block + 1 < m_blocks) {                   // prefetch the next Q/dO tile into the other stage
+            load_stage(stage ^ 1, m_block + 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();   // this stage's Q, dO, lse2, dpsum (and K, V on the first pass) are visible to every warp
+        const int m_start = m_block * kBlockM;
+        const uint8_t* q_s = q_tile(stage);
+        const uint8_t* do_s = do_tile(stage);
+        const float* lse2_s = lse2_tile(stage);
+        const float* dpsum_s = lse2_s + kBlockM;
+
+        // S^T = K Q^T and dP^T = V dO^T: 16 keys x kBlockM queries per warp
+        float st[kQT][4], dpt[kQT][4];
+        #pragma unroll
+        for (int nt = 0; nt < kQT; nt++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) st[nt][e] = dpt[nt][e] = 0.0f;
+        #pragma unroll
+        for (int ks = 0; ks < kKS; ks++) {
+            uint32_t ka[4], va[4];   // A fragments: this warp's 16 keys, d = 16ks..16ks+15
+            const int key = warp * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+            ldmatrix_x4(ka, smem_addr(k_smem + swizzle<HS>(key, 2 * ks + lane / 16)));
+            ldmatrix_x4(va, smem_addr(v_smem + swizzle<HS>(key, 2 * ks + lane / 16)));
+            #pragma unroll
+            for (int np = 0; np < kQT / 2; np++) {
+                uint32_t qb[4], dob[4];   // B fragments of query tiles 2np and 2np+1 (Q, dO are [query][d])
+                const int qrow = np * 16 + (lane % 8) + 8 * (lane / 16);
+                ldmatrix_x4(qb, smem_addr(q_s + swizzle<HS>(qrow, 2 * ks + (lane / 8) % 2)));
+                ldmatrix_x4(dob, smem_addr(do_s + swizzle<HS>(qrow, 2 * ks + (lane / 8) % 2)));
+                mma_bf16_16816(st[2 * np], ka, qb[0], qb[1]);
+                mma_bf16_16816(st[2 * np + 1], ka, qb[2], qb[3]);
+                mma_bf16_16816(dpt[2 * np], va, dob[0], dob[1]);
+                mma_bf16_16816(dpt[2 * np + 1], va, dob[2], dob[3]);
+            }
+        }
+        // P^T = exp2(S^T * c - lse2[query]), 0 where key > query; dS^T = P^T * (dP^T - D[query]).
+        // Only tiles where some key of this warp exceeds some query need the mask.
+        const bool need_mask = warp_key0 + 15 > m_start;
+        #pragma unroll
+        for (int nt = 0; nt < kQT; nt++) {
+            const int q = nt * 8 + 2 * tq;
+            const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + q);
+            const float2 dps = *reinterpret_cast<const float2*>(dpsum_s + q);
+            #pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float x = st[nt][e] * scale_log2 - (e % 2 ? l2.y : l2.x);
+                if (need_mask && warp_key0 + g + 8 * (e / 2) > m_start + q + (e % 2)) x = -INFINITY;
+                const float pr = fast_exp2(x);
+                st[nt][e] = pr;
+                dpt[nt][e] = pr * (dpt[nt][e] - (e % 2 ? dps.y : dps.x));
+            }
+        }
+        if constexpr (kAtomicDq) {   // dS^T (bf16) to shared memory, [key][query], for dQ = dS K below
+            #pragma unroll
+            for (int nt = 0; nt < kQT; nt++) {
+                *reinterpret_cast<uint32_t*>(ds_smem + swizzle<kBlockM>(warp * 16 + g, nt) + 4 * tq) = pack_bf16x2(dpt[nt][0], dpt[nt][1]);
+                *reinterpret_cast<uint32_t*>(ds_smem + swizzle<kBlockM>(warp * 16 + g + 8, nt) + 4 * tq) = pack_bf16x2(dpt[nt][2], dpt[nt][3]);
+            }
+        }
+        // dV += P^T dO and dK += dS^T Q: accumulator tiles 2kk, 2kk+1 are the A fragment of k step kk
+        #pragma unroll
+        for (int kk = 0; kk < kQS; kk++) {
+            uint32_t pa[4], dsa[4];
+            pa[0] = pack_bf16x2(st[2 * kk][0], st[2 * kk][1]);
+            pa[1] = pack_bf16x2(st[2 * kk][2], st[2 * kk][3]);
+            pa[2] = pack_bf16x2(st[2 * kk + 1][0], st[2 * kk + 1][1]);
+            pa[3] = pack_bf16x2(st[2 * kk + 1][2], st[2 * kk + 1][3]);
+            dsa[0] = pack_bf16x2(dpt[2 * kk][0], dpt[2 * kk][1]);
+            dsa[1] = pack_bf16x2(dpt[2 * kk][2], dpt[2 * kk][3]);
+            dsa[2] = pack_bf16x2(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
+            dsa[3] = pack_bf16x2(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
+            #pragma unroll
+            for (int dp = 0; dp < kDT / 2; dp++) {
+                uint32_t dob[4], qb[4];   // B fragments of d tiles 2dp, 2dp+1 ([query][d]: transposed load)
+                const int qrow = 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2);
+                ldmatrix_x4_trans(dob, smem_addr(do_s + swizzle<HS>(qrow, 2 * dp + lane / 16)));
+                ldmatrix_x4_trans(qb, smem_addr(q_s + swizzle<HS>(qrow, 2 * dp + lane / 16)));
+                mma_bf16_16816(dv_acc[2 * dp], pa, dob[0], dob[1]);
+                mma_bf16_16816(dv_acc[2 * dp + 1], pa, dob[2], dob[3]);
+                mma_bf16_16816(dk_acc[2 * dp], dsa, qb[0], qb[1]);
+                mma_bf16_16816(dk_acc[2 * dp + 1], dsa, qb[2], qb[3]);
+            }
+        }
+        if constexpr (kAtomicDq) {
+            __syncthreads();   // all of dS^T is in shared memory before any warp reads it
+            // dQ (kBlockM x HS) += dS K: warp -> (16-row m tile, slice of the d tiles)
+            constexpr int kMTiles = kBlockM / 16, kParts = kNWarps / kMTiles, kPartDT = kDT / kParts;
+            static_assert(kNWarps % kMTiles == 0 && kPartDT % 2 == 0, "warps must tile the dQ block");
+            const int mt = warp % kMTiles, part = warp / kMTiles;
+            float dq[kPartDT][4];
+            #pragma unroll
+            for (int dt = 0; dt < kPartDT; dt++) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
+            #pragma unroll
+            for (int kk = 0; kk < kBlockN / 16; kk++) {
+                uint32_t dsa[4];   // A fragment of dS (queries 16mt.., keys 16kk..) from dS^T: transposed load
+                const int key = 16 * kk + (lane % 8) + 8 * (lane / 16);
+                ldmatrix_x4_trans(dsa, smem_addr(ds_smem + swizzle<kBlockM>(key, 2 * mt + (lane / 8) % 2)));
+                #pragma unroll
+                for (int dp = 0; dp < kPartDT / 2; dp++) {
+                    uint32_t kb[4];   // B fragments of K (k = key, n = d): transposed load
+                    const int krow = 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2);
+                    ldmatrix_x4_trans(kb, smem_addr(k_smem + swizzle<HS>(krow, 2 * (part * kPartDT / 2 + dp) + lane / 16)));
+                    mma_bf16_16816(dq[2 * dp], dsa, kb[0], kb[1]);
+                    mma_bf16_16816(dq[2 * dp + 1], dsa, kb[2], kb[3]);
+                }
+            }
+            // red.global.add.f32 (atomicAdd with the result unused) into dq_accum (B*NH, T, HS)
+            #pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int t = m_start + 16 * mt + g + 8 * half;
+                if (t < T) {
+                    float* acc = sc.dq_accum + ((size_t)bh * T + t) * HS + part * kPartDT * 8 + 2 * tq;
+                    #pragma unroll
+                    for (int dt = 0; dt < kPartDT; dt++) {
+                        atomicAdd(acc + dt * 8, dq[dt][2 * half]);
+                        atomicAdd(acc + dt * 8 + 1, dq[dt][2 * half + 1]);
+                    }
+                }
+            }
+        }
+        __syncthreads();   // every warp is done with this stage (and dS^T) before the next prefetch / store overwrites it
+    }
+
+    // epilogue: dK *= scale; dK, dV -> bf16, staged in this warp's own rows of the K/V tiles (free since the
+    // last barrier) so the global stores are 16 bytes wide
+    const float scale = rsqrtf((float)HS);
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int row = warp * 16 + g + 8 * half;
+        #pragma unroll
+        for (int dt = 0; dt < kDT; dt++) {
+            *reinterpret_cast<uint32_t*>(k_smem + swizzle<HS>(row, dt) + 4 * tq) =
+                pack_bf16x2(dk_acc[dt][2 * half] * scale, dk_acc[dt][2 * half + 1] * scale);
+            *reinterpret_cast<uint32_t*>(v_smem + swizzle<HS>(row, dt) + 4 * tq) =
+                pack_bf16x2(dv_acc[dt][2 * half], dv_acc[dt][2 * half + 1]);
+        }
+    }
+    __syncwarp();
+    constexpr int kChunks = HS / 8;
+    floatX* dk_gl = p.dqkv + (size_t)b * T * row_stride + NH * HS + h * HS;
+    for (int c = lane; c < 16 * kChunks; c += 32) {
+        const int row = warp * 16 + c / kChunks, ch = c % kChunks, t = n_start + row;
+        if (t < T) {
+            *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + ch * 8) = *reinterpret_cast<const uint4*>(k_smem + swizzle<HS>(row, ch));
+            *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + NH * HS + ch * 8) = *reinterpret_cast<const uint4*>(v_smem + swizzle<HS>(row, ch));
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// dQ kernel (split path): the forward's layout. One CTA per (query block, b, h), warp w owns query rows
+// 16w..16w+15 with its Q and dO A fragments in registers, and walks the key tiles from the diagonal down.
+// S, dP accumulators hold rows g, g + 8 and keys nt*8 + 2tq, +1; dS converted to bf16 is the A fragment
+// of dQ += dS K, so dS never touches shared memory.
+
+template <int HS, int kNWarps, int kBlockN>
+struct BackwardQTile {
+    static constexpr int kBlockM = 16 * kNWarps;                 // query rows per CTA
+    static constexpr int kThreads = 32 * kNWarps;
+    static constexpr int kTileBytes = kBlockN * HS * 2;          // one K or V tile
+    // Q and dO (Q's rows later stage dQ), then K and V double buffered
+    static constexpr int kSmemBytes = 2 * kBlockM * HS * 2 + 2 * 2 * kTileBytes;
+};
+
+template <int HS, int kNWarps, int kBlockN>
+__global__ void __launch_bounds__(kNWarps * 32)
+attention_backward_dq_kernel(const AttentionBackwardParams p) {
+    using Tile = BackwardQTile<HS, kNWarps, kBlockN>;
+    constexpr int kBlockM = Tile::kBlockM, kThreads = Tile::kThreads;
+    constexpr int kKS = HS / 16;          // k16 steps of S = Q K^T, dP = dO V^T
+    constexpr int kNT = kBlockN / 8;      // n8 tiles of S per warp (keys)
+    constexpr int kDT = HS / 8;           // n8 tiles of dQ
+    extern __shared__ __align__(1024) uint8_t smem[];
+    uint8_t* q_smem = smem;                                     // (kBlockM, HS), dQ staging at the end
+    uint8_t* do_smem = smem + kBlockM * HS * 2;                 // (kBlockM, HS)
+    uint8_t* kv_smem = smem + 2 * kBlockM * HS * 2;             // [stage][K, V] (kBlockN, HS) each
+    auto k_tile = [&](int s) { return kv_smem + s * 2 * Tile::kTileBytes; };
+    auto v_tile = [&](int s) { return kv_smem + s * 2 * Tile::kTileBytes + Tile::kTileBytes; };
+
+    const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T);
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int m_block = gridDim.y - 1 - blockIdx.y;     // longest (last) query tiles first
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, tq = lane % 4;
+    const size_t row_stride = 3 * (size_t)NH * HS;
+    const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
+    const floatX* k_gl = q_gl + NH * HS;
+    const floatX* v_gl = q_gl + 2 * NH * HS;
+    const floatX* do_gl = p.dout + ((size_t)b * T * NH + h) * HS;
+    const int m_start = m_block * kBlockM;
+    const int warp_row0 = warp * 16;
+    const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
+
+    load_tile_async<HS, kThreads>(q_smem, q_gl, row_stride, m_start, kBlockM, T);
+    load_tile_async<HS, kThreads>(do_smem, do_gl, (size_t)NH * HS, m_start, kBlockM, T);
+    load_tile_async<HS, kThreads>(k_tile(0), k_gl, row_stride, (n_blocks - 1) * kBlockN, kBlockN, T);
+    load_tile_async<HS, kThreads>(v_tile(0), v_gl, row_stride, (n_blocks - 1) * kBlockN, kBlockN, T);
+    cp_async_commit();
+
+    // this thread's two rows (g, g + 8): lse2 and D from the (padded) scratch
+    const BackwardScratch sc = backward_scratch(p);
+    float row_lse2[2], row_dpsum[2];
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const size_t r = (size_t)bh * Tp + m_start + warp_row0 + g + 8 * half;
+        row_lse2[half] = sc.lse2[r];
+        row_dpsum[half] = sc.dpsum[r];
+    }
+    uint32_t q_frag[kKS][4], do_frag[kKS][4];
+    float dq_acc[kDT][4];
+    #pragma unroll
+    for (int dt = 0; dt < kDT; dt++) dq_acc[dt][0] = dq_acc[dt][1] = dq_acc[dt][2] = dq_acc[dt][3] = 0.0f;
+    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
+
+    for (int it = 0; it < n_blocks; it++) {
+        const int n_block = n_blocks - 1 - it;     // diagonal (masked) tile first
+        const int stage = it & 1;
+        if (it + 1 < n_blocks) {                   // prefetch the next K/V tile into the other stage
+            load_tile_async<HS, kThreads>(k_tile(stage ^ 1), k_gl, row_stride, (n_block - 1) * kBlockN, kBlockN, T);
+            load_tile_async<HS, kThreads>(v_tile(stage ^ 1), v_gl, row_stride, (n_block - 1) * kBlockN, kBlockN, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();   // this stage's K/V (and Q, dO on the first pass) are visible to every warp
+
+        if (it == 0) {     // Q and dO fragments stay in registers for the whole walk
+            #pragma unroll
+            for (int ks = 0; ks < kKS; ks++) {
+                const int row = warp_row0 + (lane % 8) + 8 * ((lane / 8) % 2);
+                ldmatrix_x4(q_frag[ks], smem_addr(q_smem + swizzle<HS>(row, 2 * ks + lane / 16)));
+                ldmatrix_x4(do_frag[ks], smem_addr(do_smem + swizzle<HS>(row, 2 * ks + lane / 16)));
+            }
+        }
+        // a warp whose rows all lie above this K tile has nothing to do here (every key masked)
+        if (n_block * kBlockN <= m_start + warp_row0 + 15) {
+            const uint8_t* k_s = k_tile(stage);
+            const uint8_t* v_s = v_tile(stage);
+            float s[kNT][4], dp[kNT][4];
+            #pragma unroll
+            for (int nt = 0; nt < kNT; nt++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
+            #pragma unroll
+            for (int ks = 0; ks < kKS; ks++)
+                #pragma unroll
+                for (int np = 0; np < kNT / 2; np++) {
+                    uint32_t kb[4], vb[4];   // B fragments of key tiles 2np, 2np+1 (K, V are [key][d])
+                    const int key = np * 16 + (lane % 8) + 8 * (lane / 16);
+                    ldmatrix_x4(kb, smem_addr(k_s + swizzle<HS>(key, 2 * ks + (lane / 8) % 2)));
+                    ldmatrix_x4(vb, smem_addr(v_s + swizzle<HS>(key, 2 * ks + (lane / 8) % 2)));
+                    mma_bf16_16816(s[2 * np], q_frag[ks], kb[0], kb[1]);
+                    mma_bf16_16816(s[2 * np + 1], q_frag[ks], kb[2], kb[3]);
+                    mma_bf16_16816(dp[2 * np], do_frag[ks], vb[0], vb[1]);
+                    mma_bf16_16816(dp[2 * np + 1], do_frag[ks], vb[2], vb[3]);
+                }
+            // P = exp2(S * c - lse2), 0 where key > query (only on tiles crossing this warp's diagonal);
+            // dS = P * (dP - D)
+            const bool need_mask = n_block * kBlockN + kBlockN - 1 > m_start + warp_row0;
+            #pragma unroll
+            for (int nt = 0; nt < kNT; nt++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float x = s[nt][e] * scale_log2 - row_lse2[e / 2];
+                    if (need_mask && n_block * kBlockN + nt * 8 + 2 * tq + (e % 2) > m_start + warp_row0 + g + 8 * (e / 2)) x = -INFINITY;
+                    dp[nt][e] = fast_exp2(x) * (dp[nt][e] - row_dpsum[e / 2]);
+                }
+            // dQ += dS K: dS tiles 2kk, 2kk+1 are the A fragment of k step kk; K is [key][d]: transposed load
+            #pragma unroll
+            for (int kk = 0; kk < kBlockN / 16; kk++) {
+                uint32_t dsa[4];
+                dsa[0] = pack_bf16x2(dp[2 * kk][0], dp[2 * kk][1]);
+                dsa[1] = pack_bf16x2(dp[2 * kk][2], dp[2 * kk][3]);
+                dsa[2] = pack_bf16x2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+                dsa[3] = pack_bf16x2(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+                #pragma unroll
+                for (int dpair = 0; dpair < kDT / 2; dpair++) {
+                    uint32_t kb[4];
+                    const int key = 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2);
+                    ldmatrix_x4_trans(kb, smem_addr(k_s + swizzle<HS>(key, 2 * dpair + lane / 16)));
+                    mma_bf16_16816(dq_acc[2 * dpair], dsa, kb[0], kb[1]);
+                    mma_bf16_16816(dq_acc[2 * dpair + 1], dsa, kb[2], kb[3]);
+                }
+            }
+        }
+        __syncthreads();   // every warp is done with this stage before the next prefetch overwrites it
+    }
+
+    // epilogue: dQ * scale -> bf16, staged in this warp's own Q rows (only it read them) for 16-byte stores
+    const float scale = rsqrtf((float)HS);
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int row = warp_row0 + g + 8 * half;
+        #pragma unroll
+        for (int dt = 0; dt < kDT; dt++)
+            *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) =
+                pack_bf16x2(dq_acc[dt][2 * half] * scale, dq_acc[dt][2 * half + 1] * scale);
+    }
+    __syncwarp();
+    constexpr int kChunks = HS / 8;
+    floatX* dq_gl = p.dqkv + (size_t)b * T * row_stride + h * HS;
+    for (int c = lane; c < 16 * kChunks; c += 32) {
+        const int row = warp_row0 + c / kChunks, ch = c % kChunks;
+        if (m_start + row < T)
+            *reinterpret_cast<uint4*>(dq_gl + (size_t)(m_start + row) * row_stride + ch * 8) =
+                *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
+    }
+}
+
+// ----------------------------------------------------------------------------
+// launchers
+
+template <int HS>
+void launch_attention_backward_preprocess(const AttentionBackwardParams& p, bool zero_dq, cudaStream_t stream) {
+    const size_t threads = (size_t)p.B * p.NH * bwd_padded_T(p.T) * (HS / 8);
+    attention_backward_preprocess_kernel<HS><<<(unsigned)ceil_div(threads, (size_t)256), 256, 0, stream>>>(p, zero_dq);
+    cudaCheck(cudaGetLastError());
+}
+
+template <int HS>
+void launch_attention_backward_postprocess(const AttentionBackwardParams& p, cudaStream_t stream) {
+    const size_t threads = (size_t)p.B * p.NH * p.T * (HS / 8);
+    attention_backward_postprocess_kernel<HS><<<(unsigned)ceil_div(threads, (size_t)256), 256, 0, stream>>>(p);
+    cudaCheck(cudaGetLastError());
+}
+
+template <int HS, int kNWarps, int kBlockM, bool kAtomicDq>
+void launch_attention_backward_dkdv(const AttentionBackwardParams& p, cudaStream_t stream) {
+    using Tile = BackwardKVTile<HS, kNWarps, kBlockM, kAtomicDq>;
+    auto kernel = attention_backward_dkdv_kernel<HS, kNWarps, kBlockM, kAtomicDq>;
+    static bool smem_set = false;   // raise the dynamic shared memory limit once per instantiation
+    if (!smem_set) {
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+        smem_set = true;
+    }
+    dim3 grid(p.B * p.NH, ceil_div(p.T, Tile::kBlockN));
+    kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+    cudaCheck(cudaGetLastError());
+}
+
+template <int HS, int kNWarps, int kBlockN>
+void launch_attention_backward_dq(const AttentionBackwardParams& p, cudaStream_t stream) {
+    using Tile = BackwardQTile<HS, kNWarps, kBlockN>;
+    auto kernel = attention_backward_dq_kernel<HS, kNWarps, kBlockN>;
+    static bool smem_set = false;
+    if (!smem_set) {
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+        smem_set = true;
+    }
+    dim3 grid(p.B * p.NH, ceil_div(p.T, Tile::kBlockM));
+    kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+    cudaCheck(cudaGetLastError());
+}
+
+// atomic path: preprocess (+ zero dq_accum), dK/dV with red.global.add of dQ, dQ convert. Non-deterministic.
+template <int HS, int kNWarps, int kBlockM>
+void attention_backward_atomic(const AttentionBackwardParams& p, cudaStream_t stream) {
+    launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/true, stream);
+    launch_attention_backward_dkdv<HS, kNWarps, kBlockM, /*kAtomicDq=*/true>(p, stream);
+    launch_attention_backward_postprocess<HS>(p, stream);
+}
+
+// split path: preprocess, dK/dV kernel, dQ kernel. Deterministic (every output written once, fixed order).
+template <int HS, int kKVWarps, int kKVBlockM, int kQWarps, int kQBlockN>
+void attention_backward_split(const AttentionBackwardParams& p, cudaStream_t stream) {
+    launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
+    launch_attention_backward_dkdv<HS, kKVWarps, kKVBlockM, /*kAtomicDq=*/false>(p, stream);
+    launch_attention_backward_dq<HS, kQWarps, kQBlockN>(p, stream);
+}
+
+// ----------------------------------------------------------------------------
+// public API
+
+// Opt-in to the non-deterministic (atomic dQ) path: FLASHGPT_ATTN_NONDETERMINISTIC=1, or set this flag before
+// sizing the scratch (the atomic path needs the fp32 dQ accumulator).
+inline bool& attention_backward_nondeterministic() {
+    static bool flag = [] { const char* e = getenv("FLASHGPT_ATTN_NONDETERMINISTIC"); return e && e[0] == '1'; }();
+    return flag;
+}
+
+// Where the atomic path beats the split one (see the header): it needs enough key blocks to fill the GPU.
+inline bool attention_backward_prefers_atomic(int B, int T, int NH, int HS) {
+    const long long key_blocks = (long long)B * NH * ceil_div(T, 128);
+    return key_blocks >= 4LL * device_props().multiProcessorCount;
+}
+
+inline size_t attention_backward_scratch_bytes(int B, int T, int NH, int HS) {
+    return attention_backward_scratch_bytes_for(B, T, NH, HS, /*with_dq_accum=*/attention_backward_nondeterministic());
+}
+
+inline bool attention_backward_uses_atomic(int B, int T, int NH, int HS) {
+    return attention_backward_nondeterministic() && attention_backward_prefers_atomic(B, T, NH, HS);
+}
+
+inline const char* attention_backward_path_name(int HS) {
+    if (attention_backward_nondeterministic())
+        return HS == 64 ? "flash backward, mma.sync sm80, atomic dQ where it wins (128 keys x 64 queries, 8 warps), else split (HS=64)"
+                        : "flash backward, mma.sync sm80, atomic dQ where it wins (64 keys x 64 queries, 4 warps), else split (HS=128)";
+    return HS == 64 ? "flash backward, mma.sync sm80, split deterministic: dK/dV 128 keys x 64 queries 8 warps + dQ 64x64 4 warps (HS=64)"
+                    : "flash backward, mma.sync sm80, split deterministic: dK/dV 64 keys x 64 queries 4 warps + dQ 64x64 4 warps (HS=128)";
+}
+
 inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
                                const float* lse, int B, int T, int NH, int HS, cudaStream_t stream) {
-    fprintf(stderr, "attention_backward: not implemented yet\n");
-    exit(EXIT_FAILURE);
+    attention_check_supported(B, T, NH, HS);
+    AttentionBackwardParams p{dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS};
+    if (attention_backward_uses_atomic(B, T, NH, HS)) {
+        if (HS == 64) attention_backward_atomic<64, 8, 64>(p, stream);
+        else attention_backward_atomic<128, 4, 64>(p, stream);
+    } else {
+        if (HS == 64) attention_backward_split<64, 8, 64, 4, 64>(p, stream);
+        else attention_backward_split<128, 4, 64, 4, 64>(p, stream);
+    }
 }

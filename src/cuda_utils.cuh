@@ -4,6 +4,7 @@ load/store helpers, and deterministic warp/block reductions (fixed shuffle trees
 inputs always give the same bits). Kept out of common.cuh, which holds no device code.
 */
 #pragma once
+#include <algorithm>
 #include "common.cuh"
 
 // 8 bf16 = 16 bytes: one vectorized load or store

@@ -100,9 +100,9 @@ void fused_residual_layernorm_forward(floatX* residual, floatX* out, float* mean
 // dynamic shared memory: (LN_BWD_WARPS, 2, C) floats
 __global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
                                           const floatX* weight, const float* mean, const float* rstd, int N, int C) {
-    extern __shared__ float smem[];
+    extern __shared__ float ln_bwd_smem[];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    float* dw_acc = smem + (size_t)warp * 2 * C;
+    float* dw_acc = ln_bwd_smem + (size_t)warp * 2 * C;
     float* db_acc = dw_acc + C;
     for (int c = lane; c < 2 * C; c += 32) dw_acc[c] = 0.0f;  // each warp zeroes its own slice
     __syncwarp();
@@ -139,7 +139,7 @@ __global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const f
     __syncthreads();  // every warp's dw/db slice is complete
     for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
         float sum = 0.0f;
-        for (int w = 0; w < LN_BWD_WARPS; w++) sum += smem[(size_t)w * 2 * C + c];
+        for (int w = 0; w < LN_BWD_WARPS; w++) sum += ln_bwd_smem[(size_t)w * 2 * C + c];
         partials[(size_t)blockIdx.x * 2 * C + c] = sum;
     }
 }

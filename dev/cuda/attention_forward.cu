@@ -2,7 +2,7 @@
 Causal attention forward: every variant validated (out AND lse) against the GPU fp32 reference
 (itself checked against the CPU fp64 reference), then timed.
 
-  make dev/cuda/attention_forward && ./dev/cuda/attention_forward 4          (variant 4, default shape)
+  make dev/cuda/attention_forward && ./dev/cuda/attention_forward 3          (variant 3, default shape)
   ./dev/cuda/attention_forward all --check                                   (every variant, validation set)
   ./dev/cuda/attention_forward all --shapes bench                            (the benchmark shapes)
   ./dev/cuda/attention_forward 0 -b 64 -t 1024 -n 12 -d 64 --scale 8
@@ -11,7 +11,7 @@ Variants (figures: dev/cuda/README.md, H100 rows; fwd FLOPs = 4*B*NH*T*T*HS/2):
   0  what src/attention.cuh ships
   1  naive: one warp per query row, fp32 (the GPU reference, writing bf16)
   2  materialized: permute, cuBLAS q k^T, causal softmax, cuBLAS att v, unpermute (llm.c w/o cuDNN)
-  4  FlashAttention-2 on mma.sync: cp.async double buffer, swizzled smem, Q in registers, tile sweep
+  3  FlashAttention-2 on mma.sync: cp.async double buffer, swizzled smem, Q in registers, tile sweep
 
 qkv is (B, T, 3, NH, HS) bf16; out (B, T, NH, HS) bf16; lse (B, NH, T) fp32.
 */
@@ -19,7 +19,7 @@ qkv is (B, T, 3, NH, HS) bf16; out (B, T, NH, HS) bf16; lse (B, NH, T) fp32.
 #include "dev/cuda/forward_variants/00_shipped.cuh"
 #include "dev/cuda/forward_variants/01_naive.cuh"
 #include "dev/cuda/forward_variants/02_cublas_softmax.cuh"
-#include "dev/cuda/forward_variants/04_mma_sync_tiles.cuh"
+#include "dev/cuda/forward_variants/03_mma_sync_tiles.cuh"
 
 // ----------------------------------------------------------------------------
 // the variant table: number, name, tile configs (names for HS 64 / HS 128), launcher
@@ -31,15 +31,16 @@ struct ForwardVariant {
     const char* configs64[4];
     const char* configs128[4];
     void (*launch)(const AttentionForwardParams&, int config, cudaStream_t);
-    bool slow;   // time with few repeats
+    bool slow;         // time with few repeats
+    double lse_tol;    // relative LSE bound: 1e-4, or 2^-7 for a path whose scores are rounded to bf16
 };
 
 static const ForwardVariant kVariants[] = {
-    {0, "shipped", 1, {"src"}, {"src"}, attention_forward0, false},
-    {1, "naive", 1, {"warp/row"}, {"warp/row"}, attention_forward1, true},
-    {2, "cublas+softmax", 1, {"cublas"}, {"cublas"}, attention_forward2, false},
-    {4, "fa2_mma_sync", 4, {"128x64/4w", "64x64/4w", "128x64/8w", "128x32/4w"},
-                           {"128x64/8w", "64x64/4w", "128x32/8w", "64x32/4w"}, attention_forward4, false},
+    {0, "shipped", 1, {"src"}, {"src"}, attention_forward0, false, 1e-4},
+    {1, "naive", 1, {"warp/row"}, {"warp/row"}, attention_forward1, true, 1e-4},
+    {2, "cublas+softmax", 1, {"cublas"}, {"cublas"}, attention_forward2, false, 1.0 / 128},
+    {3, "fa2_mma_sync", 4, {"128x64/4w", "64x64/4w", "128x64/8w", "128x32/4w"},
+                           {"128x64/8w", "64x64/4w", "128x64/4w", "128x32/4w"}, attention_forward3, false, 1e-4},
 };
 constexpr int kBaselineVariant = 2;
 
@@ -105,7 +106,7 @@ int main(int argc, char** argv) {
                     std::vector<float> got = to_float(from_device(buf.out, n_out));
                     std::vector<float> got_lse = from_device(buf.lse, n_lse);
                     bool ok = fa_rule_check("out", got.data(), ref.data(), naive.data(), n_out, Describe{s, Describe::BTHD});
-                    ok = lse_check(got_lse.data(), ref_lse.data(), n_lse, Describe{s, Describe::LSE}) && ok;
+                    ok = lse_check(got_lse.data(), ref_lse.data(), n_lse, Describe{s, Describe::LSE}, true, v->lse_tol) && ok;
                     ok ? passed++ : failed++;
                     rows.push_back({v->number, cfg_name, s, scale, ok, 0.0f, 0.0f});
                 }

@@ -275,3 +275,152 @@ inline void* harness_workspace(size_t bytes) {
     }
     return ptr;
 }
+
+// ----------------------------------------------------------------------------
+// GPU reference backward: fp32, naive. Lanes split the head dimension (HS / 32 elements each), so every
+// q.k and dout.v is a coalesced warp dot product; P is recomputed from the given lse. Two kernels:
+//   dq:   one warp per query row i: pass 1 D_i = sum_j P_ij dP_ij (stored in dpsum), pass 2 dQ_i = scale sum_j dS_ij K_j
+//   dkdv: one warp per key row j:   dV_j = sum_i P_ij dO_i,  dK_j = scale sum_i dS_ij Q_i   (i >= j)
+// With kRoundBf16, P, dP, dS and the outputs are rounded to bf16 where a naive bf16 implementation would
+// (attention_backward_cpu's round_like_bf16): the "naive bf16" error of the FlashAttention rule.
+// dqkv (B, T, 3, NH, HS) is OutT (float for the reference, floatX when it serves as variant 1).
+
+constexpr int kRefBwdWarps = 4;   // rows per 128-thread block
+
+template <bool kRoundBf16> __device__ __forceinline__ float ref_round(float x) {
+    return kRoundBf16 ? __bfloat162float(__float2bfloat16(x)) : x;
+}
+template <int HS> __device__ __forceinline__ float warp_dot(const float (&a)[HS / 32], const floatX* b, int lane) {
+    float x = 0.0f;
+    #pragma unroll
+    for (int c = 0; c < HS / 32; c++) x += a[c] * __bfloat162float(b[lane + 32 * c]);
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffff, x, o);
+    return x;
+}
+template <class OutT> __device__ __forceinline__ void ref_store(OutT* dst, float x) {
+    if constexpr (sizeof(OutT) == 2) *dst = __float2bfloat16(x); else *dst = x;
+}
+
+template <int HS, bool kRoundBf16, class OutT>
+__global__ void reference_backward_dq_kernel(OutT* dqkv, float* dpsum, const floatX* dout, const floatX* qkv,
+                                             const float* lse, int B, int T, int NH) {
+    constexpr int kPer = HS / 32;
+    const int i = blockIdx.x * kRefBwdWarps + threadIdx.x / 32, bh = blockIdx.y, b = bh / NH, h = bh % NH, lane = threadIdx.x % 32;
+    if (i >= T) return;
+    const size_t row_stride = 3 * (size_t)NH * HS;
+    const floatX* k_base = qkv + (size_t)b * T * row_stride + NH * HS + h * HS;
+    const floatX* v_base = k_base + NH * HS;
+    float q[kPer], dout_i[kPer];
+    for (int c = 0; c < kPer; c++) {
+        q[c] = __bfloat162float(qkv[((size_t)b * T + i) * row_stride + h * HS + lane + 32 * c]);
+        dout_i[c] = __bfloat162float(dout[(((size_t)b * T + i) * NH + h) * HS + lane + 32 * c]);
+    }
+    const float scale = 1.0f / sqrtf((float)HS), row_lse = lse[(size_t)bh * T + i];
+    float D = 0.0f;
+    for (int j = 0; j <= i; j++) {
+        float pr = ref_round<kRoundBf16>(expf(warp_dot<HS>(q, k_base + (size_t)j * row_stride, lane) * scale - row_lse));
+        float dp = ref_round<kRoundBf16>(warp_dot<HS>(dout_i, v_base + (size_t)j * row_stride, lane));
+        D += pr * dp;
+    }
+    float acc[kPer] = {};
+    for (int j = 0; j <= i; j++) {
+        const floatX* k = k_base + (size_t)j * row_stride;
+        float pr = ref_round<kRoundBf16>(expf(warp_dot<HS>(q, k, lane) * scale - row_lse));
+        float dp = ref_round<kRoundBf16>(warp_dot<HS>(dout_i, v_base + (size_t)j * row_stride, lane));
+        float ds = ref_round<kRoundBf16>(pr * (dp - D));
+        for (int c = 0; c < kPer; c++) acc[c] += ds * __bfloat162float(k[lane + 32 * c]);
+    }
+    OutT* dq = dqkv + ((size_t)b * T + i) * row_stride + h * HS;
+    for (int c = 0; c < kPer; c++) ref_store(dq + lane + 32 * c, ref_round<kRoundBf16>(acc[c] * scale));
+    if (lane == 0) dpsum[(size_t)bh * T + i] = D;
+}
+
+template <int HS, bool kRoundBf16, class OutT>
+__global__ void reference_backward_dkdv_kernel(OutT* dqkv, const float* dpsum, const floatX* dout, const floatX* qkv,
+                                               const float* lse, int B, int T, int NH) {
+    constexpr int kPer = HS / 32;
+    const int j = blockIdx.x * kRefBwdWarps + threadIdx.x / 32, bh = blockIdx.y, b = bh / NH, h = bh % NH, lane = threadIdx.x % 32;
+    if (j >= T) return;
+    const size_t row_stride = 3 * (size_t)NH * HS;
+    const floatX* q_base = qkv + (size_t)b * T * row_stride + h * HS;
+    float k[kPer], v[kPer], dk[kPer] = {}, dv[kPer] = {};
+    for (int c = 0; c < kPer; c++) {
+        k[c] = __bfloat162float(q_base[(size_t)j * row_stride + NH * HS + lane + 32 * c]);
+        v[c] = __bfloat162float(q_base[(size_t)j * row_stride + 2 * NH * HS + lane + 32 * c]);
+    }
+    const float scale = 1.0f / sqrtf((float)HS);
+    for (int i = j; i < T; i++) {
+        const floatX* q = q_base + (size_t)i * row_stride;
+        const floatX* dout_i = dout + (((size_t)b * T + i) * NH + h) * HS;
+        float pr = ref_round<kRoundBf16>(expf(warp_dot<HS>(k, q, lane) * scale - lse[(size_t)bh * T + i]));
+        float dp = ref_round<kRoundBf16>(warp_dot<HS>(v, dout_i, lane));
+        float ds = ref_round<kRoundBf16>(pr * (dp - dpsum[(size_t)bh * T + i]));
+        for (int c = 0; c < kPer; c++) {
+            dv[c] += pr * __bfloat162float(dout_i[lane + 32 * c]);
+            dk[c] += ds * __bfloat162float(q[lane + 32 * c]);
+        }
+    }
+    OutT* dk_out = dqkv + ((size_t)b * T + j) * row_stride + NH * HS + h * HS;
+    for (int c = 0; c < kPer; c++) {
+        ref_store(dk_out + lane + 32 * c, ref_round<kRoundBf16>(dk[c] * scale));
+        ref_store(dk_out + NH * HS + lane + 32 * c, ref_round<kRoundBf16>(dv[c]));
+    }
+}
+
+// dpsum: (B, NH, T) fp32 scratch for D
+template <bool kRoundBf16, class OutT>
+void reference_backward(OutT* dqkv, float* dpsum, const floatX* dout, const floatX* qkv, const float* lse, const Shape& s,
+                        cudaStream_t stream) {
+    dim3 grid(ceil_div(s.T, kRefBwdWarps), s.B * s.NH), block(32 * kRefBwdWarps);
+    if (s.HS == 64) {
+        reference_backward_dq_kernel<64, kRoundBf16, OutT><<<grid, block, 0, stream>>>(dqkv, dpsum, dout, qkv, lse, s.B, s.T, s.NH);
+        reference_backward_dkdv_kernel<64, kRoundBf16, OutT><<<grid, block, 0, stream>>>(dqkv, dpsum, dout, qkv, lse, s.B, s.T, s.NH);
+    } else if (s.HS == 128) {
+        reference_backward_dq_kernel<128, kRoundBf16, OutT><<<grid, block, 0, stream>>>(dqkv, dpsum, dout, qkv, lse, s.B, s.T, s.NH);
+        reference_backward_dkdv_kernel<128, kRoundBf16, OutT><<<grid, block, 0, stream>>>(dqkv, dpsum, dout, qkv, lse, s.B, s.T, s.NH);
+    } else { fprintf(stderr, "reference_backward: HS %d not supported\n", s.HS); exit(EXIT_FAILURE); }
+    cudaCheck(cudaGetLastError());
+}
+
+// Like self_check_reference_forward: the fp32 GPU reference backward must sit far closer to the CPU fp64
+// reference than the naive bf16 computation does, and its bf16 flavour must err like the CPU's naive bf16.
+inline bool self_check_reference_backward(uint64_t seed) {
+    bool ok = true;
+    for (Shape s : {Shape{2, 67, 3, 64}, Shape{1, 35, 2, 128}}) {
+        std::mt19937_64 rng(seed + 1);
+        size_t nqkv = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = nqkv / 3, nlse = (size_t)s.B * s.NH * s.T;
+        std::vector<floatX> h_qkv(nqkv), h_dout(nout);
+        fill_randn_bf16(h_qkv, 2.0f, rng);
+        fill_randn_bf16(h_dout, 1.0f, rng);
+        std::vector<float> qkv_f = to_float(h_qkv), dout_f = to_float(h_dout), cpu(nqkv), cpu_naive(nqkv);
+        attention_backward_cpu(cpu.data(), dout_f.data(), qkv_f.data(), s.B, s.T, s.NH, s.HS);
+        attention_backward_cpu(cpu_naive.data(), dout_f.data(), qkv_f.data(), s.B, s.T, s.NH, s.HS, true);
+        floatX* d_qkv = device_alloc<floatX>(nqkv);
+        floatX* d_dout = device_alloc<floatX>(nout);
+        float* d_out = device_alloc<float>(nout);
+        float* d_lse = device_alloc<float>(nlse);
+        float* d_dpsum = device_alloc<float>(nlse);
+        float* d_dqkv = device_alloc<float>(nqkv);
+        to_device(d_qkv, h_qkv); to_device(d_dout, h_dout);
+        reference_forward<false, float>(d_out, d_lse, d_qkv, s, 0);
+        printf("GPU reference backward vs CPU fp64 reference, B=%d T=%d NH=%d HS=%d:\n", s.B, s.T, s.NH, s.HS);
+        ErrorStats en = error_stats(cpu_naive.data(), cpu.data(), nqkv);
+        poison(d_dqkv, nqkv * 4);
+        reference_backward<false, float>(d_dqkv, d_dpsum, d_dout, d_qkv, d_lse, s, 0);
+        std::vector<float> got = from_device(d_dqkv, nqkv);
+        ErrorStats e = error_stats(got.data(), cpu.data(), nqkv);
+        bool this_ok = e.nonfinite == 0 && e.max_abs < 1e-5 + 0.05 * en.max_abs;
+        printf("  dqkv fp32 max_err %.3e (CPU naive bf16 %.3e) %s\n", e.max_abs, en.max_abs, this_ok ? "ok" : "FAIL");
+        poison(d_dqkv, nqkv * 4);
+        reference_backward<true, float>(d_dqkv, d_dpsum, d_dout, d_qkv, d_lse, s, 0);
+        got = from_device(d_dqkv, nqkv);
+        ErrorStats eb = error_stats(got.data(), cpu.data(), nqkv);
+        bool naive_ok = eb.nonfinite == 0 && eb.max_abs <= 2.0 * en.max_abs + 1e-5 && eb.max_abs >= 0.25 * en.max_abs;
+        printf("  dqkv bf16-rounded max_err %.3e (CPU naive bf16 %.3e) %s\n", eb.max_abs, en.max_abs, naive_ok ? "ok" : "FAIL");
+        ok = ok && this_ok && naive_ok;
+        cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out));
+        cudaCheck(cudaFree(d_lse)); cudaCheck(cudaFree(d_dpsum)); cudaCheck(cudaFree(d_dqkv));
+    }
+    return ok;
+}

@@ -1,5 +1,5 @@
 /*
-Variant 4: the FlashAttention-2 kernel that src/attention.cuh ships (attention_forward_kernel),
+Variant 3: the FlashAttention-2 kernel that src/attention.cuh ships (attention_forward_kernel),
 swept over tile shapes: this is where the shipped tiles were chosen. What it does: mma.sync
 m16n8k16 bf16 with fp32 accumulators; Q kept in registers; K/V tiles double buffered with cp.async
 into 128-byte-swizzled shared memory (conflict-free ldmatrix); P stays in registers (the S
@@ -9,7 +9,7 @@ the longest Q tiles launched first. The configs: kBlockM x kBlockN / warps (rows
 */
 #pragma once
 
-void attention_forward4(const AttentionForwardParams& p, int config, cudaStream_t stream) {
+void attention_forward3(const AttentionForwardParams& p, int config, cudaStream_t stream) {
     if (p.HS == 64) {
         switch (config) {
             case 0: launch_attention_forward<64, 2, 4, 64>(p, stream); break;    // 128x64, 4 warps x 32 rows
@@ -21,8 +21,8 @@ void attention_forward4(const AttentionForwardParams& p, int config, cudaStream_
         switch (config) {
             case 0: launch_attention_forward<128, 1, 8, 64>(p, stream); break;   // 128x64, 8 warps x 16 rows
             case 1: launch_attention_forward<128, 1, 4, 64>(p, stream); break;   // 64x64, 4 warps x 16 rows
-            case 2: launch_attention_forward<128, 1, 8, 32>(p, stream); break;   // 128x32, 8 warps x 16 rows
-            case 3: launch_attention_forward<128, 1, 4, 32>(p, stream); break;   // 64x32, 4 warps x 16 rows
+            case 2: launch_attention_forward<128, 2, 4, 64>(p, stream); break;   // 128x64, 4 warps x 32 rows (Q in smem)
+            case 3: launch_attention_forward<128, 2, 4, 32>(p, stream); break;   // 128x32, 4 warps x 32 rows (Q in smem)
         }
     }
 }

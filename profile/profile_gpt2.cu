@@ -1,0 +1,51 @@
+/*
+One complete training step of GPT-2 d12 (random init, random tokens) under NVTX ranges per phase
+and per layer, for nsys / ncu. Includes train_gpt2.cu (TESTING), so it profiles the training code.
+
+  make profile_gpt2cu && ./profile_gpt2cu [B=24] [T=1024]
+  nsys profile -t cuda,nvtx -o gpt2_step ./profile_gpt2cu
+  ncu --set full --import-source yes -o gpt2_step ./profile_gpt2cu      (needs GPU perf-counter permission)
+The first step (cuBLASLt heuristics, lazy module loading) is a warmup; the profiled one is between
+cudaProfilerStart/Stop, so `nsys --capture-range=cudaProfilerApi` records only it.
+*/
+#define TESTING
+#include "../train_gpt2.cu"
+#include <cuda_profiler_api.h>
+
+int main(int argc, char** argv) {
+    int B = argc > 1 ? atoi(argv[1]) : 24;
+    int T = argc > 2 ? atoi(argv[2]) : 1024;
+    common_start();
+    GPT2Config config;
+    exit_on_error(parse_model_descriptor("d12", &config));
+    const char* why = attention_unsupported_reason(B, T, config.num_heads, config.channels / config.num_heads);
+    if (why) exit_on_error(strfmt("attention: %s", why));
+    GPT2 model;
+    gpt2_build_from_random(&model, config, 42);
+    gpt2_allocate_state(&model, B, T, /*recompute=*/1, /*gelu_fusion=*/0, /*use_master_weights=*/1);
+    std::vector<int> x(B * T), y(B * T);
+    mt19937_state rng;
+    mt19937_init(&rng, 1337);
+    for (int i = 0; i < B * T; i++) { x[i] = mt19937_u32(&rng) % config.vocab_size; y[i] = mt19937_u32(&rng) % config.vocab_size; }
+
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&stop));
+    for (int step = 0; step < 2; step++) {
+        if (step == 1) { cudaCheck(cudaProfilerStart()); cudaCheck(cudaEventRecord(start, main_stream)); }
+        NvtxRange step_range("step", step);
+        gpt2_zero_grad(&model);
+        { NvtxRange r("forward"); gpt2_forward(&model, x.data(), y.data(), B, T); }
+        { NvtxRange r("backward"); gpt2_backward(&model, x.data(), 1); }
+        { NvtxRange r("norm"); gpt2_finish_step(&model); }
+        { NvtxRange r("update"); gpt2_update(&model, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, step + 1); }
+        if (step == 1) { cudaCheck(cudaEventRecord(stop, main_stream)); cudaCheck(cudaProfilerStop()); }
+        cudaCheck(cudaStreamSynchronize(main_stream));
+    }
+    float ms;
+    cudaCheck(cudaEventElapsedTime(&ms, start, stop));
+    printf("d12 B=%d T=%d: one step %.2f ms, %.0f tok/s, loss %.4f, norm %.4f\n", B, T, ms, B * T / (ms / 1000), model.mean_loss, model.grad_norm);
+    gpt2_free(&model);
+    common_free();
+    return 0;
+}

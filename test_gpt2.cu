@@ -1,0 +1,307 @@
+/*
+Tests train_gpt2.cu against the PyTorch reference (scripts/train_gpt2.py --write_reference DIR):
+  1. logits, loss and every parameter gradient of one forward/backward on the debug batch
+  2. the losses of 10 AdamW steps overfitting that batch (PyTorch's in PREFIX_ref_losses.txt)
+  3. the recompute options (-r 0/1/2) give bit-identical gradients; GELU fusion (-ge 2) stays in tolerance
+  4. determinism: the 10 steps run twice are bit-identical (losses and weights)
+  5. checkpoint -> resume: 10 shuffled-data steps with a checkpoint at step 5, then steps 5..9 again from
+     the checkpoint files (model, optimizer state, data position): bit-identical
+Prints every check with its % of threshold; exits 1 if any fails.
+
+  ./test_gpt2cu [model_bf16.bin] [debug_state.bin] [ref_losses.txt]
+  (defaults: gpt2_124M_bf16.bin gpt2_124M_debug_state.bin gpt2_124M_ref_losses.txt)
+
+Thresholds, and why. The reference is fp32 (TF32 off); we run bf16 activations and weights with fp32
+accumulation, so the differences are bf16 rounding (2^-9 relative per rounding) propagated through
+12 layers. llm.c allows 25.0 on a logit and 0.05 on the loss; we allow:
+  logits: max |diff| <= 0.05 over all B*T*V logits (500x tighter); loss: |diff| <= 0.005 (10x tighter)
+  grads: per tensor, max |diff| <= tol * max |ref| with tol = GRAD_TOLERANCE below (llm.c allows
+         thr + 7.9% of |ref| per element, with thr up to 0.5)
+  10-step losses: each within 0.005 of PyTorch's (llm.c: 0.05)
+Each threshold is set at about 2-3x the error measured on an H100 (the printed "% of threshold").
+*/
+#define TESTING
+#include "train_gpt2.cu"
+
+#define DEBUG_STATE_MAGIC 20240327
+#define DEBUG_STATE_VERSION 2
+
+static const float LOGITS_TOLERANCE = 0.05f;
+static const float LOSS_TOLERANCE = 0.005f;
+static const float STEP_LOSS_TOLERANCE = 0.005f;
+// max |ours - ref| / max |ref|, per tensor, keyed by name
+static const struct { const char* name; float tol; } GRAD_TOLERANCE[NUM_PARAMETER_TENSORS] = {
+    {"wte", 0.02f}, {"wpe", 0.02f}, {"ln1w", 0.03f}, {"ln1b", 0.03f}, {"qkvw", 0.03f}, {"qkvb", 0.03f},
+    {"attprojw", 0.02f}, {"attprojb", 0.02f}, {"ln2w", 0.03f}, {"ln2b", 0.03f}, {"fcw", 0.02f}, {"fcb", 0.02f},
+    {"fcprojw", 0.02f}, {"fcprojb", 0.02f}, {"lnfw", 0.02f}, {"lnfb", 0.02f}};
+
+static int failures = 0;
+static void check(bool ok, const char* what) {
+    if (!ok) { failures++; printf("  FAILED: %s\n", what); }
+}
+
+// ----------------------------------------------------------------------------
+// helpers
+
+std::vector<float> grads_to_host(GPT2* model) {
+    std::vector<floatX> g = device_to_host(model->grads_memory, model->num_parameters);
+    std::vector<float> out(g.size());
+    for (size_t i = 0; i < g.size(); i++) out[i] = __bfloat162float(g[i]);
+    return out;
+}
+
+bool bitwise_equal(const void* a, const void* b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
+
+void build_model(GPT2* model, const char* path, int B, int T, int recompute, int gelu_fusion) {
+    gpt2_build_from_checkpoint(model, path);
+    gpt2_allocate_state(model, B, T, recompute, gelu_fusion, /*use_master_weights=*/1);
+}
+
+// one optimizer step on (x, y) as test_gpt2 in llm.c: lr 1e-4, betas 0.9/0.95, eps 1e-8, wd 0, clip 1.0
+float train_step(GPT2* model, const int* x, const int* y, int step) {
+    gpt2_zero_grad(model);
+    gpt2_forward(model, x, y, model->B, model->T);
+    gpt2_backward(model, x, 1);
+    gpt2_finish_step(model);
+    gpt2_update(model, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, step + 1);
+    cudaCheck(cudaStreamSynchronize(main_stream));
+    return model->mean_loss;
+}
+
+// a small token shard for the resume test, made from the debug batch (so the test needs no data files)
+std::string write_test_shard(const char* dir, const std::vector<int>& tokens, int copies) {
+    std::string path = std::string(dir) + "/test_shard.bin";
+    std::vector<uint16_t> data;
+    for (int k = 0; k < copies; k++)
+        for (size_t i = 0; i < tokens.size(); i++) data.push_back((uint16_t)tokens[(i * (k + 1) + k) % tokens.size()]);
+    int header[DATA_HEADER_INTS] = {0};
+    header[0] = DATA_MAGIC;
+    header[1] = DATA_VERSION;
+    header[2] = (int)data.size();
+    exit_on_error(write_file_atomic(path.c_str(), {{header, sizeof(header)}, {data.data(), data.size() * sizeof(uint16_t)}}));
+    return path;
+}
+
+// ----------------------------------------------------------------------------
+
+int main(int argc, char** argv) {
+    const char* model_path = argc > 1 ? argv[1] : "gpt2_124M_bf16.bin";
+    const char* state_path = argc > 2 ? argv[2] : "gpt2_124M_debug_state.bin";
+    const char* losses_path = argc > 3 ? argv[3] : "gpt2_124M_ref_losses.txt";
+    common_start();
+
+    // the reference: model file, debug state (its size must match the model's tensor sizes exactly)
+    GPT2Config config;
+    exit_on_error(model_file_check(model_path, &config));
+    FILE* fp = fopen(state_path, "rb");
+    if (fp == nullptr) exit_on_error(strfmt("debug state '%s' could not be opened (run scripts/train_gpt2.py --write_reference)", state_path));
+    int header[256];
+    freadCheck(header, sizeof(int), 256, fp);
+    if (header[0] != DEBUG_STATE_MAGIC || header[1] != DEBUG_STATE_VERSION)
+        exit_on_error(strfmt("debug state '%s': bad magic/version %d/%d", state_path, header[0], header[1]));
+    int B = header[2], T = header[3], V = config.vocab_size, Vp = config.padded_vocab_size, N = B * T;
+    size_t num_parameters = count_parameters(config);
+    long long expected = 1024LL + 2LL * N * 4 + (long long)N * V * 4 + 4 + (long long)num_parameters * 4;
+    if (file_size_bytes(state_path) != expected)
+        exit_on_error(strfmt("debug state '%s' is %lld bytes, expected %lld for %s", state_path, file_size_bytes(state_path),
+                             expected, model_config_str(config).c_str()));
+    std::vector<int> x(N), y(N);
+    std::vector<float> ref_logits((size_t)N * V), ref_grads(num_parameters);
+    float ref_loss;
+    freadCheck(x.data(), sizeof(int), N, fp);
+    freadCheck(y.data(), sizeof(int), N, fp);
+    freadCheck(ref_logits.data(), sizeof(float), ref_logits.size(), fp);
+    freadCheck(&ref_loss, sizeof(float), 1, fp);
+    freadCheck(ref_grads.data(), sizeof(float), num_parameters, fp);
+    fcloseCheck(fp);
+    std::vector<float> ref_step_losses;
+    FILE* lf = fopen(losses_path, "r");
+    float value;
+    if (lf) { while (fscanf(lf, "%f", &value) == 1) ref_step_losses.push_back(value); fclose(lf); }
+    printf("reference: %s, B=%d T=%d, %s\n", model_path, B, T, model_config_str(config).c_str());
+    int HS = config.channels / config.num_heads;
+    printf("attention: forward %s, backward %s\n", attention_forward_path_name(HS), attention_backward_path_name(HS));
+
+    // ---- 1. one forward/backward
+    printf("\n[1] forward/backward vs PyTorch\n");
+    GPT2 model;
+    build_model(&model, model_path, B, T, /*recompute=*/1, /*gelu_fusion=*/0);
+    // the name <-> offset mapping: ParameterTensors' pointers must sit at the prefix sums of the sizes, in name order
+    {
+        floatX** ptrs = (floatX**)&model.params;
+        size_t offset = 0;
+        bool mapping_ok = true;
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+            mapping_ok &= ptrs[i] == model.params_memory + offset;
+            mapping_ok &= strcmp(GRAD_TOLERANCE[i].name, PARAMETER_NAMES[i]) == 0;
+            offset += model.param_sizes[i];
+        }
+        mapping_ok &= offset == num_parameters && model.params.lnfb + config.channels == model.params_memory + num_parameters;
+        printf("parameter name <-> offset mapping: %s\n", mapping_ok ? "ok" : "WRONG");
+        check(mapping_ok, "parameter name <-> offset mapping");
+    }
+    gpt2_zero_grad(&model);
+    gpt2_forward(&model, x.data(), y.data(), B, T);
+    std::vector<floatX> logits = device_to_host(model.acts.output, (size_t)N * Vp);
+    float max_logit_diff = 0.0f;
+    bool logits_finite = true;
+    for (int i = 0; i < N; i++) {
+        for (int j = 0; j < V; j++) {
+            float ours = __bfloat162float(logits[(size_t)i * Vp + j]);
+            logits_finite &= std::isfinite(ours);
+            max_logit_diff = fmaxf(max_logit_diff, fabsf(ours - ref_logits[(size_t)i * V + j]));
+        }
+    }
+    printf("logits: max |diff| %.4e (%.0f%% of threshold %.3g)\n", max_logit_diff, 100 * max_logit_diff / LOGITS_TOLERANCE, LOGITS_TOLERANCE);
+    check(logits_finite && max_logit_diff <= LOGITS_TOLERANCE, "logits");
+    gpt2_backward(&model, x.data(), 1);
+    gpt2_finish_step(&model);
+    float loss_diff = fabsf(model.mean_loss - ref_loss);
+    printf("loss: ours %.6f, PyTorch %.6f, |diff| %.2e (%.0f%% of threshold %.3g)\n", model.mean_loss, ref_loss, loss_diff,
+           100 * loss_diff / LOSS_TOLERANCE, LOSS_TOLERANCE);
+    check(std::isfinite(model.mean_loss) && loss_diff <= LOSS_TOLERANCE, "loss");
+    std::vector<float> grads = grads_to_host(&model);
+    size_t offset = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t n = model.param_sizes[i];
+        float max_diff = 0.0f, max_ref = 0.0f;
+        bool finite = true;
+        for (size_t j = offset; j < offset + n; j++) {
+            finite &= std::isfinite(grads[j]);
+            max_diff = fmaxf(max_diff, fabsf(grads[j] - ref_grads[j]));
+            max_ref = fmaxf(max_ref, fabsf(ref_grads[j]));
+        }
+        float rel = max_ref > 0 ? max_diff / max_ref : max_diff;
+        float tol = GRAD_TOLERANCE[i].tol;
+        printf("grad %-9s max|diff| %.3e  max|ref| %.3e  rel %.3e (%3.0f%% of threshold %.3g)%s\n", PARAMETER_NAMES[i],
+               max_diff, max_ref, rel, 100 * rel / tol, tol, finite && rel <= tol ? "" : "  <-- FAIL");
+        check(finite && rel <= tol && max_ref > 0, PARAMETER_NAMES[i]);
+        offset += n;
+    }
+    bool pad_zero = true;  // wte rows >= V never see a gradient
+    for (size_t j = (size_t)V * config.channels; j < (size_t)Vp * config.channels; j++) pad_zero &= grads[j] == 0.0f;
+    printf("wte padding rows: gradient %s\n", pad_zero ? "exactly zero" : "NOT ZERO");
+    check(pad_zero, "wte padding gradient");
+    gpt2_free(&model);
+
+    // ---- 3. recompute options and GELU fusion
+    printf("\n[3] recompute and GELU fusion variants\n");
+    const int variants[][2] = {{0, 0}, {2, 0}, {1, 2}};
+    for (const auto& v : variants) {
+        GPT2 m;
+        build_model(&m, model_path, B, T, v[0], v[1]);
+        gpt2_zero_grad(&m);
+        gpt2_forward(&m, x.data(), y.data(), B, T);
+        gpt2_backward(&m, x.data(), 1);
+        gpt2_finish_step(&m);
+        std::vector<float> g = grads_to_host(&m);
+        if (v[1] == 0) {
+            bool same = bitwise_equal(g.data(), grads.data(), g.size() * sizeof(float));
+            printf("-r %d -ge 0: gradients %s to -r 1\n", v[0], same ? "bit-identical" : "DIFFERENT");
+            check(same, "recompute variant bit-identical");
+        } else {
+            float worst = 0.0f;
+            size_t off = 0;
+            for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+                float max_diff = 0.0f, max_ref = 0.0f;
+                for (size_t j = off; j < off + m.param_sizes[i]; j++) {
+                    max_diff = fmaxf(max_diff, fabsf(g[j] - ref_grads[j]));
+                    max_ref = fmaxf(max_ref, fabsf(ref_grads[j]));
+                }
+                worst = fmaxf(worst, (max_diff / max_ref) / GRAD_TOLERANCE[i].tol);
+                off += m.param_sizes[i];
+            }
+            float ldiff = fabsf(m.mean_loss - ref_loss);
+            printf("-r %d -ge %d: loss |diff| %.2e (%.0f%% of threshold), worst gradient at %.0f%% of its threshold\n", v[0], v[1],
+                   ldiff, 100 * ldiff / LOSS_TOLERANCE, 100 * worst);
+            check(worst <= 1.0f && ldiff <= LOSS_TOLERANCE, "gelu fusion variant");
+        }
+        gpt2_free(&m);
+    }
+
+    // ---- 2 and 4. ten AdamW steps, twice
+    printf("\n[2] 10 AdamW steps vs PyTorch, [4] determinism\n");
+    std::vector<float> losses_a, losses_b;
+    std::vector<floatX> params_a, params_b;
+    for (int run = 0; run < 2; run++) {
+        GPT2 m;
+        build_model(&m, model_path, B, T, 1, 0);
+        std::vector<float>& losses = run == 0 ? losses_a : losses_b;
+        for (int step = 0; step < 10; step++) losses.push_back(train_step(&m, x.data(), y.data(), step));
+        (run == 0 ? params_a : params_b) = device_to_host(m.params_memory, m.num_parameters);
+        gpt2_free(&m);
+    }
+    if (ref_step_losses.size() < 10) {
+        printf("reference losses '%s' missing or short (%zu values)\n", losses_path, ref_step_losses.size());
+        check(false, "reference 10-step losses present");
+    }
+    for (int step = 0; step < 10; step++) {
+        float ref = step < (int)ref_step_losses.size() ? ref_step_losses[step] : NAN;
+        float diff = fabsf(losses_a[step] - ref);
+        printf("step %d: loss %.6f, PyTorch %.6f, |diff| %.2e (%.0f%% of threshold %.3g)\n", step, losses_a[step], ref, diff,
+               100 * diff / STEP_LOSS_TOLERANCE, STEP_LOSS_TOLERANCE);
+        if (step < (int)ref_step_losses.size()) check(diff <= STEP_LOSS_TOLERANCE, "step loss");
+    }
+    bool deterministic = bitwise_equal(losses_a.data(), losses_b.data(), 10 * sizeof(float)) &&
+                         bitwise_equal(params_a.data(), params_b.data(), params_a.size() * sizeof(floatX));
+    printf("two runs of 10 steps: losses and weights %s\n", deterministic ? "bit-identical" : "DIFFER");
+    check(deterministic, "determinism");
+
+    // ---- 5. checkpoint -> resume, on a shuffled token shard
+    printf("\n[5] checkpoint -> resume\n");
+    char dir_template[] = "/tmp/test_gpt2cu_XXXXXX";
+    const char* dir = mkdtemp(dir_template);
+    if (dir == nullptr) exit_on_error("could not create a temporary directory");
+    std::vector<int> tokens(x);
+    tokens.push_back(y[N - 1]);
+    std::string shard = write_test_shard(dir, tokens, 6);
+    const int checkpoint_step = 5, total_steps = 10;
+    std::vector<float> losses_full, losses_resumed;
+    std::vector<floatX> params_full, params_resumed;
+    {
+        GPT2 m;
+        build_model(&m, model_path, B, T, 1, 0);
+        DataLoader loader;
+        exit_on_error(dataloader_init(&loader, shard.c_str(), B, T, 0, 1, /*shuffle=*/1, V, 1234));
+        for (int step = 0; step < total_steps; step++) {
+            if (step == checkpoint_step) gpt2_write_checkpoint(&m, dir, step, &loader);
+            exit_on_error(dataloader_next_batch(&loader));
+            losses_full.push_back(train_step(&m, loader.inputs, loader.targets, step));
+        }
+        params_full = device_to_host(m.params_memory, m.num_parameters);
+        dataloader_free(&loader);
+        gpt2_free(&m);
+    }
+    {
+        int step0 = find_latest_checkpoint_step(dir);
+        check(step0 == checkpoint_step, "checkpoint DONE marker found");
+        GPT2 m;
+        build_model(&m, checkpoint_model_path(dir, checkpoint_step).c_str(), B, T, 1, 0);
+        TrainState s = gpt2_load_state(&m, checkpoint_state_path(dir, checkpoint_step, 0).c_str(), 1, 0);
+        DataLoader loader;
+        exit_on_error(dataloader_init(&loader, shard.c_str(), B, T, 0, 1, /*shuffle=*/1, V, 1234));
+        exit_on_error(dataloader_seek(&loader, s.epoch, s.shard_idx, s.sample_idx));
+        for (int step = s.step; step < total_steps; step++) {
+            exit_on_error(dataloader_next_batch(&loader));
+            losses_resumed.push_back(train_step(&m, loader.inputs, loader.targets, step));
+        }
+        params_resumed = device_to_host(m.params_memory, m.num_parameters);
+        dataloader_free(&loader);
+        gpt2_free(&m);
+    }
+    bool resumed_ok = losses_resumed.size() == (size_t)(total_steps - checkpoint_step) &&
+                      bitwise_equal(losses_resumed.data(), losses_full.data() + checkpoint_step, losses_resumed.size() * sizeof(float)) &&
+                      bitwise_equal(params_resumed.data(), params_full.data(), params_full.size() * sizeof(floatX));
+    for (size_t i = 0; i < losses_resumed.size(); i++)
+        printf("step %zu: uninterrupted %.6f, resumed %.6f\n", checkpoint_step + i, losses_full[checkpoint_step + i], losses_resumed[i]);
+    printf("resume from step %d: losses and weights %s\n", checkpoint_step, resumed_ok ? "bit-identical" : "DIFFER");
+    check(resumed_ok, "checkpoint resume");
+    for (const std::string& f : {checkpoint_model_path(dir, checkpoint_step), checkpoint_state_path(dir, checkpoint_step, 0),
+                                 checkpoint_done_path(dir, checkpoint_step), shard})
+        remove(f.c_str());
+    rmdir(dir);
+
+    common_free();
+    printf("\n%s: %d check(s) failed\n", failures == 0 ? "overall okay: 1" : "overall okay: 0", failures);
+    return failures == 0 ? 0 : 1;
+}

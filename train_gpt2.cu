@@ -1,0 +1,809 @@
+/*
+GPT-2 training in CUDA C++, bf16, on flashgpt's own fused flash attention (src/attention.cuh).
+One translation unit, in llm.c's shape: the model (parameters, activations, forward, backward,
+AdamW update, checkpoints) first, then main() behind #ifndef TESTING, so test_gpt2.cu and
+profile/profile_gpt2.cu include this file and run exactly the training code.
+
+  make train_gpt2cu && ./train_gpt2cu -e d12 -b 4 -t 1024 -x 100
+*/
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cmath>
+#include <ctime>
+#include <string>
+#include <vector>
+#include <sys/stat.h>
+// CUDA-free helpers (the CPU tests compile these with g++)
+#include "utils.h"            // defines: fopenCheck, freadCheck, fwriteCheck, mallocCheck, strfmt, exit_on_error
+#include "rand.h"             // defines: mt19937_init, mt19937_normal_fill, mt19937_permutation, random_f32
+#include "config.h"           // defines: GPT2Config, TrainConfig, train_config_parse/check, fill_in_parameter_sizes
+#include "dataloader.h"       // defines: DataLoader, dataloader_init, dataloader_next_batch, dataloader_seek
+#include "tokenizer.h"        // defines: Tokenizer, tokenizer_init, tokenizer_decode, safe_printf
+#include "schedulers.h"       // defines: LearningRateScheduler, get_learning_rate
+#include "logger.h"           // defines: Logger, logger_log_train/val, OutlierDetector
+#include "mfu.h"              // defines: get_peak_bf16_flops, gpt2_flops_per_token, estimate_mfu
+#include "checkpoint.h"       // defines: model/state headers, write_file_atomic, find_latest_checkpoint_step
+// CUDA: one header per layer
+#include "common.cuh"         // defines: cudaCheck, floatX, ceil_div, device_props, NvtxRange
+#include "cuda_utils.cuh"     // defines: x128, load128/store128, warp/block reductions, reduce_partials_add
+#include "encoder.cuh"        // defines: encoder_forward, encoder_backward, build_token_buckets
+#include "layernorm.cuh"      // defines: layernorm_forward, fused_residual_layernorm_forward, layernorm_backward
+#include "matmul.cuh"         // defines: matmul_forward, matmul_backward, bias_backward (cuBLASLt)
+#include "gelu.cuh"           // defines: gelu_forward, gelu_backward_inplace
+#include "attention.cuh"      // defines: attention_forward, attention_backward (flash attention, out + LSE)
+#include "fused_classifier.cuh" // defines: fused_classifier, accumulate_loss
+#include "global_norm.cuh"    // defines: global_norm
+#include "adamw.cuh"          // defines: adamw_update
+
+static cudaStream_t main_stream;
+
+// ----------------------------------------------------------------------------
+// parameters: 16 tensors in one contiguous bf16 buffer, in llm.c's checkpoint order
+
+typedef struct {
+    floatX* wte;       // (Vp, C)
+    floatX* wpe;       // (maxT, C)
+    floatX* ln1w;      // (L, C)
+    floatX* ln1b;      // (L, C)
+    floatX* qkvw;      // (L, 3C, C)
+    floatX* qkvb;      // (L, 3C)
+    floatX* attprojw;  // (L, C, C)
+    floatX* attprojb;  // (L, C)
+    floatX* ln2w;      // (L, C)
+    floatX* ln2b;      // (L, C)
+    floatX* fcw;       // (L, 4C, C)
+    floatX* fcb;       // (L, 4C)
+    floatX* fcprojw;   // (L, C, 4C)
+    floatX* fcprojb;   // (L, C)
+    floatX* lnfw;      // (C)
+    floatX* lnfb;      // (C)
+} ParameterTensors;
+static_assert(sizeof(ParameterTensors) == NUM_PARAMETER_TENSORS * sizeof(floatX*), "one pointer per tensor");
+
+void point_parameters(ParameterTensors* params, floatX* memory, const size_t* sizes) {
+    floatX** ptrs = (floatX**)params;  // the struct is 16 pointers in PARAMETER_NAMES order
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        ptrs[i] = memory;
+        memory += sizes[i];
+    }
+}
+
+// ----------------------------------------------------------------------------
+// activations saved for the backward. N = B*T; per-layer tensors are (L, N, ...).
+
+typedef struct {
+    floatX* encoded;    // (N, C)
+    floatX* ln1;        // (L, N, C); (N, C) with recompute >= 2
+    float* ln1_mean;    // (L, N)
+    float* ln1_rstd;    // (L, N)
+    floatX* qkv;        // (L, N, 3C) = (L, B, T, 3, NH, HS)
+    floatX* atty;       // (L, N, C)  attention output (B, T, NH, HS)
+    float* lse;         // (L, B, NH, T) attention log-sum-exp: all attention saves besides atty
+    floatX* residual2;  // (L, N, C)  residual after attention
+    floatX* ln2;        // (L, N, C); (N, C) with recompute >= 2
+    float* ln2_mean;    // (L, N)
+    float* ln2_rstd;    // (L, N)
+    floatX* fch;        // (L, N, 4C) pre-GELU
+    floatX* fch_gelu;   // (L, N, 4C); (N, 4C) with recompute >= 1
+    floatX* residual3;  // (L, N, C)  residual after the MLP
+    floatX* lnf;        // (N, C)
+    float* lnf_mean;    // (N)
+    float* lnf_rstd;    // (N)
+    float* losses;      // (N)
+    floatX* output;     // (N, Vp) logits, then dlogits in place
+    floatX* scratch;    // (N, C) attproj / fcproj outputs before their residual add
+} ActivationTensors;
+
+typedef struct {
+    GPT2Config config;
+    // weights
+    size_t param_sizes[NUM_PARAMETER_TENSORS];
+    size_t num_parameters;
+    ParameterTensors params;
+    floatX* params_memory;
+    ParameterTensors grads;
+    floatX* grads_memory;
+    float* m_memory;            // AdamW first moment (num_parameters)
+    float* v_memory;            // AdamW second moment (num_parameters)
+    float* master_weights;      // fp32 copy of the weights, or null (-w 0)
+    int use_master_weights;
+    // activations, allocated for B, T (smaller B, T may run through the same buffers)
+    int B, T;
+    int recompute;              // 0, 1 (GELU), 2 (GELU + layernorms)
+    int gelu_fusion;            // 0, 1 (forward), 2 (forward + backward) into the cuBLASLt epilogue
+    ActivationTensors acts;
+    size_t activation_bytes;
+    // backward buffers
+    floatX* dresidual;          // (N, C) gradient of the residual stream
+    floatX* dbtc;               // (N, C)
+    floatX* dbt4c;              // (N, 4C) also holds dqkv (N, 3C)
+    void* attention_scratch;    // attention_backward_scratch_bytes
+    float* reduce_scratch;      // fp32 partial sums of the column reductions and the norm
+    // inputs: device copies and pinned staging (the host may run one micro-step ahead)
+    int* inputs;                // (N)
+    int* targets;               // (N)
+    int* buckets;               // (2N+1 + N) token buckets for the dwte backward
+    int* inputs_pinned;
+    int* targets_pinned;
+    int* buckets_pinned;
+    cudaEvent_t inputs_copied, buckets_copied;
+    std::vector<int> bucket_host, bucket_counts;
+    int num_buckets;
+    // scalars on the GPU, read back once per step
+    float* accumulated_loss;    // (1) mean loss of the step
+    float* norm;                // (1) global grad norm
+    float* readback_pinned;     // (2) host copy of loss, norm
+    float mean_loss;
+    float grad_norm;
+    uint64_t rng_state;         // sampling coins (saved in checkpoints)
+} GPT2;
+
+// ----------------------------------------------------------------------------
+// building the model
+
+void gpt2_setup_parameters(GPT2* model, const GPT2Config& config) {
+    model->config = config;
+    fill_in_parameter_sizes(model->param_sizes, config);
+    model->num_parameters = count_parameters(config);
+    cudaCheck(cudaMalloc(&model->params_memory, model->num_parameters * sizeof(floatX)));
+    point_parameters(&model->params, model->params_memory, model->param_sizes);
+    model->grads_memory = nullptr;
+    model->m_memory = model->v_memory = model->master_weights = nullptr;
+    model->B = model->T = 0;
+    model->rng_state = 13371337ull;
+}
+
+// host fp32 weights -> bf16 on the GPU (round to nearest even)
+void gpt2_upload_parameters(GPT2* model, const float* host_fp32) {
+    size_t n = model->num_parameters;
+    floatX* tmp = (floatX*)mallocCheck(n * sizeof(floatX));
+    for (size_t i = 0; i < n; i++) tmp[i] = __float2bfloat16(host_fp32[i]);
+    cudaCheck(cudaMemcpy(model->params_memory, tmp, n * sizeof(floatX), cudaMemcpyHostToDevice));
+    free(tmp);
+}
+
+// GPT-2's init: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)), biases 0, layernorms 1/0, wte pad rows 0
+void gpt2_build_from_random(GPT2* model, const GPT2Config& config, uint32_t seed) {
+    gpt2_setup_parameters(model, config);
+    float* host = (float*)mallocCheck(model->num_parameters * sizeof(float));
+    mt19937_state rng;
+    mt19937_init(&rng, seed);
+    float residual_std = 0.02f / sqrtf(2.0f * config.num_layers);
+    size_t offset = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        float* p = host + offset;
+        size_t n = model->param_sizes[i];
+        const char* name = PARAMETER_NAMES[i];
+        if (!strcmp(name, "ln1w") || !strcmp(name, "ln2w") || !strcmp(name, "lnfw")) {
+            for (size_t j = 0; j < n; j++) p[j] = 1.0f;
+        } else if (parameter_gets_weight_decay(i)) {  // the 2D tensors
+            bool residual = !strcmp(name, "attprojw") || !strcmp(name, "fcprojw");
+            mt19937_normal_fill(&rng, p, n, 0.0f, residual ? residual_std : 0.02f);
+        } else {
+            for (size_t j = 0; j < n; j++) p[j] = 0.0f;
+        }
+        offset += n;
+    }
+    size_t C = config.channels;
+    for (size_t j = (size_t)config.vocab_size * C; j < (size_t)config.padded_vocab_size * C; j++) host[j] = 0.0f;
+    gpt2_upload_parameters(model, host);
+    free(host);
+}
+
+// llm.c model file (version 5, bf16). The caller validated it with model_file_check.
+void gpt2_build_from_checkpoint(GPT2* model, const char* path) {
+    GPT2Config config;
+    exit_on_error(model_file_check(path, &config));
+    gpt2_setup_parameters(model, config);
+    FILE* fp = fopenCheck(path, "rb");
+    fseek(fp, CKPT_HEADER_INTS * sizeof(int), SEEK_SET);
+    floatX* tmp = (floatX*)mallocCheck(model->num_parameters * sizeof(floatX));
+    freadCheck(tmp, sizeof(floatX), model->num_parameters, fp);
+    fcloseCheck(fp);
+    cudaCheck(cudaMemcpy(model->params_memory, tmp, model->num_parameters * sizeof(floatX), cudaMemcpyHostToDevice));
+    free(tmp);
+}
+
+// Everything that depends on B, T and the run options: activations, grads, optimizer state.
+void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, int gelu_fusion, int use_master_weights) {
+    const GPT2Config& c = model->config;
+    model->B = B;
+    model->T = T;
+    model->recompute = recompute;
+    model->gelu_fusion = gelu_fusion;
+    model->use_master_weights = use_master_weights;
+    size_t N = (size_t)B * T, L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+    size_t n = model->num_parameters;
+
+    cudaCheck(cudaMalloc(&model->grads_memory, n * sizeof(floatX)));
+    point_parameters(&model->grads, model->grads_memory, model->param_sizes);
+    cudaCheck(cudaMemset(model->grads_memory, 0, n * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&model->m_memory, n * sizeof(float)));
+    cudaCheck(cudaMalloc(&model->v_memory, n * sizeof(float)));
+    cudaCheck(cudaMemset(model->m_memory, 0, n * sizeof(float)));
+    cudaCheck(cudaMemset(model->v_memory, 0, n * sizeof(float)));
+    model->master_weights = nullptr;
+    if (use_master_weights) {
+        cudaCheck(cudaMalloc(&model->master_weights, n * sizeof(float)));
+        floatX* tmp = (floatX*)mallocCheck(n * sizeof(floatX));
+        float* tmpf = (float*)mallocCheck(n * sizeof(float));
+        cudaCheck(cudaMemcpy(tmp, model->params_memory, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) tmpf[i] = __bfloat162float(tmp[i]);
+        cudaCheck(cudaMemcpy(model->master_weights, tmpf, n * sizeof(float), cudaMemcpyHostToDevice));
+        free(tmp);
+        free(tmpf);
+    }
+
+    // activations: one cudaMalloc each (16-byte alignment for the vector loads and cuBLASLt)
+    ActivationTensors& a = model->acts;
+    size_t ln_copies = recompute >= 2 ? 1 : L, gelu_copies = recompute >= 1 ? 1 : L;
+    size_t total = 0;
+    auto alloc_bf16 = [&](floatX** p, size_t count) { cudaCheck(cudaMalloc(p, count * sizeof(floatX))); total += count * sizeof(floatX); };
+    auto alloc_f32 = [&](float** p, size_t count) { cudaCheck(cudaMalloc(p, count * sizeof(float))); total += count * sizeof(float); };
+    alloc_bf16(&a.encoded, N * C);
+    alloc_bf16(&a.ln1, ln_copies * N * C);
+    alloc_f32(&a.ln1_mean, L * N);
+    alloc_f32(&a.ln1_rstd, L * N);
+    alloc_bf16(&a.qkv, L * N * 3 * C);
+    alloc_bf16(&a.atty, L * N * C);
+    alloc_f32(&a.lse, L * B * NH * T);
+    alloc_bf16(&a.residual2, L * N * C);
+    alloc_bf16(&a.ln2, ln_copies * N * C);
+    alloc_f32(&a.ln2_mean, L * N);
+    alloc_f32(&a.ln2_rstd, L * N);
+    alloc_bf16(&a.fch, L * N * 4 * C);
+    alloc_bf16(&a.fch_gelu, gelu_copies * N * 4 * C);
+    alloc_bf16(&a.residual3, L * N * C);
+    alloc_bf16(&a.lnf, N * C);
+    alloc_f32(&a.lnf_mean, N);
+    alloc_f32(&a.lnf_rstd, N);
+    alloc_f32(&a.losses, N);
+    alloc_bf16(&a.output, N * Vp);
+    alloc_bf16(&a.scratch, N * C);
+    alloc_bf16(&model->dresidual, N * C);
+    alloc_bf16(&model->dbtc, N * C);
+    alloc_bf16(&model->dbt4c, N * 4 * C);
+    size_t attention_scratch = attention_backward_scratch_bytes(B, T, c.num_heads, c.channels / c.num_heads);
+    cudaCheck(cudaMalloc(&model->attention_scratch, std::max(attention_scratch, (size_t)16)));
+    total += attention_scratch;
+    size_t reduce_floats = std::max({layernorm_backward_scratch_floats(N, C), bias_backward_scratch_floats(N, C),
+                                     bias_backward_scratch_floats(N, 3 * C), bias_backward_scratch_floats(N, 4 * C),
+                                     (size_t)GLOBAL_NORM_BLOCKS});
+    alloc_f32(&model->reduce_scratch, reduce_floats);
+    model->activation_bytes = total;
+
+    // inputs
+    size_t bucket_ints = 2 * N + 1 + N;
+    cudaCheck(cudaMalloc(&model->inputs, N * sizeof(int)));
+    cudaCheck(cudaMalloc(&model->targets, N * sizeof(int)));
+    cudaCheck(cudaMalloc(&model->buckets, bucket_ints * sizeof(int)));
+    cudaCheck(cudaMallocHost(&model->inputs_pinned, N * sizeof(int)));
+    cudaCheck(cudaMallocHost(&model->targets_pinned, N * sizeof(int)));
+    cudaCheck(cudaMallocHost(&model->buckets_pinned, bucket_ints * sizeof(int)));
+    cudaCheck(cudaEventCreateWithFlags(&model->inputs_copied, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&model->buckets_copied, cudaEventDisableTiming));
+    cudaCheck(cudaEventRecord(model->inputs_copied, main_stream));
+    cudaCheck(cudaEventRecord(model->buckets_copied, main_stream));
+    cudaCheck(cudaMalloc(&model->accumulated_loss, sizeof(float)));
+    cudaCheck(cudaMalloc(&model->norm, sizeof(float)));
+    cudaCheck(cudaMemset(model->accumulated_loss, 0, sizeof(float)));
+    cudaCheck(cudaMemset(model->norm, 0, sizeof(float)));
+    cudaCheck(cudaMallocHost(&model->readback_pinned, 2 * sizeof(float)));
+    model->mean_loss = -1.0f;
+    model->grad_norm = -1.0f;
+}
+
+void gpt2_free(GPT2* model) {
+    ActivationTensors& a = model->acts;
+    void* device_ptrs[] = {model->params_memory, model->grads_memory, model->m_memory, model->v_memory, model->master_weights,
+                           a.encoded, a.ln1, a.ln1_mean, a.ln1_rstd, a.qkv, a.atty, a.lse, a.residual2, a.ln2, a.ln2_mean,
+                           a.ln2_rstd, a.fch, a.fch_gelu, a.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, a.losses, a.output,
+                           a.scratch, model->dresidual, model->dbtc, model->dbt4c, model->attention_scratch,
+                           model->reduce_scratch, model->inputs, model->targets, model->buckets, model->accumulated_loss,
+                           model->norm};
+    for (void* p : device_ptrs) cudaCheck(cudaFree(p));
+    cudaCheck(cudaFreeHost(model->inputs_pinned));
+    cudaCheck(cudaFreeHost(model->targets_pinned));
+    cudaCheck(cudaFreeHost(model->buckets_pinned));
+    cudaCheck(cudaFreeHost(model->readback_pinned));
+    cudaCheck(cudaEventDestroy(model->inputs_copied));
+    cudaCheck(cudaEventDestroy(model->buckets_copied));
+}
+
+// ----------------------------------------------------------------------------
+// forward: inputs (B, T) host token ids -> logits in acts.output (B, T, Vp).
+// targets (B, T) may be null (sampling); they are copied now for the loss later.
+
+void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
+    NVTX_RANGE_FN();
+    const GPT2Config& cfg = model->config;
+    if (B > model->B || T > model->T) {
+        fprintf(stderr, "gpt2_forward: B=%d T=%d exceeds the allocated B=%d T=%d\n", B, T, model->B, model->T);
+        exit(EXIT_FAILURE);
+    }
+    int L = cfg.num_layers, C = cfg.channels, NH = cfg.num_heads, HS = C / NH, Vp = cfg.padded_vocab_size;
+    int N = B * T;
+    size_t NA = (size_t)model->B * model->T;  // per-layer stride: the allocated size
+    // the previous micro-step's copy must have left the pinned buffers before they are refilled
+    cudaCheck(cudaEventSynchronize(model->inputs_copied));
+    memcpy(model->inputs_pinned, inputs, N * sizeof(int));
+    cudaCheck(cudaMemcpyAsync(model->inputs, model->inputs_pinned, N * sizeof(int), cudaMemcpyHostToDevice, main_stream));
+    if (targets) {
+        memcpy(model->targets_pinned, targets, N * sizeof(int));
+        cudaCheck(cudaMemcpyAsync(model->targets, model->targets_pinned, N * sizeof(int), cudaMemcpyHostToDevice, main_stream));
+    }
+    cudaCheck(cudaEventRecord(model->inputs_copied, main_stream));
+
+    ParameterTensors p = model->params;
+    ActivationTensors a = model->acts;
+    encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, B, T, C, main_stream);
+    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, N, C, main_stream);
+    floatX* residual = a.encoded;
+    for (int l = 0; l < L; l++) {
+        NvtxRange layer_range("forward layer", l);
+        size_t ln_off = model->recompute >= 2 ? 0 : l * NA * C;
+        size_t gelu_off = model->recompute >= 1 ? 0 : l * NA * 4 * C;
+        floatX* ln1 = a.ln1 + ln_off;                  // (N, C), computed by the previous layer's fused kernel
+        floatX* qkv = a.qkv + l * NA * 3 * C;          // (N, 3C)
+        floatX* atty = a.atty + l * NA * C;            // (N, C)
+        float* lse = a.lse + l * NA * NH;              // (B, NH, T)
+        floatX* residual2 = a.residual2 + l * NA * C;  // (N, C)
+        floatX* ln2 = a.ln2 + ln_off;                  // (N, C)
+        floatX* fch = a.fch + l * NA * 4 * C;          // (N, 4C)
+        floatX* fch_gelu = a.fch_gelu + gelu_off;      // (N, 4C)
+        floatX* residual3 = a.residual3 + l * NA * C;  // (N, C)
+
+        // qkv = ln1 @ qkvw^T + qkvb; attention; x = x + attproj(atty); ln2 = layernorm(x)
+        matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, N, C, 3 * C, nullptr, main_stream);
+        attention_forward(atty, lse, qkv, B, T, NH, HS, main_stream);
+        matmul_forward(a.scratch, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, N, C, C, nullptr, main_stream);
+        fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean + l * NA, a.ln2_rstd + l * NA, residual, a.scratch,
+                                         p.ln2w + l * C, p.ln2b + l * C, N, C, main_stream);
+        // MLP: fch = ln2 @ fcw^T + fcb; x = x + gelu(fch) @ fcprojw^T + fcprojb
+        if (model->gelu_fusion >= 1) {
+            matmul_forward(fch_gelu, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, N, C, 4 * C, fch, main_stream);
+        } else {
+            matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, N, C, 4 * C, nullptr, main_stream);
+            gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, main_stream);
+        }
+        matmul_forward(a.scratch, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, N, 4 * C, C, nullptr, main_stream);
+        // the residual add, fused with the next layernorm (the next layer's ln1, or lnf after the last layer)
+        if (l + 1 < L) {
+            size_t next_ln_off = model->recompute >= 2 ? 0 : (l + 1) * NA * C;
+            fused_residual_layernorm_forward(residual3, a.ln1 + next_ln_off, a.ln1_mean + (l + 1) * NA, a.ln1_rstd + (l + 1) * NA,
+                                             residual2, a.scratch, p.ln1w + (l + 1) * C, p.ln1b + (l + 1) * C, N, C, main_stream);
+        } else {
+            fused_residual_layernorm_forward(residual3, a.lnf, a.lnf_mean, a.lnf_rstd, residual2, a.scratch,
+                                             p.lnfw, p.lnfb, N, C, main_stream);
+        }
+        residual = residual3;
+    }
+    // logits = lnf @ wte^T (tied weights, no bias)
+    matmul_forward(a.output, a.lnf, p.wte, nullptr, N, C, Vp, nullptr, main_stream);
+}
+
+// loss only (validation): adds mean loss * loss_scale to accumulated_loss
+void gpt2_validate(GPT2* model, int B, int T, float loss_scale) {
+    const GPT2Config& cfg = model->config;
+    int N = B * T;
+    fused_classifier(model->acts.output, model->acts.losses, model->targets, 0.0f, N, cfg.vocab_size,
+                     cfg.padded_vocab_size, /*write_dlogits=*/false, main_stream);
+    accumulate_loss(model->accumulated_loss, model->acts.losses, N, loss_scale / N, main_stream);
+}
+
+// ----------------------------------------------------------------------------
+// backward: after gpt2_forward with targets. Accumulates into the grads (zeroed by gpt2_zero_grad).
+
+void gpt2_zero_grad(GPT2* model) {
+    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(floatX), main_stream));
+    cudaCheck(cudaMemsetAsync(model->accumulated_loss, 0, sizeof(float), main_stream));
+}
+
+void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
+    NVTX_RANGE_FN();
+    const GPT2Config& cfg = model->config;
+    int B = model->B, T = model->T, N = B * T;
+    int L = cfg.num_layers, C = cfg.channels, NH = cfg.num_heads, HS = C / NH, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
+    size_t NA = (size_t)N;
+    ParameterTensors p = model->params, g = model->grads;
+    ActivationTensors a = model->acts;
+    float* scratch = model->reduce_scratch;
+
+    // token buckets for the deterministic dwte backward, built on the host while the GPU works
+    model->num_buckets = build_token_buckets(model->bucket_host, model->bucket_counts, inputs, N, V);
+    cudaCheck(cudaEventSynchronize(model->buckets_copied));
+    memcpy(model->buckets_pinned, model->bucket_host.data(), model->bucket_host.size() * sizeof(int));
+    cudaCheck(cudaMemcpyAsync(model->buckets, model->buckets_pinned, model->bucket_host.size() * sizeof(int),
+                              cudaMemcpyHostToDevice, main_stream));
+    cudaCheck(cudaEventRecord(model->buckets_copied, main_stream));
+
+    // loss and dlogits in one pass; the objective is the mean over all B*T*grad_accum_steps tokens
+    float dloss = 1.0f / (float)(N * grad_accum_steps);
+    fused_classifier(a.output, a.losses, model->targets, dloss, N, V, Vp, /*write_dlogits=*/true, main_stream);
+    accumulate_loss(model->accumulated_loss, a.losses, N, dloss, main_stream);
+
+    // classifier: dlnf = dlogits @ wte; dwte += dlogits^T @ lnf
+    matmul_backward(model->dbtc, g.wte, nullptr, scratch, a.output, a.lnf, p.wte, N, C, Vp, nullptr, main_stream);
+    cudaCheck(cudaMemsetAsync(model->dresidual, 0, NA * C * sizeof(floatX), main_stream));
+    layernorm_backward(model->dresidual, g.lnfw, g.lnfb, scratch, model->dbtc, a.residual3 + (L - 1) * NA * C, p.lnfw,
+                       a.lnf_mean, a.lnf_rstd, N, C, main_stream);
+
+    for (int l = L - 1; l >= 0; l--) {
+        NvtxRange layer_range("backward layer", l);
+        size_t ln_off = model->recompute >= 2 ? 0 : l * NA * C;
+        size_t gelu_off = model->recompute >= 1 ? 0 : l * NA * 4 * C;
+        floatX* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * NA * C;
+        floatX* ln1 = a.ln1 + ln_off;
+        float* ln1_mean = a.ln1_mean + l * NA;
+        float* ln1_rstd = a.ln1_rstd + l * NA;
+        floatX* qkv = a.qkv + l * NA * 3 * C;
+        floatX* atty = a.atty + l * NA * C;
+        float* lse = a.lse + l * NA * NH;
+        floatX* residual2 = a.residual2 + l * NA * C;
+        floatX* ln2 = a.ln2 + ln_off;
+        float* ln2_mean = a.ln2_mean + l * NA;
+        float* ln2_rstd = a.ln2_rstd + l * NA;
+        floatX* fch = a.fch + l * NA * 4 * C;
+        floatX* fch_gelu = a.fch_gelu + gelu_off;
+        floatX* dresidual = model->dresidual;  // (N, C) gradient w.r.t. the residual stream, accumulated
+        floatX* dbtc = model->dbtc;
+        floatX* dbt4c = model->dbt4c;
+
+        // recompute what was not kept (deterministic: the same kernels on the same inputs)
+        if (model->recompute >= 2) {
+            layernorm_forward(ln1, nullptr, nullptr, residual, p.ln1w + l * C, p.ln1b + l * C, N, C, main_stream);
+            layernorm_forward(ln2, nullptr, nullptr, residual2, p.ln2w + l * C, p.ln2b + l * C, N, C, main_stream);
+        }
+        if (model->recompute >= 1) gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, main_stream);
+
+        // MLP projection: dfch_gelu = dresidual @ fcprojw, then through GELU (fused or not) -> dfch
+        matmul_backward(dbt4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, scratch, dresidual, fch_gelu,
+                        p.fcprojw + (size_t)l * C * 4 * C, N, 4 * C, C, model->gelu_fusion >= 2 ? fch : nullptr, main_stream);
+        if (model->gelu_fusion < 2) gelu_backward_inplace(dbt4c, fch, (size_t)N * 4 * C, main_stream);
+        // MLP up: dln2 = dfch @ fcw
+        matmul_backward(dbtc, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, scratch, dbt4c, ln2,
+                        p.fcw + (size_t)l * 4 * C * C, N, C, 4 * C, nullptr, main_stream);
+        layernorm_backward(dresidual, g.ln2w + l * C, g.ln2b + l * C, scratch, dbtc, residual2, p.ln2w + l * C,
+                           ln2_mean, ln2_rstd, N, C, main_stream);
+        // attention projection: datty = dresidual @ attprojw
+        matmul_backward(dbtc, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, scratch, dresidual, atty,
+                        p.attprojw + (size_t)l * C * C, N, C, C, nullptr, main_stream);
+        // attention: dqkv (N, 3C) into dbt4c, from out + lse only
+        attention_backward(dbt4c, model->attention_scratch, dbtc, qkv, atty, lse, B, T, NH, HS, main_stream);
+        // qkv: dln1 = dqkv @ qkvw
+        matmul_backward(dbtc, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, scratch, dbt4c, ln1,
+                        p.qkvw + (size_t)l * 3 * C * C, N, C, 3 * C, nullptr, main_stream);
+        layernorm_backward(dresidual, g.ln1w + l * C, g.ln1b + l * C, scratch, dbtc, residual, p.ln1w + l * C,
+                           ln1_mean, ln1_rstd, N, C, main_stream);
+    }
+    encoder_backward(g.wte, g.wpe, model->dresidual, model->buckets, model->num_buckets, B, T, C, main_stream);
+}
+
+// global norm of the grads (stays on the GPU); then one sync to read loss and norm back
+void gpt2_finish_step(GPT2* model) {
+    global_norm(model->norm, model->reduce_scratch, model->grads_memory, model->num_parameters, main_stream);
+    cudaCheck(cudaMemcpyAsync(&model->readback_pinned[0], model->accumulated_loss, sizeof(float), cudaMemcpyDeviceToHost, main_stream));
+    cudaCheck(cudaMemcpyAsync(&model->readback_pinned[1], model->norm, sizeof(float), cudaMemcpyDeviceToHost, main_stream));
+    cudaCheck(cudaStreamSynchronize(main_stream));
+    model->mean_loss = model->readback_pinned[0];
+    model->grad_norm = model->readback_pinned[1];
+}
+
+// t: the step number counted from 1 (bias correction)
+void gpt2_update(GPT2* model, float learning_rate, float beta1, float beta2, float eps, float weight_decay,
+                 float max_norm, int t) {
+    AdamWTensorTable table;
+    table.offsets[0] = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        table.offsets[i + 1] = table.offsets[i] + model->param_sizes[i];
+        table.weight_decay[i] = parameter_gets_weight_decay(i) ? weight_decay : 0.0f;
+    }
+    adamw_update(model->params_memory, model->master_weights, model->grads_memory, model->m_memory, model->v_memory,
+                 model->num_parameters, table, model->norm, max_norm, learning_rate, beta1, beta2, t, eps, main_stream);
+}
+
+// ----------------------------------------------------------------------------
+// checkpoints: model_%08d.bin + state_%08d_%05d.bin + DONE_%08d (see src/checkpoint.h)
+
+template <class T>
+std::vector<T> device_to_host(const T* device, size_t n) {
+    std::vector<T> host(n);
+    cudaCheck(cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+}
+
+void gpt2_write_model(GPT2* model, const char* path) {
+    int header[CKPT_HEADER_INTS];
+    model_header_fill(header, model->config);
+    std::vector<floatX> params = device_to_host(model->params_memory, model->num_parameters);
+    exit_on_error(write_file_atomic(path, {{header, sizeof(header)}, {params.data(), params.size() * sizeof(floatX)}}));
+}
+
+void gpt2_write_checkpoint(GPT2* model, const char* dir, int step, const DataLoader* loader) {
+    NVTX_RANGE_FN();
+    cudaCheck(cudaDeviceSynchronize());
+    gpt2_write_model(model, checkpoint_model_path(dir, step).c_str());
+    TrainState s;
+    s.num_processes = loader->num_processes;
+    s.process_rank = loader->process_rank;
+    s.use_master_weights = model->use_master_weights;
+    s.shuffle = loader->should_shuffle;
+    s.step = step;
+    s.rng_state = model->rng_state;
+    s.shard_idx = loader->current_shard_idx;
+    s.sample_idx = loader->current_sample_idx;
+    s.epoch = loader->epoch;
+    s.num_parameters = model->num_parameters;
+    int header[CKPT_HEADER_INTS];
+    state_header_fill(header, s);
+    size_t n = model->num_parameters;
+    std::vector<float> m = device_to_host(model->m_memory, n), v = device_to_host(model->v_memory, n), master;
+    std::vector<FileChunk> chunks = {{header, sizeof(header)}, {m.data(), n * sizeof(float)}, {v.data(), n * sizeof(float)}};
+    if (model->use_master_weights) {
+        master = device_to_host(model->master_weights, n);
+        chunks.push_back({master.data(), n * sizeof(float)});
+    }
+    exit_on_error(write_file_atomic(checkpoint_state_path(dir, step, s.process_rank).c_str(), chunks));
+    exit_on_error(write_file_atomic(checkpoint_done_path(dir, step).c_str(), {}));
+}
+
+// Validates a state file against the model; returns the state (the optimizer moments are loaded).
+TrainState gpt2_load_state(GPT2* model, const char* path, int num_processes, int process_rank) {
+    FILE* fp = fopen(path, "rb");
+    if (fp == nullptr) exit_on_error(strfmt("state file '%s' could not be opened: %s", path, strerror(errno)));
+    int header[CKPT_HEADER_INTS];
+    if (fread(header, sizeof(int), CKPT_HEADER_INTS, fp) != CKPT_HEADER_INTS) exit_on_error(strfmt("state file '%s' is truncated", path));
+    TrainState s;
+    exit_on_error(state_header_parse(header, path, &s));
+    exit_on_error(state_check_compatible(s, path, model->num_parameters, num_processes, process_rank, model->use_master_weights));
+    size_t n = model->num_parameters;
+    std::vector<float> buf(n);
+    float* targets[3] = {model->m_memory, model->v_memory, model->master_weights};
+    for (int k = 0; k < 2 + model->use_master_weights; k++) {
+        freadCheck(buf.data(), sizeof(float), n, fp);
+        cudaCheck(cudaMemcpy(targets[k], buf.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    fcloseCheck(fp);
+    model->rng_state = s.rng_state;
+    return s;
+}
+
+// ----------------------------------------------------------------------------
+// sampling: feed the sequence through the model with B=1 and draw each next token from the softmax
+
+int sample_softmax(const float* logits, int n, float coin) {
+    float max_val = -INFINITY;
+    for (int i = 0; i < n; i++) max_val = fmaxf(max_val, logits[i]);
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += exp(logits[i] - max_val);
+    double cdf = 0.0, threshold = coin * sum;
+    for (int i = 0; i < n; i++) {
+        cdf += exp(logits[i] - max_val);
+        if (cdf > threshold) return i;
+    }
+    return n - 1;
+}
+
+void gpt2_sample(GPT2* model, const Tokenizer* tokenizer, int gen_T) {
+    const GPT2Config& cfg = model->config;
+    int NH = cfg.num_heads, HS = cfg.channels / NH, Vp = cfg.padded_vocab_size;
+    gen_T = std::min(gen_T, model->T);
+    std::vector<int> tokens(model->T, tokenizer->eot_token);
+    std::vector<floatX> row(Vp);
+    std::vector<float> logits(cfg.vocab_size);
+    printf("generating:\n---\n");
+    for (int t = 1; t < gen_T; t++) {
+        // run only as far as needed, in chunks of 64 positions, if the attention takes that length
+        int run_T = std::min(model->T, ceil_div(t, 64) * 64);
+        if (attention_unsupported_reason(1, run_T, NH, HS)) run_T = model->T;
+        gpt2_forward(model, tokens.data(), nullptr, 1, run_T);
+        cudaCheck(cudaMemcpyAsync(row.data(), model->acts.output + (size_t)(t - 1) * Vp, Vp * sizeof(floatX),
+                                  cudaMemcpyDeviceToHost, main_stream));
+        cudaCheck(cudaStreamSynchronize(main_stream));
+        for (int i = 0; i < cfg.vocab_size; i++) logits[i] = __bfloat162float(row[i]);
+        int next = sample_softmax(logits.data(), cfg.vocab_size, random_f32(&model->rng_state));
+        tokens[t] = next;
+        if (tokenizer->init_ok) safe_printf(tokenizer_decode(tokenizer, next));
+        else printf("%d ", next);
+        fflush(stdout);
+    }
+    printf("\n---\n");
+}
+
+// mean loss over the first max_batches batches of the loader
+float gpt2_validation_loss(GPT2* model, DataLoader* loader, int max_batches) {
+    NVTX_RANGE_FN();
+    exit_on_error(dataloader_reset(loader));
+    int num_batches = (int)std::min((size_t)max_batches, dataloader_num_batches(loader));
+    cudaCheck(cudaMemsetAsync(model->accumulated_loss, 0, sizeof(float), main_stream));
+    for (int i = 0; i < num_batches; i++) {
+        exit_on_error(dataloader_next_batch(loader));
+        gpt2_forward(model, loader->inputs, loader->targets, model->B, model->T);
+        gpt2_validate(model, model->B, model->T, 1.0f / num_batches);
+    }
+    float loss;
+    cudaCheck(cudaMemcpy(&loss, model->accumulated_loss, sizeof(float), cudaMemcpyDeviceToHost));
+    return loss;
+}
+
+void print_memory_use(const GPT2* model) {
+    size_t n = model->num_parameters;
+    double mib = 1024.0 * 1024.0;
+    size_t free_bytes, total_bytes;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+    printf("| memory: params %.0f MiB, grads %.0f MiB, AdamW m+v %.0f MiB, master weights %.0f MiB, activations %.0f MiB\n",
+           n * 2 / mib, n * 2 / mib, n * 8 / mib, model->use_master_weights ? n * 4 / mib : 0.0, model->activation_bytes / mib);
+    printf("| device memory in use: %.0f MiB of %.0f MiB\n", (total_bytes - free_bytes) / mib, total_bytes / mib);
+}
+
+void common_start() {
+    const cudaDeviceProp& props = device_props();
+    exit_on_error(gpu_check_compute_capability(props.major, props.minor, props.name));
+    cudaCheck(cudaStreamCreate(&main_stream));
+    matmul_setup();
+}
+
+void common_free() {
+    matmul_teardown();
+    cudaCheck(cudaStreamDestroy(main_stream));
+}
+
+// ----------------------------------------------------------------------------
+// main training loop
+#ifndef TESTING
+
+double now_seconds() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char** argv) {
+    TrainConfig cfg;
+    train_config_defaults(&cfg);
+    std::string err = train_config_parse(&cfg, argc, argv);
+    if (!err.empty()) { fprintf(stderr, "%s", train_usage()); exit_on_error(err); }
+    exit_on_error(train_config_check(&cfg));
+
+    // model sizes: from -e (descriptor or file); when resuming, from the checkpoint, which must agree with -e
+    GPT2Config model_config;
+    bool from_file = !is_model_descriptor(cfg.load_filename);
+    exit_on_error(from_file ? model_file_check(cfg.load_filename, &model_config)
+                            : parse_model_descriptor(cfg.load_filename, &model_config));
+    int resume_step = cfg.resume ? find_latest_checkpoint_step(cfg.output_log_dir) : -1;
+    std::string resume_model = resume_step >= 0 ? checkpoint_model_path(cfg.output_log_dir, resume_step) : "";
+    if (resume_step >= 0) {
+        GPT2Config ckpt_config;
+        exit_on_error(model_file_check(resume_model.c_str(), &ckpt_config));
+        if (!model_config_equal(ckpt_config, model_config))
+            exit_on_error(strfmt("checkpoint '%s' is %s but -e %s is %s", resume_model.c_str(), model_config_str(ckpt_config).c_str(),
+                                 cfg.load_filename, model_config_str(model_config).c_str()));
+    } else if (cfg.resume) {
+        printf("-y 1: no complete checkpoint (DONE_*) in %s, starting from scratch\n", cfg.output_log_dir);
+    }
+    exit_on_error(train_config_check_model(cfg, model_config));
+    int C = model_config.channels, NH = model_config.num_heads;
+    const char* attention_why = attention_unsupported_reason(cfg.B, cfg.T, NH, C / NH);
+    if (attention_why) exit_on_error(strfmt("attention does not support B=%d T=%d NH=%d HS=%d: %s", cfg.B, cfg.T, NH, C / NH, attention_why));
+
+    // data (every shard is validated here, before anything is written)
+    DataLoader train_loader, val_loader;
+    exit_on_error(dataloader_init(&train_loader, cfg.train_data_pattern, cfg.B, cfg.T, cfg.process_rank, cfg.num_processes,
+                                  cfg.shuffle, model_config.vocab_size, (uint32_t)cfg.seed));
+    bool run_val = cfg.val_loss_every > 0;
+    if (run_val) exit_on_error(dataloader_init(&val_loader, cfg.val_data_pattern, cfg.B, cfg.T, cfg.process_rank,
+                                               cfg.num_processes, 0, model_config.vocab_size, (uint32_t)cfg.seed));
+    int grad_accum_steps = cfg.total_batch_size / (cfg.B * cfg.T * cfg.num_processes);
+    int train_num_batches = cfg.max_steps > 0 ? cfg.max_steps : (int)(dataloader_num_batches(&train_loader) / grad_accum_steps);
+    Tokenizer tokenizer;
+    std::string tok_err = tokenizer_init(&tokenizer, "gpt2_tokenizer.bin");
+    if (!tok_err.empty()) printf("warning: %s; samples print token ids\n", tok_err.c_str());
+
+    // GPU and model
+    common_start();
+    GPT2 model;
+    if (resume_step >= 0) gpt2_build_from_checkpoint(&model, resume_model.c_str());
+    else if (from_file) gpt2_build_from_checkpoint(&model, cfg.load_filename);
+    else gpt2_build_from_random(&model, model_config, (uint32_t)cfg.seed);
+    gpt2_allocate_state(&model, cfg.B, cfg.T, cfg.recompute, cfg.gelu_fusion, cfg.use_master_weights);
+    int start_step = 0;
+    if (resume_step >= 0) {
+        std::string state_path = checkpoint_state_path(cfg.output_log_dir, resume_step, cfg.process_rank);
+        TrainState s = gpt2_load_state(&model, state_path.c_str(), cfg.num_processes, cfg.process_rank);
+        if (s.shuffle != train_loader.should_shuffle) exit_on_error(strfmt("state file '%s' has shuffle=%d but the run has -sf %d",
+                                                                           state_path.c_str(), s.shuffle, train_loader.should_shuffle));
+        exit_on_error(dataloader_seek(&train_loader, s.epoch, s.shard_idx, s.sample_idx));
+        start_step = s.step;
+    }
+    if (cfg.output_log_dir) mkdir(cfg.output_log_dir, 0755);
+    Logger logger;
+    logger_init(&logger, cfg.output_log_dir, resume_step >= 0);
+    LearningRateScheduler lr_scheduler;
+    lr_scheduler_init(&lr_scheduler, cfg.lr_scheduler_type, cfg.learning_rate, cfg.warmup_iterations, train_num_batches,
+                      cfg.final_learning_rate_frac);
+
+    // the configuration
+    const cudaDeviceProp& props = device_props();
+    int HS = C / NH;
+    double flops_per_token = gpt2_flops_per_token(model.num_parameters, model_config.num_layers, C, cfg.T);
+    printf("+-----------------------------------------------------------------------\n");
+    printf("| device: %s (sm_%d%d, %d SMs), bf16, peak %.0f TFLOP/s%s\n", props.name, props.major, props.minor,
+           props.multiProcessorCount, std::max(0.0, get_peak_bf16_flops(props.name) / 1e12),
+           get_peak_bf16_flops(props.name) > 0 ? "" : " (unknown: MFU not shown)");
+    printf("| model: %s, %s, %zu parameters (padded vocab)\n", resume_step >= 0 ? resume_model.c_str() : cfg.load_filename,
+           model_config_str(model_config).c_str(), model.num_parameters);
+    printf("| attention: forward %s, backward %s (HS=%d)\n", attention_forward_path_name(HS), attention_backward_path_name(HS), HS);
+    printf("| train: %s (%zu shards, %zu batches/epoch, shuffle %d), val: %s\n", cfg.train_data_pattern, train_loader.files.size(),
+           dataloader_num_batches(&train_loader), train_loader.should_shuffle, run_val ? cfg.val_data_pattern : "off");
+    printf("| B=%d T=%d total batch %d tokens = %d micro-steps; steps %d (from %d)\n", cfg.B, cfg.T, cfg.total_batch_size,
+           grad_accum_steps, train_num_batches, start_step);
+    printf("| lr %g, warmup %d, %s decay to %g x lr, weight decay %g, grad clip %g\n", cfg.learning_rate,
+           cfg.warmup_iterations, cfg.lr_scheduler_type, cfg.final_learning_rate_frac, cfg.weight_decay, cfg.grad_clip);
+    printf("| recompute %d, gelu fusion %d, master weights %d, seed %d, output %s\n", cfg.recompute, cfg.gelu_fusion,
+           cfg.use_master_weights, cfg.seed, cfg.output_log_dir ? cfg.output_log_dir : "none");
+    printf("| MFU counts 6*N + 6*L*C*T = %.1f MFLOP per token (llm.c's formula; nanoGPT's 12*L*C*T differs)\n", flops_per_token / 1e6);
+    print_memory_use(&model);
+    printf("+-----------------------------------------------------------------------\n");
+
+    OutlierDetector loss_outliers, norm_outliers;
+    outlier_detector_init(&loss_outliers);
+    outlier_detector_init(&norm_outliers);
+    double total_time = 0.0;
+    int timed_steps = 0;
+    for (int step = start_step; step <= train_num_batches; step++) {
+        bool last_step = step == train_num_batches;
+        if (run_val && (step % cfg.val_loss_every == 0 || last_step)) {
+            float val_loss = gpt2_validation_loss(&model, &val_loader, cfg.val_max_steps);
+            printf("val loss %f\n", val_loss);
+            logger_log_val(&logger, step, val_loss);
+        }
+        if (cfg.sample_every > 0 && step > 0 && (step % cfg.sample_every == 0 || last_step)) gpt2_sample(&model, &tokenizer, cfg.gen_T);
+        if (cfg.checkpoint_every > 0 && step > start_step && (step % cfg.checkpoint_every == 0 || last_step)) {
+            gpt2_write_checkpoint(&model, cfg.output_log_dir, step, &train_loader);
+            printf("wrote checkpoint %s\n", checkpoint_model_path(cfg.output_log_dir, step).c_str());
+            int old = step - cfg.checkpoints_keep * cfg.checkpoint_every;  // -nk: drop the one that fell out of the window
+            if (cfg.checkpoints_keep > 0 && old > 0 && !(cfg.major_checkpoint_every > 0 && old % cfg.major_checkpoint_every == 0)) {
+                remove(checkpoint_done_path(cfg.output_log_dir, old).c_str());  // the marker first: the rest is then ignored
+                remove(checkpoint_model_path(cfg.output_log_dir, old).c_str());
+                remove(checkpoint_state_path(cfg.output_log_dir, old, cfg.process_rank).c_str());
+            }
+        }
+        if (last_step) break;
+
+        double t0 = now_seconds();
+        gpt2_zero_grad(&model);
+        for (int micro_step = 0; micro_step < grad_accum_steps; micro_step++) {
+            if (!(cfg.overfit_single_batch && (step > 0 || micro_step > 0))) exit_on_error(dataloader_next_batch(&train_loader));
+            gpt2_forward(&model, train_loader.inputs, train_loader.targets, cfg.B, cfg.T);
+            gpt2_backward(&model, train_loader.inputs, grad_accum_steps);
+        }
+        gpt2_finish_step(&model);
+        double loss_z = outlier_detector_update(&loss_outliers, model.mean_loss);
+        double norm_z = outlier_detector_update(&norm_outliers, model.grad_norm);
+        float lr = get_learning_rate(&lr_scheduler, step);
+        bool skip = !std::isfinite(model.mean_loss) || !std::isfinite(model.grad_norm) ||
+                    (cfg.skip_update_lossz > 0 && loss_z > cfg.skip_update_lossz) ||
+                    (cfg.skip_update_gradz > 0 && norm_z > cfg.skip_update_gradz);
+        if (!skip) gpt2_update(&model, lr, 0.9f, 0.95f, 1e-8f, cfg.weight_decay, cfg.grad_clip, step + 1);
+        cudaCheck(cudaStreamSynchronize(main_stream));
+        double dt = now_seconds() - t0;
+        if (step > start_step) { total_time += dt; timed_steps++; }  // the first step warms up cuBLASLt
+        double tok_per_s = cfg.total_batch_size / dt;
+        double mfu = estimate_mfu(flops_per_token, tok_per_s, props.name);
+        printf("step %4d/%d | loss %7.6f (%+.2fz)| norm %6.4f (%+.2fz)| lr %.2e | %.2f ms | %s | %.0f tok/s%s\n", step + 1,
+               train_num_batches, model.mean_loss, loss_z, model.grad_norm, norm_z, lr, dt * 1000,
+               mfu > 0 ? strfmt("%.1f%% bf16 MFU", 100 * mfu).c_str() : "MFU n/a", tok_per_s, skip ? " (update skipped)" : "");
+        logger_log_train(&logger, step, model.mean_loss, lr, model.grad_norm);
+    }
+    if (timed_steps > 0) printf("average over %d steps: %.2f ms/step, %.0f tok/s\n", timed_steps, 1000 * total_time / timed_steps,
+                                (double)cfg.total_batch_size * timed_steps / total_time);
+
+    dataloader_free(&train_loader);
+    if (run_val) dataloader_free(&val_loader);
+    tokenizer_free(&tokenizer);
+    gpt2_free(&model);
+    common_free();
+    return 0;
+}
+#endif
