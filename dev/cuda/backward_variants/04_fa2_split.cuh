@@ -5,22 +5,27 @@ same pre-pass as variant 3 (without the dQ accumulator), a dK/dV kernel per key 
 registers). 7 GEMMs per tile pair instead of 5, no atomics, no fp32 buffer, every output written once in a
 fixed order: bit-identical run to run. More independent CTAs than variant 3 at small B*NH.
 Kernels: attention_backward_dkdv_kernel<.., kAtomicDq=false> and attention_backward_dq_kernel in src/attention.cuh.
-Configs: dK/dV kBlockN x kBlockM / warps + dQ kBlockM x kBlockN / warps.
+Configs: dK/dV kBlockN keys x kBlockM queries / warps + dQ kBlockM queries x kBlockN keys / warps; "x2": each warp
+owns two m16 tiles (32 keys or 32 query rows), which loads each shared B fragment once for twice the MMAs.
+Registers (ptxas, sm_90a, HS 64): kv 128x64/8w 255, kv 64x32/4w 171, kv 128x16/4wx2 246, kv 128x32/8w 169,
+q 64x64/4w 185, q 128x32/4wx2 251, q 128x64/8w 186; HS 128: kv 64x32/4w 255, q 64x32/4w 240, kv 128x32/8w 169; kv 64x64/4w and q 64x64/4w spill
+~64 and 8 bytes (kept in the sweep to show what the spill costs).
 */
 #pragma once
 
 void attention_backward4(const AttentionBackwardParams& p, int config, cudaStream_t stream) {
     if (p.HS == 64) {
         switch (config) {
-            case 0: attention_backward_split<64, 8, 64, 4, 64>(p, stream); break;   // kv 128x64/8w + q 64x64/4w
-            case 1: attention_backward_split<64, 4, 64, 4, 64>(p, stream); break;   // kv 64x64/4w  + q 64x64/4w
-            case 2: attention_backward_split<64, 8, 64, 8, 64>(p, stream); break;   // kv 128x64/8w + q 128x64/8w
+            case 0: attention_backward_split<64, 8, 1, 64, 4, 1, 64>(p, stream); break;   // kv 128x64/8w   + q 64x64/4w
+            case 1: attention_backward_split<64, 4, 1, 32, 4, 1, 64>(p, stream); break;   // kv 64x32/4w    + q 64x64/4w
+            case 2: attention_backward_split<64, 4, 2, 16, 4, 2, 32>(p, stream); break;   // kv 128x16/4wx2 + q 128x32/4wx2
+            case 3: attention_backward_split<64, 8, 1, 32, 8, 1, 64>(p, stream); break;   // kv 128x32/8w   + q 128x64/8w
         }
     } else {
         switch (config) {
-            case 0: attention_backward_split<128, 4, 64, 4, 64>(p, stream); break;  // kv 64x64/4w  + q 64x64/4w
-            case 1: attention_backward_split<128, 8, 64, 4, 64>(p, stream); break;  // kv 128x64/8w + q 64x64/4w
-            case 2: attention_backward_split<128, 4, 64, 4, 32>(p, stream); break;  // kv 64x64/4w  + q 64x32/4w
+            case 0: attention_backward_split<128, 4, 1, 32, 4, 1, 32>(p, stream); break;  // kv 64x32/4w  + q 64x32/4w
+            case 1: attention_backward_split<128, 4, 1, 64, 4, 1, 64>(p, stream); break;  // kv 64x64/4w  + q 64x64/4w
+            case 2: attention_backward_split<128, 8, 1, 32, 4, 1, 32>(p, stream); break;  // kv 128x32/8w + q 64x32/4w
         }
     }
 }

@@ -1,0 +1,228 @@
+/*
+Causal attention backward: every variant validated (dQ, dK and dV, every element, against the GPU fp32
+reference backward, itself checked against the CPU fp64 reference) with the FlashAttention rule, the
+deterministic ones also bit-for-bit across two runs, then timed.
+
+  make dev/cuda/attention_backward && ./dev/cuda/attention_backward 4          (variant 4, default shape)
+  ./dev/cuda/attention_backward all --check                                    (every variant, validation set)
+  ./dev/cuda/attention_backward all -b 64 -t 1024 -n 12 -d 64                  (the GPT-2 124M training shape)
+  ./dev/cuda/attention_backward 0,3,4 -b 1 -t 4096 -n 12 -d 64                 (a list of variants)
+
+Variants (figures: dev/cuda/README.md, H100 rows; bwd FLOPs = 2.5 * 4*B*NH*T*T*HS/2):
+  0  what src/attention.cuh ships (the deterministic split path unless FLASHGPT_ATTN_NONDETERMINISTIC=1)
+  1  naive: one warp per query row (dQ) / key row (dK, dV), fp32 (the GPU reference, writing bf16)
+  2  materialized: permute, cuBLAS recompute of att, softmax backward, cuBLAS GEMMs, unpermute (llm.c w/o cuDNN)
+  3  FlashAttention-2 fused: one kernel per K/V tile, dK/dV in registers, dQ by fp32 red.global.add (non-deterministic)
+  4  split: a dK/dV kernel per key block + a dQ kernel per query block, no atomics (deterministic)
+
+Inputs: qkv (B, T, 3, NH, HS) bf16 randn * scale, dout (B, T, NH, HS) bf16 randn; out and lse come from the GPU
+reference forward. Output dqkv (B, T, 3, NH, HS) bf16. RESULT lines also give fwd+bwd TFLOP/s with the shipped
+forward timed in the same run (fwd+bwd FLOPs = 3.5 * fwd).
+*/
+#include "dev/cuda/common.h"
+#include "dev/cuda/backward_variants/00_shipped.cuh"
+#include "dev/cuda/backward_variants/01_naive.cuh"
+#include "dev/cuda/backward_variants/02_cublas_softmax.cuh"
+#include "dev/cuda/backward_variants/03_fa2_atomic_dq.cuh"
+#include "dev/cuda/backward_variants/04_fa2_split.cuh"
+
+// ----------------------------------------------------------------------------
+// the variant table: number, name, tile configs (names for HS 64 / HS 128), launcher
+
+struct BackwardVariant {
+    int number;
+    const char* name;
+    int num_configs;              // the most configs of either head size; a nullptr name ends a shorter list
+    const char* configs64[4];
+    const char* configs128[4];
+    void (*launch)(const AttentionBackwardParams&, int config, cudaStream_t);
+    bool slow;            // time with few repeats
+    bool deterministic;   // must give bit-identical dqkv on two runs
+};
+
+static const BackwardVariant kVariants[] = {
+    {0, "shipped", 1, {"src"}, {"src"}, attention_backward0, false, true},
+    {1, "naive", 1, {"warp/row"}, {"warp/row"}, attention_backward1, true, true},
+    {2, "cublas+softmax", 1, {"cublas"}, {"cublas"}, attention_backward2, false, true},
+    {3, "fa2_atomic_dq", 2, {"128x64/8w", "64x64/4w"}, {"64x64/4w", "128x64/8w"}, attention_backward3, false, false},
+    {4, "fa2_split", 4, {"kv128x64/8w+q64x64/4w", "kv64x32/4w+q64x64/4w", "kv128x16/4wx2+q128x32/4wx2", "kv128x32/8w+q128x64/8w"},
+                        {"kv64x32/4w+q64x32/4w", "kv64x64/4w+q64x64/4w", "kv128x32/8w+q64x32/4w"}, attention_backward4, false, true},
+};
+constexpr int kBaselineVariant = 2;
+
+// ----------------------------------------------------------------------------
+
+struct Buffers {   // one set of device tensors for a shape
+    floatX *qkv, *dout, *out, *dqkv; float* lse; void* scratch;
+    void alloc(const Shape& s) {
+        size_t n = (size_t)s.B * s.T * s.NH * s.HS;
+        qkv = device_alloc<floatX>(3 * n); dout = device_alloc<floatX>(n); out = device_alloc<floatX>(n);
+        dqkv = device_alloc<floatX>(3 * n); lse = device_alloc<float>((size_t)s.B * s.NH * s.T);
+        // every variant gets the largest scratch (the atomic path's, with the fp32 dQ accumulator)
+        scratch = device_alloc<uint8_t>(attention_backward_scratch_bytes_for(s.B, s.T, s.NH, s.HS, /*with_dq_accum=*/true));
+    }
+    AttentionBackwardParams params(const Shape& s) const { return {dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.NH, s.HS}; }
+    void free_all() {
+        cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(out));
+        cudaCheck(cudaFree(dqkv)); cudaCheck(cudaFree(lse)); cudaCheck(cudaFree(scratch));
+    }
+};
+
+// the dQ (which = 0), dK (1) or dV (2) part of a (B, T, 3, NH, HS) tensor, as (B, T, NH, HS)
+template <class T>
+std::vector<float> qkv_part(const std::vector<T>& x, const Shape& s, int which) {
+    const size_t slice = (size_t)s.NH * s.HS, rows = (size_t)s.B * s.T;
+    std::vector<float> part(rows * slice);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t i = 0; i < slice; i++) {
+            if constexpr (sizeof(T) == 2) part[r * slice + i] = __bfloat162float(x[(r * 3 + which) * slice + i]);
+            else part[r * slice + i] = x[(r * 3 + which) * slice + i];
+        }
+    return part;
+}
+
+struct Row { int variant; std::string config; Shape s; float scale; bool ok; float ms_med, ms_min; };
+
+int main(int argc, char** argv) {
+    // besides N|all, a comma list of variants ("0,3,4": the crossover runs), filtered below
+    std::vector<int> variant_list;
+    if (argc > 1 && strchr(argv[1], ',')) {
+        for (char* tok = strtok(argv[1], ","); tok; tok = strtok(nullptr, ",")) variant_list.push_back(atoi(tok));
+        argv[1] = (char*)"all";
+    }
+    HarnessArgs args = parse_harness_args(argc, argv);
+    print_device_banner();
+    printf("seed %llu (fresh inputs every run; pass --seed to repeat one)\n", (unsigned long long)args.seed);
+    if (!self_check_reference_forward(args.seed) || !self_check_reference_backward(args.seed)) {
+        printf("GPU reference disagrees with the CPU reference\n0 passed, 1 failed\n");
+        return 1;
+    }
+
+    std::vector<const BackwardVariant*> variants;
+    for (const BackwardVariant& v : kVariants)
+        if ((args.variant < 0 && variant_list.empty()) || v.number == args.variant ||
+            std::find(variant_list.begin(), variant_list.end(), v.number) != variant_list.end()) variants.push_back(&v);
+    if (variants.empty()) { fprintf(stderr, "no variant %d\n", args.variant); return 1; }
+    std::vector<Shape> shapes;
+    if (args.check) shapes.assign(std::begin(kValidationShapes), std::end(kValidationShapes));
+    else if (args.bench_shapes) shapes.assign(std::begin(kBenchShapes), std::end(kBenchShapes));
+    else shapes.push_back(args.shape);
+    std::vector<float> scales = args.check ? std::vector<float>{1.0f, 8.0f} : std::vector<float>{args.scale};
+    printf("shipped backward: %s\n", attention_backward_path_name(64));
+
+    std::mt19937_64 rng(args.seed);
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreate(&stream));
+    std::vector<Row> rows;
+    int passed = 0, failed = 0;
+    for (const Shape& s : shapes) {
+        if (const char* why = attention_unsupported_reason(s.B, s.T, s.NH, s.HS)) { printf("shape unsupported: %s\n", why); failed++; continue; }
+        const size_t n_out = (size_t)s.B * s.T * s.NH * s.HS, n_qkv = 3 * n_out, n_lse = (size_t)s.B * s.NH * s.T;
+        const size_t scratch_bytes = attention_backward_scratch_bytes_for(s.B, s.T, s.NH, s.HS, true);
+        Buffers buf; buf.alloc(s);
+        float *d_ref = device_alloc<float>(n_qkv), *d_naive = device_alloc<float>(n_qkv), *d_dpsum = device_alloc<float>(n_lse);
+        for (float scale : scales) {
+            printf("\n=== B=%d T=%d NH=%d HS=%d, inputs randn x %g, dout randn\n", s.B, s.T, s.NH, s.HS, scale);
+            std::vector<floatX> h_qkv(n_qkv), h_dout(n_out);
+            fill_randn_bf16(h_qkv, scale, rng);
+            fill_randn_bf16(h_dout, 1.0f, rng);
+            to_device(buf.qkv, h_qkv); to_device(buf.dout, h_dout);
+            // the backward's inputs out (bf16) and lse come from the reference forward; then the fp32 reference
+            // backward and the naive bf16 one, for the FlashAttention rule
+            reference_forward<false, floatX>(buf.out, buf.lse, buf.qkv, s, stream);
+            poison(d_ref, n_qkv * 4); poison(d_naive, n_qkv * 4);
+            reference_backward<false, float>(d_ref, d_dpsum, buf.dout, buf.qkv, buf.out, buf.lse, s, stream);
+            reference_backward<true, float>(d_naive, d_dpsum, buf.dout, buf.qkv, buf.out, buf.lse, s, stream);
+            cudaCheck(cudaStreamSynchronize(stream));
+            std::vector<float> ref_all = from_device(d_ref, n_qkv), naive_all = from_device(d_naive, n_qkv);
+            std::vector<float> ref[3], naive[3];
+            for (int w = 0; w < 3; w++) { ref[w] = qkv_part(ref_all, s, w); naive[w] = qkv_part(naive_all, s, w); }
+
+            for (const BackwardVariant* v : variants) {
+                for (int cfg = 0; cfg < v->num_configs; cfg++) {
+                    const char* cfg_name = s.HS == 64 ? v->configs64[cfg] : v->configs128[cfg];
+                    if (!cfg_name) continue;   // fewer configs for this head size
+                    printf("variant %d (%s) cfg %s\n", v->number, v->name, cfg_name);
+                    std::vector<floatX> runs[2];
+                    for (int r = 0; r < 2; r++) {   // poison dqkv and the scratch: everything must be written, nothing assumed
+                        poison(buf.dqkv, n_qkv * 2); poison(buf.scratch, scratch_bytes);
+                        v->launch(buf.params(s), cfg, stream);
+                        cudaCheck(cudaGetLastError());
+                        cudaCheck(cudaStreamSynchronize(stream));
+                        runs[r] = from_device(buf.dqkv, n_qkv);
+                    }
+                    bool ok = true;
+                    const char* names[3] = {"dq", "dk", "dv"};
+                    for (int w = 0; w < 3; w++) {
+                        std::vector<float> got = qkv_part(runs[0], s, w);
+                        ok = fa_rule_check(names[w], got.data(), ref[w].data(), naive[w].data(), n_out, Describe{s, Describe::BTHD}) && ok;
+                    }
+                    const bool identical = memcmp(runs[0].data(), runs[1].data(), n_qkv * 2) == 0;
+                    printf("  two runs bit-identical: %s%s\n", identical ? "yes" : "no",
+                           v->deterministic ? (identical ? "" : " FAIL (deterministic variant)") : " (not required)");
+                    if (v->deterministic) ok = ok && identical;
+                    ok ? passed++ : failed++;
+                    rows.push_back({v->number, cfg_name, s, scale, ok, 0.0f, 0.0f});
+                }
+            }
+        }
+        cudaCheck(cudaFree(d_ref)); cudaCheck(cudaFree(d_naive)); cudaCheck(cudaFree(d_dpsum));
+
+        if (args.bench) {   // time every validated config; rotate over buffer sets so the L2 never holds the inputs
+            const size_t set_bytes = n_qkv * 2 * 2 + n_out * 2 * 2 + n_lse * 4 + scratch_bytes;
+            std::vector<Buffers> sets(num_rotating_sets(set_bytes));
+            sets[0] = buf;
+            for (size_t i = 1; i < sets.size(); i++) {
+                sets[i].alloc(s);
+                cudaCheck(cudaMemcpy(sets[i].qkv, buf.qkv, n_qkv * 2, cudaMemcpyDeviceToDevice));
+                cudaCheck(cudaMemcpy(sets[i].dout, buf.dout, n_out * 2, cudaMemcpyDeviceToDevice));
+                cudaCheck(cudaMemcpy(sets[i].out, buf.out, n_out * 2, cudaMemcpyDeviceToDevice));
+                cudaCheck(cudaMemcpy(sets[i].lse, buf.lse, n_lse * 4, cudaMemcpyDeviceToDevice));
+            }
+            // the shipped forward, for the fwd+bwd figure
+            Timing fwd = time_kernel([&](int i) {
+                Buffers& b = sets[i % sets.size()];
+                attention_forward(b.out, b.lse, b.qkv, s.B, s.T, s.NH, s.HS, stream);
+            }, args.repeats, stream);
+            // the forward overwrote out/lse with its own (valid) values: restore the reference ones is not needed,
+            // both are correct inputs for the backward
+            std::vector<const BackwardVariant*> timed = variants;   // the baseline is always timed too
+            bool has_baseline = false;
+            for (auto* v : timed) has_baseline |= v->number == kBaselineVariant;
+            if (!has_baseline) for (const BackwardVariant& v : kVariants) if (v.number == kBaselineVariant) timed.push_back(&v);
+            float baseline_ms = 0.0f;
+            std::vector<size_t> shape_rows;
+            for (auto* v : timed) for (int cfg = 0; cfg < v->num_configs; cfg++) {
+                const char* cfg_name = s.HS == 64 ? v->configs64[cfg] : v->configs128[cfg];
+                if (!cfg_name) continue;
+                bool validated = false;
+                for (Row& r : rows) if (r.variant == v->number && r.config == cfg_name && r.s.B == s.B && r.s.T == s.T && r.s.NH == s.NH && r.s.HS == s.HS) validated = r.ok;
+                if (!validated && v->number != kBaselineVariant) continue;   // never time what did not validate
+                Timing tm = time_kernel([&](int i) {
+                    v->launch(sets[i % sets.size()].params(s), cfg, stream);
+                }, v->slow ? 3 : args.repeats, stream, v->slow ? 1 : 3);
+                if (v->number == kBaselineVariant) baseline_ms = tm.median_ms;
+                rows.push_back({v->number, cfg_name, s, -1.0f, true, tm.median_ms, tm.min_ms});
+                shape_rows.push_back(rows.size() - 1);
+            }
+            const double fwd_flops = attention_forward_flops(s);
+            printf("RESULT attention_forward 0 cfg=src B=%d NH=%d T=%d HS=%d ms_med=%.4f ms_min=%.4f tflops=%.1f\n",
+                   s.B, s.NH, s.T, s.HS, fwd.median_ms, fwd.min_ms, fwd_flops / (fwd.median_ms * 1e-3) / 1e12);
+            for (size_t ri : shape_rows) {
+                const Row& r = rows[ri];
+                double tflops = 2.5 * fwd_flops / (r.ms_med * 1e-3) / 1e12;
+                double fb_tflops = 3.5 * fwd_flops / ((r.ms_med + fwd.median_ms) * 1e-3) / 1e12;
+                printf("RESULT attention_backward %d cfg=%s B=%d NH=%d T=%d HS=%d ms_med=%.4f ms_min=%.4f tflops=%.1f speedup_vs_%d=%.2f fwd_bwd_tflops=%.1f\n",
+                       r.variant, r.config.c_str(), s.B, s.NH, s.T, s.HS, r.ms_med, r.ms_min, tflops, kBaselineVariant,
+                       baseline_ms > 0 ? baseline_ms / r.ms_med : 0.0, fb_tflops);
+            }
+            for (size_t i = 1; i < sets.size(); i++) sets[i].free_all();
+        }
+        buf.free_all();
+    }
+    printf("\nattention_backward validation (dq, dk, dv: FlashAttention rule vs fp32 reference; deterministic variants bit-identical):\n");
+    for (const Row& r : rows) if (r.scale >= 0)
+        printf("  variant %d %-24s B=%-3d T=%-5d NH=%-3d HS=%-4d x%-2g %s\n", r.variant, r.config.c_str(), r.s.B, r.s.T, r.s.NH, r.s.HS, r.scale, r.ok ? "ok" : "FAIL");
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
