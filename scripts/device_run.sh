@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: build, validate and time what changed, print a short table last.
-#   bash scripts/device_run.sh fwd bwd sanitize anchor tests
+#   bash scripts/device_run.sh fwd bwd sanitize sass anchor      (attention: validate, time, check, anchors)
+#   bash scripts/device_run.sh tests train                       (make test; training throughput and loss curve)
 # Sections run in the order given. Logs go to $OUT (when set) for fetching.
 # The anchor (PyTorch FA2 / cuDNN) is .carry/sdpa_anchor.py, a copy of ../shared/bench/sdpa_anchor.py.
 set -u
@@ -27,7 +28,16 @@ for section in "$@"; do
                   compute-sanitizer --tool $tool --error-exitcode 9 ./dev/cuda/attention_backward 0 --no-bench -b 2 -t 200 -n 2 -d 64 > "$OUT/san_bwd_$tool.log" 2>&1; echo "sanitizer $tool bwd HS64 rc=$?"; fi
               done ;;
     anchor)   python3 .carry/sdpa_anchor.py $FWD_SHAPES 8,12,1024,64 1,12,16384,64 2>&1 | tee "$OUT/anchor.log" ;;
-    tests)    make GPU_ARCH=90a test > "$OUT/make_test.log" 2>&1; echo "make test rc=$?"; grep -E "^(FAIL|failed)|passed, " "$OUT/make_test.log" | tail -20 ;;
+    sass)     cuobjdump --dump-sass dev/cuda/attention_forward > "$OUT/fwd.sass" 2>&1
+              echo "SASS of dev/cuda/attention_forward:"; grep -oE "HGMMA\.[0-9A-Za-z.]+|HMMA\.[0-9A-Z.]+|LDSM\.[0-9A-Z.]+|LDGSTS\.[A-Z.0-9]+|LDL|STL" "$OUT/fwd.sass" | sort | uniq -c ;;
+    tests)    make -j8 GPU_ARCH=90a test > "$OUT/make_test.log" 2>&1; echo "make test rc=$?"; grep -E "^(FAIL|failed)|passed, |overall okay" "$OUT/make_test.log" | tail -20 ;;
+    train)    R=dev/data/gpt2_ref   # written by the test_gpt2cu step of make test
+              ./train_gpt2cu -e d12 -b 64 -t 1024 -x 40 -v 0 -s 0 > "$OUT/tput.log" 2>&1; echo "train_gpt2cu d12 B=64 T=1024 rc=$?"; grep -E "attention|average|step +40" "$OUT/tput.log"
+              ./train_gpt2cu -e d12 -b 64 -t 1024 -x 40 -v 0 -s 0 -ge 2 > "$OUT/tput_ge2.log" 2>&1; echo "train_gpt2cu -ge 2 rc=$?"; grep -E "average" "$OUT/tput_ge2.log"
+              python3 scripts/train_gpt2.py --bench -x 30 --bench_skip 10 > "$OUT/bench_pt.log" 2>&1; echo "pytorch compile bench rc=$?"; tail -2 "$OUT/bench_pt.log" | cut -c1-200
+              python3 scripts/train_gpt2.py --train --init $R/gpt2_124M_bf16.bin -B 4 -T 1024 -x 50 --loss_out "$OUT/pt_losses.txt" > "$OUT/pt_train.log" 2>&1; echo "pytorch 50 steps rc=$?"
+              ./train_gpt2cu -e $R/gpt2_124M_bf16.bin -b 4 -t 1024 -x 50 -sf 0 -v 0 -s 0 -o "$OUT/logc" > "$OUT/c_train.log" 2>&1; echo "train_gpt2cu 50 steps rc=$?"
+              python3 scripts/compare_losses.py "$OUT/pt_losses.txt" "$OUT/logc/main.log" > "$OUT/curves.txt" 2>&1; echo "compare_losses rc=$?"; tail -4 "$OUT/curves.txt" ;;
     *)        echo "unknown section $section" ;;
     esac
 done

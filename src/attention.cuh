@@ -15,7 +15,8 @@ O, the row max and the row sum in registers (online softmax, normalised once at 
 longest Q tiles (the last ones, causal) are launched first.
 
 Paths: sm_80+ mma.sync (m16n8k16 bf16, ldmatrix, cp.async double buffering, 128-byte swizzled
-shared memory). Head sizes 64 and 128, any T >= 1, any B * NH. attention_unsupported_reason()
+shared memory); on Hopper, when the binary carries sm_90a code, the HS 64 forward runs the same loop
+on wgmma instead. Head sizes 64 and 128, any T >= 1, any B * NH. attention_unsupported_reason()
 says why anything else is refused.
 */
 #pragma once
@@ -326,6 +327,277 @@ void launch_attention_forward(const AttentionForwardParams& p, cudaStream_t stre
 }
 
 // ----------------------------------------------------------------------------
+// forward kernel, Hopper (sm_90a): wgmma
+//
+// The same FA2 loop, but each warpgroup (4 warps) owns 64 query rows and issues warpgroup-wide
+// asynchronous MMAs: S = Q K^T with both operands read straight from shared memory (swizzle<64> above
+// is exactly wgmma's 128-byte swizzle, so the tiles need no other layout), and O += P V with P from
+// registers and V read transposed (MN-major) from shared memory. The wgmma m64nN accumulator layout
+// is the mma.sync one repeated N/8 times, so the softmax is the same code. Loads stay cp.async,
+// double buffered. HS = 64 only: HS 128 rows span two 128-byte swizzle atoms and stay on mma.sync.
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// shared-memory matrix descriptor: start address >> 4, leading offset 1 (unused with this swizzle),
+// stride between 8-row groups 1024 bytes, 128-byte swizzle (mode 1 in bits 62-63)
+__device__ __forceinline__ uint64_t wgmma_desc(const uint8_t* tile) {
+    return (uint64_t)((smem_addr(tile) & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// cp.async wrote the tiles through the generic proxy; wgmma reads them through the async proxy
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// d (m64 x n64, fp32, 32 regs a thread) += A (64 x 16, smem descriptor) * B (16 x 64, smem descriptor), both K-major
+__device__ __forceinline__ void wgmma_ss_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, "
+                 "%8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, "
+                 "%24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(desc_a), "l"(desc_b), "n"(1));
+}
+// d (m64 x n128, fp32, 64 regs a thread) += A (64 x 16, smem descriptor) * B (16 x 128, smem descriptor), both K-major
+__device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, "
+                 "%8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, "
+                 "%24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, "
+                 "%40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, "
+                 "%56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(desc_a), "l"(desc_b), "n"(1));
+}
+// d (m64 x n64, fp32) += A (64 x 16, bf16 registers) * B (16 x 64, smem descriptor, MN-major: transposed)
+__device__ __forceinline__ void wgmma_rs_m64n64k16_trans_b(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, "
+                 "%8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, "
+                 "%24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+}
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+template <int kBlockN>
+struct HopperForwardTile {
+    static constexpr int HS = 64, kBlockM = 128, kThreads = 256;   // 2 warpgroups x 64 rows
+    static constexpr int kTileBytes = kBlockN * HS * 2;
+    // + 1 KB to align the base to the 1024-byte swizzle atom by hand
+    static constexpr int kSmemBytes = kBlockM * HS * 2 + 2 * 2 * kTileBytes + 1024;
+};
+
+template <int kBlockN>
+// 2 CTAs per SM (128 registers): with no warp specialisation, one CTA's softmax and loads hide behind the other's MMAs
+__global__ void __launch_bounds__(256, 2) attention_forward_hopper_kernel(const AttentionForwardParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using Tile = HopperForwardTile<kBlockN>;
+    constexpr int HS = 64, kBlockM = Tile::kBlockM, kThreads = Tile::kThreads;
+    constexpr int kNT = kBlockN / 8;      // n8 column groups of S per thread
+    constexpr int kPS = kBlockN / 16;     // k16 steps of P V
+    constexpr int kDT = HS / 8;           // n8 column groups of O
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    uint8_t* q_smem = smem;                          // (kBlockM, HS), later O staging
+    uint8_t* kv_smem = smem + kBlockM * HS * 2;      // [stage][K, V] (kBlockN, HS) each
+
+    const int T = p.T, NH = p.NH;
+    const int b = blockIdx.x / NH, h = blockIdx.x % NH;
+    const int m_block = gridDim.y - 1 - blockIdx.y;  // longest (last) Q tiles first
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
+    const int g = lane / 4, tq = lane % 4;
+    const size_t row_stride = 3 * (size_t)NH * HS;
+    const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
+    const floatX* k_gl = q_gl + NH * HS;
+    const floatX* v_gl = q_gl + 2 * NH * HS;
+    const int m_start = m_block * kBlockM;
+    const int warp_row0 = wg * 64 + (warp % 4) * 16;   // this warp's 16 rows of its warpgroup's 64
+    const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
+    auto k_tile = [&](int stage) { return kv_smem + stage * 2 * Tile::kTileBytes; };
+    auto v_tile = [&](int stage) { return kv_smem + stage * 2 * Tile::kTileBytes + Tile::kTileBytes; };
+
+    load_tile_async<HS, kThreads>(q_smem, q_gl, row_stride, m_start, kBlockM, T);
+    load_tile_async<HS, kThreads>(k_tile(0), k_gl, row_stride, (n_blocks - 1) * kBlockN, kBlockN, T);
+    load_tile_async<HS, kThreads>(v_tile(0), v_gl, row_stride, (n_blocks - 1) * kBlockN, kBlockN, T);
+    cp_async_commit();
+
+    float o_acc[kDT * 4];
+    #pragma unroll
+    for (int i = 0; i < kDT * 4; i++) o_acc[i] = 0.0f;
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};   // rows g and g + 8
+    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
+    const uint64_t q_desc = wgmma_desc(q_smem + wg * 64 * HS * 2);
+
+    for (int it = 0; it < n_blocks; it++) {
+        const int n_block = n_blocks - 1 - it;
+        const int stage = it & 1;
+        if (it + 1 < n_blocks) {
+            load_tile_async<HS, kThreads>(k_tile(stage ^ 1), k_gl, row_stride, (n_block - 1) * kBlockN, kBlockN, T);
+            load_tile_async<HS, kThreads>(v_tile(stage ^ 1), v_gl, row_stride, (n_block - 1) * kBlockN, kBlockN, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_proxy_async();
+        __syncthreads();   // this stage's K/V (and Q) are visible to every warpgroup's wgmma
+
+        // a warpgroup whose 64 rows all lie above this K tile skips it (wgmma is warpgroup-wide)
+        if (n_block * kBlockN <= m_start + wg * 64 + 63) {
+            float s[kNT * 4];
+            #pragma unroll
+            for (int i = 0; i < kNT * 4; i++) s[i] = 0.0f;
+            const uint8_t* k_s = k_tile(stage);
+            wgmma_fence();
+            #pragma unroll
+            for (int ks = 0; ks < HS / 16; ks++) {   // k16 steps: +32 bytes inside the swizzle atom
+                if constexpr (kBlockN == 128) wgmma_ss_m64n128k16(s, q_desc + 2 * ks, wgmma_desc(k_s + 32 * ks));
+                else wgmma_ss_m64n64k16(s, q_desc + 2 * ks, wgmma_desc(k_s + 32 * ks));
+            }
+            wgmma_commit();
+            wgmma_wait_all();
+            if (n_block * kBlockN + kBlockN - 1 > m_start + warp_row0) {   // causal mask on diagonal tiles
+                #pragma unroll
+                for (int i = 0; i < kNT; i++)
+                    #pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int row = m_start + warp_row0 + g + 8 * (e / 2);
+                        int key = n_block * kBlockN + i * 8 + 2 * tq + (e % 2);
+                        if (key > row) s[4 * i + e] = -INFINITY;
+                    }
+            }
+            #pragma unroll
+            for (int half = 0; half < 2; half++) {   // online softmax, as in the mma.sync kernel
+                float mx = row_max[half];
+                #pragma unroll
+                for (int i = 0; i < kNT; i++) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * half], s[4 * i + 2 * half + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+                const float m_scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;
+                const float alpha = fast_exp2(row_max[half] * scale_log2 - m_scaled);
+                row_max[half] = mx;
+                float sum = 0.0f;
+                #pragma unroll
+                for (int i = 0; i < kNT; i++)
+                    #pragma unroll
+                    for (int e = 2 * half; e < 2 * half + 2; e++) {
+                        s[4 * i + e] = fast_exp2(s[4 * i + e] * scale_log2 - m_scaled);
+                        sum += s[4 * i + e];
+                    }
+                row_sum[half] = row_sum[half] * alpha + sum;
+                #pragma unroll
+                for (int dt = 0; dt < kDT; dt++) { o_acc[4 * dt + 2 * half] *= alpha; o_acc[4 * dt + 2 * half + 1] *= alpha; }
+            }
+            // P in bf16: k step j takes S column groups 2j, 2j+1, exactly the A-fragment register order
+            uint32_t pa[kPS][4];
+            #pragma unroll
+            for (int j = 0; j < kPS; j++) {
+                pa[j][0] = pack_bf16x2(s[8 * j + 0], s[8 * j + 1]);
+                pa[j][1] = pack_bf16x2(s[8 * j + 2], s[8 * j + 3]);
+                pa[j][2] = pack_bf16x2(s[8 * j + 4], s[8 * j + 5]);
+                pa[j][3] = pack_bf16x2(s[8 * j + 6], s[8 * j + 7]);
+            }
+            const uint8_t* v_s = v_tile(stage);
+            wgmma_fence();   // o_acc and pa were written by ordinary instructions
+            #pragma unroll
+            for (int j = 0; j < kPS; j++) wgmma_rs_m64n64k16_trans_b(o_acc, pa[j], wgmma_desc(v_s + j * 16 * HS * 2));
+            wgmma_commit();
+            wgmma_wait_all();
+        }
+        __syncthreads();   // every warpgroup is done with this stage before the next prefetch overwrites it
+    }
+
+    // epilogue, as in the mma.sync kernel: each warp stages only its own 16 rows of O
+    const float scale = rsqrtf((float)HS);
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        float l = row_sum[half];
+        l += __shfl_xor_sync(0xffffffff, l, 1);
+        l += __shfl_xor_sync(0xffffffff, l, 2);
+        const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+        const int row = warp_row0 + g + 8 * half;
+        if (tq == 0 && m_start + row < T)
+            p.lse[((size_t)b * NH + h) * T + m_start + row] = l > 0.0f ? row_max[half] * scale + logf(l) : -INFINITY;
+        #pragma unroll
+        for (int dt = 0; dt < kDT; dt++)
+            *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) =
+                pack_bf16x2(o_acc[4 * dt + 2 * half] * inv_l, o_acc[4 * dt + 2 * half + 1] * inv_l);
+    }
+    __syncwarp();
+    floatX* out_gl = p.out + ((size_t)b * T * NH + h) * HS;
+    for (int c = lane; c < 16 * (HS / 8); c += 32) {
+        int row = warp_row0 + c / (HS / 8), ch = c % (HS / 8);
+        if (m_start + row < T)
+            *reinterpret_cast<uint4*>(out_gl + (size_t)(m_start + row) * NH * HS + ch * 8) =
+                *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
+    }
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+// 1 if this binary carries sm_90a code for the GPU in hand (a GPU_ARCH=80 build running on an H100 does not)
+__global__ void hopper_path_probe_kernel(int* compiled) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    *compiled = 1;
+#else
+    *compiled = 0;
+#endif
+}
+
+inline bool hopper_path_available() {
+    static int available = -1;
+    if (available < 0) {
+        available = 0;
+        if (device_props().major == 9) {
+            int* d_flag;
+            cudaCheck(cudaMalloc(&d_flag, sizeof(int)));
+            hopper_path_probe_kernel<<<1, 1>>>(d_flag);
+            cudaCheck(cudaGetLastError());
+            cudaCheck(cudaMemcpy(&available, d_flag, sizeof(int), cudaMemcpyDeviceToHost));
+            cudaCheck(cudaFree(d_flag));
+        }
+    }
+    return available == 1;
+}
+
+template <int kBlockN>
+void launch_attention_forward_hopper(const AttentionForwardParams& p, cudaStream_t stream) {
+    using Tile = HopperForwardTile<kBlockN>;
+    auto kernel = attention_forward_hopper_kernel<kBlockN>;
+    static bool smem_set = false;
+    if (!smem_set) {
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+        smem_set = true;
+    }
+    dim3 grid(p.B * p.NH, ceil_div(p.T, Tile::kBlockM));
+    kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+    cudaCheck(cudaGetLastError());
+}
+
+// ----------------------------------------------------------------------------
 // public API
 
 // nullptr if the shape runs on this GPU, else the reason it does not
@@ -346,7 +618,13 @@ inline void attention_check_supported(int B, int T, int NH, int HS) {
     }
 }
 
+// Dispatch (tiles chosen by dev/cuda/attention_forward's sweeps, see dev/cuda/README.md):
+//   HS 64 on Hopper with sm_90a code in the binary -> wgmma kernel, 128x64 tiles
+//   otherwise                                       -> mma.sync kernel, 128x64 tiles
+inline bool attention_forward_uses_hopper(int HS) { return HS == 64 && hopper_path_available(); }
+
 inline const char* attention_forward_path_name(int HS) {
+    if (attention_forward_uses_hopper(HS)) return "flash forward, wgmma sm90a, 128x64 tiles, 2 warpgroups (HS=64)";
     return HS == 64 ? "flash forward, mma.sync sm80, 128x64 tiles, 4 warps (HS=64)"
                     : "flash forward, mma.sync sm80, 128x64 tiles, 8 warps (HS=128)";
 }
@@ -354,7 +632,8 @@ inline const char* attention_forward_path_name(int HS) {
 inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
     attention_check_supported(B, T, NH, HS);
     AttentionForwardParams p{qkv, out, lse, B, T, NH, HS};
-    if (HS == 64) launch_attention_forward<64, 2, 4, 64>(p, stream);
+    if (attention_forward_uses_hopper(HS)) launch_attention_forward_hopper<64>(p, stream);
+    else if (HS == 64) launch_attention_forward<64, 2, 4, 64>(p, stream);
     else launch_attention_forward<128, 1, 8, 64>(p, stream);
 }
 
@@ -378,9 +657,21 @@ Kernels (sm_80+ mma.sync, the forward's fragments, swizzle and cp.async loads):
   dq          (split path) one CTA per (query block, b, h): recomputes S and dP, dQ += dS K in registers,
               written once. With dkdv it is 7 GEMMs per tile pair instead of 5, but no atomics: deterministic.
   postprocess (atomic path) the fp32 dQ accumulator * scale -> bf16 into dqkv.
-Paths: "split" (deterministic, the training default) and "atomic" (opt-in: FLASHGPT_ATTN_NONDETERMINISTIC=1 or
-attention_backward_nondeterministic() = true). Crossover measured with dev/cuda/attention_backward: see
-attention_backward_prefers_atomic().
+Paths: "split" (deterministic, bit-identical run to run: the training default) and "atomic" (opt-in:
+FLASHGPT_ATTN_NONDETERMINISTIC=1 or attention_backward_nondeterministic() = true).
+Crossover, measured (dev/cuda/attention_backward 0,3,4 -b B -t T -n 12 -d 64, NVIDIA H200, 2026-11-21; bwd ms_med,
+best config of each variant; B*NH x T):
+                12x1024  48x1024  96x1024  192x1024  768x1024  12x4096  48x4096  12x16384
+  atomic (3)     0.056    0.115    0.208     0.409     1.628    0.364    1.299     4.892
+  split  (4)     0.070    0.123    0.227     0.436     1.777    0.398    1.468     5.574
+There is no crossover in that range: the atomic path is 5-20% faster everywhere, down to B*NH = 12 at T = 1024.
+Its grid is key blocks x B*NH, so unlike a fused kernel parallel over B*NH alone (the Pallas case of the issue) it
+does not starve the GPU, and the split path pays 7 GEMMs instead of 5. So the opt-in always takes the atomic path;
+the split path exists for determinism. The split default uses dK/dV 64x32/4w + dQ 64x64/4w, the best or within
+noise (~4% run to run) of the best split config at every shape above. HS = 128 is validated but was not timed.
+  RESULT attention_backward 4 cfg=kv64x32/4w+q64x64/4w B=64 NH=12 T=1024 HS=64 ms_med=1.8316 ms_min=1.7579 tflops=140.7 speedup_vs_2=4.71 fwd_bwd_tflops=156.8
+  RESULT attention_backward 3 cfg=128x64/8w B=64 NH=12 T=1024 HS=64 ms_med=1.6280 ms_min=1.6226 tflops=158.3 speedup_vs_2=5.30 fwd_bwd_tflops=172.1
+  PyTorch SDPA, FlashAttention-2 backend, same call: bwd 1.901 ms (135.5 TF/s), fwd+bwd 151.1 TF/s
 */
 
 struct AttentionBackwardParams {
@@ -980,25 +1271,22 @@ inline bool& attention_backward_nondeterministic() {
     return flag;
 }
 
-// Where the atomic path beats the split one (see the header): it needs enough key blocks to fill the GPU.
-inline bool attention_backward_prefers_atomic(int B, int T, int NH, int HS) {
-    const long long key_blocks = (long long)B * NH * ceil_div(T, 128);
-    return key_blocks >= 4LL * device_props().multiProcessorCount;
-}
-
 inline size_t attention_backward_scratch_bytes(int B, int T, int NH, int HS) {
     return attention_backward_scratch_bytes_for(B, T, NH, HS, /*with_dq_accum=*/attention_backward_nondeterministic());
 }
 
-inline bool attention_backward_uses_atomic(int B, int T, int NH, int HS) {
-    return attention_backward_nondeterministic() && attention_backward_prefers_atomic(B, T, NH, HS);
+// Atomic path, HS 64: 128-key blocks (8 warps) halve the dQ atomics, which wins once there are many of them
+// (64x12x1024: 1.628 vs 1.834 ms); below that 64-key blocks (4 warps) fill the GPU better (16x12x1024: 0.409
+// vs 0.420 ms). Threshold between the two measured points: 3072 blocks of 128 keys.
+inline bool attention_backward_atomic_big_tiles(int B, int T, int NH) {
+    return (long long)B * NH * ceil_div(T, 128) >= 3072;
 }
 
 inline const char* attention_backward_path_name(int HS) {
     if (attention_backward_nondeterministic())
-        return HS == 64 ? "flash backward, mma.sync sm80, atomic dQ where it wins (128 keys x 64 queries, 8 warps), else split (HS=64)"
-                        : "flash backward, mma.sync sm80, atomic dQ where it wins (64 keys x 64 queries, 4 warps), else split (HS=128)";
-    return HS == 64 ? "flash backward, mma.sync sm80, split deterministic: dK/dV 128 keys x 64 queries 8 warps + dQ 64x64 4 warps (HS=64)"
+        return HS == 64 ? "flash backward, mma.sync sm80, atomic dQ (non-deterministic): 128 keys x 64 queries 8 warps, 64x64 4 warps on small shapes (HS=64)"
+                        : "flash backward, mma.sync sm80, atomic dQ (non-deterministic): 64 keys x 64 queries 4 warps (HS=128)";
+    return HS == 64 ? "flash backward, mma.sync sm80, split deterministic: dK/dV 64 keys x 32 queries 4 warps + dQ 64x64 4 warps (HS=64)"
                     : "flash backward, mma.sync sm80, split deterministic: dK/dV 64 keys x 32 queries 4 warps + dQ 64x32 4 warps (HS=128)";
 }
 
@@ -1006,11 +1294,12 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
                                const float* lse, int B, int T, int NH, int HS, cudaStream_t stream) {
     attention_check_supported(B, T, NH, HS);
     AttentionBackwardParams p{dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS};
-    if (attention_backward_uses_atomic(B, T, NH, HS)) {
-        if (HS == 64) attention_backward_atomic<64, 8, 64>(p, stream);
+    if (attention_backward_nondeterministic()) {   // the atomic path was faster at every shape measured (header)
+        if (HS == 64 && attention_backward_atomic_big_tiles(B, T, NH)) attention_backward_atomic<64, 8, 64>(p, stream);
+        else if (HS == 64) attention_backward_atomic<64, 4, 64>(p, stream);
         else attention_backward_atomic<128, 4, 64>(p, stream);
     } else {
-        if (HS == 64) attention_backward_split<64, 8, 1, 64, 4, 1, 64>(p, stream);
+        if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(p, stream);
         else attention_backward_split<128, 4, 1, 32, 4, 1, 32>(p, stream);
     }
 }

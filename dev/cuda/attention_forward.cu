@@ -12,6 +12,7 @@ Variants (figures: dev/cuda/README.md, H100 rows; fwd FLOPs = 4*B*NH*T*T*HS/2):
   1  naive: one warp per query row, fp32 (the GPU reference, writing bf16)
   2  materialized: permute, cuBLAS q k^T, causal softmax, cuBLAS att v, unpermute (llm.c w/o cuDNN)
   3  FlashAttention-2 on mma.sync: cp.async double buffer, swizzled smem, Q in registers, tile sweep
+  4  Hopper wgmma (sm_90a, HS 64): variant 3's loop with warpgroup MMAs straight from shared memory
 
 qkv is (B, T, 3, NH, HS) bf16; out (B, T, NH, HS) bf16; lse (B, NH, T) fp32.
 */
@@ -20,6 +21,7 @@ qkv is (B, T, 3, NH, HS) bf16; out (B, T, NH, HS) bf16; lse (B, NH, T) fp32.
 #include "dev/cuda/forward_variants/01_naive.cuh"
 #include "dev/cuda/forward_variants/02_cublas_softmax.cuh"
 #include "dev/cuda/forward_variants/03_mma_sync_tiles.cuh"
+#include "dev/cuda/forward_variants/04_wgmma.cuh"
 
 // ----------------------------------------------------------------------------
 // the variant table: number, name, tile configs (names for HS 64 / HS 128), launcher
@@ -31,16 +33,18 @@ struct ForwardVariant {
     const char* configs64[4];
     const char* configs128[4];
     void (*launch)(const AttentionForwardParams&, int config, cudaStream_t);
+    bool (*supports)(const Shape&);   // nullptr: every shape the API supports
     bool slow;         // time with few repeats
     double lse_tol;    // relative LSE bound: 1e-4, or 2^-7 for a path whose scores are rounded to bf16
 };
 
 static const ForwardVariant kVariants[] = {
-    {0, "shipped", 1, {"src"}, {"src"}, attention_forward0, false, 1e-4},
-    {1, "naive", 1, {"warp/row"}, {"warp/row"}, attention_forward1, true, 1e-4},
-    {2, "cublas+softmax", 1, {"cublas"}, {"cublas"}, attention_forward2, false, 1.0 / 128},
+    {0, "shipped", 1, {"src"}, {"src"}, attention_forward0, nullptr, false, 1e-4},
+    {1, "naive", 1, {"warp/row"}, {"warp/row"}, attention_forward1, nullptr, true, 1e-4},
+    {2, "cublas+softmax", 1, {"cublas"}, {"cublas"}, attention_forward2, nullptr, false, 1.0 / 128},
     {3, "fa2_mma_sync", 4, {"128x64/4w", "64x64/4w", "128x64/8w", "128x32/4w"},
-                           {"128x64/8w", "64x64/4w", "128x64/4w", "128x32/4w"}, attention_forward3, false, 1e-4},
+                           {"128x64/8w", "64x64/4w", "128x64/4w", "128x32/4w"}, attention_forward3, nullptr, false, 1e-4},
+    {4, "wgmma_sm90a", 2, {"128x128/2wg", "128x64/2wg"}, {"-", "-"}, attention_forward4, attention_forward4_supports, false, 1e-4},
 };
 constexpr int kBaselineVariant = 2;
 
@@ -95,6 +99,7 @@ int main(int argc, char** argv) {
             std::vector<float> ref = from_device(d_ref, n_out), ref_lse = from_device(d_ref_lse, n_lse), naive = from_device(d_naive, n_out);
 
             for (const ForwardVariant* v : variants) {
+                if (v->supports && !v->supports(s)) { printf("variant %d (%s): skipped, shape or GPU not supported\n", v->number, v->name); continue; }
                 for (int cfg = 0; cfg < v->num_configs; cfg++) {
                     const char* cfg_name = s.HS == 64 ? v->configs64[cfg] : v->configs128[cfg];
                     printf("variant %d (%s) cfg %s\n", v->number, v->name, cfg_name);
@@ -125,11 +130,12 @@ int main(int argc, char** argv) {
             if (!has_baseline) for (const ForwardVariant& v : kVariants) if (v.number == kBaselineVariant) timed.push_back(&v);
             float baseline_ms = 0.0f;
             std::vector<Row*> shape_rows;
-            for (auto* v : timed) for (int cfg = 0; cfg < v->num_configs; cfg++) {
+            for (auto* v : timed) for (int cfg = 0; cfg < v->num_configs && !(v->supports && !v->supports(s)); cfg++) {
                 const char* cfg_name = s.HS == 64 ? v->configs64[cfg] : v->configs128[cfg];
                 bool validated = false;
                 for (Row& r : rows) if (r.variant == v->number && r.config == cfg_name && r.s.B == s.B && r.s.T == s.T && r.s.NH == s.NH && r.s.HS == s.HS) validated = r.ok;
                 if (!validated && v->number != kBaselineVariant) continue;   // never time what did not validate
+                if (v->slow && args.bench_shapes) continue;                  // the naive variant: validated, not timed
                 Timing tm = time_kernel([&](int i) {
                     Buffers& b = sets[i % sets.size()];
                     v->launch(AttentionForwardParams{b.qkv, b.out, b.lse, s.B, s.T, s.NH, s.HS}, cfg, stream);

@@ -81,7 +81,7 @@ inline void attention_forward_cpu(float* out, float* lse, const float* qkv, int 
 }
 
 // backward: dqkv (B, T, 3, NH, HS) from dout (B, T, NH, HS); recomputes P in double.
-// With round_like_bf16, P, dP, dS and the three outputs are rounded to bf16 as a naive
+// With round_like_bf16, S, P, dP, dS and the three outputs are rounded to bf16 as a naive
 // bf16 implementation would round them.
 inline void attention_backward_cpu(float* dqkv, const float* dout, const float* qkv, int B, int T, int NH, int HS,
                                    bool round_like_bf16 = false) {
@@ -99,8 +99,8 @@ inline void attention_backward_cpu(float* dqkv, const float* dout, const float* 
                 const float* k = &qkv[qkv_index(b, j, 1, h, 0, T, NH, HS)];
                 double dot = 0.0;
                 for (int d = 0; d < HS; d++) dot += (double)q[d] * (double)k[d];
-                P[(size_t)i * T + j] = dot * scale;
-                row_max = std::fmax(row_max, dot * scale);
+                P[(size_t)i * T + j] = rnd(dot * scale);   // the scores, bf16 in a naive implementation
+                row_max = std::fmax(row_max, P[(size_t)i * T + j]);
             }
             for (int j = 0; j <= i; j++) {
                 double e = std::exp(P[(size_t)i * T + j] - row_max);

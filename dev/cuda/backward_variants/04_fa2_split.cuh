@@ -10,6 +10,13 @@ owns two m16 tiles (32 keys or 32 query rows), which loads each shared B fragmen
 Registers (ptxas, sm_90a, HS 64): kv 128x64/8w 255, kv 64x32/4w 171, kv 128x16/4wx2 246, kv 128x32/8w 169,
 q 64x64/4w 185, q 128x32/4wx2 251, q 128x64/8w 186; HS 128: kv 64x32/4w 255, q 64x32/4w 240, kv 128x32/8w 169; kv 64x64/4w and q 64x64/4w spill
 ~64 and 8 bytes (kept in the sweep to show what the spill costs).
+Last run (H200, 2026-11-21, on bd0434e + uncommitted backward); bit-identical on every validation run, max error ratio 1.00:
+  RESULT attention_backward 4 cfg=kv64x32/4w+q64x64/4w B=64 NH=12 T=1024 HS=64 ms_med=1.8316 ms_min=1.7579 tflops=140.7 speedup_vs_2=4.71 fwd_bwd_tflops=156.8
+  RESULT attention_backward 4 cfg=kv128x16/4wx2+q128x32/4wx2 B=64 NH=12 T=1024 HS=64 ms_med=1.7770 ms_min=1.7638 tflops=145.0 speedup_vs_2=4.86 fwd_bwd_tflops=160.7
+  RESULT attention_backward 4 cfg=kv64x32/4w+q64x64/4w B=8 NH=12 T=1024 HS=64 ms_med=0.2272 ms_min=0.2255 tflops=141.8 speedup_vs_2=4.61 fwd_bwd_tflops=154.1
+  RESULT attention_backward 4 cfg=kv128x64/8w+q64x64/4w B=1 NH=12 T=16384 HS=64 ms_med=5.5741 ms_min=5.5723 tflops=184.9 speedup_vs_2=10.45 fwd_bwd_tflops=204.9
+The x2 config (two m16 tiles per warp) did not pay off: within 3% on the big shapes, 5-43% slower where there
+are few CTAs (12x1024, 12x4096, 48x1024: larger tiles, fewer blocks).
 */
 #pragma once
 
