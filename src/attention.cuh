@@ -619,12 +619,12 @@ inline void attention_check_supported(int B, int T, int NH, int HS) {
 }
 
 // Dispatch (tiles chosen by dev/cuda/attention_forward's sweeps, see dev/cuda/README.md):
-//   HS 64 on Hopper with sm_90a code in the binary -> wgmma kernel, 128x64 tiles
+//   HS 64 on Hopper with sm_90a code in the binary -> wgmma kernel, 128x128 tiles
 //   otherwise                                       -> mma.sync kernel, 128x64 tiles
 inline bool attention_forward_uses_hopper(int HS) { return HS == 64 && hopper_path_available(); }
 
 inline const char* attention_forward_path_name(int HS) {
-    if (attention_forward_uses_hopper(HS)) return "flash forward, wgmma sm90a, 128x64 tiles, 2 warpgroups (HS=64)";
+    if (attention_forward_uses_hopper(HS)) return "flash forward, wgmma sm90a, 128x128 tiles, 2 warpgroups (HS=64)";
     return HS == 64 ? "flash forward, mma.sync sm80, 128x64 tiles, 4 warps (HS=64)"
                     : "flash forward, mma.sync sm80, 128x64 tiles, 8 warps (HS=128)";
 }
@@ -632,7 +632,7 @@ inline const char* attention_forward_path_name(int HS) {
 inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
     attention_check_supported(B, T, NH, HS);
     AttentionForwardParams p{qkv, out, lse, B, T, NH, HS};
-    if (attention_forward_uses_hopper(HS)) launch_attention_forward_hopper<64>(p, stream);
+    if (attention_forward_uses_hopper(HS)) launch_attention_forward_hopper<128>(p, stream);
     else if (HS == 64) launch_attention_forward<64, 2, 4, 64>(p, stream);
     else launch_attention_forward<128, 1, 8, 64>(p, stream);
 }

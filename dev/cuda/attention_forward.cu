@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
             for (auto* v : timed) has_baseline |= v->number == kBaselineVariant;
             if (!has_baseline) for (const ForwardVariant& v : kVariants) if (v.number == kBaselineVariant) timed.push_back(&v);
             float baseline_ms = 0.0f;
-            std::vector<Row*> shape_rows;
+            std::vector<size_t> shape_rows;   // indices: rows grows while we time
             for (auto* v : timed) for (int cfg = 0; cfg < v->num_configs && !(v->supports && !v->supports(s)); cfg++) {
                 const char* cfg_name = s.HS == 64 ? v->configs64[cfg] : v->configs128[cfg];
                 bool validated = false;
@@ -142,9 +142,10 @@ int main(int argc, char** argv) {
                 }, v->slow ? 3 : args.repeats, stream, v->slow ? 1 : 3);
                 if (v->number == kBaselineVariant) baseline_ms = tm.median_ms;
                 rows.push_back({v->number, cfg_name, s, -1.0f, true, tm.median_ms, tm.min_ms});
-                shape_rows.push_back(&rows.back());
+                shape_rows.push_back(rows.size() - 1);
             }
-            for (Row* r : shape_rows) {
+            for (size_t ri : shape_rows) {
+                const Row* r = &rows[ri];
                 double tflops = attention_forward_flops(s) / (r->ms_med * 1e-3) / 1e12;
                 printf("RESULT attention_forward %d cfg=%s B=%d NH=%d T=%d HS=%d ms_med=%.4f ms_min=%.4f tflops=%.1f speedup_vs_%d=%.2f\n",
                        r->variant, r->config.c_str(), s.B, s.NH, s.T, s.HS, r->ms_med, r->ms_min, tflops, kBaselineVariant,
