@@ -18,6 +18,7 @@ for section in "$@"; do
     case $section in
     fwd)      ./dev/cuda/attention_forward all --check > "$OUT/fwd_check.log" 2>&1; echo "fwd check rc=$?"; grep -E "FAIL|passed" "$OUT/fwd_check.log" | tail -15
               ./dev/cuda/attention_forward all --shapes bench > "$OUT/fwd_bench.log" 2>&1; echo "fwd bench rc=$?"; grep RESULT "$OUT/fwd_bench.log" | sed 's/RESULT attention_forward //' ;;
+    fwdbench) ./dev/cuda/attention_forward all --shapes bench > "$OUT/fwd_bench.log" 2>&1; echo "fwd bench rc=$?"; grep RESULT "$OUT/fwd_bench.log" | sed 's/RESULT attention_forward //' ;;
     fwd0)     ./dev/cuda/attention_forward 0 --shapes bench > "$OUT/fwd_bench0.log" 2>&1; echo "fwd0 bench rc=$?"; grep RESULT "$OUT/fwd_bench0.log" | sed 's/RESULT attention_forward //' ;;
     bwd)      ./dev/cuda/attention_backward all --check > "$OUT/bwd_check.log" 2>&1; echo "bwd check rc=$?"; grep -E "FAIL|passed" "$OUT/bwd_check.log" | tail -15
               ./dev/cuda/attention_backward all --shapes bench > "$OUT/bwd_bench.log" 2>&1; echo "bwd bench rc=$?"; grep RESULT "$OUT/bwd_bench.log" | sed 's/RESULT attention_backward //' ;;
