@@ -668,7 +668,9 @@ There is no crossover in that range: the atomic path is 5-20% faster everywhere,
 Its grid is key blocks x B*NH, so unlike a fused kernel parallel over B*NH alone (the Pallas case of the issue) it
 does not starve the GPU, and the split path pays 7 GEMMs instead of 5. So the opt-in always takes the atomic path;
 the split path exists for determinism. The split default uses dK/dV 64x32/4w + dQ 64x64/4w, the best or within
-noise (~4% run to run) of the best split config at every shape above. HS = 128 is validated but was not timed.
+noise (~4% run to run) of the best split config at every shape above. HS 128, 4x16x8192 (H200, commit 56f7084):
+split (shipped, kv64x32/4w + q64x32/4w) 14.86 ms, best split (kv64x64/4w + q64x64/4w, spills) 14.16 ms,
+atomic 128x64/8w 11.36 ms; all well short of FlashAttention-2's 9.71 ms there (see dev/cuda/README.md).
   RESULT attention_backward 4 cfg=kv64x32/4w+q64x64/4w B=64 NH=12 T=1024 HS=64 ms_med=1.8316 ms_min=1.7579 tflops=140.7 speedup_vs_2=4.71 fwd_bwd_tflops=156.8
   RESULT attention_backward 3 cfg=128x64/8w B=64 NH=12 T=1024 HS=64 ms_med=1.6280 ms_min=1.6226 tflops=158.3 speedup_vs_2=5.30 fwd_bwd_tflops=172.1
   PyTorch SDPA, FlashAttention-2 backend, same call: bwd 1.901 ms (135.5 TF/s), fwd+bwd 151.1 TF/s
