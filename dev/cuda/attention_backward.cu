@@ -8,12 +8,18 @@ deterministic ones also bit-for-bit across two runs, then timed.
   ./dev/cuda/attention_backward all -b 64 -t 1024 -n 12 -d 64                  (the GPT-2 124M training shape)
   ./dev/cuda/attention_backward 0,3,4 -b 1 -t 4096 -n 12 -d 64                 (a list of variants)
 
-Variants (figures: dev/cuda/README.md, H100 rows; bwd FLOPs = 2.5 * 4*B*NH*T*T*HS/2):
-  0  what src/attention.cuh ships (the deterministic split path unless FLASHGPT_ATTN_NONDETERMINISTIC=1)
+Variants, with bwd ms / TF/s at B=64 NH=12 T=1024 HS=64 (H200, 2026-11-21, commit 56f7084; in that call
+PyTorch's FlashAttention-2 bwd ran 1.902 ms / 135.5, cuDNN 1.240 / 207.8; all shapes in dev/cuda/README.md;
+bwd FLOPs = 2.5 * 4*B*NH*T*T*HS/2):
+  0  what src/attention.cuh ships (the deterministic split path unless                1.715 / 150.2
+     FLASHGPT_ATTN_NONDETERMINISTIC=1)
   1  naive: one warp per query row (dQ) / key row (dK, dV), fp32 (the GPU reference, writing bf16)
-  2  materialized: permute, cuBLAS recompute of att, softmax backward, cuBLAS GEMMs, unpermute (llm.c w/o cuDNN)
-  3  FlashAttention-2 fused: one kernel per K/V tile, dK/dV in registers, dQ by fp32 red.global.add (non-deterministic)
-  4  split: a dK/dV kernel per key block + a dQ kernel per query block, no atomics (deterministic)
+  2  materialized: permute, cuBLAS recompute of att, softmax backward, cuBLAS GEMMs,    8.787 / 29.3
+     unpermute (llm.c without cuDNN; the baseline)
+  3  FlashAttention-2 fused: one kernel per K/V tile, dK/dV in registers, dQ by fp32   1.643 / 156.8 (128x64/8w)
+     red.global.add (non-deterministic)
+  4  split: a dK/dV kernel per key block + a dQ kernel per query block, no atomics    1.746 / 147.6 (best config)
+     (deterministic)
 
 Every variant must pass every shape at x1 and x8. The naive bf16 computation of the rule rounds the scores,
 P, dP, dS and the outputs to bf16 and takes P from its own bf16 forward, as PyTorch's bf16 autograd would.
