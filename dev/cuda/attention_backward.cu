@@ -93,12 +93,6 @@ std::vector<float> qkv_part(const std::vector<T>& x, const Shape& s, int which) 
 struct Row { int variant; std::string config; Shape s; float scale; bool ok; float ms_med, ms_min; };
 
 int main(int argc, char** argv) {
-    // besides N|all, a comma list of variants ("0,3,4": the crossover runs), filtered below
-    std::vector<int> variant_list;
-    if (argc > 1 && strchr(argv[1], ',')) {
-        for (char* tok = strtok(argv[1], ","); tok; tok = strtok(nullptr, ",")) variant_list.push_back(atoi(tok));
-        argv[1] = (char*)"all";
-    }
     HarnessArgs args = parse_harness_args(argc, argv);
     print_device_banner();
     printf("seed %llu (fresh inputs every run; pass --seed to repeat one)\n", (unsigned long long)args.seed);
@@ -108,15 +102,10 @@ int main(int argc, char** argv) {
     }
 
     std::vector<const BackwardVariant*> variants;
-    for (const BackwardVariant& v : kVariants)
-        if ((args.variant < 0 && variant_list.empty()) || v.number == args.variant ||
-            std::find(variant_list.begin(), variant_list.end(), v.number) != variant_list.end()) variants.push_back(&v);
-    if (variants.empty()) { fprintf(stderr, "no variant %d\n", args.variant); return 1; }
-    std::vector<Shape> shapes;
-    if (args.check) shapes.assign(std::begin(kValidationShapes), std::end(kValidationShapes));
-    else if (args.bench_shapes) shapes.assign(std::begin(kBenchShapes), std::end(kBenchShapes));
-    else shapes.push_back(args.shape);
-    std::vector<float> scales = args.check ? std::vector<float>{1.0f, 8.0f} : std::vector<float>{args.scale};
+    for (const BackwardVariant& v : kVariants) if (args.wants(v.number)) variants.push_back(&v);
+    if (variants.empty()) { fprintf(stderr, "no such variant: %s\n", argv[1]); return 1; }
+    const std::vector<Shape> shapes = harness_shapes(args);
+    const std::vector<float> scales = harness_scales(args);
     printf("shipped backward: %s\n", attention_backward_path_name(64));
 
     std::mt19937_64 rng(args.seed);

@@ -73,13 +73,10 @@ int main(int argc, char** argv) {
     if (!self_check_reference_forward(args.seed)) { printf("GPU reference disagrees with the CPU reference\n0 passed, 1 failed\n"); return 1; }
 
     std::vector<const ForwardVariant*> variants;
-    for (const ForwardVariant& v : kVariants) if (args.variant < 0 || v.number == args.variant) variants.push_back(&v);
-    if (variants.empty()) { fprintf(stderr, "no variant %d\n", args.variant); return 1; }
-    std::vector<Shape> shapes;
-    if (args.check) shapes.assign(std::begin(kValidationShapes), std::end(kValidationShapes));
-    else if (args.bench_shapes) shapes.assign(std::begin(kBenchShapes), std::end(kBenchShapes));
-    else shapes.push_back(args.shape);
-    std::vector<float> scales = args.check ? std::vector<float>{1.0f, 8.0f} : std::vector<float>{args.scale};
+    for (const ForwardVariant& v : kVariants) if (args.wants(v.number)) variants.push_back(&v);
+    if (variants.empty()) { fprintf(stderr, "no such variant: %s\n", argv[1]); return 1; }
+    const std::vector<Shape> shapes = harness_shapes(args);
+    const std::vector<float> scales = harness_scales(args);
 
     std::mt19937_64 rng(args.seed);
     cudaStream_t stream;

@@ -11,9 +11,9 @@ THE harness shared by every dev/cuda file (attention_forward.cu, attention_backw
     several buffer sets so the L2 never holds them, TFLOP/s, RESULT lines for scripts/
 
 Command line shared by the dev binaries:
-  ./attention_forward N|all [--check] [--no-bench] [-b B] [-t T] [-n NH] [-d HS] [--scale S]
+  ./attention_forward N|N,M,..|all [--check] [--no-bench] [-b B] [-t T] [-n NH] [-d HS] [--scale S]
                             [--seed S] [--repeats R] [--shapes bench]
-  N|all      the variant number, or every variant
+  N|N,M|all  one variant, a comma list of variants, or every variant
   --check    validate on the acceptance validation set (7 shapes x input scale 1 and 8), no timing
   --no-bench validate the given shape only
   --shapes bench   validate + time on the benchmark shapes (kBenchShapes; the slow naive variant is not timed there)
@@ -46,7 +46,8 @@ static const Shape kValidationShapes[] = {
 static const Shape kBenchShapes[] = { {64, 1024, 12, 64}, {8, 1024, 12, 64}, {4, 4096, 12, 64}, {1, 16384, 12, 64}, {4, 8192, 16, 128} };
 
 struct HarnessArgs {
-    int variant = -1;            // -1 = all
+    std::vector<int> variants;   // empty = all
+    bool wants(int variant) const { return variants.empty() || std::find(variants.begin(), variants.end(), variant) != variants.end(); }
     bool check = false;          // the validation set, no timing
     bool bench = true;
     bool bench_shapes = false;   // time on kBenchShapes
@@ -59,7 +60,15 @@ struct HarnessArgs {
 inline HarnessArgs parse_harness_args(int argc, char** argv) {
     HarnessArgs a;
     if (argc < 2) { fprintf(stderr, "usage: %s N|all [--check] [--no-bench] [-b B] [-t T] [-n NH] [-d HS] [--scale S] [--seed S] [--repeats R] [--shapes bench]\n", argv[0]); exit(EXIT_FAILURE); }
-    a.variant = strcmp(argv[1], "all") == 0 ? -1 : atoi(argv[1]);
+    if (strcmp(argv[1], "all") != 0) {
+        std::string list = argv[1];
+        for (size_t start = 0; start <= list.size();) {
+            size_t comma = list.find(',', start);
+            if (comma == std::string::npos) comma = list.size();
+            a.variants.push_back(atoi(list.substr(start, comma - start).c_str()));
+            start = comma + 1;
+        }
+    }
     for (int i = 2; i < argc; i++) {
         std::string f = argv[i];
         auto next = [&]() { if (i + 1 >= argc) { fprintf(stderr, "missing value after %s\n", f.c_str()); exit(EXIT_FAILURE); } return argv[++i]; };
@@ -78,6 +87,15 @@ inline HarnessArgs parse_harness_args(int argc, char** argv) {
     if (a.seed == 0) a.seed = (uint64_t)std::chrono::high_resolution_clock::now().time_since_epoch().count();
     return a;
 }
+
+// the shapes and input scales a run covers: the validation set at x1 and x8 (--check), the benchmark
+// shapes (--shapes bench), or the one shape given
+inline std::vector<Shape> harness_shapes(const HarnessArgs& a) {
+    if (a.check) return std::vector<Shape>(std::begin(kValidationShapes), std::end(kValidationShapes));
+    if (a.bench_shapes) return std::vector<Shape>(std::begin(kBenchShapes), std::end(kBenchShapes));
+    return {a.shape};
+}
+inline std::vector<float> harness_scales(const HarnessArgs& a) { return a.check ? std::vector<float>{1.0f, 8.0f} : std::vector<float>{a.scale}; }
 
 inline double attention_forward_flops(const Shape& s) {   // causal: half of 4*B*NH*T*T*HS
     return 4.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0;
