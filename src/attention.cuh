@@ -1202,6 +1202,322 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
 }
 
 // ----------------------------------------------------------------------------
+// Hopper (sm_90a) backward, HS 64: the split path's two kernels on wgmma. Same math, same scratch, same
+// preprocess; every GEMM is a warpgroup MMA reading its shared operands straight from the 128-byte-swizzled
+// tiles (the forward's layout), and the GEMMs whose A operand is a softmax-shaped accumulator (P^T, dS^T, dS)
+// take it from registers: the m64nN accumulator layout converted to bf16 is the A-fragment layout.
+//   dkdv: a warpgroup owns 64 keys. S^T = K Q^T and dP^T = V dO^T (SS, K-major both), then dV += P^T dO and
+//         dK += dS^T Q (RS, dO and Q read MN-major). P^T's exponentials run while dP^T is still in flight.
+//   dq:   a warpgroup owns 64 query rows. S = Q K^T, dP = dO V^T (SS), dQ += dS K (RS, K read MN-major).
+// Deterministic like the mma.sync split path: every output written once, in a fixed order.
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+template <int N> __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
+// d (m64 x nN) += A (64 x 16) * B (16 x N), both from shared memory, K-major: N = 64 or 128
+template <int N>
+__device__ __forceinline__ void wgmma_ss_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
+    if constexpr (N == 128) wgmma_ss_m64n128k16(d, desc_a, desc_b);
+    else wgmma_ss_m64n64k16(d, desc_a, desc_b);
+}
+#endif
+
+// the accumulator columns 16j..16j+15 of an m64nN tile (register groups 2j, 2j+1) as the bf16 A fragment of k step j
+__device__ __forceinline__ void accum_to_a_frag(uint32_t (&a)[4], const float* acc, int j) {
+    a[0] = pack_bf16x2(acc[8 * j + 0], acc[8 * j + 1]);
+    a[1] = pack_bf16x2(acc[8 * j + 2], acc[8 * j + 3]);
+    a[2] = pack_bf16x2(acc[8 * j + 4], acc[8 * j + 5]);
+    a[3] = pack_bf16x2(acc[8 * j + 6], acc[8 * j + 7]);
+}
+
+template <int kNWG, int kBlockM>
+struct HopperBackwardKVTile {
+    static constexpr int HS = 64, kBlockN = 64 * kNWG, kThreads = 128 * kNWG;
+    static constexpr int kKVBytes = kBlockN * HS * 2;
+    static constexpr int kQBytes = kBlockM * HS * 2;
+    static constexpr int kStageBytes = 2 * kQBytes + 1024;     // Q, dO, then lse2 and dpsum (2 * kBlockM floats <= 1 KB)
+    static constexpr int kSmemBytes = 2 * kKVBytes + 2 * kStageBytes + 1024;   // + 1 KB to align to the swizzle atom
+};
+
+template <int kNWG, int kBlockM, int kMinBlocks>
+__global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dkdv_hopper_kernel(const AttentionBackwardParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using Tile = HopperBackwardKVTile<kNWG, kBlockM>;
+    constexpr int HS = 64, kBlockN = Tile::kBlockN, kThreads = Tile::kThreads;
+    constexpr int kQT = kBlockM / 8;      // n8 column groups of S^T (queries)
+    constexpr int kQS = kBlockM / 16;     // k16 steps of dV, dK (over queries)
+    constexpr int kDT = HS / 8;           // n8 column groups of dK, dV
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    uint8_t* k_smem = smem;                               // (kBlockN, HS), dK staging at the end
+    uint8_t* v_smem = smem + Tile::kKVBytes;              // (kBlockN, HS), dV staging at the end
+    uint8_t* stage_smem = smem + 2 * Tile::kKVBytes;
+    auto q_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes; };
+    auto do_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes + Tile::kQBytes; };
+    auto lse2_tile = [&](int s) { return reinterpret_cast<float*>(stage_smem + s * Tile::kStageBytes + 2 * Tile::kQBytes); };
+
+    const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T);
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int n_block = blockIdx.y;                       // block 0 has the most query tiles: launched first
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
+    const int g = lane / 4, tq = lane % 4;
+    const size_t row_stride = 3 * (size_t)NH * HS;
+    const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
+    const floatX* k_gl = q_gl + NH * HS;
+    const floatX* v_gl = q_gl + 2 * NH * HS;
+    const floatX* do_gl = p.dout + ((size_t)b * T * NH + h) * HS;
+    const BackwardScratch sc = backward_scratch(p);
+    const float* lse2_gl = sc.lse2 + (size_t)bh * Tp;
+    const float* dpsum_gl = sc.dpsum + (size_t)bh * Tp;
+    const int n_start = n_block * kBlockN;
+    const int warp_row0 = wg * 64 + (warp % 4) * 16;      // this warp's 16 keys inside the tile
+    const int m_first = n_start / kBlockM;
+    const int m_blocks = ceil_div(T, kBlockM);
+
+    auto load_stage = [&](int s, int m_block) {
+        load_tile_async<HS, kThreads>(q_tile(s), q_gl, row_stride, m_block * kBlockM, kBlockM, T);
+        load_tile_async<HS, kThreads>(do_tile(s), do_gl, (size_t)NH * HS, m_block * kBlockM, kBlockM, T);
+        for (int c = threadIdx.x; c < kBlockM / 2; c += kThreads) {   // lse2 then dpsum, 16 bytes a copy (padded rows)
+            const int which = c / (kBlockM / 4), i = c % (kBlockM / 4);
+            const float* src = (which ? dpsum_gl : lse2_gl) + m_block * kBlockM + 4 * i;
+            cp_async_16(smem_addr(lse2_tile(s) + which * kBlockM + 4 * i), src, true);
+        }
+    };
+    load_tile_async<HS, kThreads>(k_smem, k_gl, row_stride, n_start, kBlockN, T);
+    load_tile_async<HS, kThreads>(v_smem, v_gl, row_stride, n_start, kBlockN, T);
+    load_stage(0, m_first);
+    cp_async_commit();
+
+    float dk_acc[kDT * 4], dv_acc[kDT * 4];
+    #pragma unroll
+    for (int i = 0; i < kDT * 4; i++) dk_acc[i] = dv_acc[i] = 0.0f;
+    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
+    const uint64_t k_desc = wgmma_desc(k_smem + wg * 64 * HS * 2);
+    const uint64_t v_desc = wgmma_desc(v_smem + wg * 64 * HS * 2);
+
+    for (int m_block = m_first; m_block < m_blocks; m_block++) {
+        const int stage = (m_block - m_first) & 1;
+        if (m_block + 1 < m_blocks) {
+            load_stage(stage ^ 1, m_block + 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_proxy_async();
+        __syncthreads();   // this stage (and K, V on the first pass) visible to every warpgroup's wgmma
+        const int m_start = m_block * kBlockM;
+        // No warpgroup skips a tile whose keys all lie after its queries (possible only with 2 warpgroups, on
+        // the first query tile): a branch around the wgmmas makes ptxas serialise them (C7520), and a fully
+        // masked tile just gives P = 0.
+        {
+            const uint8_t* q_s = q_tile(stage);
+            const uint8_t* do_s = do_tile(stage);
+            const float* lse2_s = lse2_tile(stage);
+            const float* dpsum_s = lse2_s + kBlockM;
+            float st[kQT * 4], dpt[kQT * 4];
+            #pragma unroll
+            for (int i = 0; i < kQT * 4; i++) st[i] = dpt[i] = 0.0f;
+            wgmma_fence();
+            #pragma unroll
+            for (int ks = 0; ks < HS / 16; ks++) wgmma_ss_m64k16<kBlockM>(st, k_desc + 2 * ks, wgmma_desc(q_s + 32 * ks));
+            wgmma_commit();
+            #pragma unroll
+            for (int ks = 0; ks < HS / 16; ks++) wgmma_ss_m64k16<kBlockM>(dpt, v_desc + 2 * ks, wgmma_desc(do_s + 32 * ks));
+            wgmma_commit();
+            wgmma_wait<1>();   // S^T is ready; dP^T may still be running
+            // P^T = exp2(S^T * c - lse2[query]), 0 where key > query (only where this warp's keys cross the tile)
+            const bool need_mask = n_start + warp_row0 + 15 > m_start;
+            #pragma unroll
+            for (int i = 0; i < kQT; i++) {
+                const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * tq);
+                #pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float x = st[4 * i + e] * scale_log2 - (e % 2 ? l2.y : l2.x);
+                    if (need_mask && n_start + warp_row0 + g + 8 * (e / 2) > m_start + i * 8 + 2 * tq + (e % 2)) x = -INFINITY;
+                    st[4 * i + e] = fast_exp2(x);
+                }
+            }
+            wgmma_wait<0>();   // dP^T
+            // dS^T = P^T * (dP^T - D[query])
+            #pragma unroll
+            for (int i = 0; i < kQT; i++) {
+                const float2 dps = *reinterpret_cast<const float2*>(dpsum_s + i * 8 + 2 * tq);
+                #pragma unroll
+                for (int e = 0; e < 4; e++) dpt[4 * i + e] = st[4 * i + e] * (dpt[4 * i + e] - (e % 2 ? dps.y : dps.x));
+            }
+            uint32_t pa[kQS][4], dsa[kQS][4];
+            #pragma unroll
+            for (int j = 0; j < kQS; j++) { accum_to_a_frag(pa[j], st, j); accum_to_a_frag(dsa[j], dpt, j); }
+            // dV += P^T dO, dK += dS^T Q: k step j = queries 16j..16j+15 = rows 16j.. of the (MN-major) tiles
+            wgmma_fence();
+            #pragma unroll
+            for (int j = 0; j < kQS; j++) wgmma_rs_m64n64k16_trans_b(dv_acc, pa[j], wgmma_desc(do_s + j * 16 * HS * 2));
+            #pragma unroll
+            for (int j = 0; j < kQS; j++) wgmma_rs_m64n64k16_trans_b(dk_acc, dsa[j], wgmma_desc(q_s + j * 16 * HS * 2));
+            wgmma_commit();
+            wgmma_wait<0>();
+        }
+        __syncthreads();   // every warpgroup is done with this stage before the next prefetch overwrites it
+    }
+
+    // epilogue: dK *= scale; dK, dV -> bf16 staged in this warp's own 16 rows of the K / V tiles, 16-byte stores
+    const float scale = rsqrtf((float)HS);
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int row = warp_row0 + g + 8 * half;
+        #pragma unroll
+        for (int dt = 0; dt < kDT; dt++) {
+            *reinterpret_cast<uint32_t*>(k_smem + swizzle<HS>(row, dt) + 4 * tq) =
+                pack_bf16x2(dk_acc[4 * dt + 2 * half] * scale, dk_acc[4 * dt + 2 * half + 1] * scale);
+            *reinterpret_cast<uint32_t*>(v_smem + swizzle<HS>(row, dt) + 4 * tq) =
+                pack_bf16x2(dv_acc[4 * dt + 2 * half], dv_acc[4 * dt + 2 * half + 1]);
+        }
+    }
+    __syncwarp();
+    floatX* dk_gl = p.dqkv + (size_t)b * T * row_stride + NH * HS + h * HS;
+    for (int c = lane; c < 16 * kDT; c += 32) {
+        const int row = warp_row0 + c / kDT, ch = c % kDT, t = n_start + row;
+        if (t < T) {
+            *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + ch * 8) = *reinterpret_cast<const uint4*>(k_smem + swizzle<HS>(row, ch));
+            *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + NH * HS + ch * 8) = *reinterpret_cast<const uint4*>(v_smem + swizzle<HS>(row, ch));
+        }
+    }
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+template <int kNWG, int kBlockN>
+struct HopperBackwardQTile {
+    static constexpr int HS = 64, kBlockM = 64 * kNWG, kThreads = 128 * kNWG;
+    static constexpr int kTileBytes = kBlockN * HS * 2;
+    static constexpr int kSmemBytes = 2 * kBlockM * HS * 2 + 2 * 2 * kTileBytes + 1024;   // Q, dO, 2 x (K, V), align
+};
+
+template <int kNWG, int kBlockN, int kMinBlocks>
+__global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_hopper_kernel(const AttentionBackwardParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using Tile = HopperBackwardQTile<kNWG, kBlockN>;
+    constexpr int HS = 64, kBlockM = Tile::kBlockM, kThreads = Tile::kThreads;
+    constexpr int kNT = kBlockN / 8;      // n8 column groups of S (keys)
+    constexpr int kKS = kBlockN / 16;     // k16 steps of dQ += dS K
+    constexpr int kDT = HS / 8;
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    uint8_t* q_smem = smem;                               // (kBlockM, HS), dQ staging at the end
+    uint8_t* do_smem = smem + kBlockM * HS * 2;           // (kBlockM, HS)
+    uint8_t* kv_smem = smem + 2 * kBlockM * HS * 2;       // [stage][K, V] (kBlockN, HS) each
+    auto k_tile = [&](int s) { return kv_smem + s * 2 * Tile::kTileBytes; };
+    auto v_tile = [&](int s) { return kv_smem + s * 2 * Tile::kTileBytes + Tile::kTileBytes; };
+
+    const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T);
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int m_block = gridDim.y - 1 - blockIdx.y;       // longest (last) query tiles first
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
+    const int g = lane / 4, tq = lane % 4;
+    const size_t row_stride = 3 * (size_t)NH * HS;
+    const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
+    const floatX* k_gl = q_gl + NH * HS;
+    const floatX* v_gl = q_gl + 2 * NH * HS;
+    const floatX* do_gl = p.dout + ((size_t)b * T * NH + h) * HS;
+    const int m_start = m_block * kBlockM;
+    const int warp_row0 = wg * 64 + (warp % 4) * 16;      // this warp's 16 query rows inside the tile
+    const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
+
+    load_tile_async<HS, kThreads>(q_smem, q_gl, row_stride, m_start, kBlockM, T);
+    load_tile_async<HS, kThreads>(do_smem, do_gl, (size_t)NH * HS, m_start, kBlockM, T);
+    load_tile_async<HS, kThreads>(k_tile(0), k_gl, row_stride, (n_blocks - 1) * kBlockN, kBlockN, T);
+    load_tile_async<HS, kThreads>(v_tile(0), v_gl, row_stride, (n_blocks - 1) * kBlockN, kBlockN, T);
+    cp_async_commit();
+
+    const BackwardScratch sc = backward_scratch(p);   // rows g, g + 8 of this warp (padded: in bounds)
+    float row_lse2[2], row_dpsum[2];
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const size_t r = (size_t)bh * Tp + m_start + warp_row0 + g + 8 * half;
+        row_lse2[half] = sc.lse2[r];
+        row_dpsum[half] = sc.dpsum[r];
+    }
+    float dq_acc[kDT * 4];
+    #pragma unroll
+    for (int i = 0; i < kDT * 4; i++) dq_acc[i] = 0.0f;
+    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
+    const uint64_t q_desc = wgmma_desc(q_smem + wg * 64 * HS * 2);
+    const uint64_t do_desc = wgmma_desc(do_smem + wg * 64 * HS * 2);
+
+    for (int it = 0; it < n_blocks; it++) {
+        const int n_block = n_blocks - 1 - it;            // diagonal (masked) tile first
+        const int stage = it & 1;
+        if (it + 1 < n_blocks) {
+            load_tile_async<HS, kThreads>(k_tile(stage ^ 1), k_gl, row_stride, (n_block - 1) * kBlockN, kBlockN, T);
+            load_tile_async<HS, kThreads>(v_tile(stage ^ 1), v_gl, row_stride, (n_block - 1) * kBlockN, kBlockN, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_proxy_async();
+        __syncthreads();
+        // no warpgroup skips the tile even when all its 64 rows lie above it (the first tile, with 2
+        // warpgroups): see the dK/dV kernel
+        {
+            const uint8_t* k_s = k_tile(stage);
+            const uint8_t* v_s = v_tile(stage);
+            float s[kNT * 4], dp[kNT * 4];
+            #pragma unroll
+            for (int i = 0; i < kNT * 4; i++) s[i] = dp[i] = 0.0f;
+            wgmma_fence();
+            #pragma unroll
+            for (int ks = 0; ks < HS / 16; ks++) wgmma_ss_m64k16<kBlockN>(s, q_desc + 2 * ks, wgmma_desc(k_s + 32 * ks));
+            wgmma_commit();
+            #pragma unroll
+            for (int ks = 0; ks < HS / 16; ks++) wgmma_ss_m64k16<kBlockN>(dp, do_desc + 2 * ks, wgmma_desc(v_s + 32 * ks));
+            wgmma_commit();
+            wgmma_wait<1>();   // S is ready; dP may still be running
+            const bool need_mask = n_block * kBlockN + kBlockN - 1 > m_start + warp_row0;
+            #pragma unroll
+            for (int i = 0; i < kNT; i++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float x = s[4 * i + e] * scale_log2 - row_lse2[e / 2];
+                    if (need_mask && n_block * kBlockN + i * 8 + 2 * tq + (e % 2) > m_start + warp_row0 + g + 8 * (e / 2)) x = -INFINITY;
+                    s[4 * i + e] = fast_exp2(x);
+                }
+            wgmma_wait<0>();   // dP
+            #pragma unroll
+            for (int i = 0; i < kNT * 4; i++) dp[i] = s[i] * (dp[i] - row_dpsum[(i % 4) / 2]);
+            uint32_t dsa[kKS][4];
+            #pragma unroll
+            for (int j = 0; j < kKS; j++) accum_to_a_frag(dsa[j], dp, j);
+            // dQ += dS K: k step j = keys 16j..16j+15 = rows 16j.. of the (MN-major) K tile
+            wgmma_fence();
+            #pragma unroll
+            for (int j = 0; j < kKS; j++) wgmma_rs_m64n64k16_trans_b(dq_acc, dsa[j], wgmma_desc(k_s + j * 16 * HS * 2));
+            wgmma_commit();
+            wgmma_wait<0>();
+        }
+        __syncthreads();
+    }
+
+    // epilogue: dQ * scale -> bf16, staged in this warp's own 16 Q rows, 16-byte stores
+    const float scale = rsqrtf((float)HS);
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int row = warp_row0 + g + 8 * half;
+        #pragma unroll
+        for (int dt = 0; dt < kDT; dt++)
+            *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) =
+                pack_bf16x2(dq_acc[4 * dt + 2 * half] * scale, dq_acc[4 * dt + 2 * half + 1] * scale);
+    }
+    __syncwarp();
+    floatX* dq_gl = p.dqkv + (size_t)b * T * row_stride + h * HS;
+    for (int c = lane; c < 16 * kDT; c += 32) {
+        const int row = warp_row0 + c / kDT, ch = c % kDT;
+        if (m_start + row < T)
+            *reinterpret_cast<uint4*>(dq_gl + (size_t)(m_start + row) * row_stride + ch * 8) = *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
+    }
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+// ----------------------------------------------------------------------------
 // launchers
 
 template <int HS>
@@ -1246,6 +1562,34 @@ void launch_attention_backward_dq(const AttentionBackwardParams& p, cudaStream_t
     cudaCheck(cudaGetLastError());
 }
 
+template <int kNWG, int kBlockM, int kMinBlocks>
+void launch_attention_backward_dkdv_hopper(const AttentionBackwardParams& p, cudaStream_t stream) {
+    using Tile = HopperBackwardKVTile<kNWG, kBlockM>;
+    auto kernel = attention_backward_dkdv_hopper_kernel<kNWG, kBlockM, kMinBlocks>;
+    static bool smem_set = false;
+    if (!smem_set) {
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+        smem_set = true;
+    }
+    dim3 grid(p.B * p.NH, ceil_div(p.T, Tile::kBlockN));
+    kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+    cudaCheck(cudaGetLastError());
+}
+
+template <int kNWG, int kBlockN, int kMinBlocks>
+void launch_attention_backward_dq_hopper(const AttentionBackwardParams& p, cudaStream_t stream) {
+    using Tile = HopperBackwardQTile<kNWG, kBlockN>;
+    auto kernel = attention_backward_dq_hopper_kernel<kNWG, kBlockN, kMinBlocks>;
+    static bool smem_set = false;
+    if (!smem_set) {
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+        smem_set = true;
+    }
+    dim3 grid(p.B * p.NH, ceil_div(p.T, Tile::kBlockM));
+    kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+    cudaCheck(cudaGetLastError());
+}
+
 // atomic path: preprocess (+ zero dq_accum), dK/dV with red.global.add of dQ, dQ convert. Non-deterministic.
 template <int HS, int kNWarps, int kBlockM>
 void attention_backward_atomic(const AttentionBackwardParams& p, cudaStream_t stream) {
@@ -1261,6 +1605,15 @@ void attention_backward_split(const AttentionBackwardParams& p, cudaStream_t str
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
     launch_attention_backward_dkdv<HS, kKVWarps, kKVMT, kKVBlockM, /*kAtomicDq=*/false>(p, stream);
     launch_attention_backward_dq<HS, kQWarps, kQMT, kQBlockN>(p, stream);
+}
+
+// Hopper split path (HS 64, sm_90a): preprocess, dK/dV on wgmma (kKVWG warpgroups of 64 keys, kKVBlockM-query
+// steps), dQ on wgmma (kQWG warpgroups of 64 query rows, kQBlockN-key steps). Deterministic.
+template <int kKVWG, int kKVBlockM, int kKVMinBlocks, int kQWG, int kQBlockN, int kQMinBlocks>
+void attention_backward_split_hopper(const AttentionBackwardParams& p, cudaStream_t stream) {
+    launch_attention_backward_preprocess<64>(p, /*zero_dq=*/false, stream);
+    launch_attention_backward_dkdv_hopper<kKVWG, kKVBlockM, kKVMinBlocks>(p, stream);
+    launch_attention_backward_dq_hopper<kQWG, kQBlockN, kQMinBlocks>(p, stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -1284,10 +1637,14 @@ inline bool attention_backward_atomic_big_tiles(int B, int T, int NH) {
     return (long long)B * NH * ceil_div(T, 128) >= 3072;
 }
 
+// the deterministic default runs on wgmma for HS 64 on Hopper (when the binary carries sm_90a code)
+inline bool attention_backward_uses_hopper(int HS) { return HS == 64 && hopper_path_available(); }
+
 inline const char* attention_backward_path_name(int HS) {
     if (attention_backward_nondeterministic())
         return HS == 64 ? "flash backward, mma.sync sm80, atomic dQ (non-deterministic): 128 keys x 64 queries 8 warps, 64x64 4 warps on small shapes (HS=64)"
                         : "flash backward, mma.sync sm80, atomic dQ (non-deterministic): 64 keys x 64 queries 4 warps (HS=128)";
+    if (attention_backward_uses_hopper(HS)) return "flash backward, wgmma sm90a, split deterministic: dK/dV 64 keys x 64 queries 1 warpgroup + dQ 64x64 1 warpgroup (HS=64)";
     return HS == 64 ? "flash backward, mma.sync sm80, split deterministic: dK/dV 64 keys x 32 queries 4 warps + dQ 64x64 4 warps (HS=64)"
                     : "flash backward, mma.sync sm80, split deterministic: dK/dV 64 keys x 32 queries 4 warps + dQ 64x32 4 warps (HS=128)";
 }
@@ -1301,7 +1658,8 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
         else if (HS == 64) attention_backward_atomic<64, 4, 64>(p, stream);
         else attention_backward_atomic<128, 4, 64>(p, stream);
     } else {
-        if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(p, stream);
+        if (attention_backward_uses_hopper(HS)) attention_backward_split_hopper<1, 64, 2, 1, 64, 3>(p, stream);
+        else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(p, stream);
         else attention_backward_split<128, 4, 1, 32, 4, 1, 32>(p, stream);
     }
 }

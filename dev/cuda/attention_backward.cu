@@ -34,6 +34,7 @@ forward timed in the same run (fwd+bwd FLOPs = 3.5 * fwd).
 #include "dev/cuda/backward_variants/02_cublas_softmax.cuh"
 #include "dev/cuda/backward_variants/03_fa2_atomic_dq.cuh"
 #include "dev/cuda/backward_variants/04_fa2_split.cuh"
+#include "dev/cuda/backward_variants/05_wgmma_split.cuh"
 
 // ----------------------------------------------------------------------------
 // the variant table: number, name, tile configs (names for HS 64 / HS 128), launcher
@@ -45,17 +46,20 @@ struct BackwardVariant {
     const char* configs64[4];
     const char* configs128[4];
     void (*launch)(const AttentionBackwardParams&, int config, cudaStream_t);
+    bool (*supports)(const Shape&);   // nullptr: every shape the API supports
     bool slow;            // time with few repeats
     bool deterministic;   // must give bit-identical dqkv on two runs
 };
 
 static const BackwardVariant kVariants[] = {
-    {0, "shipped", 1, {"src"}, {"src"}, attention_backward0, false, true},
-    {1, "naive", 1, {"warp/row"}, {"warp/row"}, attention_backward1, true, true},
-    {2, "cublas+softmax", 1, {"cublas"}, {"cublas"}, attention_backward2, false, true},
-    {3, "fa2_atomic_dq", 2, {"128x64/8w", "64x64/4w"}, {"64x64/4w", "128x64/8w"}, attention_backward3, false, false},
+    {0, "shipped", 1, {"src"}, {"src"}, attention_backward0, nullptr, false, true},
+    {1, "naive", 1, {"warp/row"}, {"warp/row"}, attention_backward1, nullptr, true, true},
+    {2, "cublas+softmax", 1, {"cublas"}, {"cublas"}, attention_backward2, nullptr, false, true},
+    {3, "fa2_atomic_dq", 2, {"128x64/8w", "64x64/4w"}, {"64x64/4w", "128x64/8w"}, attention_backward3, nullptr, false, false},
     {4, "fa2_split", 4, {"kv128x64/8w+q64x64/4w", "kv64x32/4w+q64x64/4w", "kv128x16/4wx2+q128x32/4wx2", "kv128x32/8w+q128x64/8w"},
-                        {"kv64x32/4w+q64x32/4w", "kv64x64/4w+q64x64/4w", "kv128x32/8w+q64x32/4w"}, attention_backward4, false, true},
+                        {"kv64x32/4w+q64x32/4w", "kv64x64/4w+q64x64/4w", "kv128x32/8w+q64x32/4w"}, attention_backward4, nullptr, false, true},
+    {5, "wgmma_split", 4, {"kv128x64/2wg+q128x64/2wg", "kv64x64/1wg+q64x64/1wg", "kv128x64/2wg+q128x128/2wg", "kv64x128/1wg+q64x128/1wg"},
+                          {nullptr}, attention_backward5, attention_backward5_supports, false, true},
 };
 constexpr int kBaselineVariant = 2;
 
@@ -140,6 +144,7 @@ int main(int argc, char** argv) {
             for (int w = 0; w < 3; w++) { ref[w] = qkv_part(ref_all, s, w); naive[w] = qkv_part(naive_all, s, w); }
 
             for (const BackwardVariant* v : variants) {
+                if (v->supports && !v->supports(s)) { printf("variant %d (%s): skipped, shape or GPU not supported\n", v->number, v->name); continue; }
                 for (int cfg = 0; cfg < v->num_configs; cfg++) {
                     const char* cfg_name = s.HS == 64 ? v->configs64[cfg] : v->configs128[cfg];
                     if (!cfg_name) continue;   // fewer configs for this head size
@@ -194,7 +199,7 @@ int main(int argc, char** argv) {
             if (!has_baseline) for (const BackwardVariant& v : kVariants) if (v.number == kBaselineVariant) timed.push_back(&v);
             float baseline_ms = 0.0f;
             std::vector<size_t> shape_rows;
-            for (auto* v : timed) for (int cfg = 0; cfg < v->num_configs; cfg++) {
+            for (auto* v : timed) for (int cfg = 0; cfg < v->num_configs && !(v->supports && !v->supports(s)); cfg++) {
                 const char* cfg_name = s.HS == 64 ? v->configs64[cfg] : v->configs128[cfg];
                 if (!cfg_name) continue;
                 bool seen = false, all_ok = true;   // every validation of this config at this shape passed
