@@ -5,6 +5,7 @@ and per layer, for nsys / ncu. Includes train_gpt2.cu (TESTING), so it profiles 
   make profile_gpt2cu && ./profile_gpt2cu [B=24] [T=1024]
   nsys profile -t cuda,nvtx -o gpt2_step ./profile_gpt2cu
   ncu --set full --import-source yes -o gpt2_step ./profile_gpt2cu      (needs GPU perf-counter permission)
+  bash profile/ncu_step.sh 64 1024      (per-kernel and per-phase tables; see profile/README.md)
 The first step (cuBLASLt heuristics, lazy module loading) is a warmup; the profiled one is between
 cudaProfilerStart/Stop, so `nsys --capture-range=cudaProfilerApi` records only it.
 */

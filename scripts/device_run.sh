@@ -2,6 +2,7 @@
 # One call on a GPU machine: build, validate and time what changed, print a short table last.
 #   bash scripts/device_run.sh fwd bwd sanitize sass anchor      (attention: validate, time, check, anchors)
 #   bash scripts/device_run.sh tests train                       (make test; training throughput and loss curve)
+#   bash scripts/device_run.sh profile                           (ncu on one d12 step, B=64 T=1024: kernel and phase tables)
 # Sections run in the order given. Logs go to $OUT (when set) for fetching.
 # The anchor (PyTorch FA2 / cuDNN) is .carry/sdpa_anchor.py, a copy of ../shared/bench/sdpa_anchor.py.
 set -u
@@ -39,6 +40,10 @@ for section in "$@"; do
               python3 scripts/train_gpt2.py --train --init $R/gpt2_124M_bf16.bin -B 4 -T 1024 -x 50 --loss_out "$OUT/pt_losses.txt" > "$OUT/pt_train.log" 2>&1; echo "pytorch 50 steps rc=$?"
               ./train_gpt2cu -e $R/gpt2_124M_bf16.bin -b 4 -t 1024 -x 50 -sf 0 -v 0 -s 0 -o "$OUT/logc" > "$OUT/c_train.log" 2>&1; echo "train_gpt2cu 50 steps rc=$?"
               python3 scripts/compare_losses.py "$OUT/pt_losses.txt" "$OUT/logc/main.log" > "$OUT/curves.txt" 2>&1; echo "compare_losses rc=$?"; tail -4 "$OUT/curves.txt" ;;
+    profile)  bash profile/ncu_step.sh 64 1024 > "$OUT/profile.log" 2>&1; echo "profile (ncu one step) rc=$?"
+              grep -vE "^\|" "$OUT/profile.log" | grep -vE "^$" | head -20
+              [ -f "$OUT/ncu_table.md" ] && { grep -E "^\| kernel|^\|---" -m 2 "$OUT/ncu_table.md"; grep -E "^\| " "$OUT/ncu_table.md" | sed -n '2,16p'
+                                             echo; sed -n '/^| phase/,$p' "$OUT/ncu_table.md"; } ;;
     *)        echo "unknown section $section" ;;
     esac
 done

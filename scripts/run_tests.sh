@@ -13,6 +13,17 @@ passed=$((passed + p)); failed=$((failed + f))
 [ "$p" -gt 0 ] || { failed=$((failed + 1)); failed_names+=("test_cpu ran nothing"); }
 while read -r name; do [ -n "$name" ] && failed_names+=("$name"); done < <(grep '^FAIL: ' <<<"$cpu_out" | sed 's/^FAIL: //')
 
+# Python CPU tests (profile/ncu_table.py on a fixture CSV): the same PASS/FAIL lines
+if command -v python3 >/dev/null; then
+    py_out=$(python3 tests/test_ncu_table.py 2>&1); echo "$py_out"
+    p=$(grep -c '^PASS: ' <<<"$py_out"); f=$(grep -c '^FAIL: ' <<<"$py_out")
+    passed=$((passed + p)); failed=$((failed + f))
+    [ "$p" -gt 0 ] || { failed=$((failed + 1)); failed_names+=("test_ncu_table.py ran nothing"); }
+    while read -r name; do [ -n "$name" ] && failed_names+=("$name"); done < <(grep '^FAIL: ' <<<"$py_out" | sed 's/^FAIL: //')
+else
+    echo "no python3: tests/test_ncu_table.py skipped"
+fi
+
 # GPU tests: each command is one test, judged by its exit code
 run_gpu() {
     local name="$1"; shift
