@@ -15,8 +15,8 @@ O, the row max and the row sum in registers (online softmax, normalised once at 
 longest Q tiles (the last ones, causal) are launched first.
 
 Paths: sm_80+ mma.sync (m16n8k16 bf16, ldmatrix, cp.async double buffering, 128-byte swizzled
-shared memory); on Hopper, when the binary carries sm_90a code, the HS 64 forward runs the same loop
-on wgmma instead. Head sizes 64 and 128, any T >= 1, any B * NH. attention_unsupported_reason()
+shared memory); on Hopper, when the binary carries sm_90a code, the forward runs the same loop on
+wgmma instead. Head sizes 64 and 128, any T >= 1, any B * NH. attention_unsupported_reason()
 says why anything else is refused.
 */
 #pragma once
@@ -330,17 +330,29 @@ void launch_attention_forward(const AttentionForwardParams& p, cudaStream_t stre
 // forward kernel, Hopper (sm_90a): wgmma
 //
 // The same FA2 loop, but each warpgroup (4 warps) owns 64 query rows and issues warpgroup-wide
-// asynchronous MMAs: S = Q K^T with both operands read straight from shared memory (swizzle<64> above
-// is exactly wgmma's 128-byte swizzle, so the tiles need no other layout), and O += P V with P from
-// registers and V read transposed (MN-major) from shared memory. The wgmma m64nN accumulator layout
-// is the mma.sync one repeated N/8 times, so the softmax is the same code. Loads stay cp.async,
-// double buffered. HS = 64 only: HS 128 rows span two 128-byte swizzle atoms and stay on mma.sync.
+// asynchronous MMAs: S = Q K^T with both operands read straight from shared memory, and O += P V with
+// P from registers and V read transposed (MN-major) from shared memory. The wgmma m64nN accumulator
+// layout is the mma.sync one repeated N/8 times, so the softmax is the same code. Loads stay cp.async,
+// double buffered. HS 64 and 128.
+//
+// Shared-memory layout (swizzle_wgmma below). wgmma's 128-byte swizzle works on 128-byte rows: 8-row
+// atoms of 1024 bytes, 16-byte chunk c of row r stored at chunk c ^ (r % 8). For HS 64 that is exactly
+// swizzle<64>. An HS 128 row is 256 bytes, two atoms wide, so a Q, K or V tile of R rows is stored as
+// two column blocks of (R, 64) bf16, one after the other (R * 128 bytes each), each in the HS 64
+// layout; the mma.sync kernels keep their swizzle<128> (256-byte rows). Descriptors:
+//   Q, K (K-major): head dims 16ks..16ks+15 live in block ks / 4, at +32 * (ks % 4) bytes inside the
+//     atom row; SBO = 1024 (8 rows x 128 bytes), LBO unused.
+//   V (MN-major, N = head dims): keys 16j..16j+15 start at +16j * 128 bytes of a block, SBO = 1024
+//     (next 8 keys), LBO = distance to the next 64 head dims = the next block (R * 128 bytes), so
+//     either one n64 wgmma per block or, with kPvN128, one n128 wgmma with LBO = R * 128.
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// shared-memory matrix descriptor: start address >> 4, leading offset 1 (unused with this swizzle),
-// stride between 8-row groups 1024 bytes, 128-byte swizzle (mode 1 in bits 62-63)
-__device__ __forceinline__ uint64_t wgmma_desc(const uint8_t* tile) {
-    return (uint64_t)((smem_addr(tile) & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+// shared-memory matrix descriptor, all offsets in 16-byte units: start address (bits 0-13), leading
+// byte offset (bits 16-29: ignored for K-major with this swizzle; for MN-major the distance between
+// 64-element column blocks, used only when N > 64), stride between 8-row groups 1024 bytes (bits
+// 32-45), base offset 0 (every tile starts on a 1024-byte atom), 128-byte swizzle (mode 1 in bits 62-63)
+__device__ __forceinline__ uint64_t wgmma_desc(const uint8_t* tile, uint32_t lbo_bytes = 16) {
+    return (uint64_t)((smem_addr(tile) & 0x3FFFF) >> 4) | ((uint64_t)(lbo_bytes >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -401,29 +413,83 @@ __device__ __forceinline__ void wgmma_rs_m64n64k16_trans_b(float (&d)[32], const
                    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
 }
+// d (m64 x n128, fp32, 64 regs a thread) += A (64 x 16, bf16 registers) * B (16 x 128, smem descriptor, MN-major)
+__device__ __forceinline__ void wgmma_rs_m64n128k16_trans_b(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, "
+                 "%8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, "
+                 "%24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, "
+                 "%40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, "
+                 "%56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+}
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-template <int kBlockN>
+// Byte offset of 16-byte chunk `chunk` (0 .. HS/8 - 1) of row `row` in a wgmma tile of kRows rows:
+// HS / 64 column blocks of (kRows, 64) bf16, each in the swizzle<64> layout (see above). HS 64: swizzle<64>.
+template <int kRows>
+__device__ __forceinline__ int swizzle_wgmma(int row, int chunk) {
+    return (chunk >> 3) * (kRows * 128) + swizzle<64>(row, chunk & 7);
+}
+
+// load_tile_async, but into the swizzle_wgmma layout (rows past T zero-filled the same way)
+template <int HS, int kRows, int kThreads>
+__device__ __forceinline__ void load_tile_async_wgmma(uint8_t* tile, const floatX* src, size_t row_stride, int row0, int T) {
+    if constexpr (HS == 64) {
+        load_tile_async<64, kThreads>(tile, src, row_stride, row0, kRows, T);   // the same layout
+    } else {
+        constexpr int kChunks = HS / 8;
+        for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
+            int r = c / kChunks, ch = c % kChunks, t = row0 + r;
+            bool valid = t < T;
+            cp_async_16(smem_addr(tile + swizzle_wgmma<kRows>(r, ch)), src + (size_t)(valid ? t : 0) * row_stride + ch * 8, valid);
+        }
+    }
+}
+
+template <int HS, int kBlockN>
 struct HopperForwardTile {
-    static constexpr int HS = 64, kBlockM = 128, kThreads = 256;   // 2 warpgroups x 64 rows
+    static constexpr int kBlockM = 128, kThreads = 256;   // 2 warpgroups x 64 rows
     static constexpr int kTileBytes = kBlockN * HS * 2;
     // + 1 KB to align the base to the 1024-byte swizzle atom by hand
     static constexpr int kSmemBytes = kBlockM * HS * 2 + 2 * 2 * kTileBytes + 1024;
+    // 2 CTAs per SM (128 registers) where the shared memory allows: with no warp specialisation, one CTA's
+    // softmax and loads hide behind the other's MMAs. HS 64: 49 / 81 KB (kBlockN 64 / 128); HS 128: 97 KB
+    // with kBlockN 64, but 161 KB with kBlockN 128, which leaves 1 CTA per SM (and up to 255 registers).
+    static constexpr int kMinBlocks = 2 * kSmemBytes <= 227 * 1024 ? 2 : 1;
 };
 
-template <int kBlockN>
-// 2 CTAs per SM (128 registers): with no warp specialisation, one CTA's softmax and loads hide behind the other's MMAs
-__global__ void __launch_bounds__(256, 2) attention_forward_hopper_kernel(const AttentionForwardParams p) {
+// kPvN128 (HS 128 only): O += P V as one m64n128k16 per k16 step, V's two column blocks joined through the
+// descriptor's leading byte offset, instead of one m64n64k16 per column block
+template <int HS, int kBlockN, bool kPvN128 = false>
+__global__ void __launch_bounds__(256, HopperForwardTile<HS, kBlockN>::kMinBlocks)
+attention_forward_hopper_kernel(const AttentionForwardParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using Tile = HopperForwardTile<kBlockN>;
-    constexpr int HS = 64, kBlockM = Tile::kBlockM, kThreads = Tile::kThreads;
+    static_assert(HS == 64 || HS == 128, "head size 64 or 128");
+    static_assert(!kPvN128 || HS == 128, "kPvN128 joins HS 128's two column blocks");
+    using Tile = HopperForwardTile<HS, kBlockN>;
+    constexpr int kBlockM = Tile::kBlockM, kThreads = Tile::kThreads;
     constexpr int kNT = kBlockN / 8;      // n8 column groups of S per thread
     constexpr int kPS = kBlockN / 16;     // k16 steps of P V
     constexpr int kDT = HS / 8;           // n8 column groups of O
+    constexpr int kCB = HS / 64;          // 64-column blocks of a tile (swizzle_wgmma)
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    uint8_t* q_smem = smem;                          // (kBlockM, HS), later O staging
-    uint8_t* kv_smem = smem + kBlockM * HS * 2;      // [stage][K, V] (kBlockN, HS) each
+    uint8_t* q_smem = smem;                          // (kBlockM, HS) swizzle_wgmma, later O staging (swizzle<HS>)
+    uint8_t* kv_smem = smem + kBlockM * HS * 2;      // [stage][K, V] (kBlockN, HS) swizzle_wgmma each
 
     const int T = p.T, NH = p.NH;
     const int b = blockIdx.x / NH, h = blockIdx.x % NH;
@@ -440,24 +506,26 @@ __global__ void __launch_bounds__(256, 2) attention_forward_hopper_kernel(const 
     auto k_tile = [&](int stage) { return kv_smem + stage * 2 * Tile::kTileBytes; };
     auto v_tile = [&](int stage) { return kv_smem + stage * 2 * Tile::kTileBytes + Tile::kTileBytes; };
 
-    load_tile_async<HS, kThreads>(q_smem, q_gl, row_stride, m_start, kBlockM, T);
-    load_tile_async<HS, kThreads>(k_tile(0), k_gl, row_stride, (n_blocks - 1) * kBlockN, kBlockN, T);
-    load_tile_async<HS, kThreads>(v_tile(0), v_gl, row_stride, (n_blocks - 1) * kBlockN, kBlockN, T);
+    load_tile_async_wgmma<HS, kBlockM, kThreads>(q_smem, q_gl, row_stride, m_start, T);
+    load_tile_async_wgmma<HS, kBlockN, kThreads>(k_tile(0), k_gl, row_stride, (n_blocks - 1) * kBlockN, T);
+    load_tile_async_wgmma<HS, kBlockN, kThreads>(v_tile(0), v_gl, row_stride, (n_blocks - 1) * kBlockN, T);
     cp_async_commit();
 
+    // O (64 x HS per warpgroup): o_acc[4 * dt + e] is column 8 * dt + 2 * tq + e % 2 of row g + 8 * (e / 2);
+    // registers 32c .. 32c + 31 are exactly the m64n64 accumulator of column block c
     float o_acc[kDT * 4];
     #pragma unroll
     for (int i = 0; i < kDT * 4; i++) o_acc[i] = 0.0f;
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};   // rows g and g + 8
     const float scale_log2 = rsqrtf((float)HS) * kLog2e;
-    const uint64_t q_desc = wgmma_desc(q_smem + wg * 64 * HS * 2);
+    const uint64_t q_desc = wgmma_desc(q_smem + wg * 64 * 128);   // this warpgroup's rows of column block 0
 
     for (int it = 0; it < n_blocks; it++) {
         const int n_block = n_blocks - 1 - it;
         const int stage = it & 1;
         if (it + 1 < n_blocks) {
-            load_tile_async<HS, kThreads>(k_tile(stage ^ 1), k_gl, row_stride, (n_block - 1) * kBlockN, kBlockN, T);
-            load_tile_async<HS, kThreads>(v_tile(stage ^ 1), v_gl, row_stride, (n_block - 1) * kBlockN, kBlockN, T);
+            load_tile_async_wgmma<HS, kBlockN, kThreads>(k_tile(stage ^ 1), k_gl, row_stride, (n_block - 1) * kBlockN, T);
+            load_tile_async_wgmma<HS, kBlockN, kThreads>(v_tile(stage ^ 1), v_gl, row_stride, (n_block - 1) * kBlockN, T);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -474,9 +542,11 @@ __global__ void __launch_bounds__(256, 2) attention_forward_hopper_kernel(const 
             const uint8_t* k_s = k_tile(stage);
             wgmma_fence();
             #pragma unroll
-            for (int ks = 0; ks < HS / 16; ks++) {   // k16 steps: +32 bytes inside the swizzle atom
-                if constexpr (kBlockN == 128) wgmma_ss_m64n128k16(s, q_desc + 2 * ks, wgmma_desc(k_s + 32 * ks));
-                else wgmma_ss_m64n64k16(s, q_desc + 2 * ks, wgmma_desc(k_s + 32 * ks));
+            for (int ks = 0; ks < HS / 16; ks++) {   // k16 steps: column block ks / 4, +32 bytes per step inside its atom
+                const uint64_t a = q_desc + (ks / 4) * (kBlockM * 128 / 16) + 2 * (ks % 4);
+                const uint64_t b = wgmma_desc(k_s + (ks / 4) * kBlockN * 128 + 32 * (ks % 4));
+                if constexpr (kBlockN == 128) wgmma_ss_m64n128k16(s, a, b);
+                else wgmma_ss_m64n64k16(s, a, b);
             }
             wgmma_commit();
             wgmma_wait_all();
@@ -524,7 +594,16 @@ __global__ void __launch_bounds__(256, 2) attention_forward_hopper_kernel(const 
             const uint8_t* v_s = v_tile(stage);
             wgmma_fence();   // o_acc and pa were written by ordinary instructions
             #pragma unroll
-            for (int j = 0; j < kPS; j++) wgmma_rs_m64n64k16_trans_b(o_acc, pa[j], wgmma_desc(v_s + j * 16 * HS * 2));
+            for (int j = 0; j < kPS; j++) {   // k16 step j: keys 16j .. 16j + 15, 16 rows of 128 bytes into each column block
+                if constexpr (kPvN128) {
+                    wgmma_rs_m64n128k16_trans_b(o_acc, pa[j], wgmma_desc(v_s + j * 16 * 128, /*lbo_bytes=*/kBlockN * 128));
+                } else {
+                    #pragma unroll
+                    for (int c = 0; c < kCB; c++)
+                        wgmma_rs_m64n64k16_trans_b(*reinterpret_cast<float(*)[32]>(o_acc + 32 * c), pa[j],
+                                                   wgmma_desc(v_s + c * kBlockN * 128 + j * 16 * 128));
+                }
+            }
             wgmma_commit();
             wgmma_wait_all();
         }
@@ -583,10 +662,10 @@ inline bool hopper_path_available() {
     return available == 1;
 }
 
-template <int kBlockN>
+template <int HS, int kBlockN, bool kPvN128 = false>
 void launch_attention_forward_hopper(const AttentionForwardParams& p, cudaStream_t stream) {
-    using Tile = HopperForwardTile<kBlockN>;
-    auto kernel = attention_forward_hopper_kernel<kBlockN>;
+    using Tile = HopperForwardTile<HS, kBlockN>;
+    auto kernel = attention_forward_hopper_kernel<HS, kBlockN, kPvN128>;
     static bool smem_set = false;
     if (!smem_set) {
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
@@ -619,12 +698,15 @@ inline void attention_check_supported(int B, int T, int NH, int HS) {
 }
 
 // Dispatch (tiles chosen by dev/cuda/attention_forward's sweeps, see dev/cuda/README.md):
-//   HS 64 on Hopper with sm_90a code in the binary -> wgmma kernel, 128x128 tiles
-//   otherwise                                       -> mma.sync kernel, 128x64 tiles
-inline bool attention_forward_uses_hopper(int HS) { return HS == 64 && hopper_path_available(); }
+//   Hopper with sm_90a code in the binary -> wgmma kernel: HS 64 128x128 tiles, HS 128 128x64 tiles (the
+//                                            largest that keeps 2 CTAs per SM; 128x128 would leave 1)
+//   otherwise                             -> mma.sync kernel, 128x64 tiles
+inline bool attention_forward_uses_hopper(int HS) { return (HS == 64 || HS == 128) && hopper_path_available(); }
 
 inline const char* attention_forward_path_name(int HS) {
-    if (attention_forward_uses_hopper(HS)) return "flash forward, wgmma sm90a, 128x128 tiles, 2 warpgroups (HS=64)";
+    if (attention_forward_uses_hopper(HS))
+        return HS == 64 ? "flash forward, wgmma sm90a, 128x128 tiles, 2 warpgroups (HS=64)"
+                        : "flash forward, wgmma sm90a, 128x64 tiles, 2 warpgroups (HS=128)";
     return HS == 64 ? "flash forward, mma.sync sm80, 128x64 tiles, 4 warps (HS=64)"
                     : "flash forward, mma.sync sm80, 128x64 tiles, 8 warps (HS=128)";
 }
@@ -632,7 +714,10 @@ inline const char* attention_forward_path_name(int HS) {
 inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
     attention_check_supported(B, T, NH, HS);
     AttentionForwardParams p{qkv, out, lse, B, T, NH, HS};
-    if (attention_forward_uses_hopper(HS)) launch_attention_forward_hopper<128>(p, stream);
+    if (attention_forward_uses_hopper(HS)) {
+        if (HS == 64) launch_attention_forward_hopper<64, 128>(p, stream);
+        else launch_attention_forward_hopper<128, 64>(p, stream);
+    }
     else if (HS == 64) launch_attention_forward<64, 2, 4, 64>(p, stream);
     else launch_attention_forward<128, 1, 8, 64>(p, stream);
 }
