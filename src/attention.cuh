@@ -93,6 +93,27 @@ __device__ __forceinline__ void load_tile_async(uint8_t* tile, const floatX* src
     }
 }
 
+// The same copy for a tile of kRows rows with the per-thread address math done once: thread i always
+// copies chunk i % kChunks of rows i / kChunks + k * kRowStep, so its swizzled smem offset is a constant
+// stride apart (kRowStep is a multiple of 8, the swizzle period) and its global pointer steps by
+// kRowStep rows. load_tile_async's generic loop makes the compiler hoist one 64-bit pointer per copy out
+// of the forward's K/V loop, which costs ~20 registers the HS 128 kernels with 32 rows per warp lack.
+template <int HS, int kThreads, int kRows>
+__device__ __forceinline__ void load_tile_rows_async(uint8_t* tile, const floatX* src, size_t row_stride, int row0, int T) {
+    constexpr int kChunks = HS / 8, kRowStep = kThreads / kChunks;
+    static_assert(kThreads % kChunks == 0 && kRowStep % 8 == 0 && kRows % kRowStep == 0, "tile rows must split evenly");
+    const int r = threadIdx.x / kChunks, ch = threadIdx.x % kChunks;
+    const uint32_t dst = smem_addr(tile + swizzle<HS>(r, ch));
+    const int rows_left = T - row0 - r;   // rows this thread may read: k * kRowStep < rows_left
+    const floatX* row_src = src + (size_t)(row0 + r) * row_stride + ch * 8;
+    #pragma unroll
+    for (int k = 0; k < kRows / kRowStep; k++) {
+        const bool valid = k * kRowStep < rows_left;
+        cp_async_16(dst + k * kRowStep * HS * 2, valid ? row_src : src, valid);
+        row_src += kRowStep * row_stride;
+    }
+}
+
 // ----------------------------------------------------------------------------
 // forward kernel (sm_80+ mma.sync)
 //
@@ -143,16 +164,43 @@ attention_forward_kernel(const AttentionForwardParams p) {
     auto k_tile = [&](int stage) { return kv_smem + stage * 2 * Tile::kTileBytes; };
     auto v_tile = [&](int stage) { return kv_smem + stage * 2 * Tile::kTileBytes + Tile::kTileBytes; };
 
+    // one K or V tile; HS 128 needs the lean loader to fit 32 rows per warp in 255 registers
+    auto load_kv_tile = [&](uint8_t* tile, const floatX* src, int row0) {
+        if constexpr (HS == 128) load_tile_rows_async<HS, kThreads, kBlockN>(tile, src, row_stride, row0, T);
+        else load_tile_async<HS, kThreads>(tile, src, row_stride, row0, kBlockN, T);
+    };
     load_tile_async<HS, kThreads>(q_smem, q_gl, row_stride, m_start, kBlockM, T);
-    load_tile_async<HS, kThreads>(k_tile(0), k_gl, row_stride, (n_blocks - 1) * kBlockN, kBlockN, T);
-    load_tile_async<HS, kThreads>(v_tile(0), v_gl, row_stride, (n_blocks - 1) * kBlockN, kBlockN, T);
+    load_kv_tile(k_tile(0), k_gl, (n_blocks - 1) * kBlockN);
+    load_kv_tile(v_tile(0), v_gl, (n_blocks - 1) * kBlockN);
     cp_async_commit();
 
-    uint32_t q_frag[kQInRegs ? kMT : 1][kQInRegs ? kKS : 1][4];
-    auto load_q_frag = [&](uint32_t (&frag)[4], int mt, int ks) {
+    // ldmatrix row addresses. For Q (A operand) and V (transposed B), lane l points at row
+    // l % 8 + 8 * ((l / 8) % 2) of a 16-row block, chunk 2 * step + l / 16; for K (B operand) at row
+    // l % 8 + 8 * (l / 16), chunk 2 * step + (l / 8) % 2. At HS 128 these are computed from one per-lane
+    // address: every row is a multiple of 8 plus l % 8, so the swizzle XORs the chunk with l % 8, and as
+    // 2 * step is even, (2 * step + c) ^ (l % 8) = (c ^ (l % 8)) ^ (2 * step): the step only flips address
+    // bits 5-7 (tiles are 256-byte aligned, so the tile base leaves those bits alone). One LOP3 per step
+    // instead of a register per (row, chunk) pair kept live across the K/V loop; HS 64 keeps the plain form.
+    const uint32_t q_lane = smem_addr(q_smem + swizzle<HS>(warp_row0 + lane % 8 + 8 * ((lane / 8) % 2), lane / 16));
+    const int k_lane_off = swizzle<HS>(lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
+    const int v_lane_off = swizzle<HS>(lane % 8 + 8 * ((lane / 8) % 2), lane / 16);
+    auto q_frag_addr = [&](int mt, int ks) -> uint32_t {
+        if constexpr (HS == 128) return (q_lane ^ (ks << 5)) + mt * 16 * HS * 2;
         int row = warp_row0 + mt * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
-        ldmatrix_x4(frag, smem_addr(q_smem + swizzle<HS>(row, 2 * ks + lane / 16)));
+        return smem_addr(q_smem + swizzle<HS>(row, 2 * ks + lane / 16));
     };
+    auto k_frag_addr = [&](const uint8_t* k_s, int np, int ks) -> uint32_t {   // key tiles 2np, 2np+1
+        if constexpr (HS == 128) return ((smem_addr(k_s) + k_lane_off) ^ (ks << 5)) + np * 16 * HS * 2;
+        int key = np * 16 + (lane % 8) + 8 * (lane / 16);
+        return smem_addr(k_s + swizzle<HS>(key, 2 * ks + (lane / 8) % 2));
+    };
+    auto v_frag_addr = [&](const uint8_t* v_s, int kk, int dp) -> uint32_t {   // keys 16kk.., d tiles 2dp, 2dp+1
+        if constexpr (HS == 128) return ((smem_addr(v_s) + v_lane_off) ^ (dp << 5)) + kk * 16 * HS * 2;
+        int key = 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2);
+        return smem_addr(v_s + swizzle<HS>(key, 2 * dp + lane / 16));
+    };
+    uint32_t q_frag[kQInRegs ? kMT : 1][kQInRegs ? kKS : 1][4];
+    auto load_q_frag = [&](uint32_t (&frag)[4], int mt, int ks) { ldmatrix_x4(frag, q_frag_addr(mt, ks)); };
     float o_acc[kMT][kDT][4];
     float row_max[kMT][2], row_sum[kMT][2];   // [m tile][row g, row g + 8]; row_sum is this thread's partial
     #pragma unroll
@@ -169,8 +217,8 @@ attention_forward_kernel(const AttentionForwardParams p) {
         const int n_block = n_blocks - 1 - it;     // diagonal (masked) tiles first
         const int stage = it & 1;
         if (it + 1 < n_blocks) {                   // prefetch the next K/V tile into the other stage
-            load_tile_async<HS, kThreads>(k_tile(stage ^ 1), k_gl, row_stride, (n_block - 1) * kBlockN, kBlockN, T);
-            load_tile_async<HS, kThreads>(v_tile(stage ^ 1), v_gl, row_stride, (n_block - 1) * kBlockN, kBlockN, T);
+            load_kv_tile(k_tile(stage ^ 1), k_gl, (n_block - 1) * kBlockN);
+            load_kv_tile(v_tile(stage ^ 1), v_gl, (n_block - 1) * kBlockN);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -204,8 +252,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
                 #pragma unroll
                 for (int np = 0; np < kNT / 2; np++) {
                     uint32_t kb[4];   // B fragments of key tiles 2np and 2np+1 for this k step
-                    int key = np * 16 + (lane % 8) + 8 * (lane / 16);
-                    ldmatrix_x4(kb, smem_addr(k_s + swizzle<HS>(key, 2 * ks + (lane / 8) % 2)));
+                    ldmatrix_x4(kb, k_frag_addr(k_s, np, ks));
                     #pragma unroll
                     for (int mt = 0; mt < kMT; mt++) {
                         const uint32_t (&qa)[4] = kQInRegs ? q_frag[kQInRegs ? mt : 0][kQInRegs ? ks : 0] : q_smem_frag[kQInRegs ? 0 : mt];
@@ -268,8 +315,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
                 #pragma unroll
                 for (int dp = 0; dp < kDT / 2; dp++) {
                     uint32_t vb[4];   // B fragments of d tiles 2dp and 2dp+1 (V is [key][d]: transposed load)
-                    int key = 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2);
-                    ldmatrix_x4_trans(vb, smem_addr(v_s + swizzle<HS>(key, 2 * dp + lane / 16)));
+                    ldmatrix_x4_trans(vb, v_frag_addr(v_s, kk, dp));
                     #pragma unroll
                     for (int mt = 0; mt < kMT; mt++) {
                         mma_bf16_16816(o_acc[mt][2 * dp], pa[mt], vb[0], vb[1]);

@@ -6,6 +6,11 @@ into 128-byte-swizzled shared memory (conflict-free ldmatrix); P stays in regist
 accumulators are the A fragments of P V); online softmax in base 2 with the scale folded into one
 FFMA, normalised once at the end; causal tiles skipped, the mask applied only on diagonal tiles, and
 the longest Q tiles launched first. The configs: kBlockM x kBlockN / warps (rows per warp).
+HS 128 with 32 rows per warp (O alone is 128 registers) fits in 255 registers only with the lean K/V
+loader and XOR fragment addressing of src/attention.cuh; ptxas (CUDA 13.0), registers / spill bytes
+sm_80 | sm_90a: 128x64/8w 177/0 | 178/0, 128x48/4w 255/0 | 254/0, 128x64/4w 255/0 | 255/36,
+128x32/4w 239/0 | 238/0. 128x48/4w (new, replaces 64x64/4w) is the largest key tile with no spill on
+either arch; its last tile of a diagonal may be partly past the Q tile, which the mask already covers.
 Last run (H200, 2026-11-21, commit ab05b33; all configs and anchors in dev/cuda/README.md):
   RESULT attention_forward 3 cfg=128x64/4w B=64 NH=12 T=1024 HS=64 ms_med=0.4645 ms_min=0.4631 tflops=221.9 speedup_vs_2=5.65
   RESULT attention_forward 3 cfg=128x32/4w B=4 NH=16 T=8192 HS=128 ms_med=4.1883 ms_min=4.0151 tflops=262.5 speedup_vs_2=2.82
@@ -23,8 +28,8 @@ void attention_forward3(const AttentionForwardParams& p, int config, cudaStream_
     } else {
         switch (config) {
             case 0: launch_attention_forward<128, 1, 8, 64>(p, stream); break;   // 128x64, 8 warps x 16 rows
-            case 1: launch_attention_forward<128, 1, 4, 64>(p, stream); break;   // 64x64, 4 warps x 16 rows
-            case 2: launch_attention_forward<128, 2, 4, 64>(p, stream); break;   // 128x64, 4 warps x 32 rows (Q in smem)
+            case 1: launch_attention_forward<128, 2, 4, 48>(p, stream); break;   // 128x48, 4 warps x 32 rows (Q in smem)
+            case 2: launch_attention_forward<128, 2, 4, 64>(p, stream); break;   // 128x64, 4 warps x 32 rows (Q in smem; FA2's)
             case 3: launch_attention_forward<128, 2, 4, 32>(p, stream); break;   // 128x32, 4 warps x 32 rows (Q in smem)
         }
     }
