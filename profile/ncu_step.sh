@@ -5,28 +5,23 @@
 # "% of step" can be set against real time); run ncu on the step between cudaProfilerStart/Stop; tabulate.
 #
 # The ncu command (NCU_METRICS overrides the metric list):
-#   ncu --clock-control none --profile-from-start off --nvtx --csv --page raw --print-units base \
-#       --metrics $METRICS ./profile_gpt2cu 64 1024 > $OUT/ncu_step.csv
+#   ncu --clock-control none --profile-from-start off --replay-mode application --nvtx --csv --page raw \
+#       --print-units base --metrics $METRICS ./profile_gpt2cu 64 1024 > $OUT/ncu_step.csv
 # --clock-control none: leave the clocks where the driver puts them (ncu's default locks them to base, which
 #   is slower than what training sees). --profile-from-start off: only kernels after cudaProfilerStart, i.e.
 #   the second step; the first one (cuBLASLt heuristics, lazy loading) is the warmup. --nvtx: adds the NVTX
-#   range column ncu_table.py reads phases from. Replay mode is ncu's default (kernel) and cache control its
-#   default (all: caches flushed before each pass), so each kernel starts cold as in one full step.
-# Cost: ncu serializes the step's few hundred kernels and replays each once per pass. The pass count grows
-# with the metric groups, and the two *_throughput ratios are the expensive ones (each expands into many
-# sub-counters); with this list it should stay within ~3 minutes at B=64 T=1024. If not, drop those two
-# (NCU_METRICS=...) and the table prints "-" for them.
-# Metrics this ncu does not list in `ncu --query-metrics` are dropped (and named), since one unknown metric
-# would fail the whole run; NCU_NO_FILTER=1 skips that check.
+#   range column ncu_table.py reads phases from.
+# --replay-mode application: each metric pass reruns the whole program (~15 s) instead of saving and restoring
+#   the GPU memory around every one of the step's ~400 kernels; kernel replay at B=64 did not finish one step
+#   in 200 s on an H200 (2026-11-21). The default metrics (time, DRAM bytes, bf16 tensor ops) fit in few
+#   passes; NCU_FULL=1 adds the SM / memory throughput percentages, which cost many more.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/flashgpt_out}; mkdir -p "$OUT"
 B=${1:-64}; T=${2:-1024}
-METRICS=${NCU_METRICS:-gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,\
-sm__throughput.avg.pct_of_peak_sustained_elapsed,gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed,\
-sm__ops_path_tensor_src_bf16_dst_fp32.sum,\
-sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,\
-sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed}
+METRICS=${NCU_METRICS:-gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__ops_path_tensor_src_bf16_dst_fp32.sum}
+[ -n "${NCU_FULL:-}" ] && METRICS="$METRICS,sm__throughput.avg.pct_of_peak_sustained_elapsed,\
+gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed"
 
 rm -f "$OUT/ncu_table.md" "$OUT/ncu_step.csv"
 make profile_gpt2cu >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
@@ -50,7 +45,7 @@ if [ -z "${NCU_NO_FILTER:-}" ] && grep -q "^sm__" "$OUT/ncu_query_metrics.txt"; 
 fi
 
 start=$(date +%s)
-ncu --clock-control none --profile-from-start off --nvtx --csv --page raw --print-units base \
+ncu --clock-control none --profile-from-start off --replay-mode application --nvtx --csv --page raw --print-units base \
     --metrics "$METRICS" ./profile_gpt2cu "$B" "$T" > "$OUT/ncu_step.csv" 2> "$OUT/ncu_step.log"
 rc=$?
 echo "ncu rc=$rc in $(( $(date +%s) - start )) s; kernel rows: $(grep -c '^"[0-9]' "$OUT/ncu_step.csv")"

@@ -7,11 +7,9 @@ into two markdown tables: one row per kernel (summed over its calls), then one r
                                [--peak-tflops 989] [--peak-gbps 4800] [--flops-per-tensor-op 1]
 
 The CSV comes from profile/ncu_step.sh, which runs:
-  ncu --clock-control none --profile-from-start off --nvtx --csv --page raw --print-units base \
-      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,\
-sm__throughput.avg.pct_of_peak_sustained_elapsed,gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed,\
-sm__ops_path_tensor_src_bf16_dst_fp32.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,\
-sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed \
+  ncu --clock-control none --profile-from-start off --replay-mode application --nvtx --csv --page raw \
+      --print-units base --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,\
+sm__ops_path_tensor_src_bf16_dst_fp32.sum \
       ./profile_gpt2cu 64 1024 > ncu_step.csv
 The raw page is a header row (fixed columns "ID", "Kernel Name", ... then one column per metric), a
 units row, then one row per kernel launch. Cells are quoted, may hold commas ("void k<float, 4>(int, int)")
