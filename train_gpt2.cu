@@ -700,6 +700,7 @@ int main(int argc, char** argv) {
     // the GPU (after the file checks, so those work on any machine)
     const cudaDeviceProp& props = device_props();
     exit_on_error(gpu_check_compute_capability(props.major, props.minor, props.name));
+    if (cfg.gelu_fusion < 0) cfg.gelu_fusion = gelu_fusion_default(props.major);
     const char* attention_why = attention_unsupported_reason(cfg.B, cfg.T, NH, C / NH);
     if (attention_why) exit_on_error(strfmt("attention does not support B=%d T=%d NH=%d HS=%d: %s", cfg.B, cfg.T, NH, C / NH, attention_why));
     Tokenizer tokenizer;

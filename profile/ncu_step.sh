@@ -19,17 +19,20 @@ set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/flashgpt_out}; mkdir -p "$OUT"
 B=${1:-64}; T=${2:-1024}
+# PROFILE_DIR: another checkout whose profile_gpt2cu to build and profile (e.g. an older commit, for a
+# before/after pair); TAG names this run's files (ncu_step$TAG.csv, ncu_table$TAG.md)
+DIR=${PROFILE_DIR:-.}; TAG=${TAG:-}
 METRICS=${NCU_METRICS:-gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__ops_path_tensor_src_bf16_dst_fp32.sum}
 [ -n "${NCU_FULL:-}" ] && METRICS="$METRICS,sm__throughput.avg.pct_of_peak_sustained_elapsed,\
 gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed"
 
-rm -f "$OUT/ncu_table.md" "$OUT/ncu_step.csv"
-make profile_gpt2cu >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+rm -f "$OUT/ncu_table$TAG.md" "$OUT/ncu_step$TAG.csv"
+make -C "$DIR" profile_gpt2cu >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 command -v ncu >/dev/null || { echo "ncu not found (Nsight Compute is part of the CUDA toolkit: add its bin to PATH)"; exit 1; }
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 
 # the step without ncu
-./profile_gpt2cu "$B" "$T" > "$OUT/step_wall.log" 2>&1 || { echo "profile_gpt2cu failed:"; tail -20 "$OUT/step_wall.log"; exit 1; }
+"$DIR/profile_gpt2cu" "$B" "$T" > "$OUT/step_wall.log" 2>&1 || { echo "profile_gpt2cu failed:"; tail -20 "$OUT/step_wall.log"; exit 1; }
 STEP_MS=$(grep -oE "one step [0-9.]+ ms" "$OUT/step_wall.log" | grep -oE "[0-9.]+" | head -n 1)
 echo "without ncu: $(grep 'one step' "$OUT/step_wall.log")"
 
@@ -46,9 +49,9 @@ fi
 
 start=$(date +%s)
 ncu --clock-control none --profile-from-start off --replay-mode application --nvtx --csv --page raw --print-units base \
-    --metrics "$METRICS" ./profile_gpt2cu "$B" "$T" > "$OUT/ncu_step.csv" 2> "$OUT/ncu_step.log"
+    --metrics "$METRICS" "$DIR/profile_gpt2cu" "$B" "$T" > "$OUT/ncu_step$TAG.csv" 2> "$OUT/ncu_step$TAG.log"
 rc=$?
-echo "ncu rc=$rc in $(( $(date +%s) - start )) s; kernel rows: $(grep -c '^"[0-9]' "$OUT/ncu_step.csv")"
-[ $rc -eq 0 ] || { tail -20 "$OUT/ncu_step.log"; grep "==ERROR==\|==WARNING==" "$OUT/ncu_step.csv" | head; exit 1; }
+echo "ncu rc=$rc in $(( $(date +%s) - start )) s; kernel rows: $(grep -c '^"[0-9]' "$OUT/ncu_step$TAG.csv")"
+[ $rc -eq 0 ] || { tail -20 "$OUT/ncu_step$TAG.log"; grep "==ERROR==\|==WARNING==" "$OUT/ncu_step$TAG.csv" | head; exit 1; }
 
-python3 profile/ncu_table.py "$OUT/ncu_step.csv" --gpu "$GPU" ${STEP_MS:+--step-ms $STEP_MS} | tee "$OUT/ncu_table.md"
+python3 profile/ncu_table.py "$OUT/ncu_step$TAG.csv" --gpu "$GPU" ${STEP_MS:+--step-ms $STEP_MS} | tee "$OUT/ncu_table$TAG.md"

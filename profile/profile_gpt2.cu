@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
     if (why) exit_on_error(strfmt("attention: %s", why));
     GPT2 model;
     gpt2_build_from_random(&model, config, 42);
-    gpt2_allocate_state(&model, B, T, /*recompute=*/1, /*gelu_fusion=*/0, /*use_master_weights=*/1);
+    gpt2_allocate_state(&model, B, T, /*recompute=*/1, gelu_fusion_default(device_props().major), /*use_master_weights=*/1);
     std::vector<int> x(B * T), y(B * T);
     mt19937_state rng;
     mt19937_init(&rng, 1337);

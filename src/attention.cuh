@@ -1775,7 +1775,8 @@ inline const char* attention_backward_path_name(int HS) {
     if (attention_backward_nondeterministic())
         return HS == 64 ? "flash backward, mma.sync sm80, atomic dQ (non-deterministic): 128 keys x 64 queries 8 warps, 64x64 4 warps on small shapes (HS=64)"
                         : "flash backward, mma.sync sm80, atomic dQ (non-deterministic): 64 keys x 64 queries 4 warps (HS=128)";
-    if (attention_backward_uses_hopper(HS)) return "flash backward, wgmma sm90a, split deterministic: dK/dV 64 keys x 64 queries 1 warpgroup + dQ 64x64 1 warpgroup (HS=64)";
+    if (attention_backward_uses_hopper(HS))
+        return "flash backward, wgmma sm90a, split deterministic: dK/dV 64 keys x 64 queries + dQ 64 x 64, 1 warpgroup each (x128 steps from T=2048) (HS=64)";
     return HS == 64 ? "flash backward, mma.sync sm80, split deterministic: dK/dV 64 keys x 32 queries 4 warps + dQ 64x64 4 warps (HS=64)"
                     : "flash backward, mma.sync sm80, split deterministic: dK/dV 64 keys x 32 queries 4 warps + dQ 64x32 4 warps (HS=128)";
 }
@@ -1789,7 +1790,8 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
         else if (HS == 64) attention_backward_atomic<64, 4, 64>(p, stream);
         else attention_backward_atomic<128, 4, 64>(p, stream);
     } else {
-        if (attention_backward_uses_hopper(HS)) attention_backward_split_hopper<1, 64, 2, 1, 64, 3>(p, stream);
+        if (attention_backward_uses_hopper(HS) && T >= 2048) attention_backward_split_hopper<1, 128, 2, 1, 128, 2>(p, stream);
+        else if (attention_backward_uses_hopper(HS)) attention_backward_split_hopper<1, 64, 2, 1, 64, 3>(p, stream);
         else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(p, stream);
         else attention_backward_split<128, 4, 1, 32, 4, 1, 32>(p, stream);
     }
