@@ -59,22 +59,33 @@ __device__ inline float block_reduce_max(float v, float* shared) {
 
 // ----------------------------------------------------------------------------
 // Second stage of the deterministic column reductions (bias and layernorm weight gradients):
-// partials (num_partials, num_outputs, C) fp32 -> out_k[c] += sum over partials, in order.
+// partials (num_partials, num_outputs, C) fp32 -> out_k[c] += sum over partials, in a fixed order.
+// grid (ceil(C/32), num_outputs), block (32, 32): threadIdx.x owns one column (a warp reads 128 contiguous
+// bytes), threadIdx.y sums partials y, y + 32, y + 64, ... and the 32 row sums are added in order. One thread
+// per column walking all ~1000 partials (the first version) was latency bound: 44 us a call, 3.2 ms of a d12
+// B=64 step on an H200 (profile/ncu_step.sh, 2026-11-21).
+
+#define REDUCE_PARTIALS_ROWS 32
 
 __global__ void reduce_partials_add_kernel(floatX* out0, floatX* out1, const float* partials, int num_partials, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    int num_outputs = out1 ? 2 : 1;
-    if (c >= C) return;
-    for (int k = 0; k < num_outputs; k++) {
-        float sum = 0.0f;
-        for (int p = 0; p < num_partials; p++) sum += partials[((size_t)p * num_outputs + k) * C + c];
-        floatX* out = k == 0 ? out0 : out1;
-        out[c] = __float2bfloat16(__bfloat162float(out[c]) + sum);
+    __shared__ float row_sums[REDUCE_PARTIALS_ROWS][32];
+    const int c = blockIdx.x * 32 + threadIdx.x, k = blockIdx.y, num_outputs = gridDim.y;
+    float sum = 0.0f;
+    if (c < C) {
+        #pragma unroll 8
+        for (int p = threadIdx.y; p < num_partials; p += REDUCE_PARTIALS_ROWS) sum += partials[((size_t)p * num_outputs + k) * C + c];
     }
+    row_sums[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= C) return;
+    sum = 0.0f;
+    for (int y = 0; y < REDUCE_PARTIALS_ROWS; y++) sum += row_sums[y][threadIdx.x];
+    floatX* out = k == 0 ? out0 : out1;
+    out[c] = __float2bfloat16(__bfloat162float(out[c]) + sum);
 }
 
 inline void reduce_partials_add(floatX* out0, floatX* out1, const float* partials, int num_partials, int C, cudaStream_t stream) {
-    const int block_size = 256;
-    reduce_partials_add_kernel<<<ceil_div(C, block_size), block_size, 0, stream>>>(out0, out1, partials, num_partials, C);
+    dim3 grid(ceil_div(C, 32), out1 ? 2 : 1);
+    reduce_partials_add_kernel<<<grid, dim3(32, REDUCE_PARTIALS_ROWS), 0, stream>>>(out0, out1, partials, num_partials, C);
     cudaCheck(cudaGetLastError());
 }
