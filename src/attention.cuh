@@ -789,7 +789,16 @@ Kernels (sm_80+ mma.sync, the forward's fragments, swizzle and cp.async loads):
               written once. With dkdv it is 7 GEMMs per tile pair instead of 5, but no atomics: deterministic.
   postprocess (atomic path) the fp32 dQ accumulator * scale -> bf16 into dqkv.
 Paths: "split" (deterministic, bit-identical run to run: the training default) and "atomic" (opt-in:
-FLASHGPT_ATTN_NONDETERMINISTIC=1 or attention_backward_nondeterministic() = true).
+FLASHGPT_ATTN_NONDETERMINISTIC=1 or attention_backward_nondeterministic() = true). On Hopper with sm_90a code in
+the binary, the split path of HS 64 runs on wgmma (the two *_hopper kernels below): measured in one call (H200,
+2026-11-21, commit 6e27659, dev/cuda/attention_backward 0,3,4,5 --shapes bench; bwd ms_med, fwd+bwd TF/s):
+                          64x12x1024       8x12x1024        4x12x4096        1x12x16384
+  wgmma kv64x64+q64x64    1.276 / 221.9    0.166 / 208.9    1.044 / 271.6    3.985 / 286.5
+  wgmma kv64x128+q64x128  1.332 / 214.5    0.163 / 212.0    0.969 / 287.8    3.730 / 301.7
+  mma.sync atomic (best)  1.714 / 174.8    0.208 / 174.8    1.314 / 225.7    4.934 / 241.1
+  cuDNN (same call)       1.317 / 220.0    0.340 / 106.5    0.837 / 322.5    2.419 / 427.1
+so the shipped Hopper split takes 64-query / 64-key steps below T = 2048 and 128 from there; both beat the
+non-deterministic mma.sync path, which the opt-in still selects (it has no Hopper version yet).
 Crossover, measured (dev/cuda/attention_backward 0,3,4 -b B -t T -n 12 -d 64, NVIDIA H200, 2026-11-21; bwd ms_med,
 best config of each variant; B*NH x T):
                 12x1024  48x1024  96x1024  192x1024  768x1024  12x4096  48x4096  12x16384
