@@ -797,8 +797,8 @@ the binary, the split path of HS 64 runs on wgmma (the two *_hopper kernels belo
   wgmma kv64x128+q64x128  1.332 / 214.5    0.163 / 212.0    0.969 / 287.8    3.730 / 301.7
   mma.sync atomic (best)  1.714 / 174.8    0.208 / 174.8    1.314 / 225.7    4.934 / 241.1
   cuDNN (same call)       1.317 / 220.0    0.340 / 106.5    0.837 / 322.5    2.419 / 427.1
-so the shipped Hopper split takes 64-query / 64-key steps below T = 2048 and 128 from there; both beat the
-non-deterministic mma.sync path, which the opt-in still selects (it has no Hopper version yet).
+so the shipped Hopper split takes 64-query / 64-key steps below T = 2048 and 128 from there. Both beat the
+non-deterministic mma.sync path, so on Hopper the opt-in changes nothing: the deterministic path is the fast one.
 Crossover, measured (dev/cuda/attention_backward 0,3,4 -b B -t T -n 12 -d 64, NVIDIA H200, 2026-11-21; bwd ms_med,
 best config of each variant; B*NH x T):
                 12x1024  48x1024  96x1024  192x1024  768x1024  12x4096  48x4096  12x16384
@@ -1781,11 +1781,11 @@ inline bool attention_backward_atomic_big_tiles(int B, int T, int NH) {
 inline bool attention_backward_uses_hopper(int HS) { return HS == 64 && hopper_path_available(); }
 
 inline const char* attention_backward_path_name(int HS) {
+    if (attention_backward_uses_hopper(HS))
+        return "flash backward, wgmma sm90a, split deterministic: dK/dV 64 keys x 64 queries + dQ 64 x 64, 1 warpgroup each (x128 steps from T=2048) (HS=64)";
     if (attention_backward_nondeterministic())
         return HS == 64 ? "flash backward, mma.sync sm80, atomic dQ (non-deterministic): 128 keys x 64 queries 8 warps, 64x64 4 warps on small shapes (HS=64)"
                         : "flash backward, mma.sync sm80, atomic dQ (non-deterministic): 64 keys x 64 queries 4 warps (HS=128)";
-    if (attention_backward_uses_hopper(HS))
-        return "flash backward, wgmma sm90a, split deterministic: dK/dV 64 keys x 64 queries + dQ 64 x 64, 1 warpgroup each (x128 steps from T=2048) (HS=64)";
     return HS == 64 ? "flash backward, mma.sync sm80, split deterministic: dK/dV 64 keys x 32 queries 4 warps + dQ 64x64 4 warps (HS=64)"
                     : "flash backward, mma.sync sm80, split deterministic: dK/dV 64 keys x 32 queries 4 warps + dQ 64x32 4 warps (HS=128)";
 }
@@ -1794,14 +1794,15 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
                                const float* lse, int B, int T, int NH, int HS, cudaStream_t stream) {
     attention_check_supported(B, T, NH, HS);
     AttentionBackwardParams p{dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS};
-    if (attention_backward_nondeterministic()) {   // the atomic path was faster at every shape measured (header)
+    if (attention_backward_uses_hopper(HS)) {   // deterministic, and faster than the atomic opt-in (header)
+        if (T >= 2048) attention_backward_split_hopper<1, 128, 2, 1, 128, 2>(p, stream);
+        else attention_backward_split_hopper<1, 64, 2, 1, 64, 3>(p, stream);
+    } else if (attention_backward_nondeterministic()) {   // faster than the split at every shape measured (header)
         if (HS == 64 && attention_backward_atomic_big_tiles(B, T, NH)) attention_backward_atomic<64, 8, 64>(p, stream);
         else if (HS == 64) attention_backward_atomic<64, 4, 64>(p, stream);
         else attention_backward_atomic<128, 4, 64>(p, stream);
     } else {
-        if (attention_backward_uses_hopper(HS) && T >= 2048) attention_backward_split_hopper<1, 128, 2, 1, 128, 2>(p, stream);
-        else if (attention_backward_uses_hopper(HS)) attention_backward_split_hopper<1, 64, 2, 1, 64, 3>(p, stream);
-        else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(p, stream);
+        if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(p, stream);
         else attention_backward_split<128, 4, 1, 32, 4, 1, 32>(p, stream);
     }
 }
