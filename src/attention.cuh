@@ -1342,13 +1342,19 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
 }
 
 // ----------------------------------------------------------------------------
-// Hopper (sm_90a) backward, HS 64: the split path's two kernels on wgmma. Same math, same scratch, same
-// preprocess; every GEMM is a warpgroup MMA reading its shared operands straight from the 128-byte-swizzled
-// tiles (the forward's layout), and the GEMMs whose A operand is a softmax-shaped accumulator (P^T, dS^T, dS)
-// take it from registers: the m64nN accumulator layout converted to bf16 is the A-fragment layout.
+// Hopper (sm_90a) backward, HS 64 and 128: the split path's two kernels on wgmma. Same math, same scratch,
+// same preprocess; every GEMM is a warpgroup MMA reading its shared operands straight from the 128-byte-swizzled
+// tiles (the forward's swizzle_wgmma layout: HS / 64 column blocks of (rows, 64)), and the GEMMs whose A operand
+// is a softmax-shaped accumulator (P^T, dS^T, dS) take it from registers: the m64nN accumulator layout
+// converted to bf16 is the A-fragment layout.
 //   dkdv: a warpgroup owns 64 keys. S^T = K Q^T and dP^T = V dO^T (SS, K-major both), then dV += P^T dO and
 //         dK += dS^T Q (RS, dO and Q read MN-major). P^T's exponentials run while dP^T is still in flight.
 //   dq:   a warpgroup owns 64 query rows. S = Q K^T, dP = dO V^T (SS), dQ += dS K (RS, K read MN-major).
+// Descriptors, as in the forward: the SS GEMMs contract over HS in k16 steps ks, head dims 16ks.. living in
+// column block ks / 4 at +32 * (ks % 4) bytes; the RS GEMMs contract over 16 rows (queries or keys) per k step,
+// +16 * 128 bytes into a column block, and give HS-wide outputs as one n64 wgmma per column block c into
+// accumulator registers [32c, 32c + 32). The epilogues stage dK, dV, dQ in swizzle<HS> rows (each warp its own
+// 16 rows, read back by the same warp) once every wgmma is done, so the two layouts never meet.
 // Deterministic like the mma.sync split path: every output written once, in a fixed order.
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1358,6 +1364,19 @@ template <int N>
 __device__ __forceinline__ void wgmma_ss_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
     if constexpr (N == 128) wgmma_ss_m64n128k16(d, desc_a, desc_b);
     else wgmma_ss_m64n64k16(d, desc_a, desc_b);
+}
+// d (m64 x nHS) += A (64 x 16, bf16 registers) * B (16 x HS): rows 16j..16j+15 of an MN-major swizzle_wgmma
+// tile of kRows rows (16 rows of 128 bytes into each column block), one n64 wgmma per 64-column block c into
+// accumulator registers [32c, 32c + 32), as the forward's P V
+template <int HS, int kRows>
+__device__ __forceinline__ void wgmma_rs_m64k16_trans_b(float (&d)[HS / 2], const uint32_t (&a)[4], const uint8_t* tile, int j) {
+    if constexpr (HS == 64) {
+        wgmma_rs_m64n64k16_trans_b(d, a, wgmma_desc(tile + j * 16 * 128));
+    } else {
+        #pragma unroll
+        for (int c = 0; c < HS / 64; c++)
+            wgmma_rs_m64n64k16_trans_b(*reinterpret_cast<float(*)[32]>(d + 32 * c), a, wgmma_desc(tile + c * kRows * 128 + j * 16 * 128));
+    }
 }
 #endif
 
@@ -1369,27 +1388,32 @@ __device__ __forceinline__ void accum_to_a_frag(uint32_t (&a)[4], const float* a
     a[3] = pack_bf16x2(acc[8 * j + 6], acc[8 * j + 7]);
 }
 
-template <int kNWG, int kBlockM>
+template <int HS, int kNWG, int kBlockM>
 struct HopperBackwardKVTile {
-    static constexpr int HS = 64, kBlockN = 64 * kNWG, kThreads = 128 * kNWG;
+    static constexpr int kBlockN = 64 * kNWG, kThreads = 128 * kNWG;
     static constexpr int kKVBytes = kBlockN * HS * 2;
     static constexpr int kQBytes = kBlockM * HS * 2;
     static constexpr int kStageBytes = 2 * kQBytes + 1024;     // Q, dO, then lse2 and dpsum (2 * kBlockM floats <= 1 KB)
-    static constexpr int kSmemBytes = 2 * kKVBytes + 2 * kStageBytes + 1024;   // + 1 KB to align to the swizzle atom
+    // + 1 KB to align to the swizzle atom. HS 128, kBlockM 64: 99 KB with 1 warpgroup, so 2 CTAs per SM fit
+    // (the 64x128 fp32 dK + dV alone take 128 registers a thread, but 2 x 128 threads x 256 registers is the
+    // whole 64K register file); 131 KB with 2 warpgroups: 1 CTA per SM.
+    static constexpr int kSmemBytes = 2 * kKVBytes + 2 * kStageBytes + 1024;
 };
 
-template <int kNWG, int kBlockM, int kMinBlocks>
+template <int HS, int kNWG, int kBlockM, int kMinBlocks>
 __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dkdv_hopper_kernel(const AttentionBackwardParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using Tile = HopperBackwardKVTile<kNWG, kBlockM>;
-    constexpr int HS = 64, kBlockN = Tile::kBlockN, kThreads = Tile::kThreads;
+    static_assert(HS == 64 || HS == 128, "head size 64 or 128");
+    using Tile = HopperBackwardKVTile<HS, kNWG, kBlockM>;
+    constexpr int kBlockN = Tile::kBlockN, kThreads = Tile::kThreads;
     constexpr int kQT = kBlockM / 8;      // n8 column groups of S^T (queries)
     constexpr int kQS = kBlockM / 16;     // k16 steps of dV, dK (over queries)
     constexpr int kDT = HS / 8;           // n8 column groups of dK, dV
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    uint8_t* k_smem = smem;                               // (kBlockN, HS), dK staging at the end
-    uint8_t* v_smem = smem + Tile::kKVBytes;              // (kBlockN, HS), dV staging at the end
+    // K, V (kBlockN, HS) and per stage Q, dO (kBlockM, HS): swizzle_wgmma; dK, dV staged as swizzle<HS> at the end
+    uint8_t* k_smem = smem;
+    uint8_t* v_smem = smem + Tile::kKVBytes;
     uint8_t* stage_smem = smem + 2 * Tile::kKVBytes;
     auto q_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes; };
     auto do_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes + Tile::kQBytes; };
@@ -1414,25 +1438,27 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dkd
     const int m_blocks = ceil_div(T, kBlockM);
 
     auto load_stage = [&](int s, int m_block) {
-        load_tile_async<HS, kThreads>(q_tile(s), q_gl, row_stride, m_block * kBlockM, kBlockM, T);
-        load_tile_async<HS, kThreads>(do_tile(s), do_gl, (size_t)NH * HS, m_block * kBlockM, kBlockM, T);
+        load_tile_async_wgmma<HS, kBlockM, kThreads>(q_tile(s), q_gl, row_stride, m_block * kBlockM, T);
+        load_tile_async_wgmma<HS, kBlockM, kThreads>(do_tile(s), do_gl, (size_t)NH * HS, m_block * kBlockM, T);
         for (int c = threadIdx.x; c < kBlockM / 2; c += kThreads) {   // lse2 then dpsum, 16 bytes a copy (padded rows)
             const int which = c / (kBlockM / 4), i = c % (kBlockM / 4);
             const float* src = (which ? dpsum_gl : lse2_gl) + m_block * kBlockM + 4 * i;
             cp_async_16(smem_addr(lse2_tile(s) + which * kBlockM + 4 * i), src, true);
         }
     };
-    load_tile_async<HS, kThreads>(k_smem, k_gl, row_stride, n_start, kBlockN, T);
-    load_tile_async<HS, kThreads>(v_smem, v_gl, row_stride, n_start, kBlockN, T);
+    load_tile_async_wgmma<HS, kBlockN, kThreads>(k_smem, k_gl, row_stride, n_start, T);
+    load_tile_async_wgmma<HS, kBlockN, kThreads>(v_smem, v_gl, row_stride, n_start, T);
     load_stage(0, m_first);
     cp_async_commit();
 
+    // dK, dV (64 keys x HS per warpgroup), the m64nHS accumulator layout: registers [32c, 32c + 32) are the
+    // m64n64 accumulator of head dims 64c .. 64c + 63
     float dk_acc[kDT * 4], dv_acc[kDT * 4];
     #pragma unroll
     for (int i = 0; i < kDT * 4; i++) dk_acc[i] = dv_acc[i] = 0.0f;
     const float scale_log2 = rsqrtf((float)HS) * kLog2e;
-    const uint64_t k_desc = wgmma_desc(k_smem + wg * 64 * HS * 2);
-    const uint64_t v_desc = wgmma_desc(v_smem + wg * 64 * HS * 2);
+    const uint64_t k_desc = wgmma_desc(k_smem + wg * 64 * 128);   // this warpgroup's keys in column block 0
+    const uint64_t v_desc = wgmma_desc(v_smem + wg * 64 * 128);
 
     for (int m_block = m_first; m_block < m_blocks; m_block++) {
         const int stage = (m_block - m_first) & 1;
@@ -1457,12 +1483,17 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dkd
             float st[kQT * 4], dpt[kQT * 4];
             #pragma unroll
             for (int i = 0; i < kQT * 4; i++) st[i] = dpt[i] = 0.0f;
+            // k16 step ks over HS: column block ks / 4, +32 bytes per step inside its atom (descriptor units: 16 bytes)
             wgmma_fence();
             #pragma unroll
-            for (int ks = 0; ks < HS / 16; ks++) wgmma_ss_m64k16<kBlockM>(st, k_desc + 2 * ks, wgmma_desc(q_s + 32 * ks));
+            for (int ks = 0; ks < HS / 16; ks++)
+                wgmma_ss_m64k16<kBlockM>(st, k_desc + (ks / 4) * (kBlockN * 128 / 16) + 2 * (ks % 4),
+                                         wgmma_desc(q_s + (ks / 4) * kBlockM * 128 + 32 * (ks % 4)));
             wgmma_commit();
             #pragma unroll
-            for (int ks = 0; ks < HS / 16; ks++) wgmma_ss_m64k16<kBlockM>(dpt, v_desc + 2 * ks, wgmma_desc(do_s + 32 * ks));
+            for (int ks = 0; ks < HS / 16; ks++)
+                wgmma_ss_m64k16<kBlockM>(dpt, v_desc + (ks / 4) * (kBlockN * 128 / 16) + 2 * (ks % 4),
+                                         wgmma_desc(do_s + (ks / 4) * kBlockM * 128 + 32 * (ks % 4)));
             wgmma_commit();
             wgmma_wait<1>();   // S^T is ready; dP^T may still be running
             // P^T = exp2(S^T * c - lse2[query]), 0 where key > query (only where this warp's keys cross the tile)
@@ -1491,16 +1522,18 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dkd
             // dV += P^T dO, dK += dS^T Q: k step j = queries 16j..16j+15 = rows 16j.. of the (MN-major) tiles
             wgmma_fence();
             #pragma unroll
-            for (int j = 0; j < kQS; j++) wgmma_rs_m64n64k16_trans_b(dv_acc, pa[j], wgmma_desc(do_s + j * 16 * HS * 2));
+            for (int j = 0; j < kQS; j++) wgmma_rs_m64k16_trans_b<HS, kBlockM>(dv_acc, pa[j], do_s, j);
             #pragma unroll
-            for (int j = 0; j < kQS; j++) wgmma_rs_m64n64k16_trans_b(dk_acc, dsa[j], wgmma_desc(q_s + j * 16 * HS * 2));
+            for (int j = 0; j < kQS; j++) wgmma_rs_m64k16_trans_b<HS, kBlockM>(dk_acc, dsa[j], q_s, j);
             wgmma_commit();
             wgmma_wait<0>();
         }
         __syncthreads();   // every warpgroup is done with this stage before the next prefetch overwrites it
     }
 
-    // epilogue: dK *= scale; dK, dV -> bf16 staged in this warp's own 16 rows of the K / V tiles, 16-byte stores
+    // epilogue: dK *= scale; dK, dV -> bf16 staged in this warp's own 16 rows of the K / V tiles, 16-byte stores.
+    // Staging uses swizzle<HS> (256-byte rows at HS 128), not the column blocks: the loop's last __syncthreads
+    // came after every warpgroup's last wgmma, so K and V are dead, and each warp reads back only what it wrote.
     const float scale = rsqrtf((float)HS);
     #pragma unroll
     for (int half = 0; half < 2; half++) {
@@ -1525,26 +1558,29 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dkd
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
-template <int kNWG, int kBlockN>
+template <int HS, int kNWG, int kBlockN>
 struct HopperBackwardQTile {
-    static constexpr int HS = 64, kBlockM = 64 * kNWG, kThreads = 128 * kNWG;
+    static constexpr int kBlockM = 64 * kNWG, kThreads = 128 * kNWG;
     static constexpr int kTileBytes = kBlockN * HS * 2;
-    static constexpr int kSmemBytes = 2 * kBlockM * HS * 2 + 2 * 2 * kTileBytes + 1024;   // Q, dO, 2 x (K, V), align
+    // Q, dO, 2 x (K, V), align. HS 128: 97 KB (1 warpgroup, kBlockN 64: 2 CTAs per SM), 129 KB (2 warpgroups)
+    static constexpr int kSmemBytes = 2 * kBlockM * HS * 2 + 2 * 2 * kTileBytes + 1024;
 };
 
-template <int kNWG, int kBlockN, int kMinBlocks>
+template <int HS, int kNWG, int kBlockN, int kMinBlocks>
 __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_hopper_kernel(const AttentionBackwardParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using Tile = HopperBackwardQTile<kNWG, kBlockN>;
-    constexpr int HS = 64, kBlockM = Tile::kBlockM, kThreads = Tile::kThreads;
+    static_assert(HS == 64 || HS == 128, "head size 64 or 128");
+    using Tile = HopperBackwardQTile<HS, kNWG, kBlockN>;
+    constexpr int kBlockM = Tile::kBlockM, kThreads = Tile::kThreads;
     constexpr int kNT = kBlockN / 8;      // n8 column groups of S (keys)
     constexpr int kKS = kBlockN / 16;     // k16 steps of dQ += dS K
     constexpr int kDT = HS / 8;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    uint8_t* q_smem = smem;                               // (kBlockM, HS), dQ staging at the end
-    uint8_t* do_smem = smem + kBlockM * HS * 2;           // (kBlockM, HS)
-    uint8_t* kv_smem = smem + 2 * kBlockM * HS * 2;       // [stage][K, V] (kBlockN, HS) each
+    // Q, dO (kBlockM, HS) and per stage K, V (kBlockN, HS): swizzle_wgmma; dQ staged as swizzle<HS> at the end
+    uint8_t* q_smem = smem;
+    uint8_t* do_smem = smem + kBlockM * HS * 2;
+    uint8_t* kv_smem = smem + 2 * kBlockM * HS * 2;       // [stage][K, V]
     auto k_tile = [&](int s) { return kv_smem + s * 2 * Tile::kTileBytes; };
     auto v_tile = [&](int s) { return kv_smem + s * 2 * Tile::kTileBytes + Tile::kTileBytes; };
 
@@ -1562,10 +1598,10 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_
     const int warp_row0 = wg * 64 + (warp % 4) * 16;      // this warp's 16 query rows inside the tile
     const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
 
-    load_tile_async<HS, kThreads>(q_smem, q_gl, row_stride, m_start, kBlockM, T);
-    load_tile_async<HS, kThreads>(do_smem, do_gl, (size_t)NH * HS, m_start, kBlockM, T);
-    load_tile_async<HS, kThreads>(k_tile(0), k_gl, row_stride, (n_blocks - 1) * kBlockN, kBlockN, T);
-    load_tile_async<HS, kThreads>(v_tile(0), v_gl, row_stride, (n_blocks - 1) * kBlockN, kBlockN, T);
+    load_tile_async_wgmma<HS, kBlockM, kThreads>(q_smem, q_gl, row_stride, m_start, T);
+    load_tile_async_wgmma<HS, kBlockM, kThreads>(do_smem, do_gl, (size_t)NH * HS, m_start, T);
+    load_tile_async_wgmma<HS, kBlockN, kThreads>(k_tile(0), k_gl, row_stride, (n_blocks - 1) * kBlockN, T);
+    load_tile_async_wgmma<HS, kBlockN, kThreads>(v_tile(0), v_gl, row_stride, (n_blocks - 1) * kBlockN, T);
     cp_async_commit();
 
     const BackwardScratch sc = backward_scratch(p);   // rows g, g + 8 of this warp (padded: in bounds)
@@ -1576,19 +1612,19 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_
         row_lse2[half] = sc.lse2[r];
         row_dpsum[half] = sc.dpsum[r];
     }
-    float dq_acc[kDT * 4];
+    float dq_acc[kDT * 4];   // registers [32c, 32c + 32): the m64n64 accumulator of head dims 64c .. 64c + 63
     #pragma unroll
     for (int i = 0; i < kDT * 4; i++) dq_acc[i] = 0.0f;
     const float scale_log2 = rsqrtf((float)HS) * kLog2e;
-    const uint64_t q_desc = wgmma_desc(q_smem + wg * 64 * HS * 2);
-    const uint64_t do_desc = wgmma_desc(do_smem + wg * 64 * HS * 2);
+    const uint64_t q_desc = wgmma_desc(q_smem + wg * 64 * 128);   // this warpgroup's rows in column block 0
+    const uint64_t do_desc = wgmma_desc(do_smem + wg * 64 * 128);
 
     for (int it = 0; it < n_blocks; it++) {
         const int n_block = n_blocks - 1 - it;            // diagonal (masked) tile first
         const int stage = it & 1;
         if (it + 1 < n_blocks) {
-            load_tile_async<HS, kThreads>(k_tile(stage ^ 1), k_gl, row_stride, (n_block - 1) * kBlockN, kBlockN, T);
-            load_tile_async<HS, kThreads>(v_tile(stage ^ 1), v_gl, row_stride, (n_block - 1) * kBlockN, kBlockN, T);
+            load_tile_async_wgmma<HS, kBlockN, kThreads>(k_tile(stage ^ 1), k_gl, row_stride, (n_block - 1) * kBlockN, T);
+            load_tile_async_wgmma<HS, kBlockN, kThreads>(v_tile(stage ^ 1), v_gl, row_stride, (n_block - 1) * kBlockN, T);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -1604,12 +1640,17 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_
             float s[kNT * 4], dp[kNT * 4];
             #pragma unroll
             for (int i = 0; i < kNT * 4; i++) s[i] = dp[i] = 0.0f;
+            // k16 step ks over HS: column block ks / 4, +32 bytes per step inside its atom (descriptor units: 16 bytes)
             wgmma_fence();
             #pragma unroll
-            for (int ks = 0; ks < HS / 16; ks++) wgmma_ss_m64k16<kBlockN>(s, q_desc + 2 * ks, wgmma_desc(k_s + 32 * ks));
+            for (int ks = 0; ks < HS / 16; ks++)
+                wgmma_ss_m64k16<kBlockN>(s, q_desc + (ks / 4) * (kBlockM * 128 / 16) + 2 * (ks % 4),
+                                         wgmma_desc(k_s + (ks / 4) * kBlockN * 128 + 32 * (ks % 4)));
             wgmma_commit();
             #pragma unroll
-            for (int ks = 0; ks < HS / 16; ks++) wgmma_ss_m64k16<kBlockN>(dp, do_desc + 2 * ks, wgmma_desc(v_s + 32 * ks));
+            for (int ks = 0; ks < HS / 16; ks++)
+                wgmma_ss_m64k16<kBlockN>(dp, do_desc + (ks / 4) * (kBlockM * 128 / 16) + 2 * (ks % 4),
+                                         wgmma_desc(v_s + (ks / 4) * kBlockN * 128 + 32 * (ks % 4)));
             wgmma_commit();
             wgmma_wait<1>();   // S is ready; dP may still be running
             const bool need_mask = n_block * kBlockN + kBlockN - 1 > m_start + warp_row0;
@@ -1630,14 +1671,15 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_
             // dQ += dS K: k step j = keys 16j..16j+15 = rows 16j.. of the (MN-major) K tile
             wgmma_fence();
             #pragma unroll
-            for (int j = 0; j < kKS; j++) wgmma_rs_m64n64k16_trans_b(dq_acc, dsa[j], wgmma_desc(k_s + j * 16 * HS * 2));
+            for (int j = 0; j < kKS; j++) wgmma_rs_m64k16_trans_b<HS, kBlockN>(dq_acc, dsa[j], k_s, j);
             wgmma_commit();
             wgmma_wait<0>();
         }
         __syncthreads();
     }
 
-    // epilogue: dQ * scale -> bf16, staged in this warp's own 16 Q rows, 16-byte stores
+    // epilogue: dQ * scale -> bf16, staged in this warp's own 16 Q rows (swizzle<HS>, as in the dK/dV kernel:
+    // every wgmma is done, and each warp reads back only what it wrote), 16-byte stores
     const float scale = rsqrtf((float)HS);
     #pragma unroll
     for (int half = 0; half < 2; half++) {
@@ -1702,10 +1744,10 @@ void launch_attention_backward_dq(const AttentionBackwardParams& p, cudaStream_t
     cudaCheck(cudaGetLastError());
 }
 
-template <int kNWG, int kBlockM, int kMinBlocks>
+template <int HS, int kNWG, int kBlockM, int kMinBlocks>
 void launch_attention_backward_dkdv_hopper(const AttentionBackwardParams& p, cudaStream_t stream) {
-    using Tile = HopperBackwardKVTile<kNWG, kBlockM>;
-    auto kernel = attention_backward_dkdv_hopper_kernel<kNWG, kBlockM, kMinBlocks>;
+    using Tile = HopperBackwardKVTile<HS, kNWG, kBlockM>;
+    auto kernel = attention_backward_dkdv_hopper_kernel<HS, kNWG, kBlockM, kMinBlocks>;
     static bool smem_set = false;
     if (!smem_set) {
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
@@ -1716,10 +1758,10 @@ void launch_attention_backward_dkdv_hopper(const AttentionBackwardParams& p, cud
     cudaCheck(cudaGetLastError());
 }
 
-template <int kNWG, int kBlockN, int kMinBlocks>
+template <int HS, int kNWG, int kBlockN, int kMinBlocks>
 void launch_attention_backward_dq_hopper(const AttentionBackwardParams& p, cudaStream_t stream) {
-    using Tile = HopperBackwardQTile<kNWG, kBlockN>;
-    auto kernel = attention_backward_dq_hopper_kernel<kNWG, kBlockN, kMinBlocks>;
+    using Tile = HopperBackwardQTile<HS, kNWG, kBlockN>;
+    auto kernel = attention_backward_dq_hopper_kernel<HS, kNWG, kBlockN, kMinBlocks>;
     static bool smem_set = false;
     if (!smem_set) {
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
@@ -1747,13 +1789,13 @@ void attention_backward_split(const AttentionBackwardParams& p, cudaStream_t str
     launch_attention_backward_dq<HS, kQWarps, kQMT, kQBlockN>(p, stream);
 }
 
-// Hopper split path (HS 64, sm_90a): preprocess, dK/dV on wgmma (kKVWG warpgroups of 64 keys, kKVBlockM-query
-// steps), dQ on wgmma (kQWG warpgroups of 64 query rows, kQBlockN-key steps). Deterministic.
-template <int kKVWG, int kKVBlockM, int kKVMinBlocks, int kQWG, int kQBlockN, int kQMinBlocks>
+// Hopper split path (HS 64 or 128, sm_90a): preprocess, dK/dV on wgmma (kKVWG warpgroups of 64 keys,
+// kKVBlockM-query steps), dQ on wgmma (kQWG warpgroups of 64 query rows, kQBlockN-key steps). Deterministic.
+template <int HS, int kKVWG, int kKVBlockM, int kKVMinBlocks, int kQWG, int kQBlockN, int kQMinBlocks>
 void attention_backward_split_hopper(const AttentionBackwardParams& p, cudaStream_t stream) {
-    launch_attention_backward_preprocess<64>(p, /*zero_dq=*/false, stream);
-    launch_attention_backward_dkdv_hopper<kKVWG, kKVBlockM, kKVMinBlocks>(p, stream);
-    launch_attention_backward_dq_hopper<kQWG, kQBlockN, kQMinBlocks>(p, stream);
+    launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
+    launch_attention_backward_dkdv_hopper<HS, kKVWG, kKVBlockM, kKVMinBlocks>(p, stream);
+    launch_attention_backward_dq_hopper<HS, kQWG, kQBlockN, kQMinBlocks>(p, stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -1795,8 +1837,8 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
     attention_check_supported(B, T, NH, HS);
     AttentionBackwardParams p{dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS};
     if (attention_backward_uses_hopper(HS)) {   // deterministic, and faster than the atomic opt-in (header)
-        if (T >= 2048) attention_backward_split_hopper<1, 128, 2, 1, 128, 2>(p, stream);
-        else attention_backward_split_hopper<1, 64, 2, 1, 64, 3>(p, stream);
+        if (T >= 2048) attention_backward_split_hopper<64, 1, 128, 2, 1, 128, 2>(p, stream);
+        else attention_backward_split_hopper<64, 1, 64, 2, 1, 64, 3>(p, stream);
     } else if (attention_backward_nondeterministic()) {   // faster than the split at every shape measured (header)
         if (HS == 64 && attention_backward_atomic_big_tiles(B, T, NH)) attention_backward_atomic<64, 8, 64>(p, stream);
         else if (HS == 64) attention_backward_atomic<64, 4, 64>(p, stream);

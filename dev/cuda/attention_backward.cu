@@ -59,7 +59,8 @@ static const BackwardVariant kVariants[] = {
     {4, "fa2_split", 4, {"kv128x64/8w+q64x64/4w", "kv64x32/4w+q64x64/4w", "kv128x16/4wx2+q128x32/4wx2", "kv128x32/8w+q128x64/8w"},
                         {"kv64x32/4w+q64x32/4w", "kv64x64/4w+q64x64/4w", "kv128x32/8w+q64x32/4w"}, attention_backward4, nullptr, false, true},
     {5, "wgmma_split", 4, {"kv128x64/2wg+q128x64/2wg", "kv64x64/1wg+q64x64/1wg", "kv128x64/2wg+q128x128/2wg", "kv64x128/1wg+q64x128/1wg"},
-                          {nullptr}, attention_backward5, attention_backward5_supports, false, true},
+                          {"kv64x64/1wg+q64x64/1wg", "kv128x64/2wg+q64x64/1wg", "kv128x64/2wg+q128x64/2wg", "kv64x64/1wg+q128x64/2wg"},
+                          attention_backward5, attention_backward5_supports, false, true},
 };
 constexpr int kBaselineVariant = 2;
 
