@@ -403,10 +403,14 @@ __device__ __forceinline__ uint64_t wgmma_desc(const uint8_t* tile, uint32_t lbo
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// wait until at most N committed groups of this warpgroup are still running
+template <int N> __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
 // cp.async wrote the tiles through the generic proxy; wgmma reads them through the async proxy
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-// d (m64 x n64, fp32, 32 regs a thread) += A (64 x 16, smem descriptor) * B (16 x 64, smem descriptor), both K-major
+// d (m64 x n64, fp32, 32 regs a thread) += A (64 x 16, smem descriptor) * B (16 x 64, smem descriptor), both K-major;
+// kScaleD = 0: d = A * B (the old d is ignored, so the accumulator needs no zeroing)
+template <int kScaleD = 1>
 __device__ __forceinline__ void wgmma_ss_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
@@ -419,9 +423,10 @@ __device__ __forceinline__ void wgmma_ss_m64n64k16(float (&d)[32], uint64_t desc
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
                    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
                    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "l"(desc_a), "l"(desc_b), "n"(1));
+                 : "l"(desc_a), "l"(desc_b), "n"(kScaleD));
 }
 // d (m64 x n128, fp32, 64 regs a thread) += A (64 x 16, smem descriptor) * B (16 x 128, smem descriptor), both K-major
+template <int kScaleD = 1>
 __device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
@@ -442,7 +447,13 @@ __device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], uint64_t des
                    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
                    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
                    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(desc_a), "l"(desc_b), "n"(1));
+                 : "l"(desc_a), "l"(desc_b), "n"(kScaleD));
+}
+// d (m64 x nN) += A (64 x 16) * B (16 x N), both from shared memory, K-major: N = 64 or 128
+template <int N, int kScaleD = 1>
+__device__ __forceinline__ void wgmma_ss_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
+    if constexpr (N == 128) wgmma_ss_m64n128k16<kScaleD>(d, desc_a, desc_b);
+    else wgmma_ss_m64n64k16<kScaleD>(d, desc_a, desc_b);
 }
 // d (m64 x n64, fp32) += A (64 x 16, bf16 registers) * B (16 x 64, smem descriptor, MN-major: transposed)
 __device__ __forceinline__ void wgmma_rs_m64n64k16_trans_b(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
@@ -504,6 +515,14 @@ __device__ __forceinline__ void load_tile_async_wgmma(uint8_t* tile, const float
             cp_async_16(smem_addr(tile + swizzle_wgmma<kRows>(r, ch)), src + (size_t)(valid ? t : 0) * row_stride + ch * 8, valid);
         }
     }
+}
+
+// the accumulator columns 16j..16j+15 of an m64nN tile (register groups 2j, 2j+1) as the bf16 A fragment of k step j
+__device__ __forceinline__ void accum_to_a_frag(uint32_t (&a)[4], const float* acc, int j) {
+    a[0] = pack_bf16x2(acc[8 * j + 0], acc[8 * j + 1]);
+    a[1] = pack_bf16x2(acc[8 * j + 2], acc[8 * j + 3]);
+    a[2] = pack_bf16x2(acc[8 * j + 4], acc[8 * j + 5]);
+    a[3] = pack_bf16x2(acc[8 * j + 6], acc[8 * j + 7]);
 }
 
 template <int HS, int kBlockN>
@@ -683,6 +702,268 @@ attention_forward_hopper_kernel(const AttentionForwardParams p) {
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
+// ----------------------------------------------------------------------------
+// forward kernel, Hopper (sm_90a), with intra-warpgroup overlap (FA3 paper section 3.2)
+//
+// The kernel above waits for every wgmma right after issuing it, so within a warpgroup the tensor cores
+// and the softmax take turns. Here O += P V of K/V tile j-1 runs on the tensor cores while the same
+// warpgroup does the softmax of tile j. Tiles are numbered in loop order (tile i = key block n_blocks-1-i,
+// the diagonal first). One iteration, tile j:
+//   1. cp.async.wait_group, fence.proxy.async, __syncthreads: K_j and V_{j-1} are visible to wgmma, and
+//      both warpgroups have finished iteration j-1 (see "overwrites" below)
+//   2. cp.async K_{j+kStages-1} and V_{j+kStages-2} (those that exist); commit (always: the count stays uniform)
+//   3. issue S = Q K_j^T (SS), commit; issue O += P_{j-1} V_{j-1} (RS: P_{j-1} in bf16 registers), commit
+//   4. wgmma.wait_group 1: S is done, P V may still run -> causal mask, row max, P_j = exp2 (fp32, in the S
+//      registers), row sums, alpha. Nothing here touches O or P_{j-1}, which the running P V owns.
+//   5. wgmma.wait_group 0: P V done -> O *= alpha; P_j -> bf16 registers, the A operand of step 3 next time
+// Tile 0's S and softmax are peeled in front of the loop and the last P V behind it, so the loop issues both
+// GEMMs unconditionally and no warpgroup ever branches around a wgmma (ptxas serialises those, C7520); a
+// warpgroup whose 64 rows all lie above a tile (kBlockN 64, tile 0 of warpgroup 0) gets S = -inf
+// everywhere, and the m_scaled guard turns that into P = 0, alpha = 0 while its row max is still -inf.
+//
+// Shared memory: Q, then a ring of kStages K slots and a ring of kStages V slots; K_i lives in K slot
+// i % kStages, V_i in V slot i % kStages. V is consumed one iteration after K, so it is loaded one tile
+// behind: cp.async group c (c = 0, 1, ...) holds K_c and V_{c-1} (group 0: Q and K_0); groups 0 ..
+// kStages-2 are committed before the loop, iteration j commits group j + kStages - 1.
+//   Reads are safe: iteration j reads group j. When it waits, groups up to j + kStages - 2 are committed,
+//   so cp.async.wait_group kStages-2 means group j has landed for this thread; fence.proxy.async (generic
+//   proxy writes -> async proxy reads) and the barrier extend that to every thread's copies.
+//   Overwrites are safe: step 2 writes K slot (j-1) % kStages and V slot (j-2) % kStages. The last reader of
+//   K_{j-1} is S = Q K_{j-1}^T and that of V_{j-2} is O += P_{j-2} V_{j-2}, both issued in step 3 of iteration
+//   j-1 (iteration 0's S: before the loop; P V of the last tile: after it, behind its own barrier). Every
+//   thread reaches step 1's barrier of iteration j only after its step 5 of iteration j-1 (wgmma.wait_group
+//   0), so both wgmmas have completed in both warpgroups before any thread issues step 2.
+//   Step 2 never hits a slot read in iteration j (K_j: slot j, V_{j-1}: slot j-1; kStages >= 2).
+// Registers: the wgmma accumulators and the RS A operand are fenced (reg_fence) right after the waits that
+// free them and right before the issue that hands them over, so the compiler cannot move an ordinary
+// access to them into the window where a wgmma owns them (ptxas would inject waits there, C7517/C7519).
+
+template <int HS, int kBlockN>
+struct HopperForwardOverlapTile {
+    static constexpr int kBlockM = 128, kThreads = 256;   // 2 warpgroups x 64 rows
+    static constexpr int kStages = 3;                      // K/V ring depth: loads are issued 2 tiles ahead for K
+    static constexpr int kTileBytes = kBlockN * HS * 2;
+    // + 1 KB to align the base to the 1024-byte swizzle atom by hand. HS 64: 65 KB (kBlockN 64), 113 KB (128).
+    static constexpr int kSmemBytes = kBlockM * HS * 2 + 2 * kStages * kTileBytes + 1024;
+    // Registers live through the loop, per thread: S (kBlockN / 2 fp32), P (kBlockN / 4 bf16x2), O (HS / 2).
+    // HS 64 kBlockN 64: 80, which fits the 128 of 2 CTAs per SM. kBlockN 128 (or HS 128): 112-128 before
+    // any address or row statistic, so 1 CTA per SM (up to 255 registers).
+    static constexpr int kMinBlocks = kBlockN / 2 + kBlockN / 4 + HS / 2 <= 80 && 2 * kSmemBytes <= 227 * 1024 ? 2 : 1;
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// An empty asm that "redefines" each register: ordinary code cannot be moved across it, in either
+// direction, for these registers (see the overlap kernel's header).
+template <int N> __device__ __forceinline__ void reg_fence(float (&r)[N]) {
+    #pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i]) :: "memory");
+}
+template <int N> __device__ __forceinline__ void reg_fence(uint32_t (&r)[N][4]) {
+    #pragma unroll
+    for (int i = 0; i < N; i++)
+        #pragma unroll
+        for (int k = 0; k < 4; k++) asm volatile("" : "+r"(r[i][k]) :: "memory");
+}
+#endif
+
+template <int HS, int kBlockN>
+__global__ void __launch_bounds__(256, HopperForwardOverlapTile<HS, kBlockN>::kMinBlocks)
+attention_forward_hopper_overlap_kernel(const AttentionForwardParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(HS == 64 || HS == 128, "head size 64 or 128");
+    using Tile = HopperForwardOverlapTile<HS, kBlockN>;
+    constexpr int kBlockM = Tile::kBlockM, kThreads = Tile::kThreads, kStages = Tile::kStages;
+    static_assert(kStages >= 2, "V_{j-1} and the slot being refilled must differ");
+    constexpr int kNT = kBlockN / 8;      // n8 column groups of S per thread
+    constexpr int kPS = kBlockN / 16;     // k16 steps of P V
+    constexpr int kDT = HS / 8;           // n8 column groups of O
+    constexpr int kCB = HS / 64;          // 64-column blocks of a tile (swizzle_wgmma)
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    uint8_t* q_smem = smem;                                    // (kBlockM, HS) swizzle_wgmma, later O staging (swizzle<HS>)
+    uint8_t* k_smem = smem + kBlockM * HS * 2;                 // [kStages] (kBlockN, HS) swizzle_wgmma
+    uint8_t* v_smem = k_smem + kStages * Tile::kTileBytes;     // [kStages] (kBlockN, HS) swizzle_wgmma
+
+    const int T = p.T, NH = p.NH;
+    const int b = blockIdx.x / NH, h = blockIdx.x % NH;
+    const int m_block = gridDim.y - 1 - blockIdx.y;  // longest (last) Q tiles first
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
+    const int g = lane / 4, tq = lane % 4;
+    const size_t row_stride = 3 * (size_t)NH * HS;
+    const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
+    const floatX* k_gl = q_gl + NH * HS;
+    const floatX* v_gl = q_gl + 2 * NH * HS;
+    const int m_start = m_block * kBlockM;
+    const int warp_row0 = wg * 64 + (warp % 4) * 16;   // this warp's 16 rows of its warpgroup's 64
+    const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
+
+    // tile i (loop order) = key block n_blocks - 1 - i; tiles past the last one are simply not loaded
+    auto load_kv = [&](uint8_t* ring, const floatX* src, int i) {
+        if (i < 0 || i >= n_blocks) return;
+        uint8_t* tile = ring + (i % kStages) * Tile::kTileBytes;
+        const int row0 = (n_blocks - 1 - i) * kBlockN;
+        if constexpr (HS == 64) load_tile_rows_async<64, kThreads, kBlockN>(tile, src, row_stride, row0, T);
+        else load_tile_async_wgmma<HS, kBlockN, kThreads>(tile, src, row_stride, row0, T);
+    };
+    // group 0: Q and K_0; groups 1 .. kStages-2: K_c and V_{c-1}
+    load_tile_async_wgmma<HS, kBlockM, kThreads>(q_smem, q_gl, row_stride, m_start, T);
+    load_kv(k_smem, k_gl, 0);
+    cp_async_commit();
+    #pragma unroll
+    for (int c = 1; c <= kStages - 2; c++) {
+        load_kv(k_smem, k_gl, c);
+        load_kv(v_smem, v_gl, c - 1);
+        cp_async_commit();
+    }
+
+    float s[kNT * 4];       // S of the current tile, then P in fp32; same layout as o_acc
+    uint32_t pa[kPS][4];    // P of the previous tile in bf16: the A fragments of P V
+    // O (64 x HS per warpgroup): o_acc[4 * dt + e] is column 8 * dt + 2 * tq + e % 2 of row g + 8 * (e / 2);
+    // registers 32c .. 32c + 31 are exactly the m64n64 accumulator of column block c
+    float o_acc[kDT * 4];
+    #pragma unroll
+    for (int i = 0; i < kDT * 4; i++) o_acc[i] = 0.0f;
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};   // rows g and g + 8
+    float alpha[2];
+    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
+    const uint64_t q_desc = wgmma_desc(q_smem + wg * 64 * 128);   // this warpgroup's rows of column block 0
+
+    // steps 1 and 2 of iteration j
+    auto wait_and_prefetch = [&](int j) {
+        cp_async_wait<kStages - 2>();
+        fence_proxy_async();
+        __syncthreads();   // K_j, V_{j-1} visible to every warpgroup's wgmma; all wgmmas of iteration j-1 complete
+        load_kv(k_smem, k_gl, j + kStages - 1);   // into the slot of K_{j-1}
+        load_kv(v_smem, v_gl, j + kStages - 2);   // into the slot of V_{j-2}
+        cp_async_commit();
+    };
+    // S = Q K_j^T: k16 steps, column block ks / 4, +32 bytes per step inside its atom; step 0 overwrites s
+    auto issue_s = [&](int j) {
+        const uint8_t* k_s = k_smem + (j % kStages) * Tile::kTileBytes;
+        wgmma_ss_m64k16<kBlockN, /*kScaleD=*/0>(s, q_desc, wgmma_desc(k_s));
+        #pragma unroll
+        for (int ks = 1; ks < HS / 16; ks++)
+            wgmma_ss_m64k16<kBlockN>(s, q_desc + (ks / 4) * (kBlockM * 128 / 16) + 2 * (ks % 4),
+                                     wgmma_desc(k_s + (ks / 4) * kBlockN * 128 + 32 * (ks % 4)));
+        wgmma_commit();
+    };
+    // O += P_j V_j: k16 step i = keys 16i .. 16i + 15, 16 rows of 128 bytes into each column block
+    auto issue_pv = [&](int j) {
+        const uint8_t* v_s = v_smem + (j % kStages) * Tile::kTileBytes;
+        #pragma unroll
+        for (int i = 0; i < kPS; i++)
+            #pragma unroll
+            for (int c = 0; c < kCB; c++)
+                wgmma_rs_m64n64k16_trans_b(*reinterpret_cast<float(*)[32]>(o_acc + 32 * c), pa[i],
+                                           wgmma_desc(v_s + c * kBlockN * 128 + i * 16 * 128));
+        wgmma_commit();
+    };
+    // step 4 on tile j: s holds S_j; leaves P_j (fp32) in s, updates row_max / row_sum, sets alpha
+    auto softmax = [&](int j) {
+        const int n_block = n_blocks - 1 - j;
+        if (n_block * kBlockN + kBlockN - 1 > m_start + warp_row0) {   // causal mask on diagonal tiles
+            #pragma unroll
+            for (int i = 0; i < kNT; i++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int row = m_start + warp_row0 + g + 8 * (e / 2);
+                    int key = n_block * kBlockN + i * 8 + 2 * tq + (e % 2);
+                    if (key > row) s[4 * i + e] = -INFINITY;
+                }
+        }
+        #pragma unroll
+        for (int half = 0; half < 2; half++) {   // online softmax, as in the kernels above
+            float mx = row_max[half];
+            #pragma unroll
+            for (int i = 0; i < kNT; i++) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * half], s[4 * i + 2 * half + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+            // a row with no visible key yet keeps max -inf: use 0 so exp2 sees -inf - 0, not -inf - -inf = NaN
+            const float m_scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;
+            alpha[half] = fast_exp2(row_max[half] * scale_log2 - m_scaled);
+            row_max[half] = mx;
+            float sum = 0.0f;
+            #pragma unroll
+            for (int i = 0; i < kNT; i++)
+                #pragma unroll
+                for (int e = 2 * half; e < 2 * half + 2; e++) {
+                    s[4 * i + e] = fast_exp2(s[4 * i + e] * scale_log2 - m_scaled);
+                    sum += s[4 * i + e];
+                }
+            row_sum[half] = row_sum[half] * alpha[half] + sum;
+        }
+    };
+    auto pack_p = [&]() {
+        #pragma unroll
+        for (int i = 0; i < kPS; i++) accum_to_a_frag(pa[i], s, i);
+    };
+
+    // tile 0: S and softmax only (O is still 0, so alpha is not needed)
+    wait_and_prefetch(0);
+    wgmma_fence();
+    issue_s(0);
+    wgmma_wait<0>();
+    reg_fence(s);
+    softmax(0);
+    pack_p();
+
+    for (int j = 1; j < n_blocks; j++) {
+        wait_and_prefetch(j);
+        reg_fence(s); reg_fence(pa); reg_fence(o_acc);   // every ordinary write to them is done
+        wgmma_fence();                                   // ... and visible to wgmma
+        issue_s(j);
+        issue_pv(j - 1);
+        wgmma_wait<1>();   // S_j done; P_{j-1} V_{j-1} may still run: o_acc and pa are not ours yet
+        reg_fence(s);
+        softmax(j);
+        wgmma_wait<0>();   // P V done
+        reg_fence(o_acc); reg_fence(pa);
+        #pragma unroll
+        for (int dt = 0; dt < kDT; dt++) {
+            o_acc[4 * dt + 0] *= alpha[0]; o_acc[4 * dt + 1] *= alpha[0];
+            o_acc[4 * dt + 2] *= alpha[1]; o_acc[4 * dt + 3] *= alpha[1];
+        }
+        pack_p();
+    }
+
+    // the last P V
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();   // V_{n_blocks-1} visible (its group may be the newest); every S wgmma is complete, so Q is free
+    reg_fence(pa); reg_fence(o_acc);
+    wgmma_fence();
+    issue_pv(n_blocks - 1);
+    wgmma_wait<0>();
+    reg_fence(o_acc);
+
+    // epilogue, as in the kernel above: each warp stages only its own 16 rows of O (in Q's rows: the barrier
+    // above ordered every read of Q before this)
+    const float scale = rsqrtf((float)HS);
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        float l = row_sum[half];
+        l += __shfl_xor_sync(0xffffffff, l, 1);
+        l += __shfl_xor_sync(0xffffffff, l, 2);
+        const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+        const int row = warp_row0 + g + 8 * half;
+        if (tq == 0 && m_start + row < T)
+            p.lse[((size_t)b * NH + h) * T + m_start + row] = l > 0.0f ? row_max[half] * scale + logf(l) : -INFINITY;
+        #pragma unroll
+        for (int dt = 0; dt < kDT; dt++)
+            *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) =
+                pack_bf16x2(o_acc[4 * dt + 2 * half] * inv_l, o_acc[4 * dt + 2 * half + 1] * inv_l);
+    }
+    __syncwarp();
+    floatX* out_gl = p.out + ((size_t)b * T * NH + h) * HS;
+    for (int c = lane; c < 16 * (HS / 8); c += 32) {
+        int row = warp_row0 + c / (HS / 8), ch = c % (HS / 8);
+        if (m_start + row < T)
+            *reinterpret_cast<uint4*>(out_gl + (size_t)(m_start + row) * NH * HS + ch * 8) =
+                *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
+    }
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
 // 1 if this binary carries sm_90a code for the GPU in hand (a GPU_ARCH=80 build running on an H100 does not)
 __global__ void hopper_path_probe_kernel(int* compiled) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -712,6 +993,20 @@ template <int HS, int kBlockN, bool kPvN128 = false>
 void launch_attention_forward_hopper(const AttentionForwardParams& p, cudaStream_t stream) {
     using Tile = HopperForwardTile<HS, kBlockN>;
     auto kernel = attention_forward_hopper_kernel<HS, kBlockN, kPvN128>;
+    static bool smem_set = false;
+    if (!smem_set) {
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+        smem_set = true;
+    }
+    dim3 grid(p.B * p.NH, ceil_div(p.T, Tile::kBlockM));
+    kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+    cudaCheck(cudaGetLastError());
+}
+
+template <int HS, int kBlockN>
+void launch_attention_forward_hopper_overlap(const AttentionForwardParams& p, cudaStream_t stream) {
+    using Tile = HopperForwardOverlapTile<HS, kBlockN>;
+    auto kernel = attention_forward_hopper_overlap_kernel<HS, kBlockN>;
     static bool smem_set = false;
     if (!smem_set) {
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
@@ -1358,13 +1653,6 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
 // Deterministic like the mma.sync split path: every output written once, in a fixed order.
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-template <int N> __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
-// d (m64 x nN) += A (64 x 16) * B (16 x N), both from shared memory, K-major: N = 64 or 128
-template <int N>
-__device__ __forceinline__ void wgmma_ss_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
-    if constexpr (N == 128) wgmma_ss_m64n128k16(d, desc_a, desc_b);
-    else wgmma_ss_m64n64k16(d, desc_a, desc_b);
-}
 // d (m64 x nHS) += A (64 x 16, bf16 registers) * B (16 x HS): rows 16j..16j+15 of an MN-major swizzle_wgmma
 // tile of kRows rows (16 rows of 128 bytes into each column block), one n64 wgmma per 64-column block c into
 // accumulator registers [32c, 32c + 32), as the forward's P V
@@ -1379,14 +1667,6 @@ __device__ __forceinline__ void wgmma_rs_m64k16_trans_b(float (&d)[HS / 2], cons
     }
 }
 #endif
-
-// the accumulator columns 16j..16j+15 of an m64nN tile (register groups 2j, 2j+1) as the bf16 A fragment of k step j
-__device__ __forceinline__ void accum_to_a_frag(uint32_t (&a)[4], const float* acc, int j) {
-    a[0] = pack_bf16x2(acc[8 * j + 0], acc[8 * j + 1]);
-    a[1] = pack_bf16x2(acc[8 * j + 2], acc[8 * j + 3]);
-    a[2] = pack_bf16x2(acc[8 * j + 4], acc[8 * j + 5]);
-    a[3] = pack_bf16x2(acc[8 * j + 6], acc[8 * j + 7]);
-}
 
 template <int HS, int kNWG, int kBlockM>
 struct HopperBackwardKVTile {

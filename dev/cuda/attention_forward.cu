@@ -49,7 +49,8 @@ static const ForwardVariant kVariants[] = {
     {2, "cublas+softmax", 1, {"cublas"}, {"cublas"}, attention_forward2, nullptr, false, 1.0 / 128},
     {3, "fa2_mma_sync", 4, {"128x64/4w", "64x64/4w", "128x64/8w", "128x32/4w"},
                            {"128x64/8w", "128x48/4w", "128x64/4w", "128x32/4w"}, attention_forward3, nullptr, false, 1e-4},
-    {4, "wgmma_sm90a", 3, {"128x128/2wg", "128x64/2wg", nullptr}, {"128x64/2wg", "128x128/2wg", "128x128/2wg/pv128"},
+    {4, "wgmma_sm90a", 4, {"128x128/2wg", "128x64/2wg", "128x64/2wg/ovl", "128x128/2wg/ovl"},
+                          {"128x64/2wg", "128x128/2wg", "128x128/2wg/pv128", nullptr},
      attention_forward4, attention_forward4_supports, false, 1e-4},
 };
 constexpr int kBaselineVariant = 2;

@@ -5,7 +5,11 @@ registers as the A operand of O += P V (V read transposed from shared memory). S
 buffering and __syncthreads, no warp specialisation yet (no TMA producer, no ping-pong). HS 128 tiles
 are stored as two 64-column blocks, each in the HS 64 layout (swizzle_wgmma in src/attention.cuh).
 Configs, all 2 warpgroups (kBlockM 128), named kBlockM x kBlockN:
-  HS 64:  128x128, 128x64 (both 2 CTAs/SM)
+  HS 64:  128x128, 128x64 (both 2 CTAs/SM), and with "/ovl" the FA3 intra-warpgroup overlap
+          (attention_forward_hopper_overlap_kernel: O += P V of tile j-1 runs while the softmax of tile j
+          does; separate 3-slot K and V rings, V loaded one tile behind K): 128x64/2wg/ovl (2 CTAs/SM, 65 KB
+          smem, 106 registers), 128x128/2wg/ovl (1 CTA/SM: S + P + O alone are 128 registers; 113 KB smem,
+          154 registers). No spills, no ptxas C75xx infos (nvcc 13.0). Not run yet.
   HS 128: 128x64 (97 KB smem, 2 CTAs/SM at 127 registers: what src ships, untimed), 128x128 (161 KB,
           1 CTA/SM, 192 registers), 128x128 with O += P V as one n128 wgmma per k16 step (V's two
           column blocks joined by the descriptor's leading byte offset) instead of two n64 (198 registers).
@@ -21,8 +25,12 @@ bool attention_forward4_supports(const Shape& s) { return (s.HS == 64 || s.HS ==
 
 void attention_forward4(const AttentionForwardParams& p, int config, cudaStream_t stream) {
     if (p.HS == 64) {
-        if (config == 0) launch_attention_forward_hopper<64, 128>(p, stream);
-        else launch_attention_forward_hopper<64, 64>(p, stream);
+        switch (config) {
+            case 0: launch_attention_forward_hopper<64, 128>(p, stream); break;
+            case 1: launch_attention_forward_hopper<64, 64>(p, stream); break;
+            case 2: launch_attention_forward_hopper_overlap<64, 64>(p, stream); break;
+            case 3: launch_attention_forward_hopper_overlap<64, 128>(p, stream); break;
+        }
     } else {
         switch (config) {
             case 0: launch_attention_forward_hopper<128, 64>(p, stream); break;
