@@ -1092,7 +1092,9 @@ the binary, the split path of HS 64 runs on wgmma (the two *_hopper kernels belo
   wgmma kv64x128+q64x128  1.332 / 214.5    0.163 / 212.0    0.969 / 287.8    3.730 / 301.7
   mma.sync atomic (best)  1.714 / 174.8    0.208 / 174.8    1.314 / 225.7    4.934 / 241.1
   cuDNN (same call)       1.317 / 220.0    0.340 / 106.5    0.837 / 322.5    2.419 / 427.1
-so the shipped Hopper split takes 64-query / 64-key steps below T = 2048 and 128 from there. Both beat the
+so the shipped Hopper split takes 64-query / 64-key steps below T = 2048 and 128 from there. HS 128, 4x16x8192
+(commit 98d5c03, same kind of call): kv128x64/2wg + q128x64/2wg 8.950 ms (f+b 334.7 TF/s), the best of
+four configs (9.16-9.74); mma.sync split 14.93 ms (220.1); FlashAttention-2 9.77 (293.1); cuDNN 6.06 (492.3). Both beat the
 non-deterministic mma.sync path, so on Hopper the opt-in changes nothing: the deterministic path is the fast one.
 Crossover, measured (dev/cuda/attention_backward 0,3,4 -b B -t T -n 12 -d 64, NVIDIA H200, 2026-11-21; bwd ms_med,
 best config of each variant; B*NH x T):
@@ -2099,12 +2101,13 @@ inline bool attention_backward_atomic_big_tiles(int B, int T, int NH) {
     return (long long)B * NH * ceil_div(T, 128) >= 3072;
 }
 
-// the deterministic default runs on wgmma for HS 64 on Hopper (when the binary carries sm_90a code)
-inline bool attention_backward_uses_hopper(int HS) { return HS == 64 && hopper_path_available(); }
+// the backward runs on wgmma on Hopper, both head sizes (when the binary carries sm_90a code)
+inline bool attention_backward_uses_hopper(int /*HS*/) { return hopper_path_available(); }
 
 inline const char* attention_backward_path_name(int HS) {
     if (attention_backward_uses_hopper(HS))
-        return "flash backward, wgmma sm90a, split deterministic: dK/dV 64 keys x 64 queries + dQ 64 x 64, 1 warpgroup each (x128 steps from T=2048) (HS=64)";
+        return HS == 64 ? "flash backward, wgmma sm90a, split deterministic: dK/dV 64 keys x 64 queries + dQ 64 x 64, 1 warpgroup each (x128 steps from T=2048) (HS=64)"
+                        : "flash backward, wgmma sm90a, split deterministic: dK/dV 128 keys x 64 queries + dQ 128 x 64, 2 warpgroups each (HS=128)";
     if (attention_backward_nondeterministic())
         return HS == 64 ? "flash backward, mma.sync sm80, atomic dQ (non-deterministic): 128 keys x 64 queries 8 warps, 64x64 4 warps on small shapes (HS=64)"
                         : "flash backward, mma.sync sm80, atomic dQ (non-deterministic): 64 keys x 64 queries 4 warps (HS=128)";
@@ -2117,7 +2120,8 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
     attention_check_supported(B, T, NH, HS);
     AttentionBackwardParams p{dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS};
     if (attention_backward_uses_hopper(HS)) {   // deterministic, and faster than the atomic opt-in (header)
-        if (T >= 2048) attention_backward_split_hopper<64, 1, 128, 2, 1, 128, 2>(p, stream);
+        if (HS == 128) attention_backward_split_hopper<128, 2, 64, 1, 2, 64, 1>(p, stream);
+        else if (T >= 2048) attention_backward_split_hopper<64, 1, 128, 2, 1, 128, 2>(p, stream);
         else attention_backward_split_hopper<64, 1, 64, 2, 1, 64, 3>(p, stream);
     } else if (attention_backward_nondeterministic()) {   // faster than the split at every shape measured (header)
         if (HS == 64 && attention_backward_atomic_big_tiles(B, T, NH)) attention_backward_atomic<64, 8, 64>(p, stream);
