@@ -408,46 +408,41 @@ template <int N> __device__ __forceinline__ void wgmma_wait() { asm volatile("wg
 // cp.async wrote the tiles through the generic proxy; wgmma reads them through the async proxy
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// The fp32 accumulator d of an m64nN wgmma: N / 2 registers a thread, asm operands %0 .. %(N/2 - 1), listed once here.
+#define WGMMA_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define WGMMA_D32 WGMMA_D8(0), WGMMA_D8(8), WGMMA_D8(16), WGMMA_D8(24)
+#define WGMMA_D64 WGMMA_D32, WGMMA_D8(32), WGMMA_D8(40), WGMMA_D8(48), WGMMA_D8(56)
+#define WGMMA_D32_NAMES "{" \
+    "%0, %1, %2, %3, %4, %5, %6, %7, " \
+    "%8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, " \
+    "%24, %25, %26, %27, %28, %29, %30, %31" \
+    "}"
+#define WGMMA_D64_NAMES "{" \
+    "%0, %1, %2, %3, %4, %5, %6, %7, " \
+    "%8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, " \
+    "%24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, " \
+    "%40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, " \
+    "%56, %57, %58, %59, %60, %61, %62, %63" \
+    "}"
+
 // d (m64 x n64, fp32, 32 regs a thread) += A (64 x 16, smem descriptor) * B (16 x 64, smem descriptor), both K-major;
 // kScaleD = 0: d = A * B (the old d is ignored, so the accumulator needs no zeroing)
 template <int kScaleD = 1>
 __device__ __forceinline__ void wgmma_ss_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, "
-                 "%8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, "
-                 "%24, %25, %26, %27, %28, %29, %30, %31"
-                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "l"(desc_a), "l"(desc_b), "n"(kScaleD));
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D32_NAMES ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : WGMMA_D32 : "l"(desc_a), "l"(desc_b), "n"(kScaleD));
 }
 // d (m64 x n128, fp32, 64 regs a thread) += A (64 x 16, smem descriptor) * B (16 x 128, smem descriptor), both K-major
 template <int kScaleD = 1>
 __device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, "
-                 "%8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, "
-                 "%24, %25, %26, %27, %28, %29, %30, %31, "
-                 "%32, %33, %34, %35, %36, %37, %38, %39, "
-                 "%40, %41, %42, %43, %44, %45, %46, %47, "
-                 "%48, %49, %50, %51, %52, %53, %54, %55, "
-                 "%56, %57, %58, %59, %60, %61, %62, %63"
-                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(desc_a), "l"(desc_b), "n"(kScaleD));
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64_NAMES ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : WGMMA_D64 : "l"(desc_a), "l"(desc_b), "n"(kScaleD));
 }
 // d (m64 x nN) += A (64 x 16) * B (16 x N), both from shared memory, K-major: N = 64 or 128
 template <int N, int kScaleD = 1>
@@ -455,43 +450,27 @@ __device__ __forceinline__ void wgmma_ss_m64k16(float (&d)[N / 2], uint64_t desc
     if constexpr (N == 128) wgmma_ss_m64n128k16<kScaleD>(d, desc_a, desc_b);
     else wgmma_ss_m64n64k16<kScaleD>(d, desc_a, desc_b);
 }
+// d (m64 x N) (+)= A B^T contracted over the head dimension: A = 64 rows of a swizzle_wgmma tile of kRowsA rows
+// (desc_a: its first row), B = a swizzle_wgmma tile of N rows; k16 step ks reads column block ks / 4 at +32 bytes
+// per step inside the 128-byte atom (descriptor units: 16 bytes). kScaleD0 = 0: the first step overwrites d.
+template <int HS, int N, int kRowsA, int kScaleD0 = 1>
+__device__ __forceinline__ void wgmma_ss_over_hs(float (&d)[N / 2], uint64_t desc_a, const uint8_t* tile_b) {
+    wgmma_ss_m64k16<N, kScaleD0>(d, desc_a, wgmma_desc(tile_b));
+    #pragma unroll
+    for (int ks = 1; ks < HS / 16; ks++)
+        wgmma_ss_m64k16<N>(d, desc_a + (ks / 4) * (kRowsA * 128 / 16) + 2 * (ks % 4), wgmma_desc(tile_b + (ks / 4) * N * 128 + 32 * (ks % 4)));
+}
 // d (m64 x n64, fp32) += A (64 x 16, bf16 registers) * B (16 x 64, smem descriptor, MN-major: transposed)
 __device__ __forceinline__ void wgmma_rs_m64n64k16_trans_b(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, "
-                 "%8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, "
-                 "%24, %25, %26, %27, %28, %29, %30, %31"
-                 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D32_NAMES ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 : WGMMA_D32 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
 }
 // d (m64 x n128, fp32, 64 regs a thread) += A (64 x 16, bf16 registers) * B (16 x 128, smem descriptor, MN-major)
 __device__ __forceinline__ void wgmma_rs_m64n128k16_trans_b(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, "
-                 "%8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, "
-                 "%24, %25, %26, %27, %28, %29, %30, %31, "
-                 "%32, %33, %34, %35, %36, %37, %38, %39, "
-                 "%40, %41, %42, %43, %44, %45, %46, %47, "
-                 "%48, %49, %50, %51, %52, %53, %54, %55, "
-                 "%56, %57, %58, %59, %60, %61, %62, %63"
-                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64_NAMES ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : WGMMA_D64 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
@@ -539,6 +518,80 @@ struct HopperForwardTile {
 
 // kPvN128 (HS 128 only): O += P V as one m64n128k16 per k16 step, V's two column blocks joined through the
 // descriptor's leading byte offset, instead of one m64n64k16 per column block
+// Shared by the two Hopper forward kernels: one thread's rows g and g + 8 of a warpgroup's m64 x kBlockN
+// S tile (s[4 * i + e]: key column 8i + 2tq + e % 2, row g + 8 (e / 2), the wgmma accumulator layout).
+
+// causal mask on a tile that crosses this warp's diagonal; row0 = the warp's first query row, key0 = the tile's first key
+template <int kNT>
+__device__ __forceinline__ void causal_mask_tile(float (&s)[kNT * 4], int row0, int key0, int g, int tq) {
+    #pragma unroll
+    for (int i = 0; i < kNT; i++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++)
+            if (key0 + i * 8 + 2 * tq + (e % 2) > row0 + g + 8 * (e / 2)) s[4 * i + e] = -INFINITY;
+}
+
+// online softmax, as in the mma.sync kernel: new row max (quad shuffles), P = exp2(s * c - m * c) in place,
+// row_sum rescaled by alpha[half] = exp2((m_old - m_new) * c) plus this tile's sum; the caller rescales O by alpha
+template <int kNT>
+__device__ __forceinline__ void online_softmax_tile(float (&s)[kNT * 4], float (&row_max)[2], float (&row_sum)[2],
+                                                    float (&alpha)[2], float scale_log2) {
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        float mx = row_max[half];
+        #pragma unroll
+        for (int i = 0; i < kNT; i++) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * half], s[4 * i + 2 * half + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+        // a row with no visible key yet keeps max -inf: use 0 so exp2 sees -inf - 0, not -inf - -inf = NaN
+        const float m_scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;
+        alpha[half] = fast_exp2(row_max[half] * scale_log2 - m_scaled);
+        row_max[half] = mx;
+        float sum = 0.0f;
+        #pragma unroll
+        for (int i = 0; i < kNT; i++)
+            #pragma unroll
+            for (int e = 2 * half; e < 2 * half + 2; e++) {
+                s[4 * i + e] = fast_exp2(s[4 * i + e] * scale_log2 - m_scaled);
+                sum += s[4 * i + e];
+            }
+        row_sum[half] = row_sum[half] * alpha[half] + sum;
+    }
+}
+
+// epilogue, as in the mma.sync kernel: O /= l, LSE = m * scale + log(l); each warp stages only its own 16 rows
+// of O (swizzle<HS>, in Q's shared memory: the caller ordered every wgmma read of Q before this) for 16-byte stores
+template <int HS>
+__device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardParams& p, float (&o_acc)[HS / 2],
+                                                        const float (&row_max)[2], const float (&row_sum)[2],
+                                                        uint8_t* q_smem, int b, int h, int m_start, int warp_row0) {
+    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const int T = p.T, NH = p.NH;
+    const float scale = rsqrtf((float)HS);
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        float l = row_sum[half];
+        l += __shfl_xor_sync(0xffffffff, l, 1);
+        l += __shfl_xor_sync(0xffffffff, l, 2);
+        const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+        const int row = warp_row0 + g + 8 * half;
+        if (tq == 0 && m_start + row < T)
+            p.lse[((size_t)b * NH + h) * T + m_start + row] = l > 0.0f ? row_max[half] * scale + logf(l) : -INFINITY;
+        #pragma unroll
+        for (int dt = 0; dt < HS / 8; dt++)
+            *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) =
+                pack_bf16x2(o_acc[4 * dt + 2 * half] * inv_l, o_acc[4 * dt + 2 * half + 1] * inv_l);
+    }
+    __syncwarp();
+    floatX* out_gl = p.out + ((size_t)b * T * NH + h) * HS;
+    for (int c = lane; c < 16 * (HS / 8); c += 32) {
+        int row = warp_row0 + c / (HS / 8), ch = c % (HS / 8);
+        if (m_start + row < T)
+            *reinterpret_cast<uint4*>(out_gl + (size_t)(m_start + row) * NH * HS + ch * 8) =
+                *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
+    }
+}
+
 template <int HS, int kBlockN, bool kPvN128 = false>
 __global__ void __launch_bounds__(256, HopperForwardTile<HS, kBlockN>::kMinBlocks)
 attention_forward_hopper_kernel(const AttentionForwardParams p) {
@@ -606,46 +659,23 @@ attention_forward_hopper_kernel(const AttentionForwardParams p) {
             for (int i = 0; i < kNT * 4; i++) s[i] = 0.0f;
             const uint8_t* k_s = k_tile(stage);
             wgmma_fence();
+            // (wgmma_ss_over_hs, written out: this is the form whose code was validated and timed as shipped)
             #pragma unroll
             for (int ks = 0; ks < HS / 16; ks++) {   // k16 steps: column block ks / 4, +32 bytes per step inside its atom
                 const uint64_t a = q_desc + (ks / 4) * (kBlockM * 128 / 16) + 2 * (ks % 4);
                 const uint64_t b = wgmma_desc(k_s + (ks / 4) * kBlockN * 128 + 32 * (ks % 4));
-                if constexpr (kBlockN == 128) wgmma_ss_m64n128k16(s, a, b);
-                else wgmma_ss_m64n64k16(s, a, b);
+                wgmma_ss_m64k16<kBlockN>(s, a, b);
             }
             wgmma_commit();
             wgmma_wait_all();
-            if (n_block * kBlockN + kBlockN - 1 > m_start + warp_row0) {   // causal mask on diagonal tiles
-                #pragma unroll
-                for (int i = 0; i < kNT; i++)
-                    #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        int row = m_start + warp_row0 + g + 8 * (e / 2);
-                        int key = n_block * kBlockN + i * 8 + 2 * tq + (e % 2);
-                        if (key > row) s[4 * i + e] = -INFINITY;
-                    }
-            }
+            if (n_block * kBlockN + kBlockN - 1 > m_start + warp_row0)   // causal mask on diagonal tiles
+                causal_mask_tile<kNT>(s, m_start + warp_row0, n_block * kBlockN, g, tq);
+            float alpha[2];
+            online_softmax_tile<kNT>(s, row_max, row_sum, alpha, scale_log2);
             #pragma unroll
-            for (int half = 0; half < 2; half++) {   // online softmax, as in the mma.sync kernel
-                float mx = row_max[half];
-                #pragma unroll
-                for (int i = 0; i < kNT; i++) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * half], s[4 * i + 2 * half + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-                const float m_scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;
-                const float alpha = fast_exp2(row_max[half] * scale_log2 - m_scaled);
-                row_max[half] = mx;
-                float sum = 0.0f;
-                #pragma unroll
-                for (int i = 0; i < kNT; i++)
-                    #pragma unroll
-                    for (int e = 2 * half; e < 2 * half + 2; e++) {
-                        s[4 * i + e] = fast_exp2(s[4 * i + e] * scale_log2 - m_scaled);
-                        sum += s[4 * i + e];
-                    }
-                row_sum[half] = row_sum[half] * alpha + sum;
-                #pragma unroll
-                for (int dt = 0; dt < kDT; dt++) { o_acc[4 * dt + 2 * half] *= alpha; o_acc[4 * dt + 2 * half + 1] *= alpha; }
+            for (int dt = 0; dt < kDT; dt++) {
+                o_acc[4 * dt + 0] *= alpha[0]; o_acc[4 * dt + 1] *= alpha[0];
+                o_acc[4 * dt + 2] *= alpha[1]; o_acc[4 * dt + 3] *= alpha[1];
             }
             // P in bf16: k step j takes S column groups 2j, 2j+1, exactly the A-fragment register order
             uint32_t pa[kPS][4];
@@ -675,30 +705,7 @@ attention_forward_hopper_kernel(const AttentionForwardParams p) {
         __syncthreads();   // every warpgroup is done with this stage before the next prefetch overwrites it
     }
 
-    // epilogue, as in the mma.sync kernel: each warp stages only its own 16 rows of O
-    const float scale = rsqrtf((float)HS);
-    #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        float l = row_sum[half];
-        l += __shfl_xor_sync(0xffffffff, l, 1);
-        l += __shfl_xor_sync(0xffffffff, l, 2);
-        const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
-        const int row = warp_row0 + g + 8 * half;
-        if (tq == 0 && m_start + row < T)
-            p.lse[((size_t)b * NH + h) * T + m_start + row] = l > 0.0f ? row_max[half] * scale + logf(l) : -INFINITY;
-        #pragma unroll
-        for (int dt = 0; dt < kDT; dt++)
-            *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) =
-                pack_bf16x2(o_acc[4 * dt + 2 * half] * inv_l, o_acc[4 * dt + 2 * half + 1] * inv_l);
-    }
-    __syncwarp();
-    floatX* out_gl = p.out + ((size_t)b * T * NH + h) * HS;
-    for (int c = lane; c < 16 * (HS / 8); c += 32) {
-        int row = warp_row0 + c / (HS / 8), ch = c % (HS / 8);
-        if (m_start + row < T)
-            *reinterpret_cast<uint4*>(out_gl + (size_t)(m_start + row) * NH * HS + ch * 8) =
-                *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
-    }
+    hopper_forward_epilogue<HS>(p, o_acc, row_max, row_sum, q_smem, b, h, m_start, warp_row0);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
@@ -837,14 +844,9 @@ attention_forward_hopper_overlap_kernel(const AttentionForwardParams p) {
         load_kv(v_smem, v_gl, j + kStages - 2);   // into the slot of V_{j-2}
         cp_async_commit();
     };
-    // S = Q K_j^T: k16 steps, column block ks / 4, +32 bytes per step inside its atom; step 0 overwrites s
+    // S = Q K_j^T; step 0 overwrites s (no zeroing)
     auto issue_s = [&](int j) {
-        const uint8_t* k_s = k_smem + (j % kStages) * Tile::kTileBytes;
-        wgmma_ss_m64k16<kBlockN, /*kScaleD=*/0>(s, q_desc, wgmma_desc(k_s));
-        #pragma unroll
-        for (int ks = 1; ks < HS / 16; ks++)
-            wgmma_ss_m64k16<kBlockN>(s, q_desc + (ks / 4) * (kBlockM * 128 / 16) + 2 * (ks % 4),
-                                     wgmma_desc(k_s + (ks / 4) * kBlockN * 128 + 32 * (ks % 4)));
+        wgmma_ss_over_hs<HS, kBlockN, kBlockM, /*kScaleD0=*/0>(s, q_desc, k_smem + (j % kStages) * Tile::kTileBytes);
         wgmma_commit();
     };
     // O += P_j V_j: k16 step i = keys 16i .. 16i + 15, 16 rows of 128 bytes into each column block
@@ -861,37 +863,9 @@ attention_forward_hopper_overlap_kernel(const AttentionForwardParams p) {
     // step 4 on tile j: s holds S_j; leaves P_j (fp32) in s, updates row_max / row_sum, sets alpha
     auto softmax = [&](int j) {
         const int n_block = n_blocks - 1 - j;
-        if (n_block * kBlockN + kBlockN - 1 > m_start + warp_row0) {   // causal mask on diagonal tiles
-            #pragma unroll
-            for (int i = 0; i < kNT; i++)
-                #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int row = m_start + warp_row0 + g + 8 * (e / 2);
-                    int key = n_block * kBlockN + i * 8 + 2 * tq + (e % 2);
-                    if (key > row) s[4 * i + e] = -INFINITY;
-                }
-        }
-        #pragma unroll
-        for (int half = 0; half < 2; half++) {   // online softmax, as in the kernels above
-            float mx = row_max[half];
-            #pragma unroll
-            for (int i = 0; i < kNT; i++) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * half], s[4 * i + 2 * half + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-            // a row with no visible key yet keeps max -inf: use 0 so exp2 sees -inf - 0, not -inf - -inf = NaN
-            const float m_scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;
-            alpha[half] = fast_exp2(row_max[half] * scale_log2 - m_scaled);
-            row_max[half] = mx;
-            float sum = 0.0f;
-            #pragma unroll
-            for (int i = 0; i < kNT; i++)
-                #pragma unroll
-                for (int e = 2 * half; e < 2 * half + 2; e++) {
-                    s[4 * i + e] = fast_exp2(s[4 * i + e] * scale_log2 - m_scaled);
-                    sum += s[4 * i + e];
-                }
-            row_sum[half] = row_sum[half] * alpha[half] + sum;
-        }
+        if (n_block * kBlockN + kBlockN - 1 > m_start + warp_row0)   // causal mask on diagonal tiles
+            causal_mask_tile<kNT>(s, m_start + warp_row0, n_block * kBlockN, g, tq);
+        online_softmax_tile<kNT>(s, row_max, row_sum, alpha, scale_log2);
     };
     auto pack_p = [&]() {
         #pragma unroll
@@ -936,31 +910,8 @@ attention_forward_hopper_overlap_kernel(const AttentionForwardParams p) {
     wgmma_wait<0>();
     reg_fence(o_acc);
 
-    // epilogue, as in the kernel above: each warp stages only its own 16 rows of O (in Q's rows: the barrier
-    // above ordered every read of Q before this)
-    const float scale = rsqrtf((float)HS);
-    #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        float l = row_sum[half];
-        l += __shfl_xor_sync(0xffffffff, l, 1);
-        l += __shfl_xor_sync(0xffffffff, l, 2);
-        const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
-        const int row = warp_row0 + g + 8 * half;
-        if (tq == 0 && m_start + row < T)
-            p.lse[((size_t)b * NH + h) * T + m_start + row] = l > 0.0f ? row_max[half] * scale + logf(l) : -INFINITY;
-        #pragma unroll
-        for (int dt = 0; dt < kDT; dt++)
-            *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) =
-                pack_bf16x2(o_acc[4 * dt + 2 * half] * inv_l, o_acc[4 * dt + 2 * half + 1] * inv_l);
-    }
-    __syncwarp();
-    floatX* out_gl = p.out + ((size_t)b * T * NH + h) * HS;
-    for (int c = lane; c < 16 * (HS / 8); c += 32) {
-        int row = warp_row0 + c / (HS / 8), ch = c % (HS / 8);
-        if (m_start + row < T)
-            *reinterpret_cast<uint4*>(out_gl + (size_t)(m_start + row) * NH * HS + ch * 8) =
-                *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
-    }
+    // the barrier above ordered every read of Q before the epilogue stages O in its rows
+    hopper_forward_epilogue<HS>(p, o_acc, row_max, row_sum, q_smem, b, h, m_start, warp_row0);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
@@ -1765,17 +1716,10 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dkd
             float st[kQT * 4], dpt[kQT * 4];
             #pragma unroll
             for (int i = 0; i < kQT * 4; i++) st[i] = dpt[i] = 0.0f;
-            // k16 step ks over HS: column block ks / 4, +32 bytes per step inside its atom (descriptor units: 16 bytes)
             wgmma_fence();
-            #pragma unroll
-            for (int ks = 0; ks < HS / 16; ks++)
-                wgmma_ss_m64k16<kBlockM>(st, k_desc + (ks / 4) * (kBlockN * 128 / 16) + 2 * (ks % 4),
-                                         wgmma_desc(q_s + (ks / 4) * kBlockM * 128 + 32 * (ks % 4)));
+            wgmma_ss_over_hs<HS, kBlockM, kBlockN>(st, k_desc, q_s);
             wgmma_commit();
-            #pragma unroll
-            for (int ks = 0; ks < HS / 16; ks++)
-                wgmma_ss_m64k16<kBlockM>(dpt, v_desc + (ks / 4) * (kBlockN * 128 / 16) + 2 * (ks % 4),
-                                         wgmma_desc(do_s + (ks / 4) * kBlockM * 128 + 32 * (ks % 4)));
+            wgmma_ss_over_hs<HS, kBlockM, kBlockN>(dpt, v_desc, do_s);
             wgmma_commit();
             wgmma_wait<1>();   // S^T is ready; dP^T may still be running
             // P^T = exp2(S^T * c - lse2[query]), 0 where key > query (only where this warp's keys cross the tile)
@@ -1922,17 +1866,10 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_
             float s[kNT * 4], dp[kNT * 4];
             #pragma unroll
             for (int i = 0; i < kNT * 4; i++) s[i] = dp[i] = 0.0f;
-            // k16 step ks over HS: column block ks / 4, +32 bytes per step inside its atom (descriptor units: 16 bytes)
             wgmma_fence();
-            #pragma unroll
-            for (int ks = 0; ks < HS / 16; ks++)
-                wgmma_ss_m64k16<kBlockN>(s, q_desc + (ks / 4) * (kBlockM * 128 / 16) + 2 * (ks % 4),
-                                         wgmma_desc(k_s + (ks / 4) * kBlockN * 128 + 32 * (ks % 4)));
+            wgmma_ss_over_hs<HS, kBlockN, kBlockM>(s, q_desc, k_s);
             wgmma_commit();
-            #pragma unroll
-            for (int ks = 0; ks < HS / 16; ks++)
-                wgmma_ss_m64k16<kBlockN>(dp, do_desc + (ks / 4) * (kBlockM * 128 / 16) + 2 * (ks % 4),
-                                         wgmma_desc(v_s + (ks / 4) * kBlockN * 128 + 32 * (ks % 4)));
+            wgmma_ss_over_hs<HS, kBlockN, kBlockM>(dp, do_desc, v_s);
             wgmma_commit();
             wgmma_wait<1>();   // S is ready; dP may still be running
             const bool need_mask = n_block * kBlockN + kBlockN - 1 > m_start + warp_row0;
