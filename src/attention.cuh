@@ -358,18 +358,24 @@ attention_forward_kernel(const AttentionForwardParams p) {
     }
 }
 
+// Launch kKernel (a __global__ taking one params struct by value) with smem_bytes of dynamic shared memory,
+// raising the kernel's limit on its first launch (above 48 KB a kernel must opt in). One static flag per kernel.
+template <auto kKernel, class Params>
+void launch_with_smem(dim3 grid, int threads, int smem_bytes, const Params& p, cudaStream_t stream) {
+    static bool smem_set = false;
+    if (!smem_set) {
+        cudaCheck(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+        smem_set = true;
+    }
+    kKernel<<<grid, threads, smem_bytes, stream>>>(p);
+    cudaCheck(cudaGetLastError());
+}
+
 template <int HS, int kWarpTilesM, int kNWarps, int kBlockN>
 void launch_attention_forward(const AttentionForwardParams& p, cudaStream_t stream) {
     using Tile = ForwardTile<HS, kWarpTilesM, kNWarps, kBlockN>;
-    auto kernel = attention_forward_kernel<HS, kWarpTilesM, kNWarps, kBlockN>;
-    static bool smem_set = false;   // raise the dynamic shared memory limit once per instantiation
-    if (!smem_set) {
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-        smem_set = true;
-    }
-    dim3 grid(p.B * p.NH, ceil_div(p.T, Tile::kBlockM));
-    kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
-    cudaCheck(cudaGetLastError());
+    launch_with_smem<attention_forward_kernel<HS, kWarpTilesM, kNWarps, kBlockN>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
+                         Tile::kThreads, Tile::kSmemBytes, p, stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -943,29 +949,15 @@ inline bool hopper_path_available() {
 template <int HS, int kBlockN, bool kPvN128 = false>
 void launch_attention_forward_hopper(const AttentionForwardParams& p, cudaStream_t stream) {
     using Tile = HopperForwardTile<HS, kBlockN>;
-    auto kernel = attention_forward_hopper_kernel<HS, kBlockN, kPvN128>;
-    static bool smem_set = false;
-    if (!smem_set) {
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-        smem_set = true;
-    }
-    dim3 grid(p.B * p.NH, ceil_div(p.T, Tile::kBlockM));
-    kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
-    cudaCheck(cudaGetLastError());
+    launch_with_smem<attention_forward_hopper_kernel<HS, kBlockN, kPvN128>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
+                         Tile::kThreads, Tile::kSmemBytes, p, stream);
 }
 
 template <int HS, int kBlockN>
 void launch_attention_forward_hopper_overlap(const AttentionForwardParams& p, cudaStream_t stream) {
     using Tile = HopperForwardOverlapTile<HS, kBlockN>;
-    auto kernel = attention_forward_hopper_overlap_kernel<HS, kBlockN>;
-    static bool smem_set = false;
-    if (!smem_set) {
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-        smem_set = true;
-    }
-    dim3 grid(p.B * p.NH, ceil_div(p.T, Tile::kBlockM));
-    kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
-    cudaCheck(cudaGetLastError());
+    launch_with_smem<attention_forward_hopper_overlap_kernel<HS, kBlockN>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
+                         Tile::kThreads, Tile::kSmemBytes, p, stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -1938,57 +1930,29 @@ void launch_attention_backward_postprocess(const AttentionBackwardParams& p, cud
 template <int HS, int kNWarps, int kMT, int kBlockM, bool kAtomicDq>
 void launch_attention_backward_dkdv(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = BackwardKVTile<HS, kNWarps, kMT, kBlockM, kAtomicDq>;
-    auto kernel = attention_backward_dkdv_kernel<HS, kNWarps, kMT, kBlockM, kAtomicDq>;
-    static bool smem_set = false;   // raise the dynamic shared memory limit once per instantiation
-    if (!smem_set) {
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-        smem_set = true;
-    }
-    dim3 grid(p.B * p.NH, ceil_div(p.T, Tile::kBlockN));
-    kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
-    cudaCheck(cudaGetLastError());
+    launch_with_smem<attention_backward_dkdv_kernel<HS, kNWarps, kMT, kBlockM, kAtomicDq>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockN)),
+                         Tile::kThreads, Tile::kSmemBytes, p, stream);
 }
 
 template <int HS, int kNWarps, int kMT, int kBlockN>
 void launch_attention_backward_dq(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = BackwardQTile<HS, kNWarps, kMT, kBlockN>;
-    auto kernel = attention_backward_dq_kernel<HS, kNWarps, kMT, kBlockN>;
-    static bool smem_set = false;
-    if (!smem_set) {
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-        smem_set = true;
-    }
-    dim3 grid(p.B * p.NH, ceil_div(p.T, Tile::kBlockM));
-    kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
-    cudaCheck(cudaGetLastError());
+    launch_with_smem<attention_backward_dq_kernel<HS, kNWarps, kMT, kBlockN>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
+                         Tile::kThreads, Tile::kSmemBytes, p, stream);
 }
 
 template <int HS, int kNWG, int kBlockM, int kMinBlocks>
 void launch_attention_backward_dkdv_hopper(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = HopperBackwardKVTile<HS, kNWG, kBlockM>;
-    auto kernel = attention_backward_dkdv_hopper_kernel<HS, kNWG, kBlockM, kMinBlocks>;
-    static bool smem_set = false;
-    if (!smem_set) {
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-        smem_set = true;
-    }
-    dim3 grid(p.B * p.NH, ceil_div(p.T, Tile::kBlockN));
-    kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
-    cudaCheck(cudaGetLastError());
+    launch_with_smem<attention_backward_dkdv_hopper_kernel<HS, kNWG, kBlockM, kMinBlocks>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockN)),
+                         Tile::kThreads, Tile::kSmemBytes, p, stream);
 }
 
 template <int HS, int kNWG, int kBlockN, int kMinBlocks>
 void launch_attention_backward_dq_hopper(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = HopperBackwardQTile<HS, kNWG, kBlockN>;
-    auto kernel = attention_backward_dq_hopper_kernel<HS, kNWG, kBlockN, kMinBlocks>;
-    static bool smem_set = false;
-    if (!smem_set) {
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-        smem_set = true;
-    }
-    dim3 grid(p.B * p.NH, ceil_div(p.T, Tile::kBlockM));
-    kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
-    cudaCheck(cudaGetLastError());
+    launch_with_smem<attention_backward_dq_hopper_kernel<HS, kNWG, kBlockN, kMinBlocks>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
+                         Tile::kThreads, Tile::kSmemBytes, p, stream);
 }
 
 // atomic path: preprocess (+ zero dq_accum), dK/dV with red.global.add of dQ, dQ convert. Non-deterministic.
