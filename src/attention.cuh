@@ -15,9 +15,9 @@ O, the row max and the row sum in registers (online softmax, normalised once at 
 longest Q tiles (the last ones, causal) are launched first.
 
 Paths: sm_80+ mma.sync (m16n8k16 bf16, ldmatrix, cp.async double buffering, 128-byte swizzled
-shared memory); on Hopper, when the binary carries sm_90a code, the forward runs the same loop on
-wgmma instead. Head sizes 64 and 128, any T >= 1, any B * NH. attention_unsupported_reason()
-says why anything else is refused.
+shared memory); on Hopper, when the binary carries sm_90a code, the forward and the backward run
+the same loops on wgmma instead. Head sizes 64 and 128, any T >= 1, any B * NH.
+attention_unsupported_reason() says why anything else is refused.
 */
 #pragma once
 #include <cmath>
