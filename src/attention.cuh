@@ -72,6 +72,34 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
+// out (kMT m16 tiles x kDT n8 tiles) += A B, A = the fp32 accumulator tiles `in` (kMT x kNT, the m16n8 layout)
+// in bf16: in tiles 2kk, 2kk+1 are exactly the A fragment of k step kk, so P (forward) or dS (dQ) never touches
+// shared memory. B comes from a [k][n] tile by ldmatrix.trans: b_addr(kk, dp) addresses n tiles 2dp, 2dp+1.
+template <int kMT, int kNT, int kDT, class BAddr>
+__device__ __forceinline__ void mma_accum_times_tile(float (&out)[kMT][kDT][4], const float (&in)[kMT][kNT][4], BAddr b_addr) {
+    #pragma unroll
+    for (int kk = 0; kk < kNT / 2; kk++) {
+        uint32_t a[kMT][4];
+        #pragma unroll
+        for (int mt = 0; mt < kMT; mt++) {
+            a[mt][0] = pack_bf16x2(in[mt][2 * kk][0], in[mt][2 * kk][1]);
+            a[mt][1] = pack_bf16x2(in[mt][2 * kk][2], in[mt][2 * kk][3]);
+            a[mt][2] = pack_bf16x2(in[mt][2 * kk + 1][0], in[mt][2 * kk + 1][1]);
+            a[mt][3] = pack_bf16x2(in[mt][2 * kk + 1][2], in[mt][2 * kk + 1][3]);
+        }
+        #pragma unroll
+        for (int dp = 0; dp < kDT / 2; dp++) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, b_addr(kk, dp));
+            #pragma unroll
+            for (int mt = 0; mt < kMT; mt++) {
+                mma_bf16_16816(out[mt][2 * dp], a[mt], b[0], b[1]);
+                mma_bf16_16816(out[mt][2 * dp + 1], a[mt], b[2], b[3]);
+            }
+        }
+    }
+}
+
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile whose rows hold HS bf16. The chunk index
 // is XORed with row % 8, so the 8 row addresses of one ldmatrix (same chunk, 8 consecutive rows) hit 8
 // different bank groups instead of one: the 128-byte swizzle, which TMA/wgmma use too.
@@ -140,7 +168,6 @@ attention_forward_kernel(const AttentionForwardParams p) {
     constexpr int kNT = kBlockN / 8;      // n8 tiles of S per warp
     constexpr int kKS = HS / 16;          // k16 steps of Q K^T
     constexpr int kDT = HS / 8;           // n8 tiles of O
-    constexpr int kPS = kBlockN / 16;     // k16 steps of P V
     // Q fragments stay in registers when they cost <= 32 of them; at HS 128 with 32 rows per warp
     // they would push O (128 regs) + S (64) past the 255 limit, so they are re-read from smem.
     constexpr bool kQInRegs = kMT * HS <= 128;
@@ -300,29 +327,9 @@ attention_forward_kernel(const AttentionForwardParams p) {
                     #pragma unroll
                     for (int dt = 0; dt < kDT; dt++) { o_acc[mt][dt][2 * half] *= alpha; o_acc[mt][dt][2 * half + 1] *= alpha; }
                 }
-            // O += P V: the S accumulators of key tiles 2kk, 2kk+1 become the A fragment of k step kk
+            // O += P V (V is [key][d])
             const uint8_t* v_s = v_tile(stage);
-            #pragma unroll
-            for (int kk = 0; kk < kPS; kk++) {
-                uint32_t pa[kMT][4];
-                #pragma unroll
-                for (int mt = 0; mt < kMT; mt++) {
-                    pa[mt][0] = pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                    pa[mt][1] = pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                    pa[mt][2] = pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                    pa[mt][3] = pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-                }
-                #pragma unroll
-                for (int dp = 0; dp < kDT / 2; dp++) {
-                    uint32_t vb[4];   // B fragments of d tiles 2dp and 2dp+1 (V is [key][d]: transposed load)
-                    ldmatrix_x4_trans(vb, v_frag_addr(v_s, kk, dp));
-                    #pragma unroll
-                    for (int mt = 0; mt < kMT; mt++) {
-                        mma_bf16_16816(o_acc[mt][2 * dp], pa[mt], vb[0], vb[1]);
-                        mma_bf16_16816(o_acc[mt][2 * dp + 1], pa[mt], vb[2], vb[3]);
-                    }
-                }
-            }
+            mma_accum_times_tile(o_acc, s, [&](int kk, int dp) { return v_frag_addr(v_s, kk, dp); });
         }
         __syncthreads();   // every warp is done with this stage before the next prefetch overwrites it
     }
@@ -1532,29 +1539,11 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                             x = -INFINITY;
                         dp[mt][nt][e] = fast_exp2(x) * (dp[mt][nt][e] - row_dpsum[mt][e / 2]);
                     }
-            // dQ += dS K: dS tiles 2kk, 2kk+1 are the A fragment of k step kk; K is [key][d]: transposed load
-            #pragma unroll
-            for (int kk = 0; kk < kBlockN / 16; kk++) {
-                uint32_t dsa[kMT][4];
-                #pragma unroll
-                for (int mt = 0; mt < kMT; mt++) {
-                    dsa[mt][0] = pack_bf16x2(dp[mt][2 * kk][0], dp[mt][2 * kk][1]);
-                    dsa[mt][1] = pack_bf16x2(dp[mt][2 * kk][2], dp[mt][2 * kk][3]);
-                    dsa[mt][2] = pack_bf16x2(dp[mt][2 * kk + 1][0], dp[mt][2 * kk + 1][1]);
-                    dsa[mt][3] = pack_bf16x2(dp[mt][2 * kk + 1][2], dp[mt][2 * kk + 1][3]);
-                }
-                #pragma unroll
-                for (int dpair = 0; dpair < kDT / 2; dpair++) {
-                    uint32_t kb[4];
-                    const int key = 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2);
-                    ldmatrix_x4_trans(kb, smem_addr(k_s + swizzle<HS>(key, 2 * dpair + lane / 16)));
-                    #pragma unroll
-                    for (int mt = 0; mt < kMT; mt++) {
-                        mma_bf16_16816(dq_acc[mt][2 * dpair], dsa[mt], kb[0], kb[1]);
-                        mma_bf16_16816(dq_acc[mt][2 * dpair + 1], dsa[mt], kb[2], kb[3]);
-                    }
-                }
-            }
+            // dQ += dS K (K is [key][d])
+            mma_accum_times_tile(dq_acc, dp, [&](int kk, int dpair) {
+                const int key = 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2);
+                return smem_addr(k_s + swizzle<HS>(key, 2 * dpair + lane / 16));
+            });
         }
         __syncthreads();   // every warp is done with this stage before the next prefetch overwrites it
     }
