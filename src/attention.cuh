@@ -21,6 +21,8 @@ attention_unsupported_reason() says why anything else is refused.
 */
 #pragma once
 #include <cmath>
+#include <cuda.h>           // CUtensorMap (types only: the driver entry point is fetched at run time)
+#include <cudaTypedefs.h>   // PFN_cuTensorMapEncodeTiled
 #include "common.cuh"
 
 // ----------------------------------------------------------------------------
@@ -365,16 +367,16 @@ attention_forward_kernel(const AttentionForwardParams p) {
     }
 }
 
-// Launch kKernel (a __global__ taking one params struct by value) with smem_bytes of dynamic shared memory,
+// Launch kKernel (a __global__ taking its arguments by value) with smem_bytes of dynamic shared memory,
 // raising the kernel's limit on its first launch (above 48 KB a kernel must opt in). One static flag per kernel.
-template <auto kKernel, class Params>
-void launch_with_smem(dim3 grid, int threads, int smem_bytes, const Params& p, cudaStream_t stream) {
+template <auto kKernel, class... Args>
+void launch_with_smem(dim3 grid, int threads, int smem_bytes, cudaStream_t stream, const Args&... args) {
     static bool smem_set = false;
     if (!smem_set) {
         cudaCheck(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
         smem_set = true;
     }
-    kKernel<<<grid, threads, smem_bytes, stream>>>(p);
+    kKernel<<<grid, threads, smem_bytes, stream>>>(args...);
     cudaCheck(cudaGetLastError());
 }
 
@@ -382,7 +384,7 @@ template <int HS, int kWarpTilesM, int kNWarps, int kBlockN>
 void launch_attention_forward(const AttentionForwardParams& p, cudaStream_t stream) {
     using Tile = ForwardTile<HS, kWarpTilesM, kNWarps, kBlockN>;
     launch_with_smem<attention_forward_kernel<HS, kWarpTilesM, kNWarps, kBlockN>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
-                         Tile::kThreads, Tile::kSmemBytes, p, stream);
+                         Tile::kThreads, Tile::kSmemBytes, stream, p);
 }
 
 // ----------------------------------------------------------------------------
@@ -581,6 +583,7 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const int T = p.T, NH = p.NH;
     const float scale = rsqrtf((float)HS);
+    __syncwarp();   // a persistent kernel comes back here: this warp's reads of its previous O rows are done
     #pragma unroll
     for (int half = 0; half < 2; half++) {
         float l = row_sum[half];
@@ -928,6 +931,274 @@ attention_forward_hopper_overlap_kernel(const AttentionForwardParams p) {
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
+// ----------------------------------------------------------------------------
+// forward kernel, Hopper (sm_90a): TMA producer, consumer warpgroups, ping-pong, persistent
+//
+// The two kernels above load with cp.async from every thread and meet at __syncthreads twice per K/V tile,
+// so loads, softmax and MMAs of one CTA take turns, and only a second CTA per SM fills the gaps. Here the
+// roles are split (FA3, sections 3.1-3.2):
+//   warpgroup 0, the producer: drops to 24 registers (setmaxnreg.dec); one thread issues TMA loads of Q and of
+//     the K and V tiles into a ring of kStages slots. Each load completes on an mbarrier ("full": the
+//     transaction bytes arrived); before refilling a slot it waits on that slot's "empty" barrier.
+//   warpgroups 1 .. kNCWG, the consumers: raise their register limit (setmaxnreg.inc), own 64 query rows each
+//     (kBlockM = 64 * kNCWG) and run the intra-warpgroup overlap loop of the kernel above: S_j = Q K_j^T and
+//     O += P_{j-1} V_{j-1} are issued together, the softmax of tile j runs while P V does. Each warp arrives
+//     on a slot's empty barrier once its wgmma reading that slot has completed (wgmma.wait_group).
+//   ping-pong (kPingPong): the consumers issue their GEMMs in turn, ordered by named barriers (bar.sync on
+//     their own, bar.arrive on the next one's), so one warpgroup's softmax runs while the others' GEMMs keep
+//     the tensor cores busy.
+//   persistent: one CTA per SM walks work items w = blockIdx.x, + gridDim.x, ...; item w is Q tile
+//     num_m_blocks - 1 - w / (B * NH) of head w % (B * NH), so the longest (causal) tiles go first. The
+//     producer loads the next tile's Q and K/V while the consumers finish the current one.
+// The fused (B, T, 3, NH, HS) layout is read in place: each of Q, K, V is a 4-D tensor map (HS, NH, T, B)
+// over the same buffer (strides 2 bytes, HS * 2, 3 * NH * HS * 2, T * 3 * NH * HS * 2), boxes of 64 head
+// dims x 1 head x rows x 1 batch with the 128-byte swizzle: exactly one swizzle_wgmma column block, so the
+// descriptors of the kernels above apply unchanged. Rows past T come back as zeros (the tensor map's bounds),
+// and the causal mask hides those keys from every real query row.
+// Ring bookkeeping: both roles count K/V tiles over the whole persistent walk (kv_iter); tile kv_iter uses slot
+// kv_iter % kStages with phase parity (kv_iter / kStages) & 1. A fresh mbarrier is in phase 0, so waiting for
+// parity 1 passes at once: the producer's first pass over the empty barriers does not block.
+
+struct HopperTmaMaps { CUtensorMap q, k, v; };   // passed as a __grid_constant__ kernel argument
+
+template <int HS, int kNCWG, int kBlockN, int kStages>
+struct HopperWsTile {
+    static constexpr int kBlockM = 64 * kNCWG, kThreads = 128 * (kNCWG + 1);
+    static constexpr int kQBytes = kBlockM * HS * 2, kTileBytes = kBlockN * HS * 2;
+    // Q | K ring | V ring | O staging (kBlockM rows, swizzle<HS>) | mbarriers; + 1 KB to align to the swizzle atom
+    static constexpr int kBarOffset = 2 * kQBytes + 2 * kStages * kTileBytes;
+    static constexpr int kNumBars = 2 + 4 * kStages;   // q_full, q_empty, k_full[], k_empty[], v_full[], v_empty[]
+    static constexpr int kSmemBytes = kBarOffset + 8 * kNumBars + 1024;
+    // 65536 registers per SM, one CTA: the producer keeps 24 a thread, the consumers share the rest (multiples of 8)
+    static constexpr int kProducerRegs = 24, kConsumerRegs = kNCWG == 2 ? 240 : 160;
+    static_assert(128 * kProducerRegs + 128 * kNCWG * kConsumerRegs <= 65536, "register budget");
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(smem_addr(bar)) : "memory");
+}
+// arrive and announce `bytes` of TMA transactions that will complete on this barrier's current phase
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+// wait until the phase with this parity has completed
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+    } while (!done);
+}
+// one TMA box of a 4-D tensor map at coordinates (c0, c1, c2, c3) into shared memory, completing on bar
+__device__ __forceinline__ void tma_load_4d(uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2, int c3) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+                 :: "r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
+                 : "memory");
+}
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) { asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory"); }
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) { asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory"); }
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N)); }
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N)); }
+#endif
+
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong>
+__global__ void __launch_bounds__(HopperWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
+attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_constant__ HopperTmaMaps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(HS == 64 || HS == 128, "head size 64 or 128");
+    static_assert(kStages >= 2, "V_{j-1} and K_j are in flight together");
+    static_assert(!kPingPong || kNCWG >= 2, "ping-pong needs two consumer warpgroups");
+    using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages>;
+    constexpr int kBlockM = Tile::kBlockM;
+    constexpr int kNT = kBlockN / 8;      // n8 column groups of S per thread
+    constexpr int kPS = kBlockN / 16;     // k16 steps of P V
+    constexpr int kDT = HS / 8;           // n8 column groups of O
+    constexpr int kCB = HS / 64;          // 64-column blocks of a tile (swizzle_wgmma): one TMA box each
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    uint8_t* q_smem = smem;                                    // (kBlockM, HS) swizzle_wgmma
+    uint8_t* k_smem = q_smem + Tile::kQBytes;                  // [kStages] (kBlockN, HS) swizzle_wgmma
+    uint8_t* v_smem = k_smem + kStages * Tile::kTileBytes;     // [kStages] (kBlockN, HS) swizzle_wgmma
+    uint8_t* o_smem = v_smem + kStages * Tile::kTileBytes;     // (kBlockM, HS) swizzle<HS>: each warp stages its 16 rows
+    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Tile::kBarOffset);
+    uint64_t* q_full = bars;
+    uint64_t* q_empty = bars + 1;
+    uint64_t* k_full = bars + 2;
+    uint64_t* k_empty = k_full + kStages;
+    uint64_t* v_full = k_empty + kStages;
+    uint64_t* v_empty = v_full + kStages;
+    constexpr int kConsumerWarps = 4 * kNCWG;   // every consumer warp arrives once on an empty barrier
+
+    if (threadIdx.x == 0) {
+        mbar_init(q_full, 1); mbar_init(q_empty, kConsumerWarps);
+        for (int s = 0; s < kStages; s++) {
+            mbar_init(&k_full[s], 1); mbar_init(&k_empty[s], kConsumerWarps);
+            mbar_init(&v_full[s], 1); mbar_init(&v_empty[s], kConsumerWarps);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");   // visible to the async (TMA) proxy
+    }
+    __syncthreads();
+
+    const int T = p.T, NH = p.NH, num_bh = p.B * p.NH;
+    const int num_m_blocks = ceil_div(T, kBlockM), num_items = num_m_blocks * num_bh;
+    const int wg = threadIdx.x / 128;
+
+    if (wg == 0) {   // ---- producer
+        setmaxnreg_dec<Tile::kProducerRegs>();
+        if (threadIdx.x == 0) {
+            int kv_iter = 0, tile_iter = 0;
+            for (int w = blockIdx.x; w < num_items; w += gridDim.x, tile_iter++) {
+                const int m_block = num_m_blocks - 1 - w / num_bh, b = (w % num_bh) / NH, h = w % NH;
+                const int m_start = m_block * kBlockM;
+                const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
+                mbar_wait(q_empty, (tile_iter & 1) ^ 1);   // the previous tile's last S has read Q
+                mbar_arrive_expect_tx(q_full, Tile::kQBytes);
+                for (int c = 0; c < kCB; c++) tma_load_4d(q_smem + c * kBlockM * 128, &maps.q, q_full, 64 * c, h, m_start, b);
+                for (int i = 0; i < n_blocks; i++, kv_iter++) {   // the diagonal tile first, as the consumers walk
+                    const int slot = kv_iter % kStages, phase = (kv_iter / kStages) & 1;
+                    const int key0 = (n_blocks - 1 - i) * kBlockN;
+                    mbar_wait(&k_empty[slot], phase ^ 1);
+                    mbar_arrive_expect_tx(&k_full[slot], Tile::kTileBytes);
+                    for (int c = 0; c < kCB; c++)
+                        tma_load_4d(k_smem + slot * Tile::kTileBytes + c * kBlockN * 128, &maps.k, &k_full[slot], 64 * c, h, key0, b);
+                    mbar_wait(&v_empty[slot], phase ^ 1);
+                    mbar_arrive_expect_tx(&v_full[slot], Tile::kTileBytes);
+                    for (int c = 0; c < kCB; c++)
+                        tma_load_4d(v_smem + slot * Tile::kTileBytes + c * kBlockN * 128, &maps.v, &v_full[slot], 64 * c, h, key0, b);
+                }
+            }
+        }
+        return;
+    }
+
+    // ---- consumers
+    setmaxnreg_inc<Tile::kConsumerRegs>();
+    const int cwg = wg - 1;   // consumer warpgroup 0 .. kNCWG - 1: query rows 64 cwg .. 64 cwg + 63 of the tile
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, tq = lane % 4;
+    const int warp_row0 = cwg * 64 + (warp % 4) * 16;   // this warp's 16 rows of the tile
+    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
+    const uint64_t q_desc = wgmma_desc(q_smem + cwg * 64 * 128);   // this warpgroup's rows of column block 0
+
+    float s[kNT * 4];       // S of the current tile, then P in fp32
+    uint32_t pa[kPS][4];    // P of the previous tile in bf16: the A fragments of P V
+    float o_acc[kDT * 4];   // O, as in the kernels above
+    float row_max[2], row_sum[2], alpha[2];
+
+    // Ping-pong turn order: consumer c waits on barrier 1 + c and then lets consumer c + 1 go. Consumer 0 takes
+    // the very first turn without waiting and the last consumer skips its very last hand-over, so every
+    // bar.arrive meets a bar.sync and no barrier is left half-arrived when the CTA exits.
+    bool first_turn = true;
+    auto turn_begin = [&]() {
+        if constexpr (kPingPong) {
+            if (!(cwg == 0 && first_turn)) named_barrier_sync(1 + cwg, 256);
+            first_turn = false;
+        }
+    };
+    auto turn_end = [&](bool last_turn_of_cta) {
+        if constexpr (kPingPong) {
+            if (!(cwg == kNCWG - 1 && last_turn_of_cta)) named_barrier_arrive(1 + (cwg + 1) % kNCWG, 256);
+        }
+    };
+    auto release = [&](uint64_t* bar) { if (lane == 0) mbar_arrive(bar); };   // after this warp's wgmma_wait
+    auto issue_s = [&](int slot) {   // S = Q K^T; step 0 overwrites s
+        wgmma_ss_over_hs<HS, kBlockN, kBlockM, /*kScaleD0=*/0>(s, q_desc, k_smem + slot * Tile::kTileBytes);
+        wgmma_commit();
+    };
+    auto issue_pv = [&](int slot) {   // O += P V: k16 step i = keys 16i .. 16i + 15, 16 rows of 128 bytes into each column block
+        const uint8_t* v_s = v_smem + slot * Tile::kTileBytes;
+        #pragma unroll
+        for (int i = 0; i < kPS; i++)
+            #pragma unroll
+            for (int c = 0; c < kCB; c++)
+                wgmma_rs_m64n64k16_trans_b(*reinterpret_cast<float(*)[32]>(o_acc + 32 * c), pa[i],
+                                           wgmma_desc(v_s + c * kBlockN * 128 + i * 16 * 128));
+        wgmma_commit();
+    };
+    auto pack_p = [&]() {
+        #pragma unroll
+        for (int i = 0; i < kPS; i++) accum_to_a_frag(pa[i], s, i);
+    };
+
+    int kv_iter = 0, tile_iter = 0;
+    for (int w = blockIdx.x; w < num_items; w += gridDim.x, tile_iter++) {
+        const int m_block = num_m_blocks - 1 - w / num_bh, b = (w % num_bh) / NH, h = w % NH;
+        const int m_start = m_block * kBlockM;
+        const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
+        const bool last_item = w + gridDim.x >= num_items;
+        auto softmax = [&](int j) {   // on tile j (loop order): P_j (fp32) in s, row statistics, alpha
+            const int key0 = (n_blocks - 1 - j) * kBlockN;
+            if (key0 + kBlockN - 1 > m_start + warp_row0) causal_mask_tile<kNT>(s, m_start + warp_row0, key0, g, tq);
+            online_softmax_tile<kNT>(s, row_max, row_sum, alpha, scale_log2);
+        };
+        #pragma unroll
+        for (int i = 0; i < kDT * 4; i++) o_acc[i] = 0.0f;
+        row_max[0] = row_max[1] = -INFINITY;
+        row_sum[0] = row_sum[1] = 0.0f;
+
+        // tile 0: S and softmax only (O is still 0, so alpha is not needed)
+        mbar_wait(q_full, tile_iter & 1);
+        mbar_wait(&k_full[kv_iter % kStages], (kv_iter / kStages) & 1);
+        turn_begin();
+        reg_fence(s);
+        wgmma_fence();
+        issue_s(kv_iter % kStages);
+        turn_end(false);
+        wgmma_wait<0>();
+        reg_fence(s);
+        release(&k_empty[kv_iter % kStages]);
+        if (n_blocks == 1) release(q_empty);
+        softmax(0);
+        pack_p();
+
+        for (int j = 1; j < n_blocks; j++) {
+            const int kslot = (kv_iter + j) % kStages, vslot = (kv_iter + j - 1) % kStages;
+            mbar_wait(&k_full[kslot], ((kv_iter + j) / kStages) & 1);
+            mbar_wait(&v_full[vslot], ((kv_iter + j - 1) / kStages) & 1);
+            turn_begin();
+            reg_fence(s); reg_fence(pa); reg_fence(o_acc);   // every ordinary write to them is done
+            wgmma_fence();                                   // ... and visible to wgmma
+            issue_s(kslot);
+            issue_pv(vslot);
+            turn_end(false);
+            wgmma_wait<1>();   // S_j done; P_{j-1} V_{j-1} may still run: o_acc and pa are not ours yet
+            reg_fence(s);
+            release(&k_empty[kslot]);
+            if (j == n_blocks - 1) release(q_empty);   // the tile's last read of Q is done
+            softmax(j);
+            wgmma_wait<0>();   // P V done
+            reg_fence(o_acc); reg_fence(pa);
+            release(&v_empty[vslot]);
+            #pragma unroll
+            for (int dt = 0; dt < kDT; dt++) {
+                o_acc[4 * dt + 0] *= alpha[0]; o_acc[4 * dt + 1] *= alpha[0];
+                o_acc[4 * dt + 2] *= alpha[1]; o_acc[4 * dt + 3] *= alpha[1];
+            }
+            pack_p();
+        }
+
+        // the last P V
+        const int vslot = (kv_iter + n_blocks - 1) % kStages;
+        mbar_wait(&v_full[vslot], ((kv_iter + n_blocks - 1) / kStages) & 1);
+        turn_begin();
+        reg_fence(pa); reg_fence(o_acc);
+        wgmma_fence();
+        issue_pv(vslot);
+        turn_end(last_item);
+        wgmma_wait<0>();
+        reg_fence(o_acc);
+        release(&v_empty[vslot]);
+        kv_iter += n_blocks;
+
+        hopper_forward_epilogue<HS>(p, o_acc, row_max, row_sum, o_smem, b, h, m_start, warp_row0);
+    }
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
 // 1 if this binary carries sm_90a code for the GPU in hand (a GPU_ARCH=80 build running on an H100 does not)
 __global__ void hopper_path_probe_kernel(int* compiled) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -957,14 +1228,59 @@ template <int HS, int kBlockN, bool kPvN128 = false>
 void launch_attention_forward_hopper(const AttentionForwardParams& p, cudaStream_t stream) {
     using Tile = HopperForwardTile<HS, kBlockN>;
     launch_with_smem<attention_forward_hopper_kernel<HS, kBlockN, kPvN128>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
-                         Tile::kThreads, Tile::kSmemBytes, p, stream);
+                         Tile::kThreads, Tile::kSmemBytes, stream, p);
+}
+
+// cuTensorMapEncodeTiled from the driver, looked up once at run time (no link dependency on libcuda)
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+    if (!encode) {
+        void* fn = nullptr;
+        cudaDriverEntryPointQueryResult found;
+        cudaCheck(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+        if (found != cudaDriverEntryPointSuccess || !fn) {
+            fprintf(stderr, "attention: the CUDA driver has no cuTensorMapEncodeTiled (TMA needs a CUDA 12 driver)\n");
+            exit(EXIT_FAILURE);
+        }
+        encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+    }
+    return encode;
+}
+
+// Q, K or V (which = 0, 1, 2) of the fused (B, T, 3, NH, HS) activation as a 4-D tensor map (HS, NH, T, B):
+// boxes of 64 head dims x 1 head x box_rows rows x 1 batch, 128-byte swizzle, rows past T read as zeros
+inline CUtensorMap qkv_tensor_map(const floatX* qkv, int which, int B, int T, int NH, int HS, int box_rows) {
+    const cuuint64_t dims[4] = {(cuuint64_t)HS, (cuuint64_t)NH, (cuuint64_t)T, (cuuint64_t)B};
+    const cuuint64_t strides[3] = {(cuuint64_t)HS * 2, (cuuint64_t)3 * NH * HS * 2, (cuuint64_t)T * 3 * NH * HS * 2};
+    const cuuint32_t box[4] = {64, 1, (cuuint32_t)box_rows, 1};
+    const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+    CUtensorMap map;
+    CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void*)(qkv + (size_t)which * NH * HS), dims, strides,
+                                      box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "attention: cuTensorMapEncodeTiled failed (error %d; qkv %p must be 16-byte aligned)\n", (int)r, (const void*)qkv);
+        exit(EXIT_FAILURE);
+    }
+    return map;
+}
+
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong>
+void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStream_t stream) {
+    using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages>;
+    const HopperTmaMaps maps{qkv_tensor_map(p.qkv, 0, p.B, p.T, p.NH, HS, Tile::kBlockM),
+                             qkv_tensor_map(p.qkv, 1, p.B, p.T, p.NH, HS, kBlockN),
+                             qkv_tensor_map(p.qkv, 2, p.B, p.T, p.NH, HS, kBlockN)};
+    const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockM);
+    launch_with_smem<attention_forward_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kPingPong>>(
+        dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, p, maps);
 }
 
 template <int HS, int kBlockN>
 void launch_attention_forward_hopper_overlap(const AttentionForwardParams& p, cudaStream_t stream) {
     using Tile = HopperForwardOverlapTile<HS, kBlockN>;
     launch_with_smem<attention_forward_hopper_overlap_kernel<HS, kBlockN>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
-                         Tile::kThreads, Tile::kSmemBytes, p, stream);
+                         Tile::kThreads, Tile::kSmemBytes, stream, p);
 }
 
 // ----------------------------------------------------------------------------
@@ -997,8 +1313,8 @@ inline bool attention_forward_uses_hopper(int HS) { return (HS == 64 || HS == 12
 
 inline const char* attention_forward_path_name(int HS) {
     if (attention_forward_uses_hopper(HS))
-        return HS == 64 ? "flash forward, wgmma sm90a, 128x128 tiles, 2 warpgroups (HS=64)"
-                        : "flash forward, wgmma sm90a, 128x64 tiles, 2 warpgroups (HS=128)";
+        return HS == 64 ? "flash forward, wgmma+TMA sm90a, warp-specialised, 192x128 tiles, 3 consumer warpgroups (HS=64)"
+                        : "flash forward, wgmma+TMA sm90a, warp-specialised, 128x128 tiles, 2 consumer warpgroups (HS=128)";
     return HS == 64 ? "flash forward, mma.sync sm80, 128x64 tiles, 4 warps (HS=64)"
                     : "flash forward, mma.sync sm80, 128x48 tiles, 4 warps (HS=128)";
 }
@@ -1007,8 +1323,13 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
     attention_check_supported(B, T, NH, HS);
     AttentionForwardParams p{qkv, out, lse, B, T, NH, HS};
     if (attention_forward_uses_hopper(HS)) {
-        if (HS == 64) launch_attention_forward_hopper<64, 128>(p, stream);
-        else launch_attention_forward_hopper<128, 64>(p, stream);
+        // Warp-specialised TMA kernel, ping-pong on. HS 64: 3 consumer warpgroups (192-row tiles) when there are at
+        // least ~5 such tiles per SM; below that the longer tiles leave SMs idle at the end and 2 (128 rows) win.
+        // Measured (H100, 2026-11-21, dev/cuda/attention_forward 5): 3 wg 278.6 / 423.1 / 494.8 TF/s at
+        // 64x12x1024, 4x12x4096, 1x12x16384 (2 wg: 266.7 / 391.8 / 420.5); at 8x12x1024 2 wg 263.0, 3 wg 236.0.
+        if (HS == 64 && (long)B * NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 2, true>(p, stream);
+        else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 2, true>(p, stream);
+        else launch_attention_forward_hopper_ws<128, 2, 128, 2, true>(p, stream);
     }
     else if (HS == 64) launch_attention_forward<64, 2, 4, 64>(p, stream);
     else launch_attention_forward<128, 2, 4, 48>(p, stream);
@@ -1921,28 +2242,28 @@ template <int HS, int kNWarps, int kMT, int kBlockM, bool kAtomicDq>
 void launch_attention_backward_dkdv(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = BackwardKVTile<HS, kNWarps, kMT, kBlockM, kAtomicDq>;
     launch_with_smem<attention_backward_dkdv_kernel<HS, kNWarps, kMT, kBlockM, kAtomicDq>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockN)),
-                         Tile::kThreads, Tile::kSmemBytes, p, stream);
+                         Tile::kThreads, Tile::kSmemBytes, stream, p);
 }
 
 template <int HS, int kNWarps, int kMT, int kBlockN>
 void launch_attention_backward_dq(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = BackwardQTile<HS, kNWarps, kMT, kBlockN>;
     launch_with_smem<attention_backward_dq_kernel<HS, kNWarps, kMT, kBlockN>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
-                         Tile::kThreads, Tile::kSmemBytes, p, stream);
+                         Tile::kThreads, Tile::kSmemBytes, stream, p);
 }
 
 template <int HS, int kNWG, int kBlockM, int kMinBlocks>
 void launch_attention_backward_dkdv_hopper(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = HopperBackwardKVTile<HS, kNWG, kBlockM>;
     launch_with_smem<attention_backward_dkdv_hopper_kernel<HS, kNWG, kBlockM, kMinBlocks>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockN)),
-                         Tile::kThreads, Tile::kSmemBytes, p, stream);
+                         Tile::kThreads, Tile::kSmemBytes, stream, p);
 }
 
 template <int HS, int kNWG, int kBlockN, int kMinBlocks>
 void launch_attention_backward_dq_hopper(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = HopperBackwardQTile<HS, kNWG, kBlockN>;
     launch_with_smem<attention_backward_dq_hopper_kernel<HS, kNWG, kBlockN, kMinBlocks>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
-                         Tile::kThreads, Tile::kSmemBytes, p, stream);
+                         Tile::kThreads, Tile::kSmemBytes, stream, p);
 }
 
 // atomic path: preprocess (+ zero dq_accum), dK/dV with red.global.add of dQ, dQ convert. Non-deterministic.

@@ -28,6 +28,7 @@ qkv is (B, T, 3, NH, HS) bf16; out (B, T, NH, HS) bf16; lse (B, NH, T) fp32.
 #include "dev/cuda/forward_variants/02_cublas_softmax.cuh"
 #include "dev/cuda/forward_variants/03_mma_sync_tiles.cuh"
 #include "dev/cuda/forward_variants/04_wgmma.cuh"
+#include "dev/cuda/forward_variants/05_tma_ws.cuh"
 
 // ----------------------------------------------------------------------------
 // the variant table: number, name, tile configs (names for HS 64 / HS 128), launcher
@@ -53,6 +54,9 @@ static const ForwardVariant kVariants[] = {
     {4, "wgmma_sm90a", 4, {"128x128/2wg", "128x64/2wg", "128x64/2wg/ovl", "128x128/2wg/ovl"},
                           {"128x64/2wg", "128x128/2wg", "128x128/2wg/pv128", nullptr},
      attention_forward4, attention_forward4_supports, false, 1e-4},
+    {5, "tma_ws_sm90a", 4, {"192x128/3wg/pp", "128x128/2wg/pp", "192x128/3wg", "192x128/3wg/pp/s3"},
+                           {"128x128/2wg/pp", "128x128/2wg", "128x64/2wg/pp/s3", "192x64/3wg/pp"},
+     attention_forward5, attention_forward5_supports, false, 1e-4},
 };
 constexpr int kBaselineVariant = 2;
 
