@@ -1247,22 +1247,26 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     return encode;
 }
 
-// Q, K or V (which = 0, 1, 2) of the fused (B, T, 3, NH, HS) activation as a 4-D tensor map (HS, NH, T, B):
-// boxes of 64 head dims x 1 head x box_rows rows x 1 batch, 128-byte swizzle, rows past T read as zeros
-inline CUtensorMap qkv_tensor_map(const floatX* qkv, int which, int B, int T, int NH, int HS, int box_rows) {
+// A (B, T, NH, HS) bf16 tensor whose rows (fixed b, t) are row_elems apart, as a 4-D tensor map (HS, NH, T, B):
+// boxes of 64 head dims x 1 head x box_rows rows x 1 batch, 128-byte swizzle, rows past T read as zeros.
+// Q, K, V of the fused (B, T, 3, NH, HS) activation: base qkv + {0, 1, 2} * NH * HS, row_elems 3 * NH * HS.
+inline CUtensorMap bthd_tensor_map(const floatX* base, size_t row_elems, int B, int T, int NH, int HS, int box_rows) {
     const cuuint64_t dims[4] = {(cuuint64_t)HS, (cuuint64_t)NH, (cuuint64_t)T, (cuuint64_t)B};
-    const cuuint64_t strides[3] = {(cuuint64_t)HS * 2, (cuuint64_t)3 * NH * HS * 2, (cuuint64_t)T * 3 * NH * HS * 2};
+    const cuuint64_t strides[3] = {(cuuint64_t)HS * 2, (cuuint64_t)row_elems * 2, (cuuint64_t)T * row_elems * 2};
     const cuuint32_t box[4] = {64, 1, (cuuint32_t)box_rows, 1};
     const cuuint32_t element_strides[4] = {1, 1, 1, 1};
     CUtensorMap map;
-    CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void*)(qkv + (size_t)which * NH * HS), dims, strides,
+    CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void*)base, dims, strides,
                                       box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "attention: cuTensorMapEncodeTiled failed (error %d; qkv %p must be 16-byte aligned)\n", (int)r, (const void*)qkv);
+        fprintf(stderr, "attention: cuTensorMapEncodeTiled failed (error %d; tensor %p must be 16-byte aligned)\n", (int)r, (const void*)base);
         exit(EXIT_FAILURE);
     }
     return map;
+}
+inline CUtensorMap qkv_tensor_map(const floatX* qkv, int which, int B, int T, int NH, int HS, int box_rows) {
+    return bthd_tensor_map(qkv + (size_t)which * NH * HS, 3 * (size_t)NH * HS, B, T, NH, HS, box_rows);
 }
 
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong>
@@ -1936,14 +1940,170 @@ struct HopperBackwardKVTile {
     static constexpr int kSmemBytes = 2 * kKVBytes + 2 * kStageBytes + 1024;
 };
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// One step of the dK/dV kernels: this warpgroup's 64 keys (rows warp_row0.. of the K, V tiles of kBlockN rows, at
+// k_desc / v_desc) against the kBlockM queries of one stage (q_s, do_s, and lse2_s / dpsum_s: its kBlockM rows of
+// lse2 and D). S^T = K Q^T and dP^T = V dO^T, P^T, dS^T, then dV += P^T dO and dK += dS^T Q. Returns with every
+// wgmma complete, so the caller may hand the stage back.
+template <int HS, int kBlockM, int kBlockN>
+__device__ __forceinline__ void dkdv_hopper_step(float (&dk_acc)[HS / 2], float (&dv_acc)[HS / 2], uint64_t k_desc, uint64_t v_desc,
+                                                 const uint8_t* q_s, const uint8_t* do_s, const float* lse2_s, const float* dpsum_s,
+                                                 int n_start, int m_start, int warp_row0) {
+    constexpr int kQT = kBlockM / 8;      // n8 column groups of S^T (queries)
+    constexpr int kQS = kBlockM / 16;     // k16 steps of dV, dK (over queries)
+    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
+    float st[kQT * 4], dpt[kQT * 4];
+    #pragma unroll
+    for (int i = 0; i < kQT * 4; i++) st[i] = dpt[i] = 0.0f;
+    wgmma_fence();
+    wgmma_ss_over_hs<HS, kBlockM, kBlockN>(st, k_desc, q_s);
+    wgmma_commit();
+    wgmma_ss_over_hs<HS, kBlockM, kBlockN>(dpt, v_desc, do_s);
+    wgmma_commit();
+    wgmma_wait<1>();   // S^T is ready; dP^T may still be running
+    // P^T = exp2(S^T * c - lse2[query]), 0 where key > query (only where this warp's keys cross the tile)
+    const bool need_mask = n_start + warp_row0 + 15 > m_start;
+    #pragma unroll
+    for (int i = 0; i < kQT; i++) {
+        const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * tq);
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float x = st[4 * i + e] * scale_log2 - (e % 2 ? l2.y : l2.x);
+            if (need_mask && n_start + warp_row0 + g + 8 * (e / 2) > m_start + i * 8 + 2 * tq + (e % 2)) x = -INFINITY;
+            st[4 * i + e] = fast_exp2(x);
+        }
+    }
+    wgmma_wait<0>();   // dP^T
+    // dS^T = P^T * (dP^T - D[query])
+    #pragma unroll
+    for (int i = 0; i < kQT; i++) {
+        const float2 dps = *reinterpret_cast<const float2*>(dpsum_s + i * 8 + 2 * tq);
+        #pragma unroll
+        for (int e = 0; e < 4; e++) dpt[4 * i + e] = st[4 * i + e] * (dpt[4 * i + e] - (e % 2 ? dps.y : dps.x));
+    }
+    uint32_t pa[kQS][4], dsa[kQS][4];
+    #pragma unroll
+    for (int j = 0; j < kQS; j++) { accum_to_a_frag(pa[j], st, j); accum_to_a_frag(dsa[j], dpt, j); }
+    // dV += P^T dO, dK += dS^T Q: k step j = queries 16j..16j+15 = rows 16j.. of the (MN-major) tiles
+    wgmma_fence();
+    #pragma unroll
+    for (int j = 0; j < kQS; j++) wgmma_rs_m64k16_trans_b<HS, kBlockM>(dv_acc, pa[j], do_s, j);
+    #pragma unroll
+    for (int j = 0; j < kQS; j++) wgmma_rs_m64k16_trans_b<HS, kBlockM>(dk_acc, dsa[j], q_s, j);
+    wgmma_commit();
+    wgmma_wait<0>();
+}
+
+// dK *= scale; dK, dV -> bf16, staged in this warp's own 16 rows of dk_stage / dv_stage (swizzle<HS>: 256-byte rows at
+// HS 128, not the column blocks; each warp reads back only what it wrote), then 16-byte stores into dqkv
+template <int HS>
+__device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardParams& p, const float (&dk_acc)[HS / 2], const float (&dv_acc)[HS / 2],
+                                                     uint8_t* dk_stage, uint8_t* dv_stage, int b, int h, int n_start, int warp_row0) {
+    constexpr int kDT = HS / 8;
+    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const int T = p.T, NH = p.NH;
+    const size_t row_stride = 3 * (size_t)NH * HS;
+    const float scale = rsqrtf((float)HS);
+    __syncwarp();   // a persistent kernel comes back here: this warp's reads of its previous rows are done
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int row = warp_row0 + g + 8 * half;
+        #pragma unroll
+        for (int dt = 0; dt < kDT; dt++) {
+            *reinterpret_cast<uint32_t*>(dk_stage + swizzle<HS>(row, dt) + 4 * tq) =
+                pack_bf16x2(dk_acc[4 * dt + 2 * half] * scale, dk_acc[4 * dt + 2 * half + 1] * scale);
+            *reinterpret_cast<uint32_t*>(dv_stage + swizzle<HS>(row, dt) + 4 * tq) =
+                pack_bf16x2(dv_acc[4 * dt + 2 * half], dv_acc[4 * dt + 2 * half + 1]);
+        }
+    }
+    __syncwarp();
+    floatX* dk_gl = p.dqkv + (size_t)b * T * row_stride + NH * HS + h * HS;
+    for (int c = lane; c < 16 * kDT; c += 32) {
+        const int row = warp_row0 + c / kDT, ch = c % kDT, t = n_start + row;
+        if (t < T) {
+            *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + ch * 8) = *reinterpret_cast<const uint4*>(dk_stage + swizzle<HS>(row, ch));
+            *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + NH * HS + ch * 8) = *reinterpret_cast<const uint4*>(dv_stage + swizzle<HS>(row, ch));
+        }
+    }
+}
+
+// One step of the dQ kernels: this warpgroup's 64 query rows (q_desc / do_desc: its rows of the (kBlockM, HS) Q and dO
+// tiles) against key block n_block (k_s, v_s: (kBlockN, HS) tiles). S = Q K^T, dP = dO V^T, dS, then dQ += dS K.
+// row_lse2 / row_dpsum: rows g and g + 8 of this warp. Returns with every wgmma complete.
+template <int HS, int kBlockM, int kBlockN>
+__device__ __forceinline__ void dq_hopper_step(float (&dq_acc)[HS / 2], uint64_t q_desc, uint64_t do_desc, const uint8_t* k_s, const uint8_t* v_s,
+                                               const float (&row_lse2)[2], const float (&row_dpsum)[2], int n_block, int m_start, int warp_row0) {
+    constexpr int kNT = kBlockN / 8;      // n8 column groups of S (keys)
+    constexpr int kKS = kBlockN / 16;     // k16 steps of dQ += dS K
+    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
+    float s[kNT * 4], dp[kNT * 4];
+    #pragma unroll
+    for (int i = 0; i < kNT * 4; i++) s[i] = dp[i] = 0.0f;
+    wgmma_fence();
+    wgmma_ss_over_hs<HS, kBlockN, kBlockM>(s, q_desc, k_s);
+    wgmma_commit();
+    wgmma_ss_over_hs<HS, kBlockN, kBlockM>(dp, do_desc, v_s);
+    wgmma_commit();
+    wgmma_wait<1>();   // S is ready; dP may still be running
+    const bool need_mask = n_block * kBlockN + kBlockN - 1 > m_start + warp_row0;
+    #pragma unroll
+    for (int i = 0; i < kNT; i++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float x = s[4 * i + e] * scale_log2 - row_lse2[e / 2];
+            if (need_mask && n_block * kBlockN + i * 8 + 2 * tq + (e % 2) > m_start + warp_row0 + g + 8 * (e / 2)) x = -INFINITY;
+            s[4 * i + e] = fast_exp2(x);
+        }
+    wgmma_wait<0>();   // dP
+    #pragma unroll
+    for (int i = 0; i < kNT * 4; i++) dp[i] = s[i] * (dp[i] - row_dpsum[(i % 4) / 2]);
+    uint32_t dsa[kKS][4];
+    #pragma unroll
+    for (int j = 0; j < kKS; j++) accum_to_a_frag(dsa[j], dp, j);
+    // dQ += dS K: k step j = keys 16j..16j+15 = rows 16j.. of the (MN-major) K tile
+    wgmma_fence();
+    #pragma unroll
+    for (int j = 0; j < kKS; j++) wgmma_rs_m64k16_trans_b<HS, kBlockN>(dq_acc, dsa[j], k_s, j);
+    wgmma_commit();
+    wgmma_wait<0>();
+}
+
+// dQ * scale -> bf16, staged in this warp's own 16 rows of `stage` (swizzle<HS>), then 16-byte stores into dqkv
+template <int HS>
+__device__ __forceinline__ void dq_hopper_epilogue(const AttentionBackwardParams& p, const float (&dq_acc)[HS / 2], uint8_t* stage,
+                                                   int b, int h, int m_start, int warp_row0) {
+    constexpr int kDT = HS / 8;
+    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const int T = p.T, NH = p.NH;
+    const size_t row_stride = 3 * (size_t)NH * HS;
+    const float scale = rsqrtf((float)HS);
+    __syncwarp();   // as in dkdv_hopper_epilogue
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int row = warp_row0 + g + 8 * half;
+        #pragma unroll
+        for (int dt = 0; dt < kDT; dt++)
+            *reinterpret_cast<uint32_t*>(stage + swizzle<HS>(row, dt) + 4 * tq) =
+                pack_bf16x2(dq_acc[4 * dt + 2 * half] * scale, dq_acc[4 * dt + 2 * half + 1] * scale);
+    }
+    __syncwarp();
+    floatX* dq_gl = p.dqkv + (size_t)b * T * row_stride + h * HS;
+    for (int c = lane; c < 16 * kDT; c += 32) {
+        const int row = warp_row0 + c / kDT, ch = c % kDT;
+        if (m_start + row < T)
+            *reinterpret_cast<uint4*>(dq_gl + (size_t)(m_start + row) * row_stride + ch * 8) = *reinterpret_cast<const uint4*>(stage + swizzle<HS>(row, ch));
+    }
+}
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
 template <int HS, int kNWG, int kBlockM, int kMinBlocks>
 __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dkdv_hopper_kernel(const AttentionBackwardParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(HS == 64 || HS == 128, "head size 64 or 128");
     using Tile = HopperBackwardKVTile<HS, kNWG, kBlockM>;
     constexpr int kBlockN = Tile::kBlockN, kThreads = Tile::kThreads;
-    constexpr int kQT = kBlockM / 8;      // n8 column groups of S^T (queries)
-    constexpr int kQS = kBlockM / 16;     // k16 steps of dV, dK (over queries)
     constexpr int kDT = HS / 8;           // n8 column groups of dK, dV
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -1958,8 +2118,7 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dkd
     const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T);
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const int n_block = blockIdx.y;                       // block 0 has the most query tiles: launched first
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
-    const int g = lane / 4, tq = lane % 4;
+    const int warp = threadIdx.x / 32, wg = threadIdx.x / 128;
     const size_t row_stride = 3 * (size_t)NH * HS;
     const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
     const floatX* k_gl = q_gl + NH * HS;
@@ -1992,7 +2151,6 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dkd
     float dk_acc[kDT * 4], dv_acc[kDT * 4];
     #pragma unroll
     for (int i = 0; i < kDT * 4; i++) dk_acc[i] = dv_acc[i] = 0.0f;
-    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
     const uint64_t k_desc = wgmma_desc(k_smem + wg * 64 * 128);   // this warpgroup's keys in column block 0
     const uint64_t v_desc = wgmma_desc(v_smem + wg * 64 * 128);
 
@@ -2007,83 +2165,15 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dkd
         }
         fence_proxy_async();
         __syncthreads();   // this stage (and K, V on the first pass) visible to every warpgroup's wgmma
-        const int m_start = m_block * kBlockM;
         // No warpgroup skips a tile whose keys all lie after its queries (possible only with 2 warpgroups, on
         // the first query tile): a branch around the wgmmas makes ptxas serialise them (C7520), and a fully
         // masked tile just gives P = 0.
-        {
-            const uint8_t* q_s = q_tile(stage);
-            const uint8_t* do_s = do_tile(stage);
-            const float* lse2_s = lse2_tile(stage);
-            const float* dpsum_s = lse2_s + kBlockM;
-            float st[kQT * 4], dpt[kQT * 4];
-            #pragma unroll
-            for (int i = 0; i < kQT * 4; i++) st[i] = dpt[i] = 0.0f;
-            wgmma_fence();
-            wgmma_ss_over_hs<HS, kBlockM, kBlockN>(st, k_desc, q_s);
-            wgmma_commit();
-            wgmma_ss_over_hs<HS, kBlockM, kBlockN>(dpt, v_desc, do_s);
-            wgmma_commit();
-            wgmma_wait<1>();   // S^T is ready; dP^T may still be running
-            // P^T = exp2(S^T * c - lse2[query]), 0 where key > query (only where this warp's keys cross the tile)
-            const bool need_mask = n_start + warp_row0 + 15 > m_start;
-            #pragma unroll
-            for (int i = 0; i < kQT; i++) {
-                const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * tq);
-                #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float x = st[4 * i + e] * scale_log2 - (e % 2 ? l2.y : l2.x);
-                    if (need_mask && n_start + warp_row0 + g + 8 * (e / 2) > m_start + i * 8 + 2 * tq + (e % 2)) x = -INFINITY;
-                    st[4 * i + e] = fast_exp2(x);
-                }
-            }
-            wgmma_wait<0>();   // dP^T
-            // dS^T = P^T * (dP^T - D[query])
-            #pragma unroll
-            for (int i = 0; i < kQT; i++) {
-                const float2 dps = *reinterpret_cast<const float2*>(dpsum_s + i * 8 + 2 * tq);
-                #pragma unroll
-                for (int e = 0; e < 4; e++) dpt[4 * i + e] = st[4 * i + e] * (dpt[4 * i + e] - (e % 2 ? dps.y : dps.x));
-            }
-            uint32_t pa[kQS][4], dsa[kQS][4];
-            #pragma unroll
-            for (int j = 0; j < kQS; j++) { accum_to_a_frag(pa[j], st, j); accum_to_a_frag(dsa[j], dpt, j); }
-            // dV += P^T dO, dK += dS^T Q: k step j = queries 16j..16j+15 = rows 16j.. of the (MN-major) tiles
-            wgmma_fence();
-            #pragma unroll
-            for (int j = 0; j < kQS; j++) wgmma_rs_m64k16_trans_b<HS, kBlockM>(dv_acc, pa[j], do_s, j);
-            #pragma unroll
-            for (int j = 0; j < kQS; j++) wgmma_rs_m64k16_trans_b<HS, kBlockM>(dk_acc, dsa[j], q_s, j);
-            wgmma_commit();
-            wgmma_wait<0>();
-        }
+        dkdv_hopper_step<HS, kBlockM, kBlockN>(dk_acc, dv_acc, k_desc, v_desc, q_tile(stage), do_tile(stage), lse2_tile(stage),
+                                               lse2_tile(stage) + kBlockM, n_start, m_block * kBlockM, warp_row0);
         __syncthreads();   // every warpgroup is done with this stage before the next prefetch overwrites it
     }
-
-    // epilogue: dK *= scale; dK, dV -> bf16 staged in this warp's own 16 rows of the K / V tiles, 16-byte stores.
-    // Staging uses swizzle<HS> (256-byte rows at HS 128), not the column blocks: the loop's last __syncthreads
-    // came after every warpgroup's last wgmma, so K and V are dead, and each warp reads back only what it wrote.
-    const float scale = rsqrtf((float)HS);
-    #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int row = warp_row0 + g + 8 * half;
-        #pragma unroll
-        for (int dt = 0; dt < kDT; dt++) {
-            *reinterpret_cast<uint32_t*>(k_smem + swizzle<HS>(row, dt) + 4 * tq) =
-                pack_bf16x2(dk_acc[4 * dt + 2 * half] * scale, dk_acc[4 * dt + 2 * half + 1] * scale);
-            *reinterpret_cast<uint32_t*>(v_smem + swizzle<HS>(row, dt) + 4 * tq) =
-                pack_bf16x2(dv_acc[4 * dt + 2 * half], dv_acc[4 * dt + 2 * half + 1]);
-        }
-    }
-    __syncwarp();
-    floatX* dk_gl = p.dqkv + (size_t)b * T * row_stride + NH * HS + h * HS;
-    for (int c = lane; c < 16 * kDT; c += 32) {
-        const int row = warp_row0 + c / kDT, ch = c % kDT, t = n_start + row;
-        if (t < T) {
-            *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + ch * 8) = *reinterpret_cast<const uint4*>(k_smem + swizzle<HS>(row, ch));
-            *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + NH * HS + ch * 8) = *reinterpret_cast<const uint4*>(v_smem + swizzle<HS>(row, ch));
-        }
-    }
+    // the loop's last __syncthreads came after every warpgroup's last wgmma: K and V are dead, stage dK, dV there
+    dkdv_hopper_epilogue<HS>(p, dk_acc, dv_acc, k_smem, v_smem, b, h, n_start, warp_row0);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
@@ -2101,8 +2191,6 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_
     static_assert(HS == 64 || HS == 128, "head size 64 or 128");
     using Tile = HopperBackwardQTile<HS, kNWG, kBlockN>;
     constexpr int kBlockM = Tile::kBlockM, kThreads = Tile::kThreads;
-    constexpr int kNT = kBlockN / 8;      // n8 column groups of S (keys)
-    constexpr int kKS = kBlockN / 16;     // k16 steps of dQ += dS K
     constexpr int kDT = HS / 8;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -2117,7 +2205,7 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const int m_block = gridDim.y - 1 - blockIdx.y;       // longest (last) query tiles first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
-    const int g = lane / 4, tq = lane % 4;
+    const int g = lane / 4;
     const size_t row_stride = 3 * (size_t)NH * HS;
     const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
     const floatX* k_gl = q_gl + NH * HS;
@@ -2144,7 +2232,6 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_
     float dq_acc[kDT * 4];   // registers [32c, 32c + 32): the m64n64 accumulator of head dims 64c .. 64c + 63
     #pragma unroll
     for (int i = 0; i < kDT * 4; i++) dq_acc[i] = 0.0f;
-    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
     const uint64_t q_desc = wgmma_desc(q_smem + wg * 64 * 128);   // this warpgroup's rows in column block 0
     const uint64_t do_desc = wgmma_desc(do_smem + wg * 64 * 128);
 
@@ -2163,60 +2250,241 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_
         __syncthreads();
         // no warpgroup skips the tile even when all its 64 rows lie above it (the first tile, with 2
         // warpgroups): see the dK/dV kernel
-        {
-            const uint8_t* k_s = k_tile(stage);
-            const uint8_t* v_s = v_tile(stage);
-            float s[kNT * 4], dp[kNT * 4];
-            #pragma unroll
-            for (int i = 0; i < kNT * 4; i++) s[i] = dp[i] = 0.0f;
-            wgmma_fence();
-            wgmma_ss_over_hs<HS, kBlockN, kBlockM>(s, q_desc, k_s);
-            wgmma_commit();
-            wgmma_ss_over_hs<HS, kBlockN, kBlockM>(dp, do_desc, v_s);
-            wgmma_commit();
-            wgmma_wait<1>();   // S is ready; dP may still be running
-            const bool need_mask = n_block * kBlockN + kBlockN - 1 > m_start + warp_row0;
-            #pragma unroll
-            for (int i = 0; i < kNT; i++)
-                #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float x = s[4 * i + e] * scale_log2 - row_lse2[e / 2];
-                    if (need_mask && n_block * kBlockN + i * 8 + 2 * tq + (e % 2) > m_start + warp_row0 + g + 8 * (e / 2)) x = -INFINITY;
-                    s[4 * i + e] = fast_exp2(x);
-                }
-            wgmma_wait<0>();   // dP
-            #pragma unroll
-            for (int i = 0; i < kNT * 4; i++) dp[i] = s[i] * (dp[i] - row_dpsum[(i % 4) / 2]);
-            uint32_t dsa[kKS][4];
-            #pragma unroll
-            for (int j = 0; j < kKS; j++) accum_to_a_frag(dsa[j], dp, j);
-            // dQ += dS K: k step j = keys 16j..16j+15 = rows 16j.. of the (MN-major) K tile
-            wgmma_fence();
-            #pragma unroll
-            for (int j = 0; j < kKS; j++) wgmma_rs_m64k16_trans_b<HS, kBlockN>(dq_acc, dsa[j], k_s, j);
-            wgmma_commit();
-            wgmma_wait<0>();
-        }
+        dq_hopper_step<HS, kBlockM, kBlockN>(dq_acc, q_desc, do_desc, k_tile(stage), v_tile(stage), row_lse2, row_dpsum,
+                                             n_block, m_start, warp_row0);
         __syncthreads();
     }
+    // every wgmma is done (the loop's last barrier): stage dQ in Q's shared memory
+    dq_hopper_epilogue<HS>(p, dq_acc, q_smem, b, h, m_start, warp_row0);
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
 
-    // epilogue: dQ * scale -> bf16, staged in this warp's own 16 Q rows (swizzle<HS>, as in the dK/dV kernel:
-    // every wgmma is done, and each warp reads back only what it wrote), 16-byte stores
-    const float scale = rsqrtf((float)HS);
+// ----------------------------------------------------------------------------
+// Hopper backward, warp-specialised (sm_90a): the two kernels above with the forward's TMA producer scheme.
+// Warpgroup 0 (24 registers) has one thread issue every load with TMA; kNCWG consumer warpgroups (setmaxnreg) run
+// the same steps (dkdv_hopper_step, dq_hopper_step) with no CTA-wide barrier in the loop: a stage is handed back
+// by an mbarrier arrive of each consumer warp once its wgmmas are done. Persistent, longest work first.
+//   dkdv: item = (key block of 64 * kNCWG keys, b, h), key block 0 (most query tiles) first. K, V loaded once per
+//         item (kv_full / kv_empty); a ring of kStages stages of Q, dO (tensor maps, kBlockM rows) and lse2, D
+//         (1-D bulk copies of kBlockM floats: rows padded to kBwdRowPad, always in bounds).
+//   dq:   item = (query block of 64 * kNCWG rows, b, h), the last (longest) first. Q, dO loaded once per item
+//         (qo_full / qo_empty); a ring of kStages (K, V) stages. The row statistics come from global memory.
+// Outputs are staged in their own shared memory, so the producer may load the next item while the consumers store.
+// Still deterministic: every output written once, by one warp, in a fixed order.
+
+struct HopperBackwardTmaMaps { CUtensorMap q, k, v, dout; };
+
+template <int HS, int kNCWG, int kBlockM, int kStages>
+struct HopperBackwardKVWsTile {
+    static constexpr int kBlockN = 64 * kNCWG, kThreads = 128 * (kNCWG + 1);
+    static constexpr int kKVBytes = kBlockN * HS * 2, kQBytes = kBlockM * HS * 2;
+    static constexpr int kStatBytes = 2 * kBlockM * 4;                   // lse2, D
+    static constexpr int kStageBytes = 2 * kQBytes + 1024;               // Q, dO, statistics (<= 1 KB: kBlockM <= 128)
+    // K | V | stages | dK, dV staging | mbarriers (kv_full, kv_empty, stage_full[], stage_empty[]) | + 1 KB align
+    static constexpr int kBarOffset = 2 * kKVBytes + kStages * kStageBytes + 2 * kKVBytes;
+    static constexpr int kSmemBytes = kBarOffset + 8 * (2 + 2 * kStages) + 1024;
+    static constexpr int kProducerRegs = 24, kConsumerRegs = kNCWG == 2 ? 240 : 160;
+    static_assert(kBlockM <= 128, "statistics fit 1 KB");
+};
+
+template <int HS, int kNCWG, int kBlockN, int kStages>
+struct HopperBackwardQWsTile {
+    static constexpr int kBlockM = 64 * kNCWG, kThreads = 128 * (kNCWG + 1);
+    static constexpr int kQBytes = kBlockM * HS * 2, kTileBytes = kBlockN * HS * 2;
+    // Q | dO | stages of (K, V) | dQ staging | mbarriers (qo_full, qo_empty, kv_full[], kv_empty[]) | + 1 KB align
+    static constexpr int kBarOffset = 2 * kQBytes + kStages * 2 * kTileBytes + kQBytes;
+    static constexpr int kSmemBytes = kBarOffset + 8 * (2 + 2 * kStages) + 1024;
+    static constexpr int kProducerRegs = 24, kConsumerRegs = kNCWG == 2 ? 240 : 160;
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) into shared memory, completing on bar
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, int bytes, uint64_t* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+}
+// a (rows, HS) tile of the tensor map at rows row0.. of head h, batch b: HS / 64 TMA boxes, one per column block
+template <int HS, int kRows>
+__device__ __forceinline__ void tma_load_tile(uint8_t* tile, const CUtensorMap* map, uint64_t* bar, int h, int row0, int b) {
     #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int row = warp_row0 + g + 8 * half;
-        #pragma unroll
-        for (int dt = 0; dt < kDT; dt++)
-            *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) =
-                pack_bf16x2(dq_acc[4 * dt + 2 * half] * scale, dq_acc[4 * dt + 2 * half + 1] * scale);
+    for (int c = 0; c < HS / 64; c++) tma_load_4d(tile + c * kRows * 128, map, bar, 64 * c, h, row0, b);
+}
+__device__ __forceinline__ void init_mbarriers(uint64_t* bars, int n, int consumer_warps) {   // even: full (1), odd: empty
+    for (int i = 0; i < n; i += 2) { mbar_init(&bars[i], 1); mbar_init(&bars[i + 1], consumer_warps); }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+#endif
+
+template <int HS, int kNCWG, int kBlockM, int kStages>
+__global__ void __launch_bounds__(HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages>::kThreads, 1)
+attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(HS == 64 || HS == 128, "head size 64 or 128");
+    using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages>;
+    constexpr int kBlockN = Tile::kBlockN;
+    constexpr int kDT = HS / 8;
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    uint8_t* k_smem = smem;
+    uint8_t* v_smem = k_smem + Tile::kKVBytes;
+    uint8_t* stage_smem = v_smem + Tile::kKVBytes;                       // [kStages] Q, dO, lse2, D
+    uint8_t* dk_stage = stage_smem + kStages * Tile::kStageBytes;        // dK, dV staging, swizzle<HS>
+    uint8_t* dv_stage = dk_stage + Tile::kKVBytes;
+    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Tile::kBarOffset);   // pairs (full, empty): K/V, then stages
+    uint64_t* kv_full = bars;
+    uint64_t* kv_empty = bars + 1;
+    auto stage_full = [&](int s) { return bars + 2 + 2 * s; };
+    auto stage_empty = [&](int s) { return bars + 3 + 2 * s; };
+    auto q_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes; };
+    auto do_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes + Tile::kQBytes; };
+    auto lse2_tile = [&](int s) { return reinterpret_cast<float*>(stage_smem + s * Tile::kStageBytes + 2 * Tile::kQBytes); };
+    if (threadIdx.x == 0) init_mbarriers(bars, 2 + 2 * kStages, 4 * kNCWG);
+    __syncthreads();
+
+    const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T), num_bh = p.B * p.NH;
+    const int num_n_blocks = ceil_div(T, kBlockN), num_items = num_n_blocks * num_bh, m_blocks = ceil_div(T, kBlockM);
+    const int wg = threadIdx.x / 128;
+    const BackwardScratch sc = backward_scratch(p);
+
+    if (wg == 0) {   // ---- producer
+        setmaxnreg_dec<Tile::kProducerRegs>();
+        if (threadIdx.x == 0) {
+            int stage_iter = 0, item_iter = 0;
+            for (int w = blockIdx.x; w < num_items; w += gridDim.x, item_iter++) {
+                const int n_block = w / num_bh, bh = w % num_bh, b = bh / NH, h = bh % NH;
+                const int n_start = n_block * kBlockN;
+                mbar_wait(kv_empty, (item_iter & 1) ^ 1);
+                mbar_arrive_expect_tx(kv_full, 2 * Tile::kKVBytes);
+                tma_load_tile<HS, kBlockN>(k_smem, &maps.k, kv_full, h, n_start, b);
+                tma_load_tile<HS, kBlockN>(v_smem, &maps.v, kv_full, h, n_start, b);
+                for (int m_block = n_start / kBlockM; m_block < m_blocks; m_block++, stage_iter++) {
+                    const int s = stage_iter % kStages, phase = (stage_iter / kStages) & 1;
+                    mbar_wait(stage_empty(s), phase ^ 1);
+                    mbar_arrive_expect_tx(stage_full(s), 2 * Tile::kQBytes + Tile::kStatBytes);
+                    tma_load_tile<HS, kBlockM>(q_tile(s), &maps.q, stage_full(s), h, m_block * kBlockM, b);
+                    tma_load_tile<HS, kBlockM>(do_tile(s), &maps.dout, stage_full(s), h, m_block * kBlockM, b);
+                    bulk_load(lse2_tile(s), sc.lse2 + (size_t)bh * Tp + m_block * kBlockM, kBlockM * 4, stage_full(s));
+                    bulk_load(lse2_tile(s) + kBlockM, sc.dpsum + (size_t)bh * Tp + m_block * kBlockM, kBlockM * 4, stage_full(s));
+                }
+            }
+        }
+        return;
     }
-    __syncwarp();
-    floatX* dq_gl = p.dqkv + (size_t)b * T * row_stride + h * HS;
-    for (int c = lane; c < 16 * kDT; c += 32) {
-        const int row = warp_row0 + c / kDT, ch = c % kDT;
-        if (m_start + row < T)
-            *reinterpret_cast<uint4*>(dq_gl + (size_t)(m_start + row) * row_stride + ch * 8) = *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
+
+    // ---- consumers: warpgroup cwg owns keys 64 cwg .. 64 cwg + 63 of the item's key block
+    setmaxnreg_inc<Tile::kConsumerRegs>();
+    const int cwg = wg - 1, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp_row0 = cwg * 64 + (warp % 4) * 16;
+    const uint64_t k_desc = wgmma_desc(k_smem + cwg * 64 * 128);
+    const uint64_t v_desc = wgmma_desc(v_smem + cwg * 64 * 128);
+    auto release = [&](uint64_t* bar) { if (lane == 0) mbar_arrive(bar); };
+    float dk_acc[kDT * 4], dv_acc[kDT * 4];
+    int stage_iter = 0, item_iter = 0;
+    for (int w = blockIdx.x; w < num_items; w += gridDim.x, item_iter++) {
+        const int n_block = w / num_bh, bh = w % num_bh, b = bh / NH, h = bh % NH;
+        const int n_start = n_block * kBlockN;
+        #pragma unroll
+        for (int i = 0; i < kDT * 4; i++) dk_acc[i] = dv_acc[i] = 0.0f;
+        mbar_wait(kv_full, item_iter & 1);
+        for (int m_block = n_start / kBlockM; m_block < m_blocks; m_block++, stage_iter++) {
+            const int s = stage_iter % kStages;
+            mbar_wait(stage_full(s), (stage_iter / kStages) & 1);
+            dkdv_hopper_step<HS, kBlockM, kBlockN>(dk_acc, dv_acc, k_desc, v_desc, q_tile(s), do_tile(s), lse2_tile(s),
+                                                   lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
+            release(stage_empty(s));
+        }
+        release(kv_empty);
+        dkdv_hopper_epilogue<HS>(p, dk_acc, dv_acc, dk_stage, dv_stage, b, h, n_start, warp_row0);
+    }
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+template <int HS, int kNCWG, int kBlockN, int kStages>
+__global__ void __launch_bounds__(HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
+attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(HS == 64 || HS == 128, "head size 64 or 128");
+    using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>;
+    constexpr int kBlockM = Tile::kBlockM;
+    constexpr int kDT = HS / 8;
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    uint8_t* q_smem = smem;
+    uint8_t* do_smem = q_smem + Tile::kQBytes;
+    uint8_t* kv_smem = do_smem + Tile::kQBytes;                          // [kStages][K, V]
+    uint8_t* dq_stage = kv_smem + kStages * 2 * Tile::kTileBytes;        // swizzle<HS>
+    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Tile::kBarOffset);   // pairs (full, empty): Q/dO, then stages
+    uint64_t* qo_full = bars;
+    uint64_t* qo_empty = bars + 1;
+    auto kv_full = [&](int s) { return bars + 2 + 2 * s; };
+    auto kv_empty = [&](int s) { return bars + 3 + 2 * s; };
+    auto k_tile = [&](int s) { return kv_smem + s * 2 * Tile::kTileBytes; };
+    auto v_tile = [&](int s) { return kv_smem + s * 2 * Tile::kTileBytes + Tile::kTileBytes; };
+    if (threadIdx.x == 0) init_mbarriers(bars, 2 + 2 * kStages, 4 * kNCWG);
+    __syncthreads();
+
+    const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T), num_bh = p.B * p.NH;
+    const int num_m_blocks = ceil_div(T, kBlockM), num_items = num_m_blocks * num_bh;
+    const int wg = threadIdx.x / 128;
+
+    if (wg == 0) {   // ---- producer
+        setmaxnreg_dec<Tile::kProducerRegs>();
+        if (threadIdx.x == 0) {
+            int kv_iter = 0, item_iter = 0;
+            for (int w = blockIdx.x; w < num_items; w += gridDim.x, item_iter++) {
+                const int m_block = num_m_blocks - 1 - w / num_bh, bh = w % num_bh, b = bh / NH, h = bh % NH;
+                const int m_start = m_block * kBlockM;
+                const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
+                mbar_wait(qo_empty, (item_iter & 1) ^ 1);
+                mbar_arrive_expect_tx(qo_full, 2 * Tile::kQBytes);
+                tma_load_tile<HS, kBlockM>(q_smem, &maps.q, qo_full, h, m_start, b);
+                tma_load_tile<HS, kBlockM>(do_smem, &maps.dout, qo_full, h, m_start, b);
+                for (int i = 0; i < n_blocks; i++, kv_iter++) {   // the diagonal tile first
+                    const int s = kv_iter % kStages, phase = (kv_iter / kStages) & 1;
+                    const int key0 = (n_blocks - 1 - i) * kBlockN;
+                    mbar_wait(kv_empty(s), phase ^ 1);
+                    mbar_arrive_expect_tx(kv_full(s), 2 * Tile::kTileBytes);
+                    tma_load_tile<HS, kBlockN>(k_tile(s), &maps.k, kv_full(s), h, key0, b);
+                    tma_load_tile<HS, kBlockN>(v_tile(s), &maps.v, kv_full(s), h, key0, b);
+                }
+            }
+        }
+        return;
+    }
+
+    // ---- consumers: warpgroup cwg owns query rows 64 cwg .. 64 cwg + 63 of the item's query block
+    setmaxnreg_inc<Tile::kConsumerRegs>();
+    const int cwg = wg - 1, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+    const int warp_row0 = cwg * 64 + (warp % 4) * 16;
+    const uint64_t q_desc = wgmma_desc(q_smem + cwg * 64 * 128);
+    const uint64_t do_desc = wgmma_desc(do_smem + cwg * 64 * 128);
+    const BackwardScratch sc = backward_scratch(p);
+    auto release = [&](uint64_t* bar) { if (lane == 0) mbar_arrive(bar); };
+    float dq_acc[kDT * 4];
+    int kv_iter = 0, item_iter = 0;
+    for (int w = blockIdx.x; w < num_items; w += gridDim.x, item_iter++) {
+        const int m_block = num_m_blocks - 1 - w / num_bh, bh = w % num_bh, b = bh / NH, h = bh % NH;
+        const int m_start = m_block * kBlockM;
+        const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
+        float row_lse2[2], row_dpsum[2];   // rows g, g + 8 of this warp (padded: in bounds)
+        #pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const size_t r = (size_t)bh * Tp + m_start + warp_row0 + g + 8 * half;
+            row_lse2[half] = sc.lse2[r];
+            row_dpsum[half] = sc.dpsum[r];
+        }
+        #pragma unroll
+        for (int i = 0; i < kDT * 4; i++) dq_acc[i] = 0.0f;
+        mbar_wait(qo_full, item_iter & 1);
+        for (int i = 0; i < n_blocks; i++, kv_iter++) {
+            const int s = kv_iter % kStages;
+            mbar_wait(kv_full(s), (kv_iter / kStages) & 1);
+            dq_hopper_step<HS, kBlockM, kBlockN>(dq_acc, q_desc, do_desc, k_tile(s), v_tile(s), row_lse2, row_dpsum,
+                                                 n_blocks - 1 - i, m_start, warp_row0);
+            release(kv_empty(s));
+        }
+        release(qo_empty);
+        dq_hopper_epilogue<HS>(p, dq_acc, dq_stage, b, h, m_start, warp_row0);
     }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
@@ -2266,6 +2534,31 @@ void launch_attention_backward_dq_hopper(const AttentionBackwardParams& p, cudaS
                          Tile::kThreads, Tile::kSmemBytes, stream, p);
 }
 
+// Q, dO with boxes of q_rows rows, K, V with boxes of kv_rows rows
+inline HopperBackwardTmaMaps backward_tma_maps(const AttentionBackwardParams& p, int q_rows, int kv_rows) {
+    return {qkv_tensor_map(p.qkv, 0, p.B, p.T, p.NH, p.HS, q_rows), qkv_tensor_map(p.qkv, 1, p.B, p.T, p.NH, p.HS, kv_rows),
+            qkv_tensor_map(p.qkv, 2, p.B, p.T, p.NH, p.HS, kv_rows),
+            bthd_tensor_map(p.dout, (size_t)p.NH * p.HS, p.B, p.T, p.NH, p.HS, q_rows)};
+}
+
+template <int HS, int kNCWG, int kBlockM, int kStages>
+void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
+    using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages>;
+    const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockN);
+    launch_with_smem<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages>>(
+        dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, p,
+        backward_tma_maps(p, kBlockM, Tile::kBlockN));
+}
+
+template <int HS, int kNCWG, int kBlockN, int kStages>
+void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
+    using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>;
+    const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockM);
+    launch_with_smem<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages>>(
+        dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, p,
+        backward_tma_maps(p, Tile::kBlockM, kBlockN));
+}
+
 // atomic path: preprocess (+ zero dq_accum), dK/dV with red.global.add of dQ, dQ convert. Non-deterministic.
 template <int HS, int kNWarps, int kBlockM>
 void attention_backward_atomic(const AttentionBackwardParams& p, cudaStream_t stream) {
@@ -2290,6 +2583,15 @@ void attention_backward_split_hopper(const AttentionBackwardParams& p, cudaStrea
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
     launch_attention_backward_dkdv_hopper<HS, kKVWG, kKVBlockM, kKVMinBlocks>(p, stream);
     launch_attention_backward_dq_hopper<HS, kQWG, kQBlockN, kQMinBlocks>(p, stream);
+}
+
+// the same split, warp-specialised: dK/dV with kKVWG consumer warpgroups (64 keys each) and kKVBlockM-query
+// stages, dQ with kQWG consumer warpgroups (64 query rows each) and kQBlockN-key stages; kStages-deep rings
+template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages>
+void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
+    launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
+    launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages>(p, stream);
+    launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages>(p, stream);
 }
 
 // ----------------------------------------------------------------------------

@@ -21,6 +21,7 @@ dev/cuda/README.md; bwd FLOPs = 2.5 * 4*B*NH*T*T*HS/2):
   4  split: a dK/dV kernel per key block + a dQ kernel per query block, no atomics    1.719 / 149.9 (best config)
      (deterministic)
   5  variant 4 on Hopper wgmma (sm_90a, HS 64 and 128), deterministic                 1.269 / 203.1 (kv64x128+q64x128)
+  6  variant 5 with TMA loads and warp specialisation (producer + 2 consumer warpgroups, persistent)
 
 Every variant must pass every shape at x1 and x8. The naive bf16 computation of the rule rounds the scores,
 P, dP, dS and the outputs to bf16 and takes P from its own bf16 forward, as PyTorch's bf16 autograd would.
@@ -36,6 +37,7 @@ forward timed in the same run (fwd+bwd FLOPs = 3.5 * fwd).
 #include "dev/cuda/backward_variants/03_fa2_atomic_dq.cuh"
 #include "dev/cuda/backward_variants/04_fa2_split.cuh"
 #include "dev/cuda/backward_variants/05_wgmma_split.cuh"
+#include "dev/cuda/backward_variants/06_wgmma_split_ws.cuh"
 
 // ----------------------------------------------------------------------------
 // the variant table: number, name, tile configs (names for HS 64 / HS 128), launcher
@@ -62,6 +64,9 @@ static const BackwardVariant kVariants[] = {
     {5, "wgmma_split", 4, {"kv128x64/2wg+q128x64/2wg", "kv64x64/1wg+q64x64/1wg", "kv128x64/2wg+q128x128/2wg", "kv64x128/1wg+q64x128/1wg"},
                           {"kv64x64/1wg+q64x64/1wg", "kv128x64/2wg+q64x64/1wg", "kv128x64/2wg+q128x64/2wg", "kv64x64/1wg+q128x64/2wg"},
                           attention_backward5, attention_backward5_supports, false, true},
+    {6, "wgmma_split_ws", 4, {"kv128x64+q128x64", "kv128x128+q128x128", "kv128x64+q128x128", "kv128x64+q128x64/s3"},
+                             {"kv128x64+q128x64", "kv128x64+q128x128", nullptr, nullptr},
+                             attention_backward6, attention_backward6_supports, false, true},
 };
 constexpr int kBaselineVariant = 2;
 
