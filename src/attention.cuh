@@ -2309,8 +2309,9 @@ __device__ __forceinline__ void tma_load_tile(uint8_t* tile, const CUtensorMap* 
     #pragma unroll
     for (int c = 0; c < HS / 64; c++) tma_load_4d(tile + c * kRows * 128, map, bar, 64 * c, h, row0, b);
 }
-__device__ __forceinline__ void init_mbarriers(uint64_t* bars, int n, int consumer_warps) {   // even: full (1), odd: empty
-    for (int i = 0; i < n; i += 2) { mbar_init(&bars[i], 1); mbar_init(&bars[i + 1], consumer_warps); }
+// n / 2 (full, empty) pairs: full completes on the producer's arrive + its TMA bytes, empty on empty_count arrivals
+__device__ __forceinline__ void init_mbarriers(uint64_t* bars, int n, int empty_count) {
+    for (int i = 0; i < n; i += 2) { mbar_init(&bars[i], 1); mbar_init(&bars[i + 1], empty_count); }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 #endif
@@ -2338,7 +2339,9 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     auto q_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes; };
     auto do_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes + Tile::kQBytes; };
     auto lse2_tile = [&](int s) { return reinterpret_cast<float*>(stage_smem + s * Tile::kStageBytes + 2 * Tile::kQBytes); };
-    if (threadIdx.x == 0) init_mbarriers(bars, 2 + 2 * kStages, 4 * kNCWG);
+    // every consumer thread arrives on an empty barrier: the threads read lse2 and D with ordinary loads, and each
+    // thread's own release-arrive is what orders its reads before the producer's next bulk copy into the stage
+    if (threadIdx.x == 0) init_mbarriers(bars, 2 + 2 * kStages, 128 * kNCWG);
     __syncthreads();
 
     const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T), num_bh = p.B * p.NH;
@@ -2373,11 +2376,10 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
 
     // ---- consumers: warpgroup cwg owns keys 64 cwg .. 64 cwg + 63 of the item's key block
     setmaxnreg_inc<Tile::kConsumerRegs>();
-    const int cwg = wg - 1, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int cwg = wg - 1, warp = threadIdx.x / 32;
     const int warp_row0 = cwg * 64 + (warp % 4) * 16;
     const uint64_t k_desc = wgmma_desc(k_smem + cwg * 64 * 128);
     const uint64_t v_desc = wgmma_desc(v_smem + cwg * 64 * 128);
-    auto release = [&](uint64_t* bar) { if (lane == 0) mbar_arrive(bar); };
     float dk_acc[kDT * 4], dv_acc[kDT * 4];
     int stage_iter = 0, item_iter = 0;
     for (int w = blockIdx.x; w < num_items; w += gridDim.x, item_iter++) {
@@ -2391,9 +2393,9 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
             mbar_wait(stage_full(s), (stage_iter / kStages) & 1);
             dkdv_hopper_step<HS, kBlockM, kBlockN>(dk_acc, dv_acc, k_desc, v_desc, q_tile(s), do_tile(s), lse2_tile(s),
                                                    lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
-            release(stage_empty(s));
+            mbar_arrive(stage_empty(s));
         }
-        release(kv_empty);
+        mbar_arrive(kv_empty);
         dkdv_hopper_epilogue<HS>(p, dk_acc, dv_acc, dk_stage, dv_stage, b, h, n_start, warp_row0);
     }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -2620,8 +2622,8 @@ inline bool attention_backward_uses_hopper(int /*HS*/) { return hopper_path_avai
 
 inline const char* attention_backward_path_name(int HS) {
     if (attention_backward_uses_hopper(HS))
-        return HS == 64 ? "flash backward, wgmma sm90a, split deterministic: dK/dV 64 keys x 64 queries + dQ 64 x 64, 1 warpgroup each (x128 steps from T=2048) (HS=64)"
-                        : "flash backward, wgmma sm90a, split deterministic: dK/dV 128 keys x 64 queries + dQ 128 x 64, 2 warpgroups each (HS=128)";
+        return HS == 64 ? "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys + dQ 128 rows, 2 consumer warpgroups each (HS=64)"
+                        : "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys x 64 + dQ 128 x 64, 2 consumer warpgroups each (HS=128)";
     if (attention_backward_nondeterministic())
         return HS == 64 ? "flash backward, mma.sync sm80, atomic dQ (non-deterministic): 128 keys x 64 queries 8 warps, 64x64 4 warps on small shapes (HS=64)"
                         : "flash backward, mma.sync sm80, atomic dQ (non-deterministic): 64 keys x 64 queries 4 warps (HS=128)";
@@ -2634,9 +2636,14 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
     attention_check_supported(B, T, NH, HS);
     AttentionBackwardParams p{dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS};
     if (attention_backward_uses_hopper(HS)) {   // deterministic, and faster than the atomic opt-in (header)
-        if (HS == 128) attention_backward_split_hopper<128, 2, 64, 1, 2, 64, 1>(p, stream);
-        else if (T >= 2048) attention_backward_split_hopper<64, 1, 128, 2, 1, 128, 2>(p, stream);
-        else attention_backward_split_hopper<64, 1, 64, 2, 1, 64, 3>(p, stream);
+        // warp-specialised split, 2 consumer warpgroups; the best of dev variant 6's configs at each measured shape
+        // (H100, 2026-11-21, bwd ms): T < 2048: kv128x64+q128x64 with 3 stages (64x12x1024 1.125, 8x12x1024 0.152);
+        // T < 8192: kv128x128+q128x128 (4x12x4096 0.797); longer: kv128x64+q128x64 (1x12x16384 3.028); HS 128:
+        // kv128x64+q128x64 (4x16x8192 7.298)
+        if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2>(p, stream);
+        else if (T < 2048) attention_backward_split_hopper_ws<64, 2, 64, 2, 64, 3>(p, stream);
+        else if (T < 8192) attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2>(p, stream);
+        else attention_backward_split_hopper_ws<64, 2, 64, 2, 64, 2>(p, stream);
     } else if (attention_backward_nondeterministic()) {   // faster than the split at every shape measured (header)
         if (HS == 64 && attention_backward_atomic_big_tiles(B, T, NH)) attention_backward_atomic<64, 8, 64>(p, stream);
         else if (HS == 64) attention_backward_atomic<64, 4, 64>(p, stream);
