@@ -1005,6 +1005,21 @@ template <int N> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile
 template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N)); }
 #endif
 
+// Persistent schedule of the warp-specialised kernels: work item w -> (rank, bh), rank 0 = the block with the most
+// work (the caller maps it to the last query block, or key block 0). Taken head-major across all B * NH heads, the
+// ~132 items in flight would each come from a different head, so every head's streamed operands (K/V in the forward,
+// Q/dO or K/V in the backward: T * HS * 4 bytes) would be fetched from DRAM once per item. Instead the heads are cut
+// into sections whose streamed operands fit in 16 MB of L2, and the items of a section (rank-major, longest first)
+// run together, so each head's operands come from DRAM about once.
+struct PersistentItem { int rank, bh; };
+__device__ __forceinline__ PersistentItem persistent_item(int w, int num_ranks, int num_bh, int T, int HS) {
+    const int section_heads = max(1, (16 << 20) / (T * HS * 4));
+    const int section = w / (section_heads * num_ranks), first_bh = section * section_heads;
+    const int heads_here = min(section_heads, num_bh - first_bh);   // the last section may be short
+    const int r = w - first_bh * num_ranks;
+    return {r / heads_here, first_bh + r % heads_here};
+}
+
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong>
 __global__ void __launch_bounds__(HopperWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
 attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_constant__ HopperTmaMaps maps) {
@@ -1052,7 +1067,8 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
         if (threadIdx.x == 0) {
             int kv_iter = 0, tile_iter = 0;
             for (int w = blockIdx.x; w < num_items; w += gridDim.x, tile_iter++) {
-                const int m_block = num_m_blocks - 1 - w / num_bh, b = (w % num_bh) / NH, h = w % NH;
+                const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, T, HS);
+                const int m_block = num_m_blocks - 1 - item.rank, b = item.bh / NH, h = item.bh % NH;
                 const int m_start = m_block * kBlockM;
                 const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
                 mbar_wait(q_empty, (tile_iter & 1) ^ 1);   // the previous tile's last S has read Q
@@ -1126,7 +1142,8 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
 
     int kv_iter = 0, tile_iter = 0;
     for (int w = blockIdx.x; w < num_items; w += gridDim.x, tile_iter++) {
-        const int m_block = num_m_blocks - 1 - w / num_bh, b = (w % num_bh) / NH, h = w % NH;
+        const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, T, HS);
+        const int m_block = num_m_blocks - 1 - item.rank, b = item.bh / NH, h = item.bh % NH;
         const int m_start = m_block * kBlockM;
         const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
         const bool last_item = w + gridDim.x >= num_items;
@@ -2354,7 +2371,8 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
         if (threadIdx.x == 0) {
             int stage_iter = 0, item_iter = 0;
             for (int w = blockIdx.x; w < num_items; w += gridDim.x, item_iter++) {
-                const int n_block = w / num_bh, bh = w % num_bh, b = bh / NH, h = bh % NH;
+                const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, T, HS);
+                const int n_block = item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
                 const int n_start = n_block * kBlockN;
                 mbar_wait(kv_empty, (item_iter & 1) ^ 1);
                 mbar_arrive_expect_tx(kv_full, 2 * Tile::kKVBytes);
@@ -2383,7 +2401,8 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     float dk_acc[kDT * 4], dv_acc[kDT * 4];
     int stage_iter = 0, item_iter = 0;
     for (int w = blockIdx.x; w < num_items; w += gridDim.x, item_iter++) {
-        const int n_block = w / num_bh, bh = w % num_bh, b = bh / NH, h = bh % NH;
+        const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, T, HS);
+        const int n_block = item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
         const int n_start = n_block * kBlockN;
         #pragma unroll
         for (int i = 0; i < kDT * 4; i++) dk_acc[i] = dv_acc[i] = 0.0f;
@@ -2434,7 +2453,8 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
         if (threadIdx.x == 0) {
             int kv_iter = 0, item_iter = 0;
             for (int w = blockIdx.x; w < num_items; w += gridDim.x, item_iter++) {
-                const int m_block = num_m_blocks - 1 - w / num_bh, bh = w % num_bh, b = bh / NH, h = bh % NH;
+                const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, T, HS);
+                const int m_block = num_m_blocks - 1 - item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
                 const int m_start = m_block * kBlockM;
                 const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
                 mbar_wait(qo_empty, (item_iter & 1) ^ 1);
@@ -2465,7 +2485,8 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
     float dq_acc[kDT * 4];
     int kv_iter = 0, item_iter = 0;
     for (int w = blockIdx.x; w < num_items; w += gridDim.x, item_iter++) {
-        const int m_block = num_m_blocks - 1 - w / num_bh, bh = w % num_bh, b = bh / NH, h = bh % NH;
+        const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, T, HS);
+        const int m_block = num_m_blocks - 1 - item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
         const int m_start = m_block * kBlockM;
         const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
         float row_lse2[2], row_dpsum[2];   // rows g, g + 8 of this warp (padded: in bounds)
