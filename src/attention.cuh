@@ -16,7 +16,10 @@ longest Q tiles (the last ones, causal) are launched first.
 
 Paths: sm_80+ mma.sync (m16n8k16 bf16, ldmatrix, cp.async double buffering, 128-byte swizzled
 shared memory); on Hopper, when the binary carries sm_90a code, the forward and the backward run
-the same loops on wgmma instead. Head sizes 64 and 128, any T >= 1, any B * NH.
+the same loops on wgmma, warp-specialised: a producer warpgroup issues TMA loads (tensor maps read
+Q, K, V in place from the fused buffer) into mbarrier rings, consumer warpgroups (setmaxnreg) do the
+math, persistent CTAs take the longest tiles first; the forward's consumers ping-pong their GEMMs.
+Head sizes 64 and 128, any T >= 1, any B * NH.
 attention_unsupported_reason() says why anything else is refused.
 */
 #pragma once
@@ -1383,7 +1386,11 @@ Kernels (sm_80+ mma.sync, the forward's fragments, swizzle and cp.async loads):
   postprocess (atomic path) the fp32 dQ accumulator * scale -> bf16 into dqkv.
 Paths: "split" (deterministic, bit-identical run to run: the training default) and "atomic" (opt-in:
 FLASHGPT_ATTN_NONDETERMINISTIC=1 or attention_backward_nondeterministic() = true). On Hopper with sm_90a code in
-the binary, the split path of HS 64 runs on wgmma (the two *_hopper kernels below): measured in one call (H200,
+the binary, the split path runs on wgmma. Since 2026-11-21 (third session) it ships the warp-specialised TMA
+kernels (*_hopper_ws below, dev variant 6; its configs chosen in attention_backward()), measured on an H100 against
+the cp.async ones (variant 5, best config per shape), bwd ms: 64x12x1024 1.125 vs 1.401, 8x12x1024 0.152 vs 0.164,
+4x12x4096 0.797 vs 0.944, 1x12x16384 3.028 vs 3.576, 4x16x8192x128 7.298 vs 8.942; cuDNN in that call 1.452, 0.286,
+0.858, 2.477, 6.063. The history below is the cp.async kernels' (*_hopper): measured in one call (H200,
 2026-11-21, commit 6e27659, dev/cuda/attention_backward 0,3,4,5 --shapes bench; bwd ms_med, fwd+bwd TF/s):
                           64x12x1024       8x12x1024        4x12x4096        1x12x16384
   wgmma kv64x64+q64x64    1.276 / 221.9    0.166 / 208.9    1.044 / 271.6    3.985 / 286.5

@@ -11,7 +11,7 @@ deterministic ones also bit-for-bit across two runs, then timed.
 Variants, with bwd ms / TF/s at B=64 NH=12 T=1024 HS=64 (H200, 2026-11-21; commit 98d5c03 for 0 and 5, with PyTorch's
 FlashAttention-2 bwd at 1.897 ms / 135.8 and cuDNN at 1.264 / 203.9 in that call; 6e27659 for 2-4; all shapes in
 dev/cuda/README.md; bwd FLOPs = 2.5 * 4*B*NH*T*T*HS/2):
-  0  what src/attention.cuh ships (variant 5 on Hopper; elsewhere 4, or 3 with          1.246 / 206.8
+  0  what src/attention.cuh ships (variant 6 on Hopper; elsewhere 4, or 3 with          1.246 / 206.8 (then v5)
      FLASHGPT_ATTN_NONDETERMINISTIC=1)
   1  naive: one warp per query row (dQ) / key row (dK, dV), fp32 (the GPU reference, writing bf16)
   2  materialized: permute, cuBLAS recompute of att, softmax backward, cuBLAS GEMMs,    8.808 / 29.3
@@ -21,7 +21,8 @@ dev/cuda/README.md; bwd FLOPs = 2.5 * 4*B*NH*T*T*HS/2):
   4  split: a dK/dV kernel per key block + a dQ kernel per query block, no atomics    1.719 / 149.9 (best config)
      (deterministic)
   5  variant 4 on Hopper wgmma (sm_90a, HS 64 and 128), deterministic                 1.269 / 203.1 (kv64x128+q64x128)
-  6  variant 5 with TMA loads and warp specialisation (producer + 2 consumer warpgroups, persistent)
+  6  variant 5 with TMA loads and warp specialisation (producer + 2 consumer warpgroups, H100, same call: 1.125 / 229.1
+     persistent); what src ships on sm_90 since 054a36c                                (v5 best 1.401, cuDNN 1.452)
 
 Every variant must pass every shape at x1 and x8. The naive bf16 computation of the rule rounds the scores,
 P, dP, dS and the outputs to bf16 and takes P from its own bf16 forward, as PyTorch's bf16 autograd would.

@@ -7,6 +7,22 @@ run variant 5's steps unchanged (dkdv_hopper_step, dq_hopper_step) and hand each
 mbarrier, with no CTA-wide barrier in the loop. Persistent (one CTA per SM, longest work first); the outputs
 are staged in their own shared memory, so the next item's loads overlap the stores.
 Configs: dK/dV keys x query-step + dQ queries x key-step, all 2 consumer warpgroups; ring depth 2 unless "/s3".
+ptxas: 168 registers at launch, no spills except HS 128 kv128x64+q128x128 (its dQ kernel: 120 bytes; dQ + S + dP
++ dS alone are 224 of the 240 registers). The dK/dV consumers read lse2 and D with ordinary loads, so every consumer
+thread (not one per warp) arrives on a stage's empty barrier: racecheck flagged the per-warp version.
+Last run (H100, 2026-11-21, commit 054a36c with the per-warp release; validated in that call, 48 passed, and again
+after the fix in the next call with racecheck, memcheck and synccheck clean; same-call cuDNN bwd 1.452 / 0.286 /
+0.858 / 2.477 / 6.063 ms, FlashAttention-2 2.033 / 0.357 / 1.284 / 3.956 / 9.769; variant 5's best 1.401 / 0.164 /
+0.944 / 3.576 / 8.942):
+  RESULT attention_backward 6 cfg=kv128x64+q128x64/s3 B=64 NH=12 T=1024 HS=64 ms_med=1.1246 ms_min=1.1173 tflops=229.1 speedup_vs_2=10.48 fwd_bwd_tflops=241.2
+  RESULT attention_backward 6 cfg=kv128x64+q128x64/s3 B=8 NH=12 T=1024 HS=64 ms_med=0.1522 ms_min=0.1503 tflops=211.6 speedup_vs_2=9.09 fwd_bwd_tflops=224.3
+  RESULT attention_backward 6 cfg=kv128x128+q128x128 B=4 NH=12 T=4096 HS=64 ms_med=0.7974 ms_min=0.7921 tflops=323.2 speedup_vs_2=20.24 fwd_bwd_tflops=346.0
+  RESULT attention_backward 6 cfg=kv128x64+q128x64 B=1 NH=12 T=16384 HS=64 ms_med=3.0279 ms_min=2.9331 tflops=340.4 speedup_vs_2=22.82 fwd_bwd_tflops=373.3
+  RESULT attention_backward 6 cfg=kv128x64+q128x64 B=4 NH=16 T=8192 HS=128 ms_med=7.2979 ms_min=6.8549 tflops=376.7 speedup_vs_2=12.56 fwd_bwd_tflops=409.6
+src ships the best config of each shape (see attention_backward()). ncu (H100, 1x12x16384): both kernels ~50% SM
+throughput, DRAM 6%, the shared-memory pipe the busiest (50-54%): a consumer warpgroup still waits for its own GEMMs
+between steps (no intra-warpgroup overlap yet), and 2 warpgroups do not hide that. Next: issue the next step's S^T /
+dP^T before waiting for this step's dV / dK, or 3 consumer warpgroups.
 */
 #pragma once
 

@@ -9,7 +9,21 @@ The tensor maps read Q, K and V straight from the fused (B, T, 3, NH, HS) buffer
 Configs, kBlockM x kBlockN / consumer warpgroups / ping-pong / K-V ring depth (2 unless "/s3"):
   HS 64:  192x128/3wg/pp, 128x128/2wg/pp, 192x128/3wg, 192x128/3wg/pp/s3
   HS 128: 128x128/2wg/pp, 128x128/2wg, 128x64/2wg/pp/s3, 192x64/3wg/pp
-Non-Hopper GPUs: not supported.
+ptxas (nvcc 13.0): 168 registers at launch (128 with 3 consumer warpgroups), no spills, no C75xx infos; SASS has
+UTMALDG.4D, HGMMA.64x128x16 / 64x64x16, USETMAXREG. Non-Hopper GPUs: not supported.
+Last run (H100, 2026-11-21, commit b6ae92a; --check of every config on the validation set: 56 passed, 0 failed;
+compute-sanitizer memcheck, racecheck, synccheck clean at B=2 T=300 NH=3 HS=64 and B=1 T=77 NH=2 HS=128; same-call
+cuDNN fwd 0.320 / 0.066 / 0.278 / 0.957 / 1.908 ms at the five shapes below, FlashAttention-2 0.482 / 0.091 / 0.425 /
+1.542 / 3.390; all RESULT lines in dev/cuda/README.md):
+  RESULT attention_forward 5 cfg=192x128/3wg/pp B=64 NH=12 T=1024 HS=64 ms_med=0.3700 ms_min=0.3674 tflops=278.6 speedup_vs_2=8.45
+  RESULT attention_forward 5 cfg=128x128/2wg/pp B=8 NH=12 T=1024 HS=64 ms_med=0.0490 ms_min=0.0479 tflops=263.0 speedup_vs_2=8.55
+  RESULT attention_forward 5 cfg=192x128/3wg/pp B=4 NH=12 T=4096 HS=64 ms_med=0.2436 ms_min=0.2428 tflops=423.1 speedup_vs_2=11.18
+  RESULT attention_forward 5 cfg=192x128/3wg/pp B=1 NH=12 T=16384 HS=64 ms_med=0.8333 ms_min=0.8311 tflops=494.8 speedup_vs_2=13.10
+  RESULT attention_forward 5 cfg=128x128/2wg/pp B=4 NH=16 T=8192 HS=128 ms_med=2.2589 ms_min=2.0312 tflops=486.7 speedup_vs_2=6.79
+Ping-pong is worth 3-6% (192x128/3wg 270.1 / 405.2 / 469.4, 128x128/2wg at HS 128 454.5); 3 consumer warpgroups beat
+2 by 4-18% except at 8x12x1024 (96 heads: too few 192-row tiles per SM). src ships 192x128/3wg/pp at HS 64 (2wg
+below B*NH*T = 128K) and 128x128/2wg/pp at HS 128; since the sectioned schedule it keeps each head's K/V in L2
+at 64x12x1024 (0.342 ms, 301.6 TF/s in the last call; see persistent_item in src/attention.cuh).
 */
 #pragma once
 
