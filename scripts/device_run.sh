@@ -25,7 +25,7 @@ for section in "$@"; do
               ./dev/cuda/attention_backward all --shapes bench > "$OUT/bwd_bench.log" 2>&1; echo "bwd bench rc=$?"; grep RESULT "$OUT/bwd_bench.log" | sed 's/RESULT attention_backward //' ;;
     sanitize) for tool in memcheck racecheck synccheck; do
                   compute-sanitizer --tool $tool --error-exitcode 9 ./dev/cuda/attention_forward 0 --no-bench -b 2 -t 200 -n 2 -d 64 > "$OUT/san_fwd_$tool.log" 2>&1; echo "sanitizer $tool fwd HS64 rc=$?"
-                  compute-sanitizer --tool $tool --error-exitcode 9 ./dev/cuda/attention_forward 0,4 --no-bench -b 1 -t 77 -n 2 -d 128 >> "$OUT/san_fwd_$tool.log" 2>&1; echo "sanitizer $tool fwd HS128 rc=$?"
+                  compute-sanitizer --tool $tool --error-exitcode 9 ./dev/cuda/attention_forward 0,4,5 --no-bench -b 1 -t 77 -n 2 -d 128 >> "$OUT/san_fwd_$tool.log" 2>&1; echo "sanitizer $tool fwd HS128 rc=$?"
                   if [ -x dev/cuda/attention_backward ]; then
                   compute-sanitizer --tool $tool --error-exitcode 9 ./dev/cuda/attention_backward 0 --no-bench -b 2 -t 200 -n 2 -d 64 > "$OUT/san_bwd_$tool.log" 2>&1; echo "sanitizer $tool bwd HS64 rc=$?"; fi
               done ;;
