@@ -3,6 +3,7 @@
 #   bash scripts/device_run.sh fwd bwd sanitize sass anchor      (attention: validate, time, check, anchors)
 #   bash scripts/device_run.sh tests train                       (make test; training throughput and loss curve)
 #   bash scripts/device_run.sh profile                           (ncu on one d12 step, B=64 T=1024: kernel and phase tables)
+#   bash scripts/device_run.sh ncu                               (ncu limiter sections of the shipped Hopper attention kernels)
 # Sections run in the order given. Logs go to $OUT (when set) for fetching.
 # The anchor (PyTorch FA2 / cuDNN) is .carry/sdpa_anchor.py, a copy of ../shared/bench/sdpa_anchor.py.
 set -u
@@ -43,6 +44,13 @@ for section in "$@"; do
               grep -vE "^\|" "$OUT/profile.log" | grep -vE "^$" | head -20
               [ -f "$OUT/ncu_table.md" ] && { grep -E "^\| kernel|^\|---" -m 2 "$OUT/ncu_table.md"; grep -E "^\| " "$OUT/ncu_table.md" | sed -n '2,16p'
                                              echo; sed -n '/^| phase/,$p' "$OUT/ncu_table.md"; } ;;
+    ncu)      # limiter analysis of the shipped Hopper kernels, one launch each (dev/cuda/README.md, "ncu, call 5")
+              N="ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy"
+              $N -k regex:forward_hopper_ws -c 1 ./dev/cuda/attention_forward 0 --no-bench -b 64 -t 1024 -n 12 -d 64 > "$OUT/ncu_f1024.txt" 2>&1
+              $N -k regex:forward_hopper_ws -c 1 ./dev/cuda/attention_forward 0 --no-bench -b 4 -t 4096 -n 16 -d 128 > "$OUT/ncu_f128.txt" 2>&1
+              $N -k regex:hopper_ws -c 2 ./dev/cuda/attention_backward 0 --no-bench -b 1 -t 16384 -n 12 -d 64 > "$OUT/ncu_b16k.txt" 2>&1
+              $N -k regex:hopper_ws -c 2 ./dev/cuda/attention_backward 0 --no-bench -b 4 -t 4096 -n 16 -d 128 > "$OUT/ncu_b128.txt" 2>&1
+              for f in "$OUT"/ncu_*.txt; do echo "== $f"; grep -E "hopper_ws_kernel<|Compute \(SM\) Throughput|DRAM Throughput|L2 Cache Throughput|highest-utilized|Issue Slots Busy" "$f" | sed 's/  */ /g' | cut -c1-120; done ;;
     *)        echo "unknown section $section" ;;
     esac
 done
