@@ -950,9 +950,9 @@ attention_forward_hopper_overlap_kernel(const AttentionForwardParams p) {
 //   ping-pong (kPingPong): the consumers issue their GEMMs in turn, ordered by named barriers (bar.sync on
 //     their own, bar.arrive on the next one's), so one warpgroup's softmax runs while the others' GEMMs keep
 //     the tensor cores busy.
-//   persistent: one CTA per SM walks work items w = blockIdx.x, + gridDim.x, ...; item w is Q tile
-//     num_m_blocks - 1 - w / (B * NH) of head w % (B * NH), so the longest (causal) tiles go first. The
-//     producer loads the next tile's Q and K/V while the consumers finish the current one.
+//   persistent: one CTA per SM walks work items w = blockIdx.x, + gridDim.x, ...; persistent_item (below) maps
+//     them to (Q tile, head), the longest (causal) tiles first. The producer loads the next tile's Q and K/V
+//     while the consumers finish the current one.
 // The fused (B, T, 3, NH, HS) layout is read in place: each of Q, K, V is a 4-D tensor map (HS, NH, T, B)
 // over the same buffer (strides 2 bytes, HS * 2, 3 * NH * HS * 2, T * 3 * NH * HS * 2), boxes of 64 head
 // dims x 1 head x rows x 1 batch with the 128-byte swizzle: exactly one swizzle_wgmma column block, so the
@@ -2292,7 +2292,8 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_
 // Hopper backward, warp-specialised (sm_90a): the two kernels above with the forward's TMA producer scheme.
 // Warpgroup 0 (24 registers) has one thread issue every load with TMA; kNCWG consumer warpgroups (setmaxnreg) run
 // the same steps (dkdv_hopper_step, dq_hopper_step) with no CTA-wide barrier in the loop: a stage is handed back
-// by an mbarrier arrive of each consumer warp once its wgmmas are done. Persistent, longest work first.
+// by mbarrier arrives once the consumers' wgmmas are done (one per warp in dq; one per thread in dkdv, whose
+// threads also read the stage with ordinary loads). Persistent (persistent_item), longest work first.
 //   dkdv: item = (key block of 64 * kNCWG keys, b, h), key block 0 (most query tiles) first. K, V loaded once per
 //         item (kv_full / kv_empty); a ring of kStages stages of Q, dO (tensor maps, kBlockM rows) and lse2, D
 //         (1-D bulk copies of kBlockM floats: rows padded to kBwdRowPad, always in bounds).
