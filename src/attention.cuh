@@ -428,8 +428,13 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 
 // The fp32 accumulator d of an m64nN wgmma: N / 2 registers a thread, asm operands %0 .. %(N/2 - 1), listed once here.
 #define WGMMA_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define WGMMA_D16 WGMMA_D8(0), WGMMA_D8(8)
 #define WGMMA_D32 WGMMA_D8(0), WGMMA_D8(8), WGMMA_D8(16), WGMMA_D8(24)
 #define WGMMA_D64 WGMMA_D32, WGMMA_D8(32), WGMMA_D8(40), WGMMA_D8(48), WGMMA_D8(56)
+#define WGMMA_D16_NAMES "{" \
+    "%0, %1, %2, %3, %4, %5, %6, %7, " \
+    "%8, %9, %10, %11, %12, %13, %14, %15" \
+    "}"
 #define WGMMA_D32_NAMES "{" \
     "%0, %1, %2, %3, %4, %5, %6, %7, " \
     "%8, %9, %10, %11, %12, %13, %14, %15, " \
@@ -489,6 +494,20 @@ __device__ __forceinline__ void wgmma_rs_m64n128k16_trans_b(float (&d)[64], cons
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64_NAMES ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
                  : WGMMA_D64 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+}
+// d (m64 x nN, N = 32 or 64) (+)= A (64 x 16) * B (16 x N), both from shared memory and both MN-major (A's 64 rows
+// and B's N columns contiguous: each operand is stored transposed, k rows of 128 bytes); scale_d = 0 overwrites d
+template <int N>
+__device__ __forceinline__ void wgmma_ss_m64k16_trans_ab(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    static_assert(N == 32 || N == 64, "n32 or n64");
+    if constexpr (N == 32)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " WGMMA_D16_NAMES ", %16, %17, p, 1, 1, 1, 1;\n}\n"
+                     : WGMMA_D16 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D32_NAMES ", %32, %33, p, 1, 1, 1, 1;\n}\n"
+                     : WGMMA_D32 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
@@ -1275,20 +1294,25 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // A (B, T, NH, HS) bf16 tensor whose rows (fixed b, t) are row_elems apart, as a 4-D tensor map (HS, NH, T, B):
 // boxes of 64 head dims x 1 head x box_rows rows x 1 batch, 128-byte swizzle, rows past T read as zeros.
 // Q, K, V of the fused (B, T, 3, NH, HS) activation: base qkv + {0, 1, 2} * NH * HS, row_elems 3 * NH * HS.
+// a tiled tensor map with 128-byte swizzle (dims[0] contiguous; strides in bytes, of dims 1..rank-1)
+inline CUtensorMap swizzled_tensor_map(CUtensorMapDataType type, int rank, const void* base, const cuuint64_t* dims,
+                                       const cuuint64_t* strides, const cuuint32_t* box) {
+    const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+    CUtensorMap map;
+    CUresult r = tensor_map_encoder()(&map, type, rank, const_cast<void*>(base), dims, strides, box, element_strides,
+                                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "attention: cuTensorMapEncodeTiled failed (error %d; tensor %p must be 16-byte aligned)\n", (int)r, base);
+        exit(EXIT_FAILURE);
+    }
+    return map;
+}
 inline CUtensorMap bthd_tensor_map(const floatX* base, size_t row_elems, int B, int T, int NH, int HS, int box_rows) {
     const cuuint64_t dims[4] = {(cuuint64_t)HS, (cuuint64_t)NH, (cuuint64_t)T, (cuuint64_t)B};
     const cuuint64_t strides[3] = {(cuuint64_t)HS * 2, (cuuint64_t)row_elems * 2, (cuuint64_t)T * row_elems * 2};
     const cuuint32_t box[4] = {64, 1, (cuuint32_t)box_rows, 1};
-    const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-    CUtensorMap map;
-    CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void*)base, dims, strides,
-                                      box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "attention: cuTensorMapEncodeTiled failed (error %d; tensor %p must be 16-byte aligned)\n", (int)r, (const void*)base);
-        exit(EXIT_FAILURE);
-    }
-    return map;
+    return swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, base, dims, strides, box);
 }
 inline CUtensorMap qkv_tensor_map(const floatX* qkv, int which, int B, int T, int NH, int HS, int box_rows) {
     return bthd_tensor_map(qkv + (size_t)which * NH * HS, 3 * (size_t)NH * HS, B, T, NH, HS, box_rows);
@@ -1972,12 +1996,14 @@ struct HopperBackwardKVTile {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // One step of the dK/dV kernels: this warpgroup's 64 keys (rows warp_row0.. of the K, V tiles of kBlockN rows, at
 // k_desc / v_desc) against the kBlockM queries of one stage (q_s, do_s, and lse2_s / dpsum_s: its kBlockM rows of
-// lse2 and D). S^T = K Q^T and dP^T = V dO^T, P^T, dS^T, then dV += P^T dO and dK += dS^T Q. Returns with every
-// wgmma complete, so the caller may hand the stage back.
-template <int HS, int kBlockM, int kBlockN>
+// lse2 and D). S^T = K Q^T and dP^T = V dO^T, P^T, dS^T, then dV += P^T dO and dK += dS^T Q. While those two run,
+// after_issue(dsa) may use dS^T (dsa: its bf16 A fragments; the atomic-dQ kernel computes dQ from it). Returns
+// with every wgmma complete, so the caller may hand the stage back.
+struct NoStepHook { template <class A> __device__ __forceinline__ void operator()(const A&) const {} };
+template <int HS, int kBlockM, int kBlockN, class AfterIssue = NoStepHook>
 __device__ __forceinline__ void dkdv_hopper_step(float (&dk_acc)[HS / 2], float (&dv_acc)[HS / 2], uint64_t k_desc, uint64_t v_desc,
                                                  const uint8_t* q_s, const uint8_t* do_s, const float* lse2_s, const float* dpsum_s,
-                                                 int n_start, int m_start, int warp_row0) {
+                                                 int n_start, int m_start, int warp_row0, AfterIssue after_issue = {}) {
     constexpr int kQT = kBlockM / 8;      // n8 column groups of S^T (queries)
     constexpr int kQS = kBlockM / 16;     // k16 steps of dV, dK (over queries)
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
@@ -2021,6 +2047,7 @@ __device__ __forceinline__ void dkdv_hopper_step(float (&dk_acc)[HS / 2], float 
     #pragma unroll
     for (int j = 0; j < kQS; j++) wgmma_rs_m64k16_trans_b<HS, kBlockM>(dk_acc, dsa[j], q_s, j);
     wgmma_commit();
+    after_issue(dsa);
     wgmma_wait<0>();
 }
 
@@ -2302,19 +2329,30 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_
 // Outputs are staged in their own shared memory, so the producer may load the next item while the consumers store.
 // Still deterministic: every output written once, by one warp, in a fixed order.
 
-struct HopperBackwardTmaMaps { CUtensorMap q, k, v, dout; };
+// dq_accum: the atomic path's fp32 (B * NH, T, HS) accumulator, as a 3-D tensor map for TMA reduce-adds
+struct HopperBackwardTmaMaps { CUtensorMap q, k, v, dout, dq_accum; };
 
-template <int HS, int kNCWG, int kBlockM, int kStages>
+// kAtomicDq: the dK/dV kernel also computes dQ (see the atomic-dQ notes below): 2 consumer warpgroups, 64-query
+// stages, and two step buffers (dS^T twice, each warpgroup's dQ half once) that share memory with the dK/dV staging
+template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false>
 struct HopperBackwardKVWsTile {
     static constexpr int kBlockN = 64 * kNCWG, kThreads = 128 * (kNCWG + 1);
     static constexpr int kKVBytes = kBlockN * HS * 2, kQBytes = kBlockM * HS * 2;
     static constexpr int kStatBytes = 2 * kBlockM * 4;                   // lse2, D
     static constexpr int kStageBytes = 2 * kQBytes + 1024;               // Q, dO, statistics (<= 1 KB: kBlockM <= 128)
-    // K | V | stages | dK, dV staging | mbarriers (kv_full, kv_empty, stage_full[], stage_empty[]) | + 1 KB align
-    static constexpr int kBarOffset = 2 * kKVBytes + kStages * kStageBytes + 2 * kKVBytes;
+    static constexpr int kOutBytes = 2 * kKVBytes;                       // dK, dV staging
+    static constexpr int kDsBytes = kBlockN * kBlockM * 2;               // dS^T (keys x queries) bf16
+    static constexpr int kDqBoxBytes = kBlockM * 32 * 4;                 // one TMA box: 32 fp32 columns of dQ
+    static constexpr int kDqBytes = (HS / 64) * kDqBoxBytes;             // one warpgroup's HS / 2 columns
+    static constexpr int kStepBytes = kAtomicDq ? 2 * kDsBytes + kNCWG * kDqBytes : 0;
+    static constexpr int kUnionBytes = kStepBytes > kOutBytes ? kStepBytes : kOutBytes;
+    // K | V | stages | dK, dV staging (atomic dQ: or the step buffers) | mbarriers (kv_full, kv_empty,
+    // stage_full[], stage_empty[]) | + 1 KB align
+    static constexpr int kBarOffset = 2 * kKVBytes + kStages * kStageBytes + kUnionBytes;
     static constexpr int kSmemBytes = kBarOffset + 8 * (2 + 2 * kStages) + 1024;
     static constexpr int kProducerRegs = 24, kConsumerRegs = kNCWG == 2 ? 240 : 160;
     static_assert(kBlockM <= 128, "statistics fit 1 KB");
+    static_assert(!kAtomicDq || (kNCWG == 2 && kBlockM == 64), "atomic dQ: 2 consumer warpgroups, 64-query stages");
 };
 
 template <int HS, int kNCWG, int kBlockN, int kStages>
@@ -2339,6 +2377,17 @@ __device__ __forceinline__ void tma_load_tile(uint8_t* tile, const CUtensorMap* 
     #pragma unroll
     for (int c = 0; c < HS / 64; c++) tma_load_4d(tile + c * kRows * 128, map, bar, 64 * c, h, row0, b);
 }
+// TMA reduce-add (fp32 add in L2) of one box from shared memory into a 3-D tensor map at (c0, c1, c2): the box
+// must be laid out as the map's swizzle says, and elements past the tensor's bounds are skipped. Like every bulk
+// copy it belongs to the thread's current bulk group (bulk_commit), which bulk_wait_read / bulk_wait track.
+__device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const void* src, int c0, int c1, int c2) {
+    asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n"
+                 :: "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(src)) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// at most N of this thread's bulk groups still read shared memory / still run
+template <int N> __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(N) : "memory"); }
+template <int N> __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" :: "n"(N) : "memory"); }
 // n / 2 (full, empty) pairs: full completes on the producer's arrive + its TMA bytes, empty on empty_count arrivals
 __device__ __forceinline__ void init_mbarriers(uint64_t* bars, int n, int empty_count) {
     for (int i = 0; i < n; i += 2) { mbar_init(&bars[i], 1); mbar_init(&bars[i + 1], empty_count); }
@@ -2346,12 +2395,12 @@ __device__ __forceinline__ void init_mbarriers(uint64_t* bars, int n, int empty_
 }
 #endif
 
-template <int HS, int kNCWG, int kBlockM, int kStages>
-__global__ void __launch_bounds__(HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages>::kThreads, 1)
+template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false>
+__global__ void __launch_bounds__(HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>::kThreads, 1)
 attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(HS == 64 || HS == 128, "head size 64 or 128");
-    using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages>;
+    using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>;
     constexpr int kBlockN = Tile::kBlockN;
     constexpr int kDT = HS / 8;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -2361,6 +2410,8 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     uint8_t* stage_smem = v_smem + Tile::kKVBytes;                       // [kStages] Q, dO, lse2, D
     uint8_t* dk_stage = stage_smem + kStages * Tile::kStageBytes;        // dK, dV staging, swizzle<HS>
     uint8_t* dv_stage = dk_stage + Tile::kKVBytes;
+    uint8_t* ds_smem = dk_stage;                                         // atomic dQ: [2] dS^T, then [kNCWG] dQ
+    uint8_t* dq_smem = ds_smem + 2 * Tile::kDsBytes;
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Tile::kBarOffset);   // pairs (full, empty): K/V, then stages
     uint64_t* kv_full = bars;
     uint64_t* kv_empty = bars + 1;
@@ -2407,8 +2458,9 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
 
     // ---- consumers: warpgroup cwg owns keys 64 cwg .. 64 cwg + 63 of the item's key block
     setmaxnreg_inc<Tile::kConsumerRegs>();
-    const int cwg = wg - 1, warp = threadIdx.x / 32;
+    const int cwg = wg - 1, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const int warp_row0 = cwg * 64 + (warp % 4) * 16;
+    const bool wg_leader = threadIdx.x % 128 == 0;
     const uint64_t k_desc = wgmma_desc(k_smem + cwg * 64 * 128);
     const uint64_t v_desc = wgmma_desc(v_smem + cwg * 64 * 128);
     float dk_acc[kDT * 4], dv_acc[kDT * 4];
@@ -2423,13 +2475,68 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
         for (int m_block = n_start / kBlockM; m_block < m_blocks; m_block++, stage_iter++) {
             const int s = stage_iter % kStages;
             mbar_wait(stage_full(s), (stage_iter / kStages) & 1);
-            dkdv_hopper_step<HS, kBlockM, kBlockN>(dk_acc, dv_acc, k_desc, v_desc, q_tile(s), do_tile(s), lse2_tile(s),
-                                                   lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
+            if constexpr (kAtomicDq) {
+                // atomic dQ, while dV, dK run: dQ (64 queries x HS) += dS (64 x 128 keys) K (128 keys x HS). dS^T of
+                // both warpgroups goes to shared memory (double-buffered: one barrier a step), each warpgroup
+                // computes HS / 2 columns of dQ with both operands read transposed, stages them as fp32 TMA boxes
+                // and one thread reduce-adds them into dq_accum (in L2; rows past T skipped by the tensor map)
+                auto atomic_dq = [&](const uint32_t (&dsa)[kBlockM / 16][4]) {
+                    uint8_t* ds = ds_smem + (stage_iter & 1) * Tile::kDsBytes;
+                    uint8_t* dq_s = dq_smem + cwg * Tile::kDqBytes;
+                    // A fragment j, register r: key warp_row0 + g + 8 (r % 2), queries 16j + 8 (r / 2) + 2tq, +1
+                    #pragma unroll
+                    for (int j = 0; j < kBlockM / 16; j++)
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++)
+                            *reinterpret_cast<uint32_t*>(ds + swizzle<64>(warp_row0 + g + 8 * (r % 2), 2 * j + r / 2) + 4 * tq) = dsa[j][r];
+                    fence_proxy_async();
+                    if (wg_leader) bulk_wait_read<0>();   // this warpgroup's previous reduce has read dq_s
+                    named_barrier_sync(1, 128 * kNCWG);   // both halves of dS^T are written
+                    // B = K's columns cwg * HS / 2 .. : a column block at HS 128, half of one (+64 bytes) at HS 64
+                    const uint8_t* k_cols = k_smem + (cwg * HS / 2 / 64) * kBlockN * 128 + (cwg * HS / 2 % 64) * 2;
+                    float dq[HS / 4];
+                    wgmma_fence();
+                    #pragma unroll
+                    for (int j = 0; j < kBlockN / 16; j++)
+                        wgmma_ss_m64k16_trans_ab<HS / 2>(dq, wgmma_desc(ds + j * 16 * 128), wgmma_desc(k_cols + j * 16 * 128), j);
+                    wgmma_commit();
+                    wgmma_wait<0>();
+                    // n8 group i: columns 8i + 2tq, +1 of rows g, g + 8 -> boxes of 32 columns, 128-byte rows, swizzled
+                    #pragma unroll
+                    for (int i = 0; i < HS / 16; i++)
+                        #pragma unroll
+                        for (int half = 0; half < 2; half++) {
+                            const int row = (warp % 4) * 16 + g + 8 * half, col = 8 * i + 2 * tq;
+                            *reinterpret_cast<float2*>(dq_s + (col / 32) * Tile::kDqBoxBytes + row * 128 + ((col % 32 / 4) ^ (row % 8)) * 16 + (col % 4) * 4) =
+                                make_float2(dq[4 * i + 2 * half], dq[4 * i + 2 * half + 1]);
+                        }
+                    fence_proxy_async();
+                    named_barrier_sync(2 + cwg, 128);
+                    if (wg_leader) {
+                        #pragma unroll
+                        for (int box = 0; box < HS / 64; box++)
+                            tma_reduce_add_3d(&maps.dq_accum, dq_s + box * Tile::kDqBoxBytes, cwg * HS / 2 + 32 * box, m_block * kBlockM, bh);
+                        bulk_commit();
+                    }
+                };
+                dkdv_hopper_step<HS, kBlockM, kBlockN>(dk_acc, dv_acc, k_desc, v_desc, q_tile(s), do_tile(s), lse2_tile(s),
+                                                       lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0, atomic_dq);
+            } else {
+                dkdv_hopper_step<HS, kBlockM, kBlockN>(dk_acc, dv_acc, k_desc, v_desc, q_tile(s), do_tile(s), lse2_tile(s),
+                                                       lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
+            }
             mbar_arrive(stage_empty(s));
         }
         mbar_arrive(kv_empty);
+        if constexpr (kAtomicDq) {   // the dK/dV staging overlays the step buffers: both warpgroups leave them first
+            if (wg_leader) bulk_wait_read<0>();
+            named_barrier_sync(1, 128 * kNCWG);
+        }
         dkdv_hopper_epilogue<HS>(p, dk_acc, dv_acc, dk_stage, dv_stage, b, h, n_start, warp_row0);
+        if constexpr (kAtomicDq) named_barrier_sync(1, 128 * kNCWG);   // ... and both have read it back
     }
+    if constexpr (kAtomicDq) if (wg_leader) bulk_wait<0>();   // the last reduce has landed before the CTA exits
+    (void)g; (void)tq;
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
@@ -2577,13 +2684,19 @@ inline HopperBackwardTmaMaps backward_tma_maps(const AttentionBackwardParams& p,
             bthd_tensor_map(p.dout, (size_t)p.NH * p.HS, p.B, p.T, p.NH, p.HS, q_rows)};
 }
 
-template <int HS, int kNCWG, int kBlockM, int kStages>
+template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false>
 void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
-    using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages>;
+    using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>;
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockN);
-    launch_with_smem<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages>>(
-        dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, p,
-        backward_tma_maps(p, kBlockM, Tile::kBlockN));
+    HopperBackwardTmaMaps maps = backward_tma_maps(p, kBlockM, Tile::kBlockN);
+    if (kAtomicDq) {   // dq_accum (B * NH, T, HS) fp32 as (HS, T, B * NH), boxes of 32 columns x kBlockM rows
+        const cuuint64_t dims[3] = {(cuuint64_t)HS, (cuuint64_t)p.T, (cuuint64_t)p.B * p.NH};
+        const cuuint64_t strides[2] = {(cuuint64_t)HS * 4, (cuuint64_t)p.T * HS * 4};
+        const cuuint32_t box[3] = {32, (cuuint32_t)kBlockM, 1};
+        maps.dq_accum = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, backward_scratch(p).dq_accum, dims, strides, box);
+    }
+    launch_with_smem<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq>>(
+        dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, p, maps);
 }
 
 template <int HS, int kNCWG, int kBlockN, int kStages>
@@ -2630,6 +2743,16 @@ void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaSt
     launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages>(p, stream);
 }
 
+// Hopper atomic path (HS 64 or 128, sm_90a): preprocess (+ zero dq_accum), the warp-specialised dK/dV kernel
+// that also reduce-adds dQ into dq_accum (5 GEMMs a tile pair instead of the split's 7), dQ convert.
+// Non-deterministic: the order of the fp32 adds into dq_accum varies run to run.
+template <int HS, int kStages>
+void attention_backward_atomic_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
+    launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/true, stream);
+    launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true>(p, stream);
+    launch_attention_backward_postprocess<HS>(p, stream);
+}
+
 // ----------------------------------------------------------------------------
 // public API
 
@@ -2655,6 +2778,9 @@ inline bool attention_backward_atomic_big_tiles(int B, int T, int NH) {
 inline bool attention_backward_uses_hopper(int /*HS*/) { return hopper_path_available(); }
 
 inline const char* attention_backward_path_name(int HS) {
+    if (attention_backward_uses_hopper(HS) && attention_backward_nondeterministic())
+        return HS == 64 ? "flash backward, wgmma+TMA sm90a, warp-specialised, atomic dQ (TMA reduce-add, non-deterministic): 128 keys x 64 queries, 2 consumer warpgroups (HS=64)"
+                        : "flash backward, wgmma+TMA sm90a, warp-specialised, atomic dQ (TMA reduce-add, non-deterministic): 128 keys x 64 queries, 2 consumer warpgroups (HS=128)";
     if (attention_backward_uses_hopper(HS))
         return HS == 64 ? "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys + dQ 128 rows, 2 consumer warpgroups each (HS=64)"
                         : "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys x 64 + dQ 128 x 64, 2 consumer warpgroups each (HS=128)";
@@ -2669,7 +2795,10 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
                                const float* lse, int B, int T, int NH, int HS, cudaStream_t stream) {
     attention_check_supported(B, T, NH, HS);
     AttentionBackwardParams p{dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS};
-    if (attention_backward_uses_hopper(HS)) {   // deterministic, and faster than the atomic opt-in (header)
+    if (attention_backward_uses_hopper(HS) && attention_backward_nondeterministic()) {   // the opt-in, 5 GEMMs
+        if (HS == 64) attention_backward_atomic_hopper_ws<64, 2>(p, stream);
+        else attention_backward_atomic_hopper_ws<128, 2>(p, stream);
+    } else if (attention_backward_uses_hopper(HS)) {   // deterministic
         // warp-specialised split, 2 consumer warpgroups; the best of dev variant 6's configs at each measured shape
         // (H100, 2026-11-21, bwd ms): T < 2048: kv128x64+q128x64 with 3 stages (64x12x1024 1.125, 8x12x1024 0.152);
         // T < 8192: kv128x128+q128x128 (4x12x4096 0.797); longer: kv128x64+q128x64 (1x12x16384 3.028); HS 128:

@@ -39,6 +39,7 @@ forward timed in the same run (fwd+bwd FLOPs = 3.5 * fwd).
 #include "dev/cuda/backward_variants/04_fa2_split.cuh"
 #include "dev/cuda/backward_variants/05_wgmma_split.cuh"
 #include "dev/cuda/backward_variants/06_wgmma_split_ws.cuh"
+#include "dev/cuda/backward_variants/07_wgmma_atomic_ws.cuh"
 
 // ----------------------------------------------------------------------------
 // the variant table: number, name, tile configs (names for HS 64 / HS 128), launcher
@@ -68,6 +69,7 @@ static const BackwardVariant kVariants[] = {
     {6, "wgmma_split_ws", 4, {"kv128x64+q128x64", "kv128x128+q128x128", "kv128x64+q128x128", "kv128x64+q128x64/s3"},
                              {"kv128x64+q128x64", "kv128x64+q128x128", nullptr, nullptr},
                              attention_backward6, attention_backward6_supports, false, true},
+    {7, "wgmma_atomic_ws", 2, {"kv128x64", "kv128x64/s3"}, {"kv128x64", nullptr}, attention_backward7, attention_backward7_supports, false, false},
 };
 constexpr int kBaselineVariant = 2;
 
