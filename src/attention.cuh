@@ -1036,11 +1036,15 @@ template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile
 // 64x12x1024 forward 0.372 -> 0.342 ms, backward 1.104 -> 1.045 ms; but 4x12x4096 (48 MB of operands) got 3-7%
 // slower and 8x12x1024 5% slower, hence only above 64 MB of operands and for heads of at most 1 MB (T * HS <= 256K);
 // long heads (T >= 8192 at HS 64) keep the plain order, not measured with sections. One section = the plain order.
+// The atomic-dQ backward also reduce-adds into its head's fp32 dQ rows (T * HS * 4 bytes too): items spread over all
+// heads would make every add a DRAM read-modify-write (H100, 4x16x8192x128: 9.7 ms against the split's 7.3), so
+// it always runs in 16 MB sections (atomic_dq).
 struct PersistentItem { int rank, bh; };
-__device__ __forceinline__ PersistentItem persistent_item(int w, int num_ranks, int num_bh, int T, int HS) {
+__device__ __forceinline__ PersistentItem persistent_item(int w, int num_ranks, int num_bh, int T, int HS, bool atomic_dq = false) {
     const int head_bytes = T * HS * 4;
-    const bool sectioned = (long)num_bh * head_bytes > (64l << 20) && head_bytes <= (1 << 20);
-    const int section_heads = sectioned ? (16 << 20) / head_bytes : num_bh;
+    const bool sectioned = atomic_dq ? (long)num_bh * head_bytes > (16l << 20)
+                                     : (long)num_bh * head_bytes > (64l << 20) && head_bytes <= (1 << 20);
+    const int section_heads = !sectioned ? num_bh : atomic_dq ? max(1, (16 << 20) / head_bytes) : (16 << 20) / head_bytes;
     const int section = w / (section_heads * num_ranks), first_bh = section * section_heads;
     const int heads_here = min(section_heads, num_bh - first_bh);   // the last section may be short
     const int r = w - first_bh * num_ranks;
@@ -2344,7 +2348,8 @@ struct HopperBackwardKVWsTile {
     static constexpr int kDsBytes = kBlockN * kBlockM * 2;               // dS^T (keys x queries) bf16
     static constexpr int kDqBoxBytes = kBlockM * 32 * 4;                 // one TMA box: 32 fp32 columns of dQ
     static constexpr int kDqBytes = (HS / 64) * kDqBoxBytes;             // one warpgroup's HS / 2 columns
-    static constexpr int kStepBytes = kAtomicDq ? 2 * kDsBytes + kNCWG * kDqBytes : 0;
+    static constexpr int kDqBuffers = HS == 64 ? 2 : 1;                  // HS 128: no room for a second
+    static constexpr int kStepBytes = kAtomicDq ? 2 * kDsBytes + kDqBuffers * kNCWG * kDqBytes : 0;
     static constexpr int kUnionBytes = kStepBytes > kOutBytes ? kStepBytes : kOutBytes;
     // K | V | stages | dK, dV staging (atomic dQ: or the step buffers) | mbarriers (kv_full, kv_empty,
     // stage_full[], stage_empty[]) | + 1 KB align
@@ -2435,7 +2440,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
         if (threadIdx.x == 0) {
             int stage_iter = 0, item_iter = 0;
             for (int w = blockIdx.x; w < num_items; w += gridDim.x, item_iter++) {
-                const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, T, HS);
+                const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, T, HS, kAtomicDq);
                 const int n_block = item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
                 const int n_start = n_block * kBlockN;
                 mbar_wait(kv_empty, (item_iter & 1) ^ 1);
@@ -2466,7 +2471,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     float dk_acc[kDT * 4], dv_acc[kDT * 4];
     int stage_iter = 0, item_iter = 0;
     for (int w = blockIdx.x; w < num_items; w += gridDim.x, item_iter++) {
-        const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, T, HS);
+        const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, T, HS, kAtomicDq);
         const int n_block = item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
         const int n_start = n_block * kBlockN;
         #pragma unroll
@@ -2482,7 +2487,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                 // and one thread reduce-adds them into dq_accum (in L2; rows past T skipped by the tensor map)
                 auto atomic_dq = [&](const uint32_t (&dsa)[kBlockM / 16][4]) {
                     uint8_t* ds = ds_smem + (stage_iter & 1) * Tile::kDsBytes;
-                    uint8_t* dq_s = dq_smem + cwg * Tile::kDqBytes;
+                    uint8_t* dq_s = dq_smem + ((stage_iter % Tile::kDqBuffers) * kNCWG + cwg) * Tile::kDqBytes;
                     // A fragment j, register r: key warp_row0 + g + 8 (r % 2), queries 16j + 8 (r / 2) + 2tq, +1
                     #pragma unroll
                     for (int j = 0; j < kBlockM / 16; j++)
@@ -2490,7 +2495,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                         for (int r = 0; r < 4; r++)
                             *reinterpret_cast<uint32_t*>(ds + swizzle<64>(warp_row0 + g + 8 * (r % 2), 2 * j + r / 2) + 4 * tq) = dsa[j][r];
                     fence_proxy_async();
-                    if (wg_leader) bulk_wait_read<0>();   // this warpgroup's previous reduce has read dq_s
+                    if (wg_leader) bulk_wait_read<Tile::kDqBuffers - 1>();   // the last reduce from dq_s has read it
                     named_barrier_sync(1, 128 * kNCWG);   // both halves of dS^T are written
                     // B = K's columns cwg * HS / 2 .. : a column block at HS 128, half of one (+64 bytes) at HS 64
                     const uint8_t* k_cols = k_smem + (cwg * HS / 2 / 64) * kBlockN * 128 + (cwg * HS / 2 % 64) * 2;
