@@ -1036,14 +1036,13 @@ template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile
 // 64x12x1024 forward 0.372 -> 0.342 ms, backward 1.104 -> 1.045 ms; but 4x12x4096 (48 MB of operands) got 3-7%
 // slower and 8x12x1024 5% slower, hence only above 64 MB of operands and for heads of at most 1 MB (T * HS <= 256K);
 // long heads (T >= 8192 at HS 64) keep the plain order, not measured with sections. One section = the plain order.
-// The atomic-dQ backward also reduce-adds into its head's fp32 dQ rows (T * HS * 4 bytes too): items spread over all
-// heads would make every add a DRAM read-modify-write (H100, 4x16x8192x128: 9.7 ms against the split's 7.3), so
-// it always runs in 16 MB sections (atomic_dq).
+// The atomic-dQ backward also reduce-adds into its head's fp32 dQ rows (T * HS * 4 bytes too), so above 64 MB it
+// takes sections for heads of any length (atomic_dq). H100: 4x16x8192x128 9.70 -> 8.01 ms; below 64 MB they cost
+// (16 MB sections at 1x12x16384: 2.78 -> 3.01 ms; 4x12x4096: 0.81 -> 0.87 ms).
 struct PersistentItem { int rank, bh; };
 __device__ __forceinline__ PersistentItem persistent_item(int w, int num_ranks, int num_bh, int T, int HS, bool atomic_dq = false) {
     const int head_bytes = T * HS * 4;
-    const bool sectioned = atomic_dq ? (long)num_bh * head_bytes > (16l << 20)
-                                     : (long)num_bh * head_bytes > (64l << 20) && head_bytes <= (1 << 20);
+    const bool sectioned = (long)num_bh * head_bytes > (64l << 20) && (atomic_dq || head_bytes <= (1 << 20));
     const int section_heads = !sectioned ? num_bh : atomic_dq ? max(1, (16 << 20) / head_bytes) : (16 << 20) / head_bytes;
     const int section = w / (section_heads * num_ranks), first_bh = section * section_heads;
     const int heads_here = min(section_heads, num_bh - first_bh);   // the last section may be short
@@ -2000,26 +1999,31 @@ struct HopperBackwardKVTile {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // One step of the dK/dV kernels: this warpgroup's 64 keys (rows warp_row0.. of the K, V tiles of kBlockN rows, at
 // k_desc / v_desc) against the kBlockM queries of one stage (q_s, do_s, and lse2_s / dpsum_s: its kBlockM rows of
-// lse2 and D). S^T = K Q^T and dP^T = V dO^T, P^T, dS^T, then dV += P^T dO and dK += dS^T Q. While those two run,
-// after_issue(dsa) may use dS^T (dsa: its bf16 A fragments; the atomic-dQ kernel computes dQ from it). Returns
-// with every wgmma complete, so the caller may hand the stage back.
-struct NoStepHook { template <class A> __device__ __forceinline__ void operator()(const A&) const {} };
-template <int HS, int kBlockM, int kBlockN, class AfterIssue = NoStepHook>
-__device__ __forceinline__ void dkdv_hopper_step(float (&dk_acc)[HS / 2], float (&dv_acc)[HS / 2], uint64_t k_desc, uint64_t v_desc,
-                                                 const uint8_t* q_s, const uint8_t* do_s, const float* lse2_s, const float* dpsum_s,
-                                                 int n_start, int m_start, int warp_row0, AfterIssue after_issue = {}) {
-    constexpr int kQT = kBlockM / 8;      // n8 column groups of S^T (queries)
-    constexpr int kQS = kBlockM / 16;     // k16 steps of dV, dK (over queries)
-    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
-    float st[kQT * 4], dpt[kQT * 4];
+// lse2 and D). S^T = K Q^T and dP^T = V dO^T, P^T, dS^T, then dV += P^T dO and dK += dS^T Q, in three parts that
+// the atomic-dQ kernel also uses on their own.
+
+// S^T = K Q^T into st, dP^T = V dO^T into dpt: two commit groups, S^T first
+template <int HS, int kBlockM, int kBlockN>
+__device__ __forceinline__ void dkdv_issue_s_dp(float (&st)[kBlockM / 2], float (&dpt)[kBlockM / 2], uint64_t k_desc, uint64_t v_desc,
+                                                const uint8_t* q_s, const uint8_t* do_s) {
     #pragma unroll
-    for (int i = 0; i < kQT * 4; i++) st[i] = dpt[i] = 0.0f;
+    for (int i = 0; i < kBlockM / 2; i++) st[i] = dpt[i] = 0.0f;
     wgmma_fence();
     wgmma_ss_over_hs<HS, kBlockM, kBlockN>(st, k_desc, q_s);
     wgmma_commit();
     wgmma_ss_over_hs<HS, kBlockM, kBlockN>(dpt, v_desc, do_s);
     wgmma_commit();
+}
+
+// wait for S^T and dP^T (the two newest commit groups), then P^T and dS^T as bf16 A fragments (pa, dsa)
+template <int HS, int kBlockM>
+__device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)[kBlockM / 2], uint32_t (&pa)[kBlockM / 16][4],
+                                          uint32_t (&dsa)[kBlockM / 16][4], const float* lse2_s, const float* dpsum_s,
+                                          int n_start, int m_start, int warp_row0) {
+    constexpr int kQT = kBlockM / 8;      // n8 column groups of S^T (queries)
+    constexpr int kQS = kBlockM / 16;     // k16 steps of dV, dK (over queries)
+    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
     wgmma_wait<1>();   // S^T is ready; dP^T may still be running
     // P^T = exp2(S^T * c - lse2[query]), 0 where key > query (only where this warp's keys cross the tile)
     const bool need_mask = n_start + warp_row0 + 15 > m_start;
@@ -2041,17 +2045,32 @@ __device__ __forceinline__ void dkdv_hopper_step(float (&dk_acc)[HS / 2], float 
         #pragma unroll
         for (int e = 0; e < 4; e++) dpt[4 * i + e] = st[4 * i + e] * (dpt[4 * i + e] - (e % 2 ? dps.y : dps.x));
     }
-    uint32_t pa[kQS][4], dsa[kQS][4];
     #pragma unroll
     for (int j = 0; j < kQS; j++) { accum_to_a_frag(pa[j], st, j); accum_to_a_frag(dsa[j], dpt, j); }
-    // dV += P^T dO, dK += dS^T Q: k step j = queries 16j..16j+15 = rows 16j.. of the (MN-major) tiles
+}
+
+// dV += P^T dO, dK += dS^T Q: one commit group; k step j = queries 16j..16j+15 = rows 16j.. of the (MN-major) tiles
+template <int HS, int kBlockM>
+__device__ __forceinline__ void dkdv_issue_dv_dk(float (&dk_acc)[HS / 2], float (&dv_acc)[HS / 2], const uint32_t (&pa)[kBlockM / 16][4],
+                                                 const uint32_t (&dsa)[kBlockM / 16][4], const uint8_t* q_s, const uint8_t* do_s) {
     wgmma_fence();
     #pragma unroll
-    for (int j = 0; j < kQS; j++) wgmma_rs_m64k16_trans_b<HS, kBlockM>(dv_acc, pa[j], do_s, j);
+    for (int j = 0; j < kBlockM / 16; j++) wgmma_rs_m64k16_trans_b<HS, kBlockM>(dv_acc, pa[j], do_s, j);
     #pragma unroll
-    for (int j = 0; j < kQS; j++) wgmma_rs_m64k16_trans_b<HS, kBlockM>(dk_acc, dsa[j], q_s, j);
+    for (int j = 0; j < kBlockM / 16; j++) wgmma_rs_m64k16_trans_b<HS, kBlockM>(dk_acc, dsa[j], q_s, j);
     wgmma_commit();
-    after_issue(dsa);
+}
+
+// the whole step; returns with every wgmma complete, so the caller may hand the stage back
+template <int HS, int kBlockM, int kBlockN>
+__device__ __forceinline__ void dkdv_hopper_step(float (&dk_acc)[HS / 2], float (&dv_acc)[HS / 2], uint64_t k_desc, uint64_t v_desc,
+                                                 const uint8_t* q_s, const uint8_t* do_s, const float* lse2_s, const float* dpsum_s,
+                                                 int n_start, int m_start, int warp_row0) {
+    float st[kBlockM / 2], dpt[kBlockM / 2];
+    uint32_t pa[kBlockM / 16][4], dsa[kBlockM / 16][4];
+    dkdv_issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_s, do_s);
+    dkdv_p_ds<HS, kBlockM>(st, dpt, pa, dsa, lse2_s, dpsum_s, n_start, m_start, warp_row0);
+    dkdv_issue_dv_dk<HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_s, do_s);
     wgmma_wait<0>();
 }
 
@@ -2336,8 +2355,8 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_
 // dq_accum: the atomic path's fp32 (B * NH, T, HS) accumulator, as a 3-D tensor map for TMA reduce-adds
 struct HopperBackwardTmaMaps { CUtensorMap q, k, v, dout, dq_accum; };
 
-// kAtomicDq: the dK/dV kernel also computes dQ (see the atomic-dQ notes below): 2 consumer warpgroups, 64-query
-// stages, and two step buffers (dS^T twice, each warpgroup's dQ half once) that share memory with the dK/dV staging
+// kAtomicDq: the dK/dV kernel also computes dQ (see its consumer loop): 2 consumer warpgroups, 64-query stages, and
+// step buffers (dS^T twice, each warpgroup's dQ half twice at HS 64, once at HS 128) in the dK/dV staging's memory
 template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false>
 struct HopperBackwardKVWsTile {
     static constexpr int kBlockN = 64 * kNCWG, kThreads = 128 * (kNCWG + 1);
@@ -2477,60 +2496,65 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
         #pragma unroll
         for (int i = 0; i < kDT * 4; i++) dk_acc[i] = dv_acc[i] = 0.0f;
         mbar_wait(kv_full, item_iter & 1);
-        for (int m_block = n_start / kBlockM; m_block < m_blocks; m_block++, stage_iter++) {
-            const int s = stage_iter % kStages;
-            mbar_wait(stage_full(s), (stage_iter / kStages) & 1);
-            if constexpr (kAtomicDq) {
-                // atomic dQ, while dV, dK run: dQ (64 queries x HS) += dS (64 x 128 keys) K (128 keys x HS). dS^T of
-                // both warpgroups goes to shared memory (double-buffered: one barrier a step), each warpgroup
-                // computes HS / 2 columns of dQ with both operands read transposed, stages them as fp32 TMA boxes
-                // and one thread reduce-adds them into dq_accum (in L2; rows past T skipped by the tensor map)
-                auto atomic_dq = [&](const uint32_t (&dsa)[kBlockM / 16][4]) {
-                    uint8_t* ds = ds_smem + (stage_iter & 1) * Tile::kDsBytes;
-                    uint8_t* dq_s = dq_smem + ((stage_iter % Tile::kDqBuffers) * kNCWG + cwg) * Tile::kDqBytes;
-                    // A fragment j, register r: key warp_row0 + g + 8 (r % 2), queries 16j + 8 (r / 2) + 2tq, +1
-                    #pragma unroll
-                    for (int j = 0; j < kBlockM / 16; j++)
-                        #pragma unroll
-                        for (int r = 0; r < 4; r++)
-                            *reinterpret_cast<uint32_t*>(ds + swizzle<64>(warp_row0 + g + 8 * (r % 2), 2 * j + r / 2) + 4 * tq) = dsa[j][r];
-                    fence_proxy_async();
-                    if (wg_leader) bulk_wait_read<Tile::kDqBuffers - 1>();   // the last reduce from dq_s has read it
-                    named_barrier_sync(1, 128 * kNCWG);   // both halves of dS^T are written
-                    // B = K's columns cwg * HS / 2 .. : a column block at HS 128, half of one (+64 bytes) at HS 64
-                    const uint8_t* k_cols = k_smem + (cwg * HS / 2 / 64) * kBlockN * 128 + (cwg * HS / 2 % 64) * 2;
-                    float dq[HS / 4];
-                    wgmma_fence();
-                    #pragma unroll
-                    for (int j = 0; j < kBlockN / 16; j++)
-                        wgmma_ss_m64k16_trans_ab<HS / 2>(dq, wgmma_desc(ds + j * 16 * 128), wgmma_desc(k_cols + j * 16 * 128), j);
-                    wgmma_commit();
-                    wgmma_wait<0>();
-                    // n8 group i: columns 8i + 2tq, +1 of rows g, g + 8 -> boxes of 32 columns, 128-byte rows, swizzled
-                    #pragma unroll
-                    for (int i = 0; i < HS / 16; i++)
-                        #pragma unroll
-                        for (int half = 0; half < 2; half++) {
-                            const int row = (warp % 4) * 16 + g + 8 * half, col = 8 * i + 2 * tq;
-                            *reinterpret_cast<float2*>(dq_s + (col / 32) * Tile::kDqBoxBytes + row * 128 + ((col % 32 / 4) ^ (row % 8)) * 16 + (col % 4) * 4) =
-                                make_float2(dq[4 * i + 2 * half], dq[4 * i + 2 * half + 1]);
-                        }
-                    fence_proxy_async();
-                    named_barrier_sync(2 + cwg, 128);
-                    if (wg_leader) {
-                        #pragma unroll
-                        for (int box = 0; box < HS / 64; box++)
-                            tma_reduce_add_3d(&maps.dq_accum, dq_s + box * Tile::kDqBoxBytes, cwg * HS / 2 + 32 * box, m_block * kBlockM, bh);
-                        bulk_commit();
-                    }
-                };
-                dkdv_hopper_step<HS, kBlockM, kBlockN>(dk_acc, dv_acc, k_desc, v_desc, q_tile(s), do_tile(s), lse2_tile(s),
-                                                       lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0, atomic_dq);
-            } else {
+        if constexpr (!kAtomicDq) {
+            for (int m_block = n_start / kBlockM; m_block < m_blocks; m_block++, stage_iter++) {
+                const int s = stage_iter % kStages;
+                mbar_wait(stage_full(s), (stage_iter / kStages) & 1);
                 dkdv_hopper_step<HS, kBlockM, kBlockN>(dk_acc, dv_acc, k_desc, v_desc, q_tile(s), do_tile(s), lse2_tile(s),
                                                        lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
+                mbar_arrive(stage_empty(s));
             }
-            mbar_arrive(stage_empty(s));
+        } else {
+            // atomic dQ: dQ (64 queries x HS) += dS (64 x 128 keys) K (128 keys x HS) each step. dS^T of both
+            // warpgroups goes to shared memory (double-buffered: one barrier a step) while dV, dK run; each warpgroup
+            // computes HS / 2 columns of dQ with both operands read transposed, stages them as fp32 TMA boxes, and one
+            // thread reduce-adds them into dq_accum (in L2; rows past T skipped by the tensor map).
+            const uint8_t* k_cols = k_smem + (cwg * HS / 2 / 64) * kBlockN * 128 + (cwg * HS / 2 % 64) * 2;   // B of dQ
+            for (int m_block = n_start / kBlockM; m_block < m_blocks; m_block++, stage_iter++) {
+                const int s = stage_iter % kStages;
+                mbar_wait(stage_full(s), (stage_iter / kStages) & 1);
+                float st[kBlockM / 2], dpt[kBlockM / 2];
+                uint32_t pa[kBlockM / 16][4], dsa[kBlockM / 16][4];
+                dkdv_issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_tile(s), do_tile(s));
+                dkdv_p_ds<HS, kBlockM>(st, dpt, pa, dsa, lse2_tile(s), lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
+                dkdv_issue_dv_dk<HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_tile(s), do_tile(s));
+                // dS^T -> ds: A fragment j, register r = key warp_row0 + g + 8 (r % 2), queries 16j + 8 (r / 2) + 2tq, +1
+                uint8_t* ds = ds_smem + (stage_iter & 1) * Tile::kDsBytes;
+                #pragma unroll
+                for (int j = 0; j < kBlockM / 16; j++)
+                    #pragma unroll
+                    for (int r = 0; r < 4; r++)
+                        *reinterpret_cast<uint32_t*>(ds + swizzle<64>(warp_row0 + g + 8 * (r % 2), 2 * j + r / 2) + 4 * tq) = dsa[j][r];
+                fence_proxy_async();
+                uint8_t* dq_s = dq_smem + ((stage_iter % Tile::kDqBuffers) * kNCWG + cwg) * Tile::kDqBytes;
+                if (wg_leader) bulk_wait_read<Tile::kDqBuffers - 1>();   // the last reduce from dq_s has read it
+                named_barrier_sync(1, 128 * kNCWG);                     // both halves of dS^T are written
+                float dq[HS / 4];
+                wgmma_fence();
+                #pragma unroll
+                for (int j = 0; j < kBlockN / 16; j++)
+                    wgmma_ss_m64k16_trans_ab<HS / 2>(dq, wgmma_desc(ds + j * 16 * 128), wgmma_desc(k_cols + j * 16 * 128), j);
+                wgmma_commit();
+                wgmma_wait<0>();
+                mbar_arrive(stage_empty(s));
+                // dQ: n8 group i = columns 8i + 2tq, +1 of rows g, g + 8 -> boxes of 32 columns, 128-byte rows, swizzled
+                #pragma unroll
+                for (int i = 0; i < HS / 16; i++)
+                    #pragma unroll
+                    for (int half = 0; half < 2; half++) {
+                        const int row = (warp % 4) * 16 + g + 8 * half, col = 8 * i + 2 * tq;
+                        *reinterpret_cast<float2*>(dq_s + (col / 32) * Tile::kDqBoxBytes + row * 128 + ((col % 32 / 4) ^ (row % 8)) * 16 + (col % 4) * 4) =
+                            make_float2(dq[4 * i + 2 * half], dq[4 * i + 2 * half + 1]);
+                    }
+                fence_proxy_async();
+                named_barrier_sync(2 + cwg, 128);
+                if (wg_leader) {
+                    #pragma unroll
+                    for (int box = 0; box < HS / 64; box++)
+                        tma_reduce_add_3d(&maps.dq_accum, dq_s + box * Tile::kDqBoxBytes, cwg * HS / 2 + 32 * box, m_block * kBlockM, bh);
+                    bulk_commit();
+                }
+            }
         }
         mbar_arrive(kv_empty);
         if constexpr (kAtomicDq) {   // the dK/dV staging overlays the step buffers: both warpgroups leave them first
@@ -2782,10 +2806,18 @@ inline bool attention_backward_atomic_big_tiles(int B, int T, int NH) {
 // the backward runs on wgmma on Hopper, both head sizes (when the binary carries sm_90a code)
 inline bool attention_backward_uses_hopper(int /*HS*/) { return hopper_path_available(); }
 
-inline const char* attention_backward_path_name(int HS) {
-    if (attention_backward_uses_hopper(HS) && attention_backward_nondeterministic())
-        return HS == 64 ? "flash backward, wgmma+TMA sm90a, warp-specialised, atomic dQ (TMA reduce-add, non-deterministic): 128 keys x 64 queries, 2 consumer warpgroups (HS=64)"
-                        : "flash backward, wgmma+TMA sm90a, warp-specialised, atomic dQ (TMA reduce-add, non-deterministic): 128 keys x 64 queries, 2 consumer warpgroups (HS=128)";
+// With the non-deterministic opt-in, Hopper takes the atomic-dQ kernel only where it beat the deterministic split
+// (H100, 2026-11-21, same call; dev variant 7 vs 0, bwd ms): 1x12x16384x64 2.783 vs 3.122. It lost everywhere else:
+// 64x12x1024 1.093 vs 1.052, 8x12x1024 1.56 vs 1.55, 4x12x4096 0.811 vs 0.794, and at HS 128 (4x16x8192) 8.005
+// vs 7.483 even with head sections: its two consumer warpgroups meet at a barrier every step (both halves of dS^T
+// feed each one's dQ), so neither hides the other's softmax as they do in the split kernels.
+inline bool attention_backward_uses_hopper_atomic(int T, int HS) {
+    return HS == 64 && T >= 8192 && attention_backward_nondeterministic() && attention_backward_uses_hopper(HS);
+}
+
+inline const char* attention_backward_path_name(int T, int HS) {
+    if (attention_backward_uses_hopper_atomic(T, HS))
+        return "flash backward, wgmma+TMA sm90a, warp-specialised, atomic dQ (TMA reduce-add, non-deterministic): 128 keys x 64 queries, 2 consumer warpgroups (HS=64)";
     if (attention_backward_uses_hopper(HS))
         return HS == 64 ? "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys + dQ 128 rows, 2 consumer warpgroups each (HS=64)"
                         : "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys x 64 + dQ 128 x 64, 2 consumer warpgroups each (HS=128)";
@@ -2800,9 +2832,8 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
                                const float* lse, int B, int T, int NH, int HS, cudaStream_t stream) {
     attention_check_supported(B, T, NH, HS);
     AttentionBackwardParams p{dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS};
-    if (attention_backward_uses_hopper(HS) && attention_backward_nondeterministic()) {   // the opt-in, 5 GEMMs
-        if (HS == 64) attention_backward_atomic_hopper_ws<64, 2>(p, stream);
-        else attention_backward_atomic_hopper_ws<128, 2>(p, stream);
+    if (attention_backward_uses_hopper_atomic(T, HS)) {
+        attention_backward_atomic_hopper_ws<64, 2>(p, stream);
     } else if (attention_backward_uses_hopper(HS)) {   // deterministic
         // warp-specialised split, 2 consumer warpgroups; the best of dev variant 6's configs at each measured shape
         // (H100, 2026-11-21, bwd ms): T < 2048: kv128x64+q128x64 with 3 stages (64x12x1024 1.125, 8x12x1024 0.152);

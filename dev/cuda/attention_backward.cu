@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
     if (variants.empty()) { fprintf(stderr, "no such variant: %s\n", argv[1]); return 1; }
     const std::vector<Shape> shapes = harness_shapes(args);
     const std::vector<float> scales = harness_scales(args);
-    printf("shipped backward: %s\n", attention_backward_path_name(64));
+    printf("shipped backward at T = 1024: %s\n", attention_backward_path_name(1024, 64));
 
     std::mt19937_64 rng(args.seed);
     cudaStream_t stream;
