@@ -2015,8 +2015,9 @@ __device__ __forceinline__ void dkdv_issue_s_dp(float (&st)[kBlockM / 2], float 
     wgmma_commit();
 }
 
-// wait for S^T and dP^T (the two newest commit groups), then P^T and dS^T as bf16 A fragments (pa, dsa)
-template <int HS, int kBlockM>
+// wait for S^T and dP^T (issued before the kPending newest commit groups), P^T and dS^T; then wait for those too
+// and give P^T, dS^T as bf16 A fragments (pa, dsa)
+template <int HS, int kBlockM, int kPending = 0>
 __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)[kBlockM / 2], uint32_t (&pa)[kBlockM / 16][4],
                                           uint32_t (&dsa)[kBlockM / 16][4], const float* lse2_s, const float* dpsum_s,
                                           int n_start, int m_start, int warp_row0) {
@@ -2024,7 +2025,7 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
     constexpr int kQS = kBlockM / 16;     // k16 steps of dV, dK (over queries)
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const float scale_log2 = rsqrtf((float)HS) * kLog2e;
-    wgmma_wait<1>();   // S^T is ready; dP^T may still be running
+    wgmma_wait<kPending + 1>();   // S^T is ready; dP^T may still be running
     // P^T = exp2(S^T * c - lse2[query]), 0 where key > query (only where this warp's keys cross the tile)
     const bool need_mask = n_start + warp_row0 + 15 > m_start;
     #pragma unroll
@@ -2037,13 +2038,17 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
             st[4 * i + e] = fast_exp2(x);
         }
     }
-    wgmma_wait<0>();   // dP^T
+    wgmma_wait<kPending>();   // dP^T
     // dS^T = P^T * (dP^T - D[query])
     #pragma unroll
     for (int i = 0; i < kQT; i++) {
         const float2 dps = *reinterpret_cast<const float2*>(dpsum_s + i * 8 + 2 * tq);
         #pragma unroll
         for (int e = 0; e < 4; e++) dpt[4 * i + e] = st[4 * i + e] * (dpt[4 * i + e] - (e % 2 ? dps.y : dps.x));
+    }
+    if constexpr (kPending > 0) {   // the older GEMMs still read the fragments being replaced
+        reg_fence(st); reg_fence(dpt);   // ... but P^T, dS^T are computed before waiting for them, not after
+        wgmma_wait<0>();
     }
     #pragma unroll
     for (int j = 0; j < kQS; j++) { accum_to_a_frag(pa[j], st, j); accum_to_a_frag(dsa[j], dpt, j); }
@@ -2108,24 +2113,31 @@ __device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardPara
 }
 
 // One step of the dQ kernels: this warpgroup's 64 query rows (q_desc / do_desc: its rows of the (kBlockM, HS) Q and dO
-// tiles) against key block n_block (k_s, v_s: (kBlockN, HS) tiles). S = Q K^T, dP = dO V^T, dS, then dQ += dS K.
-// row_lse2 / row_dpsum: rows g and g + 8 of this warp. Returns with every wgmma complete.
+// tiles) against key block n_block (k_s, v_s: (kBlockN, HS) tiles). S = Q K^T, dP = dO V^T, dS, then dQ += dS K, in
+// three parts like the dK/dV step's. row_lse2 / row_dpsum: rows g and g + 8 of this warp.
+
+// S = Q K^T into s, dP = dO V^T into dp: two commit groups, S first
 template <int HS, int kBlockM, int kBlockN>
-__device__ __forceinline__ void dq_hopper_step(float (&dq_acc)[HS / 2], uint64_t q_desc, uint64_t do_desc, const uint8_t* k_s, const uint8_t* v_s,
-                                               const float (&row_lse2)[2], const float (&row_dpsum)[2], int n_block, int m_start, int warp_row0) {
-    constexpr int kNT = kBlockN / 8;      // n8 column groups of S (keys)
-    constexpr int kKS = kBlockN / 16;     // k16 steps of dQ += dS K
-    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
-    float s[kNT * 4], dp[kNT * 4];
+__device__ __forceinline__ void dq_issue_s_dp(float (&s)[kBlockN / 2], float (&dp)[kBlockN / 2], uint64_t q_desc, uint64_t do_desc,
+                                              const uint8_t* k_s, const uint8_t* v_s) {
     #pragma unroll
-    for (int i = 0; i < kNT * 4; i++) s[i] = dp[i] = 0.0f;
+    for (int i = 0; i < kBlockN / 2; i++) s[i] = dp[i] = 0.0f;
     wgmma_fence();
     wgmma_ss_over_hs<HS, kBlockN, kBlockM>(s, q_desc, k_s);
     wgmma_commit();
     wgmma_ss_over_hs<HS, kBlockN, kBlockM>(dp, do_desc, v_s);
     wgmma_commit();
-    wgmma_wait<1>();   // S is ready; dP may still be running
+}
+
+// wait for S and dP (issued before the kPending newest commit groups), dS; then wait for those too and give dS
+// as bf16 A fragments
+template <int HS, int kBlockN, int kPending = 0>
+__device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBlockN / 2], uint32_t (&dsa)[kBlockN / 16][4],
+                                        const float (&row_lse2)[2], const float (&row_dpsum)[2], int n_block, int m_start, int warp_row0) {
+    constexpr int kNT = kBlockN / 8;      // n8 column groups of S (keys)
+    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
+    wgmma_wait<kPending + 1>();   // S is ready; dP may still be running
     const bool need_mask = n_block * kBlockN + kBlockN - 1 > m_start + warp_row0;
     #pragma unroll
     for (int i = 0; i < kNT; i++)
@@ -2135,17 +2147,35 @@ __device__ __forceinline__ void dq_hopper_step(float (&dq_acc)[HS / 2], uint64_t
             if (need_mask && n_block * kBlockN + i * 8 + 2 * tq + (e % 2) > m_start + warp_row0 + g + 8 * (e / 2)) x = -INFINITY;
             s[4 * i + e] = fast_exp2(x);
         }
-    wgmma_wait<0>();   // dP
+    wgmma_wait<kPending>();   // dP
     #pragma unroll
     for (int i = 0; i < kNT * 4; i++) dp[i] = s[i] * (dp[i] - row_dpsum[(i % 4) / 2]);
-    uint32_t dsa[kKS][4];
+    if constexpr (kPending > 0) {   // the older GEMMs still read the fragments being replaced
+        reg_fence(dp);   // ... but dS is computed before waiting for them, not after
+        wgmma_wait<0>();
+    }
     #pragma unroll
-    for (int j = 0; j < kKS; j++) accum_to_a_frag(dsa[j], dp, j);
-    // dQ += dS K: k step j = keys 16j..16j+15 = rows 16j.. of the (MN-major) K tile
+    for (int j = 0; j < kBlockN / 16; j++) accum_to_a_frag(dsa[j], dp, j);
+}
+
+// dQ += dS K: one commit group; k step j = keys 16j..16j+15 = rows 16j.. of the (MN-major) K tile
+template <int HS, int kBlockN>
+__device__ __forceinline__ void dq_issue_dq(float (&dq_acc)[HS / 2], const uint32_t (&dsa)[kBlockN / 16][4], const uint8_t* k_s) {
     wgmma_fence();
     #pragma unroll
-    for (int j = 0; j < kKS; j++) wgmma_rs_m64k16_trans_b<HS, kBlockN>(dq_acc, dsa[j], k_s, j);
+    for (int j = 0; j < kBlockN / 16; j++) wgmma_rs_m64k16_trans_b<HS, kBlockN>(dq_acc, dsa[j], k_s, j);
     wgmma_commit();
+}
+
+// the whole step; returns with every wgmma complete
+template <int HS, int kBlockM, int kBlockN>
+__device__ __forceinline__ void dq_hopper_step(float (&dq_acc)[HS / 2], uint64_t q_desc, uint64_t do_desc, const uint8_t* k_s, const uint8_t* v_s,
+                                               const float (&row_lse2)[2], const float (&row_dpsum)[2], int n_block, int m_start, int warp_row0) {
+    float s[kBlockN / 2], dp[kBlockN / 2];
+    uint32_t dsa[kBlockN / 16][4];
+    dq_issue_s_dp<HS, kBlockM, kBlockN>(s, dp, q_desc, do_desc, k_s, v_s);
+    dq_p_ds<HS, kBlockN>(s, dp, dsa, row_lse2, row_dpsum, n_block, m_start, warp_row0);
+    dq_issue_dq<HS, kBlockN>(dq_acc, dsa, k_s);
     wgmma_wait<0>();
 }
 
@@ -2419,7 +2449,7 @@ __device__ __forceinline__ void init_mbarriers(uint64_t* bars, int n, int empty_
 }
 #endif
 
-template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false>
+template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kOverlap = false>
 __global__ void __launch_bounds__(HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>::kThreads, 1)
 attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -2496,7 +2526,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
         #pragma unroll
         for (int i = 0; i < kDT * 4; i++) dk_acc[i] = dv_acc[i] = 0.0f;
         mbar_wait(kv_full, item_iter & 1);
-        if constexpr (!kAtomicDq) {
+        if constexpr (!kAtomicDq && !kOverlap) {
             for (int m_block = n_start / kBlockM; m_block < m_blocks; m_block++, stage_iter++) {
                 const int s = stage_iter % kStages;
                 mbar_wait(stage_full(s), (stage_iter / kStages) & 1);
@@ -2504,6 +2534,28 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                                                        lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
                 mbar_arrive(stage_empty(s));
             }
+        } else if constexpr (!kAtomicDq) {
+            // intra-warpgroup overlap: step j issues its S^T, dP^T and then step j-1's dV, dK, so those two run under
+            // step j's softmax; stage j-1 is handed back once they are done (so the ring needs 3 stages)
+            static_assert(kStages >= 3, "the overlapped steps hold two stages");
+            float st[kBlockM / 2], dpt[kBlockM / 2];
+            uint32_t pa[kBlockM / 16][4], dsa[kBlockM / 16][4];
+            int m_block = n_start / kBlockM, prev = stage_iter % kStages;
+            mbar_wait(stage_full(prev), (stage_iter / kStages) & 1);
+            dkdv_issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_tile(prev), do_tile(prev));
+            dkdv_p_ds<HS, kBlockM>(st, dpt, pa, dsa, lse2_tile(prev), lse2_tile(prev) + kBlockM, n_start, m_block * kBlockM, warp_row0);
+            for (m_block++, stage_iter++; m_block < m_blocks; m_block++, stage_iter++) {
+                const int s = stage_iter % kStages;
+                mbar_wait(stage_full(s), (stage_iter / kStages) & 1);
+                dkdv_issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_tile(s), do_tile(s));
+                dkdv_issue_dv_dk<HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_tile(prev), do_tile(prev));
+                dkdv_p_ds<HS, kBlockM, 1>(st, dpt, pa, dsa, lse2_tile(s), lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
+                mbar_arrive(stage_empty(prev));
+                prev = s;
+            }
+            dkdv_issue_dv_dk<HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_tile(prev), do_tile(prev));
+            wgmma_wait<0>();
+            mbar_arrive(stage_empty(prev));
         } else {
             // atomic dQ: dQ (64 queries x HS) += dS (64 x 128 keys) K (128 keys x HS) each step. dS^T of both
             // warpgroups goes to shared memory (double-buffered: one barrier a step) while dV, dK run; each warpgroup
@@ -2569,7 +2621,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
-template <int HS, int kNCWG, int kBlockN, int kStages>
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kOverlap = false>
 __global__ void __launch_bounds__(HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
 attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -2648,12 +2700,36 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
         #pragma unroll
         for (int i = 0; i < kDT * 4; i++) dq_acc[i] = 0.0f;
         mbar_wait(qo_full, item_iter & 1);
-        for (int i = 0; i < n_blocks; i++, kv_iter++) {
-            const int s = kv_iter % kStages;
-            mbar_wait(kv_full(s), (kv_iter / kStages) & 1);
-            dq_hopper_step<HS, kBlockM, kBlockN>(dq_acc, q_desc, do_desc, k_tile(s), v_tile(s), row_lse2, row_dpsum,
-                                                 n_blocks - 1 - i, m_start, warp_row0);
-            release(kv_empty(s));
+        if constexpr (!kOverlap) {
+            for (int i = 0; i < n_blocks; i++, kv_iter++) {
+                const int s = kv_iter % kStages;
+                mbar_wait(kv_full(s), (kv_iter / kStages) & 1);
+                dq_hopper_step<HS, kBlockM, kBlockN>(dq_acc, q_desc, do_desc, k_tile(s), v_tile(s), row_lse2, row_dpsum,
+                                                     n_blocks - 1 - i, m_start, warp_row0);
+                release(kv_empty(s));
+            }
+        } else {
+            // intra-warpgroup overlap, as in the dK/dV kernel: step i issues its S, dP and then step i-1's dQ += dS K
+            static_assert(kStages >= 3, "the overlapped steps hold two stages");
+            float sc[kBlockN / 2], dp[kBlockN / 2];
+            uint32_t dsa[kBlockN / 16][4];
+            int prev = kv_iter % kStages;
+            mbar_wait(kv_full(prev), (kv_iter / kStages) & 1);
+            dq_issue_s_dp<HS, kBlockM, kBlockN>(sc, dp, q_desc, do_desc, k_tile(prev), v_tile(prev));
+            dq_p_ds<HS, kBlockN>(sc, dp, dsa, row_lse2, row_dpsum, n_blocks - 1, m_start, warp_row0);
+            kv_iter++;
+            for (int i = 1; i < n_blocks; i++, kv_iter++) {
+                const int s = kv_iter % kStages;
+                mbar_wait(kv_full(s), (kv_iter / kStages) & 1);
+                dq_issue_s_dp<HS, kBlockM, kBlockN>(sc, dp, q_desc, do_desc, k_tile(s), v_tile(s));
+                dq_issue_dq<HS, kBlockN>(dq_acc, dsa, k_tile(prev));
+                dq_p_ds<HS, kBlockN, 1>(sc, dp, dsa, row_lse2, row_dpsum, n_blocks - 1 - i, m_start, warp_row0);
+                release(kv_empty(prev));
+                prev = s;
+            }
+            dq_issue_dq<HS, kBlockN>(dq_acc, dsa, k_tile(prev));
+            wgmma_wait<0>();
+            release(kv_empty(prev));
         }
         release(qo_empty);
         dq_hopper_epilogue<HS>(p, dq_acc, dq_stage, b, h, m_start, warp_row0);
@@ -2713,7 +2789,7 @@ inline HopperBackwardTmaMaps backward_tma_maps(const AttentionBackwardParams& p,
             bthd_tensor_map(p.dout, (size_t)p.NH * p.HS, p.B, p.T, p.NH, p.HS, q_rows)};
 }
 
-template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false>
+template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kOverlap = false>
 void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>;
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockN);
@@ -2724,15 +2800,15 @@ void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, 
         const cuuint32_t box[3] = {32, (cuuint32_t)kBlockM, 1};
         maps.dq_accum = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, backward_scratch(p).dq_accum, dims, strides, box);
     }
-    launch_with_smem<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq>>(
+    launch_with_smem<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kOverlap>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, p, maps);
 }
 
-template <int HS, int kNCWG, int kBlockN, int kStages>
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kOverlap = false>
 void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>;
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockM);
-    launch_with_smem<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages>>(
+    launch_with_smem<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kOverlap>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, p,
         backward_tma_maps(p, Tile::kBlockM, kBlockN));
 }
@@ -2764,12 +2840,13 @@ void attention_backward_split_hopper(const AttentionBackwardParams& p, cudaStrea
 }
 
 // the same split, warp-specialised: dK/dV with kKVWG consumer warpgroups (64 keys each) and kKVBlockM-query
-// stages, dQ with kQWG consumer warpgroups (64 query rows each) and kQBlockN-key stages; kStages-deep rings
-template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages>
+// stages, dQ with kQWG consumer warpgroups (64 query rows each) and kQBlockN-key stages; kStages-deep rings;
+// kOverlap: intra-warpgroup overlap of consecutive steps in both kernels
+template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages, bool kOverlap = false>
 void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
-    launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages>(p, stream);
-    launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages>(p, stream);
+    launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, kOverlap>(p, stream);
+    launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kOverlap>(p, stream);
 }
 
 // Hopper atomic path (HS 64 or 128, sm_90a): preprocess (+ zero dq_accum), the warp-specialised dK/dV kernel
