@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
     if (lf) { while (fscanf(lf, "%f", &value) == 1) ref_step_losses.push_back(value); fclose(lf); }
     printf("reference: %s, B=%d T=%d, %s\n", model_path, B, T, model_config_str(config).c_str());
     int HS = config.channels / config.num_heads;
-    printf("attention: forward %s, backward %s\n", attention_forward_path_name(HS), attention_backward_path_name(T, HS));
+    printf("attention: forward %s, backward %s\n", attention_forward_path_name(HS), attention_backward_path_name(HS));
 
     // ---- 1. one forward/backward
     printf("\n[1] forward/backward vs PyTorch\n");

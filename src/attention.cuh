@@ -2849,9 +2849,11 @@ void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaSt
     launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kOverlap>(p, stream);
 }
 
-// Hopper atomic path (HS 64 or 128, sm_90a): preprocess (+ zero dq_accum), the warp-specialised dK/dV kernel
-// that also reduce-adds dQ into dq_accum (5 GEMMs a tile pair instead of the split's 7), dQ convert.
-// Non-deterministic: the order of the fp32 adds into dq_accum varies run to run.
+// Hopper atomic path (HS 64 or 128, sm_90a; dev variant 7, not shipped): preprocess (+ zero dq_accum), the
+// warp-specialised dK/dV kernel that also reduce-adds dQ into dq_accum (5 GEMMs a tile pair instead of the split's
+// 7), dQ convert. Non-deterministic. Measured no faster than the deterministic split (H100: 1x12x16384 2.875 ms
+// against kv128x128's 2.854; slower at every other shape, see 07_wgmma_atomic_ws.cuh), so the opt-in leaves
+// Hopper on the split.
 template <int HS, int kStages>
 void attention_backward_atomic_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/true, stream);
@@ -2883,20 +2885,9 @@ inline bool attention_backward_atomic_big_tiles(int B, int T, int NH) {
 // the backward runs on wgmma on Hopper, both head sizes (when the binary carries sm_90a code)
 inline bool attention_backward_uses_hopper(int /*HS*/) { return hopper_path_available(); }
 
-// With the non-deterministic opt-in, Hopper takes the atomic-dQ kernel only where it beat the deterministic split
-// (H100, 2026-11-21, same call; dev variant 7 vs 0, bwd ms): 1x12x16384x64 2.783 vs 3.122. It lost everywhere else:
-// 64x12x1024 1.093 vs 1.052, 8x12x1024 1.56 vs 1.55, 4x12x4096 0.811 vs 0.794, and at HS 128 (4x16x8192) 8.005
-// vs 7.483 even with head sections: its two consumer warpgroups meet at a barrier every step (both halves of dS^T
-// feed each one's dQ), so neither hides the other's softmax as they do in the split kernels.
-inline bool attention_backward_uses_hopper_atomic(int T, int HS) {
-    return HS == 64 && T >= 8192 && attention_backward_nondeterministic() && attention_backward_uses_hopper(HS);
-}
-
-inline const char* attention_backward_path_name(int T, int HS) {
-    if (attention_backward_uses_hopper_atomic(T, HS))
-        return "flash backward, wgmma+TMA sm90a, warp-specialised, atomic dQ (TMA reduce-add, non-deterministic): 128 keys x 64 queries, 2 consumer warpgroups (HS=64)";
+inline const char* attention_backward_path_name(int HS) {
     if (attention_backward_uses_hopper(HS))
-        return HS == 64 ? "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys + dQ 128 rows, 2 consumer warpgroups each (HS=64)"
+        return HS == 64 ? "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys x 128 + dQ 128 x 128, 2 consumer warpgroups each (HS=64)"
                         : "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys x 64 + dQ 128 x 64, 2 consumer warpgroups each (HS=128)";
     if (attention_backward_nondeterministic())
         return HS == 64 ? "flash backward, mma.sync sm80, atomic dQ (non-deterministic): 128 keys x 64 queries 8 warps, 64x64 4 warps on small shapes (HS=64)"
@@ -2909,17 +2900,13 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
                                const float* lse, int B, int T, int NH, int HS, cudaStream_t stream) {
     attention_check_supported(B, T, NH, HS);
     AttentionBackwardParams p{dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS};
-    if (attention_backward_uses_hopper_atomic(T, HS)) {
-        attention_backward_atomic_hopper_ws<64, 2>(p, stream);
-    } else if (attention_backward_uses_hopper(HS)) {   // deterministic
-        // warp-specialised split, 2 consumer warpgroups; the best of dev variant 6's configs at each measured shape
-        // (H100, 2026-11-21, bwd ms): T < 2048: kv128x64+q128x64 with 3 stages (64x12x1024 1.125, 8x12x1024 0.152);
-        // T < 8192: kv128x128+q128x128 (4x12x4096 0.797); longer: kv128x64+q128x64 (1x12x16384 3.028); HS 128:
-        // kv128x64+q128x64 (4x16x8192 7.298)
+    if (attention_backward_uses_hopper(HS)) {   // deterministic, and at least as fast as the atomic variant 7
+        // warp-specialised split, 2 consumer warpgroups; dev variant 6's best config at every measured shape in the
+        // last call that timed them all (H100, 2026-11-21, fourth session call 4, bwd ms): HS 64 kv128x128+q128x128
+        // (64x12x1024 1.028, 8x12x1024 0.153, 4x12x4096 0.790, 1x12x16384 2.854; the next best 1.065 / 0.154 /
+        // 0.804 / 3.064); HS 128 kv128x64+q128x64 (4x16x8192 7.30, q128x128 7.29 within noise but spills)
         if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2>(p, stream);
-        else if (T < 2048) attention_backward_split_hopper_ws<64, 2, 64, 2, 64, 3>(p, stream);
-        else if (T < 8192) attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2>(p, stream);
-        else attention_backward_split_hopper_ws<64, 2, 64, 2, 64, 2>(p, stream);
+        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2>(p, stream);
     } else if (attention_backward_nondeterministic()) {   // faster than the split at every shape measured (header)
         if (HS == 64 && attention_backward_atomic_big_tiles(B, T, NH)) attention_backward_atomic<64, 8, 64>(p, stream);
         else if (HS == 64) attention_backward_atomic<64, 4, 64>(p, stream);

@@ -5,9 +5,26 @@ src/attention.cuh. Per 64-query step each consumer warpgroup writes its dS^T (64
 shared memory while its dV / dK wgmmas run; after one barrier between the two warpgroups each computes HS / 2
 columns of dQ = dS K over all 128 keys (both operands read transposed, wgmma SS), stages them as fp32 TMA boxes,
 and one thread reduce-adds them into the fp32 dq_accum with cp.reduce.async.bulk.tensor (the adds happen in L2);
-a post-pass converts dq_accum to bf16. Non-deterministic (the order of the adds varies), so opt-in:
-FLASHGPT_ATTN_NONDETERMINISTIC=1.
-Configs: the ring depth of the Q / dO stages.
+a post-pass converts dq_accum to bf16. Non-deterministic (the order of the adds varies).
+Configs: the ring depth of the Q / dO stages. ptxas: no spills; SASS has HGMMA.64x32x16 (HS 64) / 64x64x16 with
+.tnspA.tnspB for dQ and UTMAREDG.3D.ADD. The dQ operands are read transposed from a 64-byte offset inside the
+128-byte swizzle atom at HS 64 (n32 per warpgroup): validated, so the hardware swizzles by address.
+Validation (H100, 2026-11-21, calls 1-3 of the fourth session): --check 24 passed (both configs, every shape at x1
+and x8), compute-sanitizer memcheck, racecheck and synccheck clean at B=2 T=200 NH=2 HS=64 and B=1 T=77 NH=3 HS=128.
+Last run (H100, commit 1f07def, call 3; variant 0 = the deterministic split of the same call; cuDNN bwd 1.438 /
+0.353 / 0.864 / 2.579 / 6.141 ms):
+  RESULT attention_backward 7 cfg=kv128x64 B=64 NH=12 T=1024 HS=64 ms_med=1.0940 tflops=235.6   (v0 1.0335)
+  RESULT attention_backward 7 cfg=kv128x64 B=8 NH=12 T=1024 HS=64 ms_med=0.1559 tflops=206.6    (v0 0.1554)
+  RESULT attention_backward 7 cfg=kv128x64 B=4 NH=12 T=4096 HS=64 ms_med=0.8125 tflops=317.2    (v0 0.7923)
+  RESULT attention_backward 7 cfg=kv128x64/s3 B=1 NH=12 T=16384 HS=64 ms_med=2.8752 tflops=358.5 (v0 3.0466)
+  RESULT attention_backward 7 cfg=kv128x64 B=4 NH=16 T=8192 HS=128 ms_med=8.2409 tflops=333.6   (v0 7.4563)
+It does 5 GEMMs a tile pair against the split's 7 but wins only at long T: its two consumer warpgroups meet at a
+named barrier every step (each one's dQ needs both halves of dS^T), so neither hides the other's softmax and
+dS^T / dQ staging the way the free-running warpgroups of the split kernels do. Sections of heads (persistent_item)
+took HS 128 from 9.70 to 8.01 ms (the fp32 dQ rows of 64 heads are 256 MB) but cost at 1x12x16384 (2.78 -> 3.01).
+Its best case, 1x12x16384, ties the split's kv128x128 config (2.854 ms in call 4, which is what src now ships), so
+src does not use it, not even with FLASHGPT_ATTN_NONDETERMINISTIC=1. Next: a dedicated dQ-writer warp and mbarriers
+in place of the per-step barrier, so the two warpgroups can drift apart as in the split kernels.
 */
 #pragma once
 
