@@ -2002,12 +2002,6 @@ struct HopperBackwardKVTile {
 // lse2 and D). S^T = K Q^T and dP^T = V dO^T, P^T, dS^T, then dV += P^T dO and dK += dS^T Q, in three parts that
 // the atomic-dQ kernel also uses on their own.
 
-// 1, but with kPending > 0 a 1 that ptxas cannot see: a loop running schedule_pin() times is a block of its own, so
-// ptxas keeps the softmax inside it ahead of the later wgmma waits. Without it ptxas moved most of the exps after
-// the wait for the older GEMMs (SASS: 19 of 32 MUFU.EX2 a thread in dK/dV), and the overlapped steps gained nothing.
-template <int kPending>
-__device__ __forceinline__ unsigned schedule_pin() { return kPending > 0 ? min(blockDim.x, 1u) : 1u; }
-
 // S^T = K Q^T into st, dP^T = V dO^T into dpt: two commit groups, S^T first
 template <int HS, int kBlockM, int kBlockN>
 __device__ __forceinline__ void dkdv_issue_s_dp(float (&st)[kBlockM / 2], float (&dpt)[kBlockM / 2], uint64_t k_desc, uint64_t v_desc,
@@ -2034,8 +2028,6 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
     wgmma_wait<kPending + 1>();   // S^T is ready; dP^T may still be running
     // P^T = exp2(S^T * c - lse2[query]), 0 where key > query (only where this warp's keys cross the tile)
     const bool need_mask = n_start + warp_row0 + 15 > m_start;
-    #pragma unroll 1
-    for (unsigned once = 0; once < schedule_pin<kPending>(); once++)   // see schedule_pin
     #pragma unroll
     for (int i = 0; i < kQT; i++) {
         const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * tq);
@@ -2147,8 +2139,6 @@ __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBl
     const float scale_log2 = rsqrtf((float)HS) * kLog2e;
     wgmma_wait<kPending + 1>();   // S is ready; dP may still be running
     const bool need_mask = n_block * kBlockN + kBlockN - 1 > m_start + warp_row0;
-    #pragma unroll 1
-    for (unsigned once = 0; once < schedule_pin<kPending>(); once++)   // see schedule_pin
     #pragma unroll
     for (int i = 0; i < kNT; i++)
         #pragma unroll
