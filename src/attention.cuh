@@ -809,6 +809,12 @@ template <int N> __device__ __forceinline__ void reg_fence(uint32_t (&r)[N][4]) 
         #pragma unroll
         for (int k = 0; k < 4; k++) asm volatile("" : "+r"(r[i][k]) :: "memory");
 }
+
+// 1, in a form ptxas cannot fold: a `#pragma unroll 1` loop running schedule_pin() times is a basic block of its
+// own, so ptxas keeps the softmax inside it ahead of the wgmma wait that follows. The overlap loops need this:
+// without it ptxas sank the exps below the wait for the older GEMM (SASS, forward WS kernel: all 66 MUFU.EX2 of
+// a thread after the wait for P V; dK/dV: 19 of 32), and the softmax no longer overlapped that GEMM.
+__device__ __forceinline__ unsigned schedule_pin() { return min(blockDim.x, 1u); }
 #endif
 
 template <int HS, int kBlockN>
@@ -1038,12 +1044,15 @@ template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile
 // long heads (T >= 8192 at HS 64) keep the plain order, not measured with sections. One section = the plain order.
 // The atomic-dQ backward also reduce-adds into its head's fp32 dQ rows (T * HS * 4 bytes too), so above 64 MB it
 // takes sections for heads of any length (atomic_dq). H100: 4x16x8192x128 9.70 -> 8.01 ms; below 64 MB they cost
-// (16 MB sections at 1x12x16384: 2.78 -> 3.01 ms; 4x12x4096: 0.81 -> 0.87 ms).
+// (16 MB sections at 1x12x16384: 2.78 -> 3.01 ms; 4x12x4096: 0.81 -> 0.87 ms). The launchers decide
+// (persistent_section_heads) and pass section_heads to the kernels; force = 16 MB sections at any shape (dev configs "/sec").
+inline int persistent_section_heads(int num_bh, int T, int HS, bool atomic_dq, bool force = false) {
+    const long head_bytes = (long)T * HS * 4;
+    const bool sectioned = force || (num_bh * head_bytes > (64l << 20) && (atomic_dq || head_bytes <= (1 << 20)));
+    return sectioned ? (int)std::max(1l, (16l << 20) / head_bytes) : num_bh;
+}
 struct PersistentItem { int rank, bh; };
-__device__ __forceinline__ PersistentItem persistent_item(int w, int num_ranks, int num_bh, int T, int HS, bool atomic_dq = false) {
-    const int head_bytes = T * HS * 4;
-    const bool sectioned = (long)num_bh * head_bytes > (64l << 20) && (atomic_dq || head_bytes <= (1 << 20));
-    const int section_heads = !sectioned ? num_bh : atomic_dq ? max(1, (16 << 20) / head_bytes) : (16 << 20) / head_bytes;
+__device__ __forceinline__ PersistentItem persistent_item(int w, int num_ranks, int num_bh, int section_heads) {
     const int section = w / (section_heads * num_ranks), first_bh = section * section_heads;
     const int heads_here = min(section_heads, num_bh - first_bh);   // the last section may be short
     const int r = w - first_bh * num_ranks;
@@ -1052,7 +1061,7 @@ __device__ __forceinline__ PersistentItem persistent_item(int w, int num_ranks, 
 
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong>
 __global__ void __launch_bounds__(HopperWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
-attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_constant__ HopperTmaMaps maps) {
+attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_constant__ HopperTmaMaps maps, int section_heads) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(HS == 64 || HS == 128, "head size 64 or 128");
     static_assert(kStages >= 2, "V_{j-1} and K_j are in flight together");
@@ -1097,7 +1106,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
         if (threadIdx.x == 0) {
             int kv_iter = 0, tile_iter = 0;
             for (int w = blockIdx.x; w < num_items; w += gridDim.x, tile_iter++) {
-                const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, T, HS);
+                const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
                 const int m_block = num_m_blocks - 1 - item.rank, b = item.bh / NH, h = item.bh % NH;
                 const int m_start = m_block * kBlockM;
                 const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
@@ -1172,7 +1181,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
 
     int kv_iter = 0, tile_iter = 0;
     for (int w = blockIdx.x; w < num_items; w += gridDim.x, tile_iter++) {
-        const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, T, HS);
+        const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
         const int m_block = num_m_blocks - 1 - item.rank, b = item.bh / NH, h = item.bh % NH;
         const int m_start = m_block * kBlockM;
         const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
@@ -1216,7 +1225,8 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
             reg_fence(s);
             release(&k_empty[kslot]);
             if (j == n_blocks - 1) release(q_empty);   // the tile's last read of Q is done
-            softmax(j);
+            #pragma unroll 1
+            for (unsigned once = 0; once < schedule_pin(); once++) softmax(j);   // runs while P V does
             wgmma_wait<0>();   // P V done
             reg_fence(o_acc); reg_fence(pa);
             release(&v_empty[vslot]);
@@ -1322,14 +1332,15 @@ inline CUtensorMap qkv_tensor_map(const floatX* qkv, int which, int B, int T, in
 }
 
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong>
-void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStream_t stream) {
+void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStream_t stream, bool force_sections = false) {
     using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages>;
     const HopperTmaMaps maps{qkv_tensor_map(p.qkv, 0, p.B, p.T, p.NH, HS, Tile::kBlockM),
                              qkv_tensor_map(p.qkv, 1, p.B, p.T, p.NH, HS, kBlockN),
                              qkv_tensor_map(p.qkv, 2, p.B, p.T, p.NH, HS, kBlockN)};
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockM);
     launch_with_smem<attention_forward_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kPingPong>>(
-        dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, p, maps);
+        dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, p, maps,
+        persistent_section_heads(p.B * p.NH, p.T, HS, false, force_sections));
 }
 
 template <int HS, int kBlockN>
@@ -2028,6 +2039,8 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
     wgmma_wait<kPending + 1>();   // S^T is ready; dP^T may still be running
     // P^T = exp2(S^T * c - lse2[query]), 0 where key > query (only where this warp's keys cross the tile)
     const bool need_mask = n_start + warp_row0 + 15 > m_start;
+    #pragma unroll 1
+    for (unsigned once = 0; once < (kPending > 0 ? schedule_pin() : 1u); once++)   // see schedule_pin
     #pragma unroll
     for (int i = 0; i < kQT; i++) {
         const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * tq);
@@ -2139,6 +2152,8 @@ __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBl
     const float scale_log2 = rsqrtf((float)HS) * kLog2e;
     wgmma_wait<kPending + 1>();   // S is ready; dP may still be running
     const bool need_mask = n_block * kBlockN + kBlockN - 1 > m_start + warp_row0;
+    #pragma unroll 1
+    for (unsigned once = 0; once < (kPending > 0 ? schedule_pin() : 1u); once++)   // see schedule_pin
     #pragma unroll
     for (int i = 0; i < kNT; i++)
         #pragma unroll
@@ -2451,7 +2466,8 @@ __device__ __forceinline__ void init_mbarriers(uint64_t* bars, int n, int empty_
 
 template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kOverlap = false>
 __global__ void __launch_bounds__(HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>::kThreads, 1)
-attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps) {
+attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps,
+                                         int section_heads) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(HS == 64 || HS == 128, "head size 64 or 128");
     using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>;
@@ -2489,7 +2505,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
         if (threadIdx.x == 0) {
             int stage_iter = 0, item_iter = 0;
             for (int w = blockIdx.x; w < num_items; w += gridDim.x, item_iter++) {
-                const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, T, HS, kAtomicDq);
+                const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
                 const int n_block = item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
                 const int n_start = n_block * kBlockN;
                 mbar_wait(kv_empty, (item_iter & 1) ^ 1);
@@ -2520,7 +2536,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     float dk_acc[kDT * 4], dv_acc[kDT * 4];
     int stage_iter = 0, item_iter = 0;
     for (int w = blockIdx.x; w < num_items; w += gridDim.x, item_iter++) {
-        const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, T, HS, kAtomicDq);
+        const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
         const int n_block = item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
         const int n_start = n_block * kBlockN;
         #pragma unroll
@@ -2623,7 +2639,8 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
 
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kOverlap = false>
 __global__ void __launch_bounds__(HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
-attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps) {
+attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps,
+                                       int section_heads) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(HS == 64 || HS == 128, "head size 64 or 128");
     using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>;
@@ -2654,7 +2671,7 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
         if (threadIdx.x == 0) {
             int kv_iter = 0, item_iter = 0;
             for (int w = blockIdx.x; w < num_items; w += gridDim.x, item_iter++) {
-                const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, T, HS);
+                const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
                 const int m_block = num_m_blocks - 1 - item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
                 const int m_start = m_block * kBlockM;
                 const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
@@ -2686,7 +2703,7 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
     float dq_acc[kDT * 4];
     int kv_iter = 0, item_iter = 0;
     for (int w = blockIdx.x; w < num_items; w += gridDim.x, item_iter++) {
-        const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, T, HS);
+        const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
         const int m_block = num_m_blocks - 1 - item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
         const int m_start = m_block * kBlockM;
         const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
@@ -2790,7 +2807,7 @@ inline HopperBackwardTmaMaps backward_tma_maps(const AttentionBackwardParams& p,
 }
 
 template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kOverlap = false>
-void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
+void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool force_sections = false) {
     using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>;
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockN);
     HopperBackwardTmaMaps maps = backward_tma_maps(p, kBlockM, Tile::kBlockN);
@@ -2801,16 +2818,17 @@ void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, 
         maps.dq_accum = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, backward_scratch(p).dq_accum, dims, strides, box);
     }
     launch_with_smem<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kOverlap>>(
-        dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, p, maps);
+        dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, p, maps,
+        persistent_section_heads(p.B * p.NH, p.T, HS, kAtomicDq, force_sections));
 }
 
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kOverlap = false>
-void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
+void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool force_sections = false) {
     using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>;
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockM);
     launch_with_smem<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kOverlap>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, p,
-        backward_tma_maps(p, Tile::kBlockM, kBlockN));
+        backward_tma_maps(p, Tile::kBlockM, kBlockN), persistent_section_heads(p.B * p.NH, p.T, HS, false, force_sections));
 }
 
 // atomic path: preprocess (+ zero dq_accum), dK/dV with red.global.add of dQ, dQ convert. Non-deterministic.
@@ -2841,12 +2859,12 @@ void attention_backward_split_hopper(const AttentionBackwardParams& p, cudaStrea
 
 // the same split, warp-specialised: dK/dV with kKVWG consumer warpgroups (64 keys each) and kKVBlockM-query
 // stages, dQ with kQWG consumer warpgroups (64 query rows each) and kQBlockN-key stages; kStages-deep rings;
-// kOverlap: intra-warpgroup overlap of consecutive steps in both kernels
+// kOverlap: intra-warpgroup overlap of consecutive steps in both kernels; force_sections: see persistent_item
 template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages, bool kOverlap = false>
-void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
+void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool force_sections = false) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
-    launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, kOverlap>(p, stream);
-    launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kOverlap>(p, stream);
+    launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, kOverlap>(p, stream, force_sections);
+    launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kOverlap>(p, stream, force_sections);
 }
 
 // Hopper atomic path (HS 64 or 128, sm_90a; dev variant 7, not shipped): preprocess (+ zero dq_accum), the

@@ -50,8 +50,8 @@ struct BackwardVariant {
     int number;
     const char* name;
     int num_configs;              // the most configs of either head size; a nullptr name ends a shorter list
-    const char* configs64[5];
-    const char* configs128[5];
+    const char* configs64[6];
+    const char* configs128[6];
     void (*launch)(const AttentionBackwardParams&, int config, cudaStream_t);
     bool (*supports)(const Shape&);   // nullptr: every shape the API supports
     bool slow;            // time with few repeats
@@ -68,9 +68,9 @@ static const BackwardVariant kVariants[] = {
     {5, "wgmma_split", 4, {"kv128x64/2wg+q128x64/2wg", "kv64x64/1wg+q64x64/1wg", "kv128x64/2wg+q128x128/2wg", "kv64x128/1wg+q64x128/1wg"},
                           {"kv64x64/1wg+q64x64/1wg", "kv128x64/2wg+q64x64/1wg", "kv128x64/2wg+q128x64/2wg", "kv64x64/1wg+q128x64/2wg"},
                           attention_backward5, attention_backward5_supports, false, true},
-    {6, "wgmma_split_ws", 5, {"kv128x64+q128x64", "kv128x128+q128x128", "kv128x64+q128x128", "kv128x64+q128x64/s3",
-                              "kv128x64+q128x64/s3/ovl"},
-                             {"kv128x64+q128x64", "kv128x64+q128x128", nullptr, nullptr, nullptr},
+    {6, "wgmma_split_ws", 6, {"kv128x64+q128x64", "kv128x128+q128x128", "kv128x64+q128x128", "kv128x64+q128x64/s3",
+                              "kv128x64+q128x64/s3/ovl", "kv128x128+q128x128/sec"},
+                             {"kv128x64+q128x64", "kv128x64+q128x128", "kv128x64+q128x64/sec", nullptr, nullptr, nullptr},
                              attention_backward6, attention_backward6_supports, false, true},
     {7, "wgmma_atomic_ws", 2, {"kv128x64", "kv128x64/s3"}, {"kv128x64", nullptr}, attention_backward7, attention_backward7_supports, false, false},
 };
@@ -161,6 +161,7 @@ int main(int argc, char** argv) {
                 for (int cfg = 0; cfg < v->num_configs; cfg++) {
                     const char* cfg_name = s.HS == 64 ? v->configs64[cfg] : v->configs128[cfg];
                     if (!cfg_name) continue;   // fewer configs for this head size
+                    if (!args.wants_config(v->num_configs, cfg_name)) continue;
                     printf("variant %d (%s) cfg %s\n", v->number, v->name, cfg_name);
                     std::vector<floatX> runs[2];
                     for (int r = 0; r < 2; r++) {   // poison dqkv and the scratch: everything must be written, nothing assumed

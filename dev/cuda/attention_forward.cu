@@ -41,8 +41,8 @@ struct ForwardVariant {
     int number;
     const char* name;
     int num_configs;
-    const char* configs64[4];    // nullptr: no such config at this head size
-    const char* configs128[4];
+    const char* configs64[5];    // nullptr: no such config at this head size
+    const char* configs128[5];
     void (*launch)(const AttentionForwardParams&, int config, cudaStream_t);
     bool (*supports)(const Shape&);   // nullptr: every shape the API supports
     bool slow;         // time with few repeats
@@ -58,8 +58,8 @@ static const ForwardVariant kVariants[] = {
     {4, "wgmma_sm90a", 4, {"128x128/2wg", "128x64/2wg", "128x64/2wg/ovl", "128x128/2wg/ovl"},
                           {"128x64/2wg", "128x128/2wg", "128x128/2wg/pv128", nullptr},
      attention_forward4, attention_forward4_supports, false, 1e-4},
-    {5, "tma_ws_sm90a", 4, {"192x128/3wg/pp", "128x128/2wg/pp", "192x128/3wg", "192x128/3wg/pp/s3"},
-                           {"128x128/2wg/pp", "128x128/2wg", "128x64/2wg/pp/s3", "192x64/3wg/pp"},
+    {5, "tma_ws_sm90a", 5, {"192x128/3wg/pp", "128x128/2wg/pp", "192x128/3wg", "192x128/3wg/pp/s3", "192x128/3wg/pp/sec"},
+                           {"128x128/2wg/pp", "128x128/2wg", "128x64/2wg/pp/s3", "192x64/3wg/pp", "128x128/2wg/pp/sec"},
      attention_forward5, attention_forward5_supports, false, 1e-4},
 };
 constexpr int kBaselineVariant = 2;
@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
                 for (int cfg = 0; cfg < v->num_configs; cfg++) {
                     const char* cfg_name = s.HS == 64 ? v->configs64[cfg] : v->configs128[cfg];
                     if (!cfg_name) continue;
+                    if (!args.wants_config(v->num_configs, cfg_name)) continue;
                     printf("variant %d (%s) cfg %s\n", v->number, v->name, cfg_name);
                     AttentionForwardParams p{buf.qkv, buf.out, buf.lse, s.B, s.T, s.NH, s.HS};
                     poison(buf.out, n_out * 2); poison(buf.lse, n_lse * 4);

@@ -12,11 +12,13 @@ THE harness shared by every dev/cuda file (attention_forward.cu, attention_backw
 
 Command line shared by the dev binaries:
   ./attention_forward N|N,M,..|all [--check] [--no-bench] [-b B] [-t T] [-n NH] [-d HS] [--scale S]
-                            [--seed S] [--repeats R] [--shapes bench]
+                            [--seed S] [--repeats R] [--shapes bench] [--cfg NAME,NAME..]
   N|N,M|all  one variant, a comma list of variants, or every variant
   --check    validate on the acceptance validation set (7 shapes x input scale 1 and 8), no timing
   --no-bench validate the given shape only
   --shapes bench   validate + time on the benchmark shapes (kBenchShapes; the slow naive variant is not timed there)
+  --cfg      only the configs with these exact names (variants with a single config always run); nothing else is
+             validated, so nothing else is timed
 */
 #pragma once
 #include <algorithm>
@@ -48,6 +50,10 @@ static const Shape kBenchShapes[] = { {64, 1024, 12, 64}, {8, 1024, 12, 64}, {4,
 struct HarnessArgs {
     std::vector<int> variants;   // empty = all
     bool wants(int variant) const { return variants.empty() || std::find(variants.begin(), variants.end(), variant) != variants.end(); }
+    std::vector<std::string> configs;   // empty = all
+    bool wants_config(int num_configs, const char* name) const {
+        return num_configs == 1 || configs.empty() || std::find(configs.begin(), configs.end(), name) != configs.end();
+    }
     bool check = false;          // the validation set, no timing
     bool bench = true;
     bool bench_shapes = false;   // time on kBenchShapes
@@ -57,18 +63,22 @@ struct HarnessArgs {
     int repeats = 30;
 };
 
+inline std::vector<std::string> split_commas(const std::string& list) {
+    std::vector<std::string> parts;
+    for (size_t start = 0; start <= list.size();) {
+        size_t comma = list.find(',', start);
+        if (comma == std::string::npos) comma = list.size();
+        parts.push_back(list.substr(start, comma - start));
+        start = comma + 1;
+    }
+    return parts;
+}
+
 inline HarnessArgs parse_harness_args(int argc, char** argv) {
     HarnessArgs a;
-    if (argc < 2) { fprintf(stderr, "usage: %s N|all [--check] [--no-bench] [-b B] [-t T] [-n NH] [-d HS] [--scale S] [--seed S] [--repeats R] [--shapes bench]\n", argv[0]); exit(EXIT_FAILURE); }
-    if (strcmp(argv[1], "all") != 0) {
-        std::string list = argv[1];
-        for (size_t start = 0; start <= list.size();) {
-            size_t comma = list.find(',', start);
-            if (comma == std::string::npos) comma = list.size();
-            a.variants.push_back(atoi(list.substr(start, comma - start).c_str()));
-            start = comma + 1;
-        }
-    }
+    if (argc < 2) { fprintf(stderr, "usage: %s N|all [--check] [--no-bench] [-b B] [-t T] [-n NH] [-d HS] [--scale S] [--seed S] [--repeats R] [--shapes bench] [--cfg NAME,..]\n", argv[0]); exit(EXIT_FAILURE); }
+    if (strcmp(argv[1], "all") != 0)
+        for (const std::string& v : split_commas(argv[1])) a.variants.push_back(atoi(v.c_str()));
     for (int i = 2; i < argc; i++) {
         std::string f = argv[i];
         auto next = [&]() { if (i + 1 >= argc) { fprintf(stderr, "missing value after %s\n", f.c_str()); exit(EXIT_FAILURE); } return argv[++i]; };
@@ -81,6 +91,7 @@ inline HarnessArgs parse_harness_args(int argc, char** argv) {
         else if (f == "--scale") a.scale = (float)atof(next());
         else if (f == "--seed") a.seed = strtoull(next(), nullptr, 10);
         else if (f == "--repeats") a.repeats = atoi(next());
+        else if (f == "--cfg") a.configs = split_commas(next());
         else if (f == "--shapes") { if (strcmp(next(), "bench") != 0) { fprintf(stderr, "--shapes takes 'bench'\n"); exit(EXIT_FAILURE); } a.bench_shapes = true; }
         else { fprintf(stderr, "unknown flag %s\n", f.c_str()); exit(EXIT_FAILURE); }
     }
