@@ -1037,19 +1037,15 @@ template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile
 // work (the caller maps it to the last query block, or key block 0). Rank-major over all B * NH heads, the ~132 items
 // in flight come from ~132 different heads; when the heads' streamed operands (K/V in the forward, Q/dO or K/V in the
 // backward: T * HS * 4 bytes a head) are far larger than L2, every item fetches its head's from DRAM again (ncu,
-// forward at 64x12x1024 on an H100: DRAM 70% busy). So for many short heads the heads are cut into sections whose
-// operands fit in 16 MB, and a section's items (rank-major, longest first) run together. Measured (H100, 2026-11-21):
-// 64x12x1024 forward 0.372 -> 0.342 ms, backward 1.104 -> 1.045 ms; but 4x12x4096 (48 MB of operands) got 3-7%
-// slower and 8x12x1024 5% slower, hence only above 64 MB of operands and for heads of at most 1 MB (T * HS <= 256K);
-// long heads (T >= 8192 at HS 64) keep the plain order, not measured with sections. One section = the plain order.
-// The atomic-dQ backward also reduce-adds into its head's fp32 dQ rows (T * HS * 4 bytes too), so above 64 MB it
-// takes sections for heads of any length (atomic_dq). H100: 4x16x8192x128 9.70 -> 8.01 ms; below 64 MB they cost
-// (16 MB sections at 1x12x16384: 2.78 -> 3.01 ms; 4x12x4096: 0.81 -> 0.87 ms). The launchers decide
-// (persistent_section_heads) and pass section_heads to the kernels; force = 16 MB sections at any shape (dev configs "/sec").
-inline int persistent_section_heads(int num_bh, int T, int HS, bool atomic_dq, bool force = false) {
+// forward at 64x12x1024 on an H100: DRAM 70% busy). So above 64 MB of operands the heads are cut into sections whose
+// operands fit in 16 MB, and a section's items (rank-major, longest first) run together. One section = the plain
+// order. Measured (H100, 2026-11-21), plain -> sections: 64x12x1024 forward 0.372 -> 0.342 ms, backward 1.104 ->
+// 1.045; 4x16x8192x128 backward 7.156 -> 6.845 (fifth session, call 1), its forward 2.171 -> 2.117, the atomic-dQ
+// backward 9.70 -> 8.01 (it also reduce-adds into its head's fp32 dQ rows). Below 64 MB they cost: 4x12x4096 (48 MB)
+// forward and backward 3-7% slower, 8x12x1024 5%; 1x12x16384 forward 0.876 -> 0.932, backward 2.79 -> 3.16.
+inline int persistent_section_heads(int num_bh, int T, int HS) {
     const long head_bytes = (long)T * HS * 4;
-    const bool sectioned = force || (num_bh * head_bytes > (64l << 20) && (atomic_dq || head_bytes <= (1 << 20)));
-    return sectioned ? (int)std::max(1l, (16l << 20) / head_bytes) : num_bh;
+    return num_bh * head_bytes > (64l << 20) ? (int)std::max(1l, (16l << 20) / head_bytes) : num_bh;
 }
 struct PersistentItem { int rank, bh; };
 __device__ __forceinline__ PersistentItem persistent_item(int w, int num_ranks, int num_bh, int section_heads) {
@@ -1332,7 +1328,7 @@ inline CUtensorMap qkv_tensor_map(const floatX* qkv, int which, int B, int T, in
 }
 
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong>
-void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStream_t stream, bool force_sections = false) {
+void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStream_t stream) {
     using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages>;
     const HopperTmaMaps maps{qkv_tensor_map(p.qkv, 0, p.B, p.T, p.NH, HS, Tile::kBlockM),
                              qkv_tensor_map(p.qkv, 1, p.B, p.T, p.NH, HS, kBlockN),
@@ -1340,7 +1336,7 @@ void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStr
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockM);
     launch_with_smem<attention_forward_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kPingPong>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, p, maps,
-        persistent_section_heads(p.B * p.NH, p.T, HS, false, force_sections));
+        persistent_section_heads(p.B * p.NH, p.T, HS));
 }
 
 template <int HS, int kBlockN>
@@ -1380,7 +1376,7 @@ inline bool attention_forward_uses_hopper(int HS) { return (HS == 64 || HS == 12
 
 inline const char* attention_forward_path_name(int HS) {
     if (attention_forward_uses_hopper(HS))
-        return HS == 64 ? "flash forward, wgmma+TMA sm90a, warp-specialised, 192x128 tiles, 3 consumer warpgroups (HS=64)"
+        return HS == 64 ? "flash forward, wgmma+TMA sm90a, warp-specialised, 192x128 tiles / 3 consumer warpgroups (128x128 / 2 at T < 2048 or few tiles) (HS=64)"
                         : "flash forward, wgmma+TMA sm90a, warp-specialised, 128x128 tiles, 2 consumer warpgroups (HS=128)";
     return HS == 64 ? "flash forward, mma.sync sm80, 128x64 tiles, 4 warps (HS=64)"
                     : "flash forward, mma.sync sm80, 128x48 tiles, 4 warps (HS=128)";
@@ -1390,11 +1386,12 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
     attention_check_supported(B, T, NH, HS);
     AttentionForwardParams p{qkv, out, lse, B, T, NH, HS};
     if (attention_forward_uses_hopper(HS)) {
-        // Warp-specialised TMA kernel, ping-pong on. HS 64: 3 consumer warpgroups (192-row tiles) when there are at
-        // least ~5 such tiles per SM; below that the longer tiles leave SMs idle at the end and 2 (128 rows) win.
-        // Measured (H100, 2026-11-21, dev/cuda/attention_forward 5): 3 wg 278.6 / 423.1 / 494.8 TF/s at
-        // 64x12x1024, 4x12x4096, 1x12x16384 (2 wg: 266.7 / 391.8 / 420.5); at 8x12x1024 2 wg 263.0, 3 wg 236.0.
-        if (HS == 64 && (long)B * NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 2, true>(p, stream);
+        // Warp-specialised TMA kernel, ping-pong on. HS 64: 3 consumer warpgroups (192-row tiles: a third less K/V
+        // traffic per FLOP) at long T when there are at least ~5 such tiles per SM; at T = 1024 a 192-row tiling
+        // leaves a ragged last tile (1024 = 5 x 192 + 64) and 2 warpgroups (128 rows) win, as they do with few tiles.
+        // Measured (H100, 2026-11-21, fifth session call 1, dev/cuda/attention_forward 5, ms), 3 wg / 2 wg:
+        // 64x12x1024 0.345 / 0.327, 8x12x1024 0.057 / 0.052, 4x12x4096 0.254 / 0.273, 1x12x16384 0.876 / 1.022.
+        if (HS == 64 && T >= 2048 && (long)B * NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 2, true>(p, stream);
         else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 2, true>(p, stream);
         else launch_attention_forward_hopper_ws<128, 2, 128, 2, true>(p, stream);
     }
@@ -2807,7 +2804,7 @@ inline HopperBackwardTmaMaps backward_tma_maps(const AttentionBackwardParams& p,
 }
 
 template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kOverlap = false>
-void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool force_sections = false) {
+void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>;
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockN);
     HopperBackwardTmaMaps maps = backward_tma_maps(p, kBlockM, Tile::kBlockN);
@@ -2819,16 +2816,16 @@ void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, 
     }
     launch_with_smem<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kOverlap>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, p, maps,
-        persistent_section_heads(p.B * p.NH, p.T, HS, kAtomicDq, force_sections));
+        persistent_section_heads(p.B * p.NH, p.T, HS));
 }
 
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kOverlap = false>
-void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool force_sections = false) {
+void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>;
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockM);
     launch_with_smem<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kOverlap>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, p,
-        backward_tma_maps(p, Tile::kBlockM, kBlockN), persistent_section_heads(p.B * p.NH, p.T, HS, false, force_sections));
+        backward_tma_maps(p, Tile::kBlockM, kBlockN), persistent_section_heads(p.B * p.NH, p.T, HS));
 }
 
 // atomic path: preprocess (+ zero dq_accum), dK/dV with red.global.add of dQ, dQ convert. Non-deterministic.
@@ -2859,12 +2856,12 @@ void attention_backward_split_hopper(const AttentionBackwardParams& p, cudaStrea
 
 // the same split, warp-specialised: dK/dV with kKVWG consumer warpgroups (64 keys each) and kKVBlockM-query
 // stages, dQ with kQWG consumer warpgroups (64 query rows each) and kQBlockN-key stages; kStages-deep rings;
-// kOverlap: intra-warpgroup overlap of consecutive steps in both kernels; force_sections: see persistent_item
+// kOverlap: intra-warpgroup overlap of consecutive steps in both kernels
 template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages, bool kOverlap = false>
-void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool force_sections = false) {
+void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
-    launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, kOverlap>(p, stream, force_sections);
-    launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kOverlap>(p, stream, force_sections);
+    launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, kOverlap>(p, stream);
+    launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kOverlap>(p, stream);
 }
 
 // Hopper atomic path (HS 64 or 128, sm_90a; dev variant 7, not shipped): preprocess (+ zero dq_accum), the

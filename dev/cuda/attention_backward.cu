@@ -69,8 +69,8 @@ static const BackwardVariant kVariants[] = {
                           {"kv64x64/1wg+q64x64/1wg", "kv128x64/2wg+q64x64/1wg", "kv128x64/2wg+q128x64/2wg", "kv64x64/1wg+q128x64/2wg"},
                           attention_backward5, attention_backward5_supports, false, true},
     {6, "wgmma_split_ws", 6, {"kv128x64+q128x64", "kv128x128+q128x128", "kv128x64+q128x128", "kv128x64+q128x64/s3",
-                              "kv128x64+q128x64/s3/ovl", "kv128x128+q128x128/sec"},
-                             {"kv128x64+q128x64", "kv128x64+q128x128", "kv128x64+q128x64/sec", nullptr, nullptr, nullptr},
+                              "kv128x64+q128x64/s3/ovl", "kv128x128+q128x128/s3"},
+                             {"kv128x64+q128x64", "kv128x64+q128x128", nullptr, nullptr, nullptr, nullptr},
                              attention_backward6, attention_backward6_supports, false, true},
     {7, "wgmma_atomic_ws", 2, {"kv128x64", "kv128x64/s3"}, {"kv128x64", nullptr}, attention_backward7, attention_backward7_supports, false, false},
 };

@@ -36,7 +36,7 @@ void attention_forward5(const AttentionForwardParams& p, int config, cudaStream_
             case 1: launch_attention_forward_hopper_ws<64, 2, 128, 2, true>(p, stream); break;
             case 2: launch_attention_forward_hopper_ws<64, 3, 128, 2, false>(p, stream); break;
             case 3: launch_attention_forward_hopper_ws<64, 3, 128, 3, true>(p, stream); break;
-            case 4: launch_attention_forward_hopper_ws<64, 3, 128, 2, true>(p, stream, /*force_sections=*/true); break;
+            case 4: launch_attention_forward_hopper_ws<64, 2, 128, 3, true>(p, stream); break;
         }
     } else {
         switch (config) {
@@ -44,7 +44,6 @@ void attention_forward5(const AttentionForwardParams& p, int config, cudaStream_
             case 1: launch_attention_forward_hopper_ws<128, 2, 128, 2, false>(p, stream); break;
             case 2: launch_attention_forward_hopper_ws<128, 2, 64, 3, true>(p, stream); break;
             case 3: launch_attention_forward_hopper_ws<128, 3, 64, 2, true>(p, stream); break;
-            case 4: launch_attention_forward_hopper_ws<128, 2, 128, 2, true>(p, stream, /*force_sections=*/true); break;
         }
     }
 }
