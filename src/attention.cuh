@@ -976,8 +976,8 @@ attention_forward_hopper_overlap_kernel(const AttentionForwardParams p) {
 //     their own, bar.arrive on the next one's), so one warpgroup's softmax runs while the others' GEMMs keep
 //     the tensor cores busy.
 //   persistent: one CTA per SM walks work items w = blockIdx.x, + gridDim.x, ...; persistent_item (below) maps
-//     them to (Q tile, head), the longest (causal) tiles first. The producer loads the next tile's Q and K/V
-//     while the consumers finish the current one.
+//     them to (Q tile, head), the longest (causal) tiles first. The producer loads the next tile's Q (into the
+//     second Q slot at HS 64; at HS 128 two would not fit) and K/V while the consumers finish the current one.
 // The fused (B, T, 3, NH, HS) layout is read in place: each of Q, K, V is a 4-D tensor map (HS, NH, T, B)
 // over the same buffer (strides 2 bytes, HS * 2, 3 * NH * HS * 2, T * 3 * NH * HS * 2), boxes of 64 head
 // dims x 1 head x rows x 1 batch with the 128-byte swizzle: exactly one swizzle_wgmma column block, so the
@@ -993,9 +993,11 @@ template <int HS, int kNCWG, int kBlockN, int kStages>
 struct HopperWsTile {
     static constexpr int kBlockM = 64 * kNCWG, kThreads = 128 * (kNCWG + 1);
     static constexpr int kQBytes = kBlockM * HS * 2, kTileBytes = kBlockN * HS * 2;
-    // Q | K ring | V ring | O staging (kBlockM rows, swizzle<HS>) | mbarriers; + 1 KB to align to the swizzle atom
-    static constexpr int kBarOffset = 2 * kQBytes + 2 * kStages * kTileBytes;
-    static constexpr int kNumBars = 2 + 4 * kStages;   // q_full, q_empty, k_full[], k_empty[], v_full[], v_empty[]
+    // two Q slots where they fit (HS 64), so the next work item's Q loads while this one finishes
+    static constexpr int kQSlots = 3 * kQBytes + 2 * kStages * kTileBytes + 8 * (4 + 4 * kStages) + 1024 <= 227 * 1024 ? 2 : 1;
+    // Q slots | K ring | V ring | O staging (kBlockM rows, swizzle<HS>) | mbarriers; + 1 KB to align to the swizzle atom
+    static constexpr int kBarOffset = (kQSlots + 1) * kQBytes + 2 * kStages * kTileBytes;
+    static constexpr int kNumBars = 2 * kQSlots + 4 * kStages;   // q_full[], q_empty[], k_full[], k_empty[], v_full[], v_empty[]
     static constexpr int kSmemBytes = kBarOffset + 8 * kNumBars + 1024;
     // 65536 registers per SM, one CTA: the producer keeps 24 a thread, the consumers share the rest (multiples of 8)
     static constexpr int kProducerRegs = 24, kConsumerRegs = kNCWG == 2 ? 240 : 160;
@@ -1070,21 +1072,21 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
     constexpr int kCB = HS / 64;          // 64-column blocks of a tile (swizzle_wgmma): one TMA box each
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    uint8_t* q_smem = smem;                                    // (kBlockM, HS) swizzle_wgmma
-    uint8_t* k_smem = q_smem + Tile::kQBytes;                  // [kStages] (kBlockN, HS) swizzle_wgmma
+    uint8_t* q_smem = smem;                                    // [kQSlots] (kBlockM, HS) swizzle_wgmma
+    uint8_t* k_smem = q_smem + Tile::kQSlots * Tile::kQBytes;  // [kStages] (kBlockN, HS) swizzle_wgmma
     uint8_t* v_smem = k_smem + kStages * Tile::kTileBytes;     // [kStages] (kBlockN, HS) swizzle_wgmma
     uint8_t* o_smem = v_smem + kStages * Tile::kTileBytes;     // (kBlockM, HS) swizzle<HS>: each warp stages its 16 rows
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Tile::kBarOffset);
     uint64_t* q_full = bars;
-    uint64_t* q_empty = bars + 1;
-    uint64_t* k_full = bars + 2;
+    uint64_t* q_empty = bars + Tile::kQSlots;
+    uint64_t* k_full = bars + 2 * Tile::kQSlots;
     uint64_t* k_empty = k_full + kStages;
     uint64_t* v_full = k_empty + kStages;
     uint64_t* v_empty = v_full + kStages;
     constexpr int kConsumerWarps = 4 * kNCWG;   // every consumer warp arrives once on an empty barrier
 
     if (threadIdx.x == 0) {
-        mbar_init(q_full, 1); mbar_init(q_empty, kConsumerWarps);
+        for (int s = 0; s < Tile::kQSlots; s++) { mbar_init(&q_full[s], 1); mbar_init(&q_empty[s], kConsumerWarps); }
         for (int s = 0; s < kStages; s++) {
             mbar_init(&k_full[s], 1); mbar_init(&k_empty[s], kConsumerWarps);
             mbar_init(&v_full[s], 1); mbar_init(&v_empty[s], kConsumerWarps);
@@ -1106,9 +1108,11 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
                 const int m_block = num_m_blocks - 1 - item.rank, b = item.bh / NH, h = item.bh % NH;
                 const int m_start = m_block * kBlockM;
                 const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
-                mbar_wait(q_empty, (tile_iter & 1) ^ 1);   // the previous tile's last S has read Q
-                mbar_arrive_expect_tx(q_full, Tile::kQBytes);
-                for (int c = 0; c < kCB; c++) tma_load_4d(q_smem + c * kBlockM * 128, &maps.q, q_full, 64 * c, h, m_start, b);
+                const int qslot = tile_iter % Tile::kQSlots;
+                mbar_wait(&q_empty[qslot], ((tile_iter / Tile::kQSlots) & 1) ^ 1);   // the slot's last S has read Q
+                mbar_arrive_expect_tx(&q_full[qslot], Tile::kQBytes);
+                for (int c = 0; c < kCB; c++)
+                    tma_load_4d(q_smem + qslot * Tile::kQBytes + c * kBlockM * 128, &maps.q, &q_full[qslot], 64 * c, h, m_start, b);
                 for (int i = 0; i < n_blocks; i++, kv_iter++) {   // the diagonal tile first, as the consumers walk
                     const int slot = kv_iter % kStages, phase = (kv_iter / kStages) & 1;
                     const int key0 = (n_blocks - 1 - i) * kBlockN;
@@ -1133,7 +1137,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
     const int g = lane / 4, tq = lane % 4;
     const int warp_row0 = cwg * 64 + (warp % 4) * 16;   // this warp's 16 rows of the tile
     const float scale_log2 = rsqrtf((float)HS) * kLog2e;
-    const uint64_t q_desc = wgmma_desc(q_smem + cwg * 64 * 128);   // this warpgroup's rows of column block 0
+    uint64_t q_desc;   // this warpgroup's rows of column block 0 of the work item's Q slot
 
     float s[kNT * 4];       // S of the current tile, then P in fp32
     uint32_t pa[kPS][4];    // P of the previous tile in bf16: the A fragments of P V
@@ -1193,7 +1197,9 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
         row_sum[0] = row_sum[1] = 0.0f;
 
         // tile 0: S and softmax only (O is still 0, so alpha is not needed)
-        mbar_wait(q_full, tile_iter & 1);
+        const int qslot = tile_iter % Tile::kQSlots;
+        q_desc = wgmma_desc(q_smem + qslot * Tile::kQBytes + cwg * 64 * 128);
+        mbar_wait(&q_full[qslot], (tile_iter / Tile::kQSlots) & 1);
         mbar_wait(&k_full[kv_iter % kStages], (kv_iter / kStages) & 1);
         turn_begin();
         reg_fence(s);
@@ -1203,7 +1209,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
         wgmma_wait<0>();
         reg_fence(s);
         release(&k_empty[kv_iter % kStages]);
-        if (n_blocks == 1) release(q_empty);
+        if (n_blocks == 1) release(&q_empty[qslot]);
         softmax(0);
         pack_p();
 
@@ -1220,7 +1226,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
             wgmma_wait<1>();   // S_j done; P_{j-1} V_{j-1} may still run: o_acc and pa are not ours yet
             reg_fence(s);
             release(&k_empty[kslot]);
-            if (j == n_blocks - 1) release(q_empty);   // the tile's last read of Q is done
+            if (j == n_blocks - 1) release(&q_empty[qslot]);   // the tile's last read of Q is done
             #pragma unroll 1
             for (unsigned once = 0; once < schedule_pin(); once++) softmax(j);   // runs while P V does
             wgmma_wait<0>();   // P V done
