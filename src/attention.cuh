@@ -1179,13 +1179,33 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
         for (int i = 0; i < kPS; i++) accum_to_a_frag(pa[i], s, i);
     };
 
+    // S_0 = Q K_0^T of a work item: its Q slot and first K/V tile (kv_iter kv0)
+    auto wait_first_tiles = [&](int tile_iter, int kv0) {
+        mbar_wait(&q_full[tile_iter % Tile::kQSlots], (tile_iter / Tile::kQSlots) & 1);
+        mbar_wait(&k_full[kv0 % kStages], (kv0 / kStages) & 1);
+    };
+    auto set_q_slot = [&](int tile_iter) { q_desc = wgmma_desc(q_smem + (tile_iter % Tile::kQSlots) * Tile::kQBytes + cwg * 64 * 128); };
+
+    // Each work item starts with its S_0 already issued: the first here, the others in the previous item's last
+    // turn (kEarlyS0: two Q slots, so the next Q is in by then) or right after its epilogue. Early, S_0 runs on
+    // the tensor cores during the epilogue. After the CTA's last item a dummy S_0 (stale slots, result unused)
+    // keeps every wgmma issue unconditional.
+    constexpr bool kEarlyS0 = Tile::kQSlots == 2;
     int kv_iter = 0, tile_iter = 0;
+    wait_first_tiles(0, 0);   // blockIdx.x < num_items: the grid is at most num_items CTAs
+    set_q_slot(0);
+    turn_begin();
+    reg_fence(s);
+    wgmma_fence();
+    issue_s(0);
+    turn_end(false);
     for (int w = blockIdx.x; w < num_items; w += gridDim.x, tile_iter++) {
         const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
         const int m_block = num_m_blocks - 1 - item.rank, b = item.bh / NH, h = item.bh % NH;
         const int m_start = m_block * kBlockM;
         const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
-        const bool last_item = w + gridDim.x >= num_items;
+        const int qslot = tile_iter % Tile::kQSlots;
+        const bool has_next = w + gridDim.x < num_items;
         auto softmax = [&](int j) {   // on tile j (loop order): P_j (fp32) in s, row statistics, alpha
             const int key0 = (n_blocks - 1 - j) * kBlockN;
             if (key0 + kBlockN - 1 > m_start + warp_row0) causal_mask_tile<kNT>(s, m_start + warp_row0, key0, g, tq);
@@ -1196,16 +1216,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
         row_max[0] = row_max[1] = -INFINITY;
         row_sum[0] = row_sum[1] = 0.0f;
 
-        // tile 0: S and softmax only (O is still 0, so alpha is not needed)
-        const int qslot = tile_iter % Tile::kQSlots;
-        q_desc = wgmma_desc(q_smem + qslot * Tile::kQBytes + cwg * 64 * 128);
-        mbar_wait(&q_full[qslot], (tile_iter / Tile::kQSlots) & 1);
-        mbar_wait(&k_full[kv_iter % kStages], (kv_iter / kStages) & 1);
-        turn_begin();
-        reg_fence(s);
-        wgmma_fence();
-        issue_s(kv_iter % kStages);
-        turn_end(false);
+        // tile 0: softmax only (O is still 0, so alpha is not needed); S_0 was issued before
         wgmma_wait<0>();
         reg_fence(s);
         release(&k_empty[kv_iter % kStages]);
@@ -1240,21 +1251,33 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
             pack_p();
         }
 
-        // the last P V
+        // the last P V (and with kEarlyS0 the next item's S_0, in the same turn)
         const int vslot = (kv_iter + n_blocks - 1) % kStages;
         mbar_wait(&v_full[vslot], ((kv_iter + n_blocks - 1) / kStages) & 1);
+        kv_iter += n_blocks;
+        if (kEarlyS0 && has_next) { wait_first_tiles(tile_iter + 1, kv_iter); set_q_slot(tile_iter + 1); }
         turn_begin();
-        reg_fence(pa); reg_fence(o_acc);
+        reg_fence(pa); reg_fence(o_acc); reg_fence(s);
         wgmma_fence();
         issue_pv(vslot);
-        turn_end(last_item);
-        wgmma_wait<0>();
+        if constexpr (kEarlyS0) issue_s(kv_iter % kStages);
+        turn_end(!kEarlyS0 ? false : !has_next);
+        wgmma_wait<kEarlyS0 ? 1 : 0>();   // P V done (S_0 of the next item may still run)
         reg_fence(o_acc);
         release(&v_empty[vslot]);
-        kv_iter += n_blocks;
 
         hopper_forward_epilogue<HS>(p, o_acc, row_max, row_sum, o_smem, b, h, m_start, warp_row0);
+        if constexpr (!kEarlyS0) {   // the next item's S_0 in a turn of its own
+            if (has_next) wait_first_tiles(tile_iter + 1, kv_iter);
+            set_q_slot(tile_iter + 1);
+            turn_begin();
+            reg_fence(s);
+            wgmma_fence();
+            issue_s(kv_iter % kStages);
+            turn_end(!has_next);
+        }
     }
+    wgmma_wait<0>();   // the dummy S_0
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
