@@ -1405,7 +1405,7 @@ inline bool attention_forward_uses_hopper(int HS) { return (HS == 64 || HS == 12
 
 inline const char* attention_forward_path_name(int HS) {
     if (attention_forward_uses_hopper(HS))
-        return HS == 64 ? "flash forward, wgmma+TMA sm90a, warp-specialised, 192x128 tiles / 3 consumer warpgroups (128x128 / 2 at T < 2048 or few tiles) (HS=64)"
+        return HS == 64 ? "flash forward, wgmma+TMA sm90a, warp-specialised, 192x128 tiles / 3 consumer warpgroups (128x128 / 2, 3 stages at T < 2048 or few tiles) (HS=64)"
                         : "flash forward, wgmma+TMA sm90a, warp-specialised, 128x128 tiles, 2 consumer warpgroups (HS=128)";
     return HS == 64 ? "flash forward, mma.sync sm80, 128x64 tiles, 4 warps (HS=64)"
                     : "flash forward, mma.sync sm80, 128x48 tiles, 4 warps (HS=128)";
@@ -1420,8 +1420,10 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
         // leaves a ragged last tile (1024 = 5 x 192 + 64) and 2 warpgroups (128 rows) win, as they do with few tiles.
         // Measured (H100, 2026-11-21, fifth session call 1, dev/cuda/attention_forward 5, ms), 3 wg / 2 wg:
         // 64x12x1024 0.345 / 0.327, 8x12x1024 0.057 / 0.052, 4x12x4096 0.254 / 0.273, 1x12x16384 0.876 / 1.022.
+        // The 2-warpgroup kernel takes a 3-deep K/V ring since each item's first S is issued early (call 4:
+        // 64x12x1024 0.321 vs 0.338 ms with 2 stages, 8x12x1024 0.050 vs 0.053).
         if (HS == 64 && T >= 2048 && (long)B * NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 2, true>(p, stream);
-        else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 2, true>(p, stream);
+        else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true>(p, stream);
         else launch_attention_forward_hopper_ws<128, 2, 128, 2, true>(p, stream);
     }
     else if (HS == 64) launch_attention_forward<64, 2, 4, 64>(p, stream);

@@ -37,6 +37,7 @@ void attention_forward5(const AttentionForwardParams& p, int config, cudaStream_
             case 2: launch_attention_forward_hopper_ws<64, 3, 128, 2, false>(p, stream); break;
             case 3: launch_attention_forward_hopper_ws<64, 3, 128, 3, true>(p, stream); break;
             case 4: launch_attention_forward_hopper_ws<64, 2, 128, 3, true>(p, stream); break;
+            case 5: launch_attention_forward_hopper_ws<64, 2, 128, 4, true>(p, stream); break;
         }
     } else {
         switch (config) {
