@@ -35,10 +35,17 @@ softmax still runs while this warpgroup's tensor work is drained. The shipped fo
 exps follow the wait for P V; the gain there comes from ping-pong). The asm register fences (reg_fence) order the
 PTX, not ptxas's schedule; pinning them needs a dependency ptxas cannot reorder (next step). At HS 128 the overlap
 does not fit (dK, dV, S^T, dP^T and the fragments: ptxas spills and serialises the wgmmas, C7512), so it is HS 64 only.
-src ships the best config of each shape (see attention_backward()). ncu (H100, 1x12x16384): both kernels ~50% SM
-throughput, DRAM 6%, the shared-memory pipe the busiest (50-54%): a consumer warpgroup still waits for its own GEMMs
-between steps (no intra-warpgroup overlap yet), and 2 warpgroups do not hide that. Next: issue the next step's S^T /
-dP^T before waiting for this step's dV / dK, or 3 consumer warpgroups.
+Fifth session (H100): with the softmax pinned ahead of the wait (schedule_pin, SASS 32 of 32 exps before it),
+call 1 (commit 1897fb4, --check 38 passed), bwd ms_med at the same four shapes:
+  kv128x64+q128x64/s3/ovl  1.0485  0.1572  0.8108  3.0346     (src, kv128x128+q128x128: 1.0062 0.1523 0.7739 2.7860)
+  kv128x128+q128x128/sec   1.0167  0.1608  0.8527  3.1645     (16 MB head sections forced); HS 128 kv128x64+q128x64/sec
+                           6.8453 against src's 7.1562 in plain order, so src now sections every shape above 64 MB
+Call 2 (commit 9cc908d, --check 24 passed): kv128x128+q128x128/s3 1.0264 0.1536 0.8240 2.9140 (src 1.0161 0.1518
+0.7801 2.9223). The overlap now beats its own non-overlapped config but not kv128x128: two steps' registers force
+64-query steps. src ships the best config of each shape (see attention_backward()). ncu (H100, 1x12x16384, fifth
+session call 3): dK/dV tensor pipe 55.6%, dQ 52.2%, DRAM 6%, issue slots 41-44%: each consumer warpgroup waits on
+its chain of dependent GEMMs (S, dP -> softmax -> dV, dK); next: 128-query overlapped steps with dK/dV split
+across 3 warpgroups, or the dQ GEMM moved to its own warpgroup.
 */
 #pragma once
 

@@ -3,11 +3,13 @@ Variant 5: Hopper (sm_90a) with TMA and warp specialisation, HS 64 and 128 (atte
 in src/attention.cuh). One producer warpgroup at 24 registers issues TMA loads of Q and a ring of K/V tiles
 (mbarriers: full = bytes landed, empty = every consumer warp done with the slot); 2 or 3 consumer warpgroups
 (setmaxnreg 240 / 160) own 64 query rows each and run variant 4's intra-warpgroup overlap loop (O += P V of
-tile j-1 under the softmax of tile j). "/pp": the consumers take turns issuing their GEMMs (named barriers),
+tile j-1 under the softmax of tile j; the softmax is pinned ahead of the wait for P V, see schedule_pin). "/pp": the consumers take turns issuing their GEMMs (named barriers),
 so one's softmax hides behind the others' tensor-core work. Persistent: one CTA per SM, longest tiles first.
 The tensor maps read Q, K and V straight from the fused (B, T, 3, NH, HS) buffer.
-Configs, kBlockM x kBlockN / consumer warpgroups / ping-pong / K-V ring depth (2 unless "/s3"):
-  HS 64:  192x128/3wg/pp, 128x128/2wg/pp, 192x128/3wg, 192x128/3wg/pp/s3
+HS 64 has two Q slots: each work item's first S is issued in the previous item's last turn and runs during its
+epilogue.
+Configs, kBlockM x kBlockN / consumer warpgroups / ping-pong / K-V ring depth (2 unless "/s3", "/s4"):
+  HS 64:  192x128/3wg/pp, 128x128/2wg/pp, 192x128/3wg, 192x128/3wg/pp/s3, 128x128/2wg/pp/s3, 128x128/2wg/pp/s4
   HS 128: 128x128/2wg/pp, 128x128/2wg, 128x64/2wg/pp/s3, 192x64/3wg/pp
 ptxas (nvcc 13.0): 168 registers at launch (128 with 3 consumer warpgroups), no spills, no C75xx infos; SASS has
 UTMALDG.4D, HGMMA.64x128x16 / 64x64x16, USETMAXREG. Non-Hopper GPUs: not supported.
@@ -21,9 +23,16 @@ cuDNN fwd 0.320 / 0.066 / 0.278 / 0.957 / 1.908 ms at the five shapes below, Fla
   RESULT attention_forward 5 cfg=192x128/3wg/pp B=1 NH=12 T=16384 HS=64 ms_med=0.8333 ms_min=0.8311 tflops=494.8 speedup_vs_2=13.10
   RESULT attention_forward 5 cfg=128x128/2wg/pp B=4 NH=16 T=8192 HS=128 ms_med=2.2589 ms_min=2.0312 tflops=486.7 speedup_vs_2=6.79
 Ping-pong is worth 3-6% (192x128/3wg 270.1 / 405.2 / 469.4, 128x128/2wg at HS 128 454.5); 3 consumer warpgroups beat
-2 by 4-18% except at 8x12x1024 (96 heads: too few 192-row tiles per SM). src ships 192x128/3wg/pp at HS 64 (2wg
-below B*NH*T = 128K) and 128x128/2wg/pp at HS 128; since the sectioned schedule it keeps each head's K/V in L2
-at 64x12x1024 (0.342 ms, 301.6 TF/s in the last call; see persistent_item in src/attention.cuh).
+2 by 4-18% except at 8x12x1024 (96 heads: too few 192-row tiles per SM).
+Fifth session, call 5 (H100, commit fdf6e3b; --check 68 passed for 0 and the five configs below; same-call cuDNN fwd
+0.319 / 0.084 / 0.291 / 1.033 / 1.799 ms), ms_med at the five shapes (HS 128: 128x128/2wg/pp only):
+  192x128/3wg/pp       0.3604  0.0596  0.2545  0.8745  2.1281 (128x128/2wg/pp; timed after src, see the order bias in README.md)
+  128x128/2wg/pp       0.3370  0.0528  0.2774  1.0337
+  192x128/3wg/pp/s3    0.3398  0.0563  0.2490  0.8777
+  128x128/2wg/pp/s3    0.3248  0.0503  0.2709  1.0507     <- src below T = 2048 (a 192-row tiling leaves a ragged tile at 1024)
+  128x128/2wg/pp/s4    0.3265  0.0506  0.2742  1.0402
+src ships 192x128/3wg/pp at HS 64 from T = 2048 with B*NH*T >= 128K, else 128x128/2wg/pp/s3, and 128x128/2wg/pp
+at HS 128; above 64 MB of K/V the heads run in L2-sized sections (persistent_item in src/attention.cuh).
 */
 #pragma once
 
