@@ -1494,8 +1494,8 @@ struct AttentionBackwardParams {
     int B, T, NH, HS;
 };
 
-// lse2 / dpsum rows per head are padded to this (the largest query tile), so tiles never read past them
-constexpr int kBwdRowPad = 128;
+// lse2 / dpsum rows per head are padded to this (a multiple of every query tile: 64, 128, 192), so tiles never read past them
+constexpr int kBwdRowPad = 384;
 __host__ __device__ inline int bwd_padded_T(int T) { return ceil_div(T, kBwdRowPad) * kBwdRowPad; }
 
 // scratch = lse2 (B*NH, Tpad) fp32 | dpsum (B*NH, Tpad) fp32 | [atomic path] dq_accum (B*NH, T, HS) fp32

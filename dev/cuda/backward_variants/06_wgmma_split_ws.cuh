@@ -60,6 +60,7 @@ void attention_backward6(const AttentionBackwardParams& p, int config, cudaStrea
             case 3: attention_backward_split_hopper_ws<64, 2, 64, 2, 64, 3>(p, stream); break;     // kv128x64 + q128x64, 3 stages
             case 4: attention_backward_split_hopper_ws<64, 2, 64, 2, 64, 3, true>(p, stream); break;   // the same, overlapped steps
             case 5: attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 3>(p, stream); break;   // kv128x128 + q128x128, 3 stages
+            case 6: attention_backward_split_hopper_ws<64, 3, 64, 3, 64, 2>(p, stream); break;     // kv192x64 + q192x64, 3 consumer warpgroups
         }
     } else {
         switch (config) {
