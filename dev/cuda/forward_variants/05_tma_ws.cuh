@@ -9,7 +9,8 @@ The tensor maps read Q, K and V straight from the fused (B, T, 3, NH, HS) buffer
 HS 64 has two Q slots: each work item's first S is issued in the previous item's last turn and runs during its
 epilogue.
 Configs, kBlockM x kBlockN / consumer warpgroups / ping-pong / K-V ring depth (2 unless "/s3", "/s4"):
-  HS 64:  192x128/3wg/pp, 128x128/2wg/pp, 192x128/3wg, 192x128/3wg/pp/s3, 128x128/2wg/pp/s3, 128x128/2wg/pp/s4
+  HS 64:  192x128/3wg/pp, 128x128/2wg/pp, 192x128/3wg, 192x128/3wg/pp/s3, 128x128/2wg/pp/s3, 128x128/2wg/pp/s4,
+          128x128/2wg/s3
   HS 128: 128x128/2wg/pp, 128x128/2wg, 128x64/2wg/pp/s3, 192x64/3wg/pp
 ptxas (nvcc 13.0): 168 registers at launch (128 with 3 consumer warpgroups), no spills, no C75xx infos; SASS has
 UTMALDG.4D, HGMMA.64x128x16 / 64x64x16, USETMAXREG. Non-Hopper GPUs: not supported.
@@ -48,6 +49,7 @@ void attention_forward5(const AttentionForwardParams& p, int config, cudaStream_
             case 3: launch_attention_forward_hopper_ws<64, 3, 128, 3, true>(p, stream); break;
             case 4: launch_attention_forward_hopper_ws<64, 2, 128, 3, true>(p, stream); break;
             case 5: launch_attention_forward_hopper_ws<64, 2, 128, 4, true>(p, stream); break;
+            case 6: launch_attention_forward_hopper_ws<64, 2, 128, 3, false>(p, stream); break;
         }
     } else {
         switch (config) {
