@@ -33,7 +33,8 @@ Fifth session, call 5 (H100, commit fdf6e3b; --check 68 passed for 0 and the fiv
   128x128/2wg/pp/s3    0.3248  0.0503  0.2709  1.0507     <- src below T = 2048 (a 192-row tiling leaves a ragged tile at 1024)
   128x128/2wg/pp/s4    0.3265  0.0506  0.2742  1.0402
 src ships 192x128/3wg/pp at HS 64 from T = 2048 with B*NH*T >= 128K, else 128x128/2wg/pp/s3, and 128x128/2wg/pp
-at HS 128 (call 6: 4x16x8192 128x128/2wg/pp 2.012, 192x64/3wg/pp 2.314, 128x64/2wg/pp/s3 2.485 ms); above 64 MB
+at HS 128 (call 6: 4x16x8192 128x128/2wg/pp 2.012, 192x64/3wg/pp 2.314, 128x64/2wg/pp/s3 2.485 ms). Call 8:
+without ping-pong (128x128/2wg/s3) 1-2.5% slower at T = 1024 even with the overlap working. Above 64 MB
 of K/V the heads run in L2-sized sections (persistent_item in src/attention.cuh).
 */
 #pragma once
