@@ -2041,16 +2041,18 @@ struct HopperBackwardKVTile {
 // lse2 and D). S^T = K Q^T and dP^T = V dO^T, P^T, dS^T, then dV += P^T dO and dK += dS^T Q, in three parts that
 // the atomic-dQ kernel also uses on their own.
 
-// S^T = K Q^T into st, dP^T = V dO^T into dpt: two commit groups, S^T first
-template <int HS, int kBlockM, int kBlockN>
-__device__ __forceinline__ void dkdv_issue_s_dp(float (&st)[kBlockM / 2], float (&dpt)[kBlockM / 2], uint64_t k_desc, uint64_t v_desc,
-                                                const uint8_t* q_s, const uint8_t* do_s) {
+// One warpgroup's S = A B^T and dP = A' B'^T over the head dimension (64 rows of A, N columns), zeroed first, two
+// commit groups, S first: S^T = K Q^T, dP^T = V dO^T in the dK/dV kernel (kRowsA = its key block), S = Q K^T,
+// dP = dO V^T in the dQ kernel (kRowsA = its query block)
+template <int HS, int N, int kRowsA>
+__device__ __forceinline__ void issue_s_dp(float (&s)[N / 2], float (&dp)[N / 2], uint64_t a_desc, uint64_t a2_desc,
+                                           const uint8_t* b_s, const uint8_t* b2_s) {
     #pragma unroll
-    for (int i = 0; i < kBlockM / 2; i++) st[i] = dpt[i] = 0.0f;
+    for (int i = 0; i < N / 2; i++) s[i] = dp[i] = 0.0f;
     wgmma_fence();
-    wgmma_ss_over_hs<HS, kBlockM, kBlockN>(st, k_desc, q_s);
+    wgmma_ss_over_hs<HS, N, kRowsA>(s, a_desc, b_s);
     wgmma_commit();
-    wgmma_ss_over_hs<HS, kBlockM, kBlockN>(dpt, v_desc, do_s);
+    wgmma_ss_over_hs<HS, N, kRowsA>(dp, a2_desc, b2_s);
     wgmma_commit();
 }
 
@@ -2114,7 +2116,7 @@ __device__ __forceinline__ void dkdv_hopper_step(float (&dk_acc)[HS / 2], float 
                                                  int n_start, int m_start, int warp_row0) {
     float st[kBlockM / 2], dpt[kBlockM / 2];
     uint32_t pa[kBlockM / 16][4], dsa[kBlockM / 16][4];
-    dkdv_issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_s, do_s);
+    issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_s, do_s);
     dkdv_p_ds<HS, kBlockM>(st, dpt, pa, dsa, lse2_s, dpsum_s, n_start, m_start, warp_row0);
     dkdv_issue_dv_dk<HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_s, do_s);
     wgmma_wait<0>();
@@ -2155,20 +2157,7 @@ __device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardPara
 
 // One step of the dQ kernels: this warpgroup's 64 query rows (q_desc / do_desc: its rows of the (kBlockM, HS) Q and dO
 // tiles) against key block n_block (k_s, v_s: (kBlockN, HS) tiles). S = Q K^T, dP = dO V^T, dS, then dQ += dS K, in
-// three parts like the dK/dV step's. row_lse2 / row_dpsum: rows g and g + 8 of this warp.
-
-// S = Q K^T into s, dP = dO V^T into dp: two commit groups, S first
-template <int HS, int kBlockM, int kBlockN>
-__device__ __forceinline__ void dq_issue_s_dp(float (&s)[kBlockN / 2], float (&dp)[kBlockN / 2], uint64_t q_desc, uint64_t do_desc,
-                                              const uint8_t* k_s, const uint8_t* v_s) {
-    #pragma unroll
-    for (int i = 0; i < kBlockN / 2; i++) s[i] = dp[i] = 0.0f;
-    wgmma_fence();
-    wgmma_ss_over_hs<HS, kBlockN, kBlockM>(s, q_desc, k_s);
-    wgmma_commit();
-    wgmma_ss_over_hs<HS, kBlockN, kBlockM>(dp, do_desc, v_s);
-    wgmma_commit();
-}
+// three parts like the dK/dV step's (issue_s_dp, dq_p_ds, dq_issue_dq). row_lse2 / row_dpsum: rows g and g + 8 of this warp.
 
 // wait for S and dP (issued before the kPending newest commit groups), dS; then wait for those too and give dS
 // as bf16 A fragments
@@ -2216,7 +2205,7 @@ __device__ __forceinline__ void dq_hopper_step(float (&dq_acc)[HS / 2], uint64_t
                                                const float (&row_lse2)[2], const float (&row_dpsum)[2], int n_block, int m_start, int warp_row0) {
     float s[kBlockN / 2], dp[kBlockN / 2];
     uint32_t dsa[kBlockN / 16][4];
-    dq_issue_s_dp<HS, kBlockM, kBlockN>(s, dp, q_desc, do_desc, k_s, v_s);
+    issue_s_dp<HS, kBlockN, kBlockM>(s, dp, q_desc, do_desc, k_s, v_s);
     dq_p_ds<HS, kBlockN>(s, dp, dsa, row_lse2, row_dpsum, n_block, m_start, warp_row0);
     dq_issue_dq<HS, kBlockN>(dq_acc, dsa, k_s);
     wgmma_wait<0>();
@@ -2586,12 +2575,12 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
             uint32_t pa[kBlockM / 16][4], dsa[kBlockM / 16][4];
             int m_block = n_start / kBlockM, prev = stage_iter % kStages;
             mbar_wait(stage_full(prev), (stage_iter / kStages) & 1);
-            dkdv_issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_tile(prev), do_tile(prev));
+            issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_tile(prev), do_tile(prev));
             dkdv_p_ds<HS, kBlockM>(st, dpt, pa, dsa, lse2_tile(prev), lse2_tile(prev) + kBlockM, n_start, m_block * kBlockM, warp_row0);
             for (m_block++, stage_iter++; m_block < m_blocks; m_block++, stage_iter++) {
                 const int s = stage_iter % kStages;
                 mbar_wait(stage_full(s), (stage_iter / kStages) & 1);
-                dkdv_issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_tile(s), do_tile(s));
+                issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_tile(s), do_tile(s));
                 dkdv_issue_dv_dk<HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_tile(prev), do_tile(prev));
                 dkdv_p_ds<HS, kBlockM, 1>(st, dpt, pa, dsa, lse2_tile(s), lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
                 mbar_arrive(stage_empty(prev));
@@ -2611,7 +2600,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                 mbar_wait(stage_full(s), (stage_iter / kStages) & 1);
                 float st[kBlockM / 2], dpt[kBlockM / 2];
                 uint32_t pa[kBlockM / 16][4], dsa[kBlockM / 16][4];
-                dkdv_issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_tile(s), do_tile(s));
+                issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_tile(s), do_tile(s));
                 dkdv_p_ds<HS, kBlockM>(st, dpt, pa, dsa, lse2_tile(s), lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
                 dkdv_issue_dv_dk<HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_tile(s), do_tile(s));
                 // dS^T -> ds: A fragment j, register r = key warp_row0 + g + 8 (r % 2), queries 16j + 8 (r / 2) + 2tq, +1
@@ -2760,13 +2749,13 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
             uint32_t dsa[kBlockN / 16][4];
             int prev = kv_iter % kStages;
             mbar_wait(kv_full(prev), (kv_iter / kStages) & 1);
-            dq_issue_s_dp<HS, kBlockM, kBlockN>(sc, dp, q_desc, do_desc, k_tile(prev), v_tile(prev));
+            issue_s_dp<HS, kBlockN, kBlockM>(sc, dp, q_desc, do_desc, k_tile(prev), v_tile(prev));
             dq_p_ds<HS, kBlockN>(sc, dp, dsa, row_lse2, row_dpsum, n_blocks - 1, m_start, warp_row0);
             kv_iter++;
             for (int i = 1; i < n_blocks; i++, kv_iter++) {
                 const int s = kv_iter % kStages;
                 mbar_wait(kv_full(s), (kv_iter / kStages) & 1);
-                dq_issue_s_dp<HS, kBlockM, kBlockN>(sc, dp, q_desc, do_desc, k_tile(s), v_tile(s));
+                issue_s_dp<HS, kBlockN, kBlockM>(sc, dp, q_desc, do_desc, k_tile(s), v_tile(s));
                 dq_issue_dq<HS, kBlockN>(dq_acc, dsa, k_tile(prev));
                 dq_p_ds<HS, kBlockN, 1>(sc, dp, dsa, row_lse2, row_dpsum, n_blocks - 1 - i, m_start, warp_row0);
                 release(kv_empty(prev));
