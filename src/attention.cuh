@@ -1261,7 +1261,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
         wgmma_fence();
         issue_pv(vslot);
         if constexpr (kEarlyS0) issue_s(kv_iter % kStages);
-        turn_end(!kEarlyS0 ? false : !has_next);
+        turn_end(kEarlyS0 && !has_next);
         wgmma_wait<kEarlyS0 ? 1 : 0>();   // P V done (S_0 of the next item may still run)
         reg_fence(o_acc);
         release(&v_empty[vslot]);
@@ -1494,8 +1494,8 @@ struct AttentionBackwardParams {
     int B, T, NH, HS;
 };
 
-// lse2 / dpsum rows per head are padded to this (a multiple of every query tile: 64, 128, 192), so tiles never read past them
-constexpr int kBwdRowPad = 384;
+// lse2 / dpsum rows per head are padded to this (the largest query tile), so tiles never read past them
+constexpr int kBwdRowPad = 128;
 __host__ __device__ inline int bwd_padded_T(int T) { return ceil_div(T, kBwdRowPad) * kBwdRowPad; }
 
 // scratch = lse2 (B*NH, Tpad) fp32 | dpsum (B*NH, Tpad) fp32 | [atomic path] dq_accum (B*NH, T, HS) fp32

@@ -6,7 +6,7 @@ One producer warpgroup (24 registers) issues every load: TMA boxes of Q, K, V st
 run variant 5's steps unchanged (dkdv_hopper_step, dq_hopper_step) and hand each ring stage back through an
 mbarrier, with no CTA-wide barrier in the loop. Persistent (one CTA per SM, longest work first); the outputs
 are staged in their own shared memory, so the next item's loads overlap the stores.
-Configs: dK/dV keys x query-step + dQ queries x key-step, 64 keys or rows per consumer warpgroup (2, or 3 for kv192x64+q192x64); ring depth 2 unless "/s3".
+Configs: dK/dV keys x query-step + dQ queries x key-step, all 2 consumer warpgroups; ring depth 2 unless "/s3".
 "/ovl" (HS 64, 3 stages): intra-warpgroup overlap of consecutive steps in both kernels: step j issues its S^T, dP^T
 (S, dP) and then step j-1's dV, dK (dQ) before waiting, and hands stage j-1 back once those are done.
 ptxas: 168 registers at launch, no spills except HS 128 kv128x64+q128x128 (its dQ kernel: 120 bytes; dQ + S + dP
@@ -45,7 +45,8 @@ Call 2 (commit 9cc908d, --check 24 passed): kv128x128+q128x128/s3 1.0264 0.1536 
 64-query steps. src ships the best config of each shape (see attention_backward()). ncu (H100, 1x12x16384, fifth
 session call 3): dK/dV tensor pipe 55.6%, dQ 52.2%, DRAM 6%, issue slots 41-44%: each consumer warpgroup waits on
 its chain of dependent GEMMs (S, dP -> softmax -> dV, dK). Call 7 (commit a11f4c6, --check 34 passed): 3 consumer
-warpgroups, kv192x64+q192x64, 1.0972 0.1681 0.8319 3.0100 against src's 1.0166 0.1510 0.7680 2.9069: slower. Next:
+warpgroups, kv192x64+q192x64, 1.0972 0.1681 0.8319 3.0100 against src's 1.0166 0.1510 0.7680 2.9069: slower, so
+the config (and the 384-row lse2 / D padding its 192-row dQ blocks needed) was taken out again. Next:
 the dQ GEMM in a warpgroup of its own, or 2-CTA clusters sharing Q/dO (TMA multicast).
 */
 #pragma once
@@ -61,7 +62,6 @@ void attention_backward6(const AttentionBackwardParams& p, int config, cudaStrea
             case 3: attention_backward_split_hopper_ws<64, 2, 64, 2, 64, 3>(p, stream); break;     // kv128x64 + q128x64, 3 stages
             case 4: attention_backward_split_hopper_ws<64, 2, 64, 2, 64, 3, true>(p, stream); break;   // the same, overlapped steps
             case 5: attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 3>(p, stream); break;   // kv128x128 + q128x128, 3 stages
-            case 6: attention_backward_split_hopper_ws<64, 3, 64, 3, 64, 2>(p, stream); break;     // kv192x64 + q192x64, 3 consumer warpgroups
         }
     } else {
         switch (config) {
