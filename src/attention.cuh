@@ -2047,12 +2047,10 @@ struct HopperBackwardKVTile {
 template <int HS, int N, int kRowsA>
 __device__ __forceinline__ void issue_s_dp(float (&s)[N / 2], float (&dp)[N / 2], uint64_t a_desc, uint64_t a2_desc,
                                            const uint8_t* b_s, const uint8_t* b2_s) {
-    #pragma unroll
-    for (int i = 0; i < N / 2; i++) s[i] = dp[i] = 0.0f;
     wgmma_fence();
-    wgmma_ss_over_hs<HS, N, kRowsA>(s, a_desc, b_s);
+    wgmma_ss_over_hs<HS, N, kRowsA, 0>(s, a_desc, b_s);
     wgmma_commit();
-    wgmma_ss_over_hs<HS, N, kRowsA>(dp, a2_desc, b2_s);
+    wgmma_ss_over_hs<HS, N, kRowsA, 0>(dp, a2_desc, b2_s);
     wgmma_commit();
 }
 
@@ -2070,7 +2068,7 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
     // P^T = exp2(S^T * c - lse2[query]), 0 where key > query (only where this warp's keys cross the tile)
     const bool need_mask = n_start + warp_row0 + 15 > m_start;
     #pragma unroll 1
-    for (unsigned once = 0; once < (kPending > 0 ? schedule_pin() : 1u); once++)   // see schedule_pin
+    for (unsigned once = 0; once < schedule_pin(); once++)   // see schedule_pin
     #pragma unroll
     for (int i = 0; i < kQT; i++) {
         const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * tq);
@@ -2170,7 +2168,7 @@ __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBl
     wgmma_wait<kPending + 1>();   // S is ready; dP may still be running
     const bool need_mask = n_block * kBlockN + kBlockN - 1 > m_start + warp_row0;
     #pragma unroll 1
-    for (unsigned once = 0; once < (kPending > 0 ? schedule_pin() : 1u); once++)   // see schedule_pin
+    for (unsigned once = 0; once < schedule_pin(); once++)   // see schedule_pin
     #pragma unroll
     for (int i = 0; i < kNT; i++)
         #pragma unroll
@@ -2474,6 +2472,27 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 // at most N of this thread's bulk groups still read shared memory / still run
 template <int N> __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(N) : "memory"); }
 template <int N> __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" :: "n"(N) : "memory"); }
+// atomic dQ: this warpgroup's dS^T A fragments (j: queries 16j.., register r: key warp_row0 + g + 8 (r % 2), queries
+// 16j + 8 (r / 2) + 2tq, +1) into its key rows of the (keys, kBlockM queries) bf16 dS^T tile, 128-byte swizzle
+template <int kBlockM>
+__device__ __forceinline__ void store_ds_t(uint8_t* ds, const uint32_t (&dsa)[kBlockM / 16][4], int warp_row0) {
+    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    #pragma unroll
+    for (int j = 0; j < kBlockM / 16; j++)
+        #pragma unroll
+        for (int r = 0; r < 4; r++)
+            *reinterpret_cast<uint32_t*>(ds + swizzle<64>(warp_row0 + g + 8 * (r % 2), 2 * j + r / 2) + 4 * tq) = dsa[j][r];
+}
+// dq (64 queries x HS / 2 columns) = dS K over the kBlockN keys: A = dS read transposed from the dS^T tile, B = the
+// warpgroup's columns of K (k_cols) read transposed; one commit group
+template <int HS, int kBlockN>
+__device__ __forceinline__ void issue_dq_from_ds(float (&dq)[HS / 4], const uint8_t* ds, const uint8_t* k_cols) {
+    wgmma_fence();
+    #pragma unroll
+    for (int j = 0; j < kBlockN / 16; j++)
+        wgmma_ss_m64k16_trans_ab<HS / 2>(dq, wgmma_desc(ds + j * 16 * 128), wgmma_desc(k_cols + j * 16 * 128), j);
+    wgmma_commit();
+}
 // n / 2 (full, empty) pairs: full completes on the producer's arrive + its TMA bytes, empty on empty_count arrivals
 __device__ __forceinline__ void init_mbarriers(uint64_t* bars, int n, int empty_count) {
     for (int i = 0; i < n; i += 2) { mbar_init(&bars[i], 1); mbar_init(&bars[i + 1], empty_count); }
@@ -2550,6 +2569,8 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     const bool wg_leader = threadIdx.x % 128 == 0;
     const uint64_t k_desc = wgmma_desc(k_smem + cwg * 64 * 128);
     const uint64_t v_desc = wgmma_desc(v_smem + cwg * 64 * 128);
+    // atomic dQ: this warpgroup's HS / 2 columns of K, the B operand of its dQ = dS K
+    const uint8_t* k_cols = k_smem + (cwg * HS / 2 / 64) * kBlockN * 128 + (cwg * HS / 2 % 64) * 2;
     float dk_acc[kDT * 4], dv_acc[kDT * 4];
     int stage_iter = 0, item_iter = 0;
     for (int w = blockIdx.x; w < num_items; w += gridDim.x, item_iter++) {
@@ -2558,6 +2579,30 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
         const int n_start = n_block * kBlockN;
         #pragma unroll
         for (int i = 0; i < kDT * 4; i++) dk_acc[i] = dv_acc[i] = 0.0f;
+        // atomic dQ: step i's dS^T (both warpgroups' keys) and this warpgroup's dQ staging buffer for it
+        auto ds_buf = [&](int i) { return ds_smem + (i & 1) * Tile::kDsBytes; };
+        // dQ of step i (query block m_blk) -> fp32 TMA boxes of 32 columns, 128-byte rows, swizzled (n8 group c =
+        // columns 8c + 2tq, +1 of rows g, g + 8) -> one thread reduce-adds them into dq_accum. The caller's leader
+        // has waited (bulk_wait_read) for the last reduce from this buffer before a barrier that precedes this.
+        auto reduce_add_dq = [&](const float (&dq)[HS / 4], int i, int m_blk) {
+            uint8_t* dq_s = dq_smem + ((i % Tile::kDqBuffers) * kNCWG + cwg) * Tile::kDqBytes;
+            #pragma unroll
+            for (int c = 0; c < HS / 16; c++)
+                #pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int row = (warp % 4) * 16 + g + 8 * half, col = 8 * c + 2 * tq;
+                    *reinterpret_cast<float2*>(dq_s + (col / 32) * Tile::kDqBoxBytes + row * 128 + ((col % 32 / 4) ^ (row % 8)) * 16 + (col % 4) * 4) =
+                        make_float2(dq[4 * c + 2 * half], dq[4 * c + 2 * half + 1]);
+                }
+            fence_proxy_async();
+            named_barrier_sync(2 + cwg, 128);
+            if (wg_leader) {
+                #pragma unroll
+                for (int box = 0; box < HS / 64; box++)
+                    tma_reduce_add_3d(&maps.dq_accum, dq_s + box * Tile::kDqBoxBytes, cwg * HS / 2 + 32 * box, m_blk * kBlockM, bh);
+                bulk_commit();
+            }
+        };
         mbar_wait(kv_full, item_iter & 1);
         if constexpr (!kAtomicDq && !kOverlap) {
             for (int m_block = n_start / kBlockM; m_block < m_blocks; m_block++, stage_iter++) {
@@ -2589,12 +2634,11 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
             dkdv_issue_dv_dk<HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_tile(prev), do_tile(prev));
             wgmma_wait<0>();
             mbar_arrive(stage_empty(prev));
-        } else {
+        } else if constexpr (!kOverlap) {
             // atomic dQ: dQ (64 queries x HS) += dS (64 x 128 keys) K (128 keys x HS) each step. dS^T of both
             // warpgroups goes to shared memory (double-buffered: one barrier a step) while dV, dK run; each warpgroup
             // computes HS / 2 columns of dQ with both operands read transposed, stages them as fp32 TMA boxes, and one
             // thread reduce-adds them into dq_accum (in L2; rows past T skipped by the tensor map).
-            const uint8_t* k_cols = k_smem + (cwg * HS / 2 / 64) * kBlockN * 128 + (cwg * HS / 2 % 64) * 2;   // B of dQ
             for (int m_block = n_start / kBlockM; m_block < m_blocks; m_block++, stage_iter++) {
                 const int s = stage_iter % kStages;
                 mbar_wait(stage_full(s), (stage_iter / kStages) & 1);
@@ -2603,43 +2647,56 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                 issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_tile(s), do_tile(s));
                 dkdv_p_ds<HS, kBlockM>(st, dpt, pa, dsa, lse2_tile(s), lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
                 dkdv_issue_dv_dk<HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_tile(s), do_tile(s));
-                // dS^T -> ds: A fragment j, register r = key warp_row0 + g + 8 (r % 2), queries 16j + 8 (r / 2) + 2tq, +1
-                uint8_t* ds = ds_smem + (stage_iter & 1) * Tile::kDsBytes;
-                #pragma unroll
-                for (int j = 0; j < kBlockM / 16; j++)
-                    #pragma unroll
-                    for (int r = 0; r < 4; r++)
-                        *reinterpret_cast<uint32_t*>(ds + swizzle<64>(warp_row0 + g + 8 * (r % 2), 2 * j + r / 2) + 4 * tq) = dsa[j][r];
+                uint8_t* ds = ds_buf(stage_iter);
+                store_ds_t<kBlockM>(ds, dsa, warp_row0);
                 fence_proxy_async();
-                uint8_t* dq_s = dq_smem + ((stage_iter % Tile::kDqBuffers) * kNCWG + cwg) * Tile::kDqBytes;
-                if (wg_leader) bulk_wait_read<Tile::kDqBuffers - 1>();   // the last reduce from dq_s has read it
+                if (wg_leader) bulk_wait_read<Tile::kDqBuffers - 1>();   // the last reduce from this dQ buffer has read it
                 named_barrier_sync(1, 128 * kNCWG);                     // both halves of dS^T are written
                 float dq[HS / 4];
-                wgmma_fence();
-                #pragma unroll
-                for (int j = 0; j < kBlockN / 16; j++)
-                    wgmma_ss_m64k16_trans_ab<HS / 2>(dq, wgmma_desc(ds + j * 16 * 128), wgmma_desc(k_cols + j * 16 * 128), j);
-                wgmma_commit();
+                issue_dq_from_ds<HS, kBlockN>(dq, ds, k_cols);
                 wgmma_wait<0>();
                 mbar_arrive(stage_empty(s));
-                // dQ: n8 group i = columns 8i + 2tq, +1 of rows g, g + 8 -> boxes of 32 columns, 128-byte rows, swizzled
-                #pragma unroll
-                for (int i = 0; i < HS / 16; i++)
-                    #pragma unroll
-                    for (int half = 0; half < 2; half++) {
-                        const int row = (warp % 4) * 16 + g + 8 * half, col = 8 * i + 2 * tq;
-                        *reinterpret_cast<float2*>(dq_s + (col / 32) * Tile::kDqBoxBytes + row * 128 + ((col % 32 / 4) ^ (row % 8)) * 16 + (col % 4) * 4) =
-                            make_float2(dq[4 * i + 2 * half], dq[4 * i + 2 * half + 1]);
-                    }
-                fence_proxy_async();
-                named_barrier_sync(2 + cwg, 128);
-                if (wg_leader) {
-                    #pragma unroll
-                    for (int box = 0; box < HS / 64; box++)
-                        tma_reduce_add_3d(&maps.dq_accum, dq_s + box * Tile::kDqBoxBytes, cwg * HS / 2 + 32 * box, m_block * kBlockM, bh);
-                    bulk_commit();
-                }
+                reduce_add_dq(dq, stage_iter, m_block);
             }
+        } else {
+            // atomic dQ, pipelined: the same GEMMs, but step j issues step j-1's dQ right behind its own S^T and
+            // dP^T, so that dQ runs under step j's softmax, and the warpgroups hand each other their dS^T halves
+            // through named barriers split into an arrive (the writer) and a sync (the reader): neither waits for
+            // the other's softmax. Barrier ds_ready(c, i): warpgroup c's half of step i's dS^T is in ds_buf(i).
+            // The ids alternate with i, so a warpgroup one step ahead cannot arrive twice on one barrier before its
+            // reader has synced (it needs the reader's dS^T of step i to get past step i + 1). ds_buf(i) is
+            // rewritten at step i + 2, after the writer synced on the reader's step i + 1 half, which the reader
+            // wrote after its dQ of step i had completed.
+            auto ds_ready = [&](int c, int i) { return 4 + 2 * c + (i & 1); };
+            float dq[HS / 4];
+            const int m_first = n_start / kBlockM;
+            for (int m_block = m_first; m_block < m_blocks; m_block++, stage_iter++) {
+                const int s = stage_iter % kStages;
+                mbar_wait(stage_full(s), (stage_iter / kStages) & 1);
+                float st[kBlockM / 2], dpt[kBlockM / 2];
+                uint32_t pa[kBlockM / 16][4], dsa[kBlockM / 16][4];
+                issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_tile(s), do_tile(s));
+                if (m_block == m_first) {
+                    dkdv_p_ds<HS, kBlockM>(st, dpt, pa, dsa, lse2_tile(s), lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
+                } else {
+                    if (wg_leader) bulk_wait_read<Tile::kDqBuffers - 1>();   // see reduce_add_dq
+                    named_barrier_sync(ds_ready(1 - cwg, stage_iter - 1), 128 * kNCWG);
+                    issue_dq_from_ds<HS, kBlockN>(dq, ds_buf(stage_iter - 1), k_cols);
+                    dkdv_p_ds<HS, kBlockM, 1>(st, dpt, pa, dsa, lse2_tile(s), lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
+                    reduce_add_dq(dq, stage_iter - 1, m_block - 1);   // dkdv_p_ds waited for it
+                }
+                dkdv_issue_dv_dk<HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_tile(s), do_tile(s));
+                store_ds_t<kBlockM>(ds_buf(stage_iter), dsa, warp_row0);
+                fence_proxy_async();
+                named_barrier_arrive(ds_ready(cwg, stage_iter), 128 * kNCWG);
+                wgmma_wait<0>();
+                mbar_arrive(stage_empty(s));
+            }
+            if (wg_leader) bulk_wait_read<Tile::kDqBuffers - 1>();
+            named_barrier_sync(ds_ready(1 - cwg, stage_iter - 1), 128 * kNCWG);
+            issue_dq_from_ds<HS, kBlockN>(dq, ds_buf(stage_iter - 1), k_cols);
+            wgmma_wait<0>();
+            reduce_add_dq(dq, stage_iter - 1, m_blocks - 1);
         }
         mbar_arrive(kv_empty);
         if constexpr (kAtomicDq) {   // the dK/dV staging overlays the step buffers: both warpgroups leave them first
@@ -2889,10 +2946,11 @@ void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaSt
 // 7), dQ convert. Non-deterministic. Measured no faster than the deterministic split (H100: 1x12x16384 2.875 ms
 // against kv128x128's 2.854; slower at every other shape, see 07_wgmma_atomic_ws.cuh), so the opt-in leaves
 // Hopper on the split.
-template <int HS, int kStages>
+// kPipelined: each step's dQ is issued in the next step, under its softmax (the kernel's kOverlap)
+template <int HS, int kStages, bool kPipelined = false>
 void attention_backward_atomic_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/true, stream);
-    launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true>(p, stream);
+    launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true, kPipelined>(p, stream);
     launch_attention_backward_postprocess<HS>(p, stream);
 }
 

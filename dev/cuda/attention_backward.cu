@@ -72,7 +72,7 @@ static const BackwardVariant kVariants[] = {
                               "kv128x64+q128x64/s3/ovl", "kv128x128+q128x128/s3"},
                              {"kv128x64+q128x64", "kv128x64+q128x128", nullptr, nullptr, nullptr, nullptr},
                              attention_backward6, attention_backward6_supports, false, true},
-    {7, "wgmma_atomic_ws", 2, {"kv128x64", "kv128x64/s3"}, {"kv128x64", nullptr}, attention_backward7, attention_backward7_supports, false, false},
+    {7, "wgmma_atomic_ws", 4, {"kv128x64", "kv128x64/s3", "kv128x64/pipe", "kv128x64/s3/pipe"}, {"kv128x64", "kv128x64/pipe", nullptr, nullptr}, attention_backward7, attention_backward7_supports, false, false},
 };
 constexpr int kBaselineVariant = 2;
 

@@ -32,9 +32,14 @@ bool attention_backward7_supports(const Shape& s) { return (s.HS == 64 || s.HS =
 
 void attention_backward7(const AttentionBackwardParams& p, int config, cudaStream_t stream) {
     if (p.HS == 64) {
-        if (config == 0) attention_backward_atomic_hopper_ws<64, 2>(p, stream);
-        else attention_backward_atomic_hopper_ws<64, 3>(p, stream);
+        switch (config) {
+            case 0: attention_backward_atomic_hopper_ws<64, 2>(p, stream); break;
+            case 1: attention_backward_atomic_hopper_ws<64, 3>(p, stream); break;
+            case 2: attention_backward_atomic_hopper_ws<64, 2, true>(p, stream); break;
+            case 3: attention_backward_atomic_hopper_ws<64, 3, true>(p, stream); break;
+        }
     } else {
-        attention_backward_atomic_hopper_ws<128, 2>(p, stream);
+        if (config == 0) attention_backward_atomic_hopper_ws<128, 2>(p, stream);
+        else attention_backward_atomic_hopper_ws<128, 2, true>(p, stream);
     }
 }
