@@ -975,8 +975,8 @@ attention_forward_hopper_overlap_kernel(const AttentionForwardParams p) {
 //   ping-pong (kPingPong): the consumers issue their GEMMs in turn, ordered by named barriers (bar.sync on
 //     their own, bar.arrive on the next one's), so one warpgroup's softmax runs while the others' GEMMs keep
 //     the tensor cores busy.
-//   persistent: one CTA per SM walks work items w = blockIdx.x, + gridDim.x, ...; persistent_item (below) maps
-//     them to (Q tile, head), the longest (causal) tiles first. The producer loads the next tile's Q (into the
+//   persistent: one CTA per SM walks work items, one a round, in snake order (persistent_work below);
+//     persistent_item maps them to (Q tile, head), the longest (causal) tiles first. The producer loads the next tile's Q (into the
 //     second Q slot at HS 64; at HS 128 two would not fit) and K/V while the consumers finish the current one.
 // The fused (B, T, 3, NH, HS) layout is read in place: each of Q, K, V is a 4-D tensor map (HS, NH, T, B)
 // over the same buffer (strides 2 bytes, HS * 2, 3 * NH * HS * 2, T * 3 * NH * HS * 2), boxes of 64 head
@@ -1049,6 +1049,13 @@ inline int persistent_section_heads(int num_bh, int T, int HS) {
     const long head_bytes = (long)T * HS * 4;
     return num_bh * head_bytes > (64l << 20) ? (int)std::max(1l, (16l << 20) / head_bytes) : num_bh;
 }
+// The CTA's work item in round r of its walk (one item a round). Rounds alternate direction (snake order), so the CTA
+// that took the longest item of one round takes the shortest of the next: items come longest first, and in plain
+// round-robin order (w = blockIdx.x + r * gridDim.x) CTA 0 took the longest item of every round. ncu, H200,
+// 1x12x16384 backward (dK/dV): the SMs were busy 91% of the kernel's cycles, the rest a ragged tail.
+__device__ __forceinline__ int persistent_work(int round) {
+    return round * (int)gridDim.x + ((round & 1) ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x);
+}
 struct PersistentItem { int rank, bh; };
 __device__ __forceinline__ PersistentItem persistent_item(int w, int num_ranks, int num_bh, int section_heads) {
     const int section = w / (section_heads * num_ranks), first_bh = section * section_heads;
@@ -1103,7 +1110,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
         setmaxnreg_dec<Tile::kProducerRegs>();
         if (threadIdx.x == 0) {
             int kv_iter = 0, tile_iter = 0;
-            for (int w = blockIdx.x; w < num_items; w += gridDim.x, tile_iter++) {
+            for (int w = persistent_work(tile_iter); w < num_items; w = persistent_work(++tile_iter)) {
                 const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
                 const int m_block = num_m_blocks - 1 - item.rank, b = item.bh / NH, h = item.bh % NH;
                 const int m_start = m_block * kBlockM;
@@ -1199,13 +1206,13 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
     wgmma_fence();
     issue_s(0);
     turn_end(false);
-    for (int w = blockIdx.x; w < num_items; w += gridDim.x, tile_iter++) {
+    for (int w = persistent_work(tile_iter); w < num_items; w = persistent_work(++tile_iter)) {
         const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
         const int m_block = num_m_blocks - 1 - item.rank, b = item.bh / NH, h = item.bh % NH;
         const int m_start = m_block * kBlockM;
         const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
         const int qslot = tile_iter % Tile::kQSlots;
-        const bool has_next = w + gridDim.x < num_items;
+        const bool has_next = persistent_work(tile_iter + 1) < num_items;
         auto softmax = [&](int j) {   // on tile j (loop order): P_j (fp32) in s, row statistics, alpha
             const int key0 = (n_blocks - 1 - j) * kBlockN;
             if (key0 + kBlockN - 1 > m_start + warp_row0) causal_mask_tile<kNT>(s, m_start + warp_row0, key0, g, tq);
@@ -2540,7 +2547,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
         setmaxnreg_dec<Tile::kProducerRegs>();
         if (threadIdx.x == 0) {
             int stage_iter = 0, item_iter = 0;
-            for (int w = blockIdx.x; w < num_items; w += gridDim.x, item_iter++) {
+            for (int w = persistent_work(item_iter); w < num_items; w = persistent_work(++item_iter)) {
                 const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
                 const int n_block = item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
                 const int n_start = n_block * kBlockN;
@@ -2573,7 +2580,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     const uint8_t* k_cols = k_smem + (cwg * HS / 2 / 64) * kBlockN * 128 + (cwg * HS / 2 % 64) * 2;
     float dk_acc[kDT * 4], dv_acc[kDT * 4];
     int stage_iter = 0, item_iter = 0;
-    for (int w = blockIdx.x; w < num_items; w += gridDim.x, item_iter++) {
+    for (int w = persistent_work(item_iter); w < num_items; w = persistent_work(++item_iter)) {
         const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
         const int n_block = item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
         const int n_start = n_block * kBlockN;
@@ -2744,7 +2751,7 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
         setmaxnreg_dec<Tile::kProducerRegs>();
         if (threadIdx.x == 0) {
             int kv_iter = 0, item_iter = 0;
-            for (int w = blockIdx.x; w < num_items; w += gridDim.x, item_iter++) {
+            for (int w = persistent_work(item_iter); w < num_items; w = persistent_work(++item_iter)) {
                 const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
                 const int m_block = num_m_blocks - 1 - item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
                 const int m_start = m_block * kBlockM;
@@ -2776,7 +2783,7 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
     auto release = [&](uint64_t* bar) { if (lane == 0) mbar_arrive(bar); };
     float dq_acc[kDT * 4];
     int kv_iter = 0, item_iter = 0;
-    for (int w = blockIdx.x; w < num_items; w += gridDim.x, item_iter++) {
+    for (int w = persistent_work(item_iter); w < num_items; w = persistent_work(++item_iter)) {
         const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
         const int m_block = num_m_blocks - 1 - item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
         const int m_start = m_block * kBlockM;

@@ -50,8 +50,8 @@ struct BackwardVariant {
     int number;
     const char* name;
     int num_configs;              // the most configs of either head size; a nullptr name ends a shorter list
-    const char* configs64[7];
-    const char* configs128[7];
+    const char* configs64[6];
+    const char* configs128[6];
     void (*launch)(const AttentionBackwardParams&, int config, cudaStream_t);
     bool (*supports)(const Shape&);   // nullptr: every shape the API supports
     bool slow;            // time with few repeats
@@ -68,9 +68,9 @@ static const BackwardVariant kVariants[] = {
     {5, "wgmma_split", 4, {"kv128x64/2wg+q128x64/2wg", "kv64x64/1wg+q64x64/1wg", "kv128x64/2wg+q128x128/2wg", "kv64x128/1wg+q64x128/1wg"},
                           {"kv64x64/1wg+q64x64/1wg", "kv128x64/2wg+q64x64/1wg", "kv128x64/2wg+q128x64/2wg", "kv64x64/1wg+q128x64/2wg"},
                           attention_backward5, attention_backward5_supports, false, true},
-    {6, "wgmma_split_ws", 7, {"kv128x64+q128x64", "kv128x128+q128x128", "kv128x64+q128x128", "kv128x64+q128x64/s3",
-                              "kv128x64+q128x64/s3/ovl", "kv128x128+q128x128/s3", "kv128x128+q128x128/qovl"},
-                             {"kv128x64+q128x64", "kv128x64+q128x128", "kv128x64+q128x64/qovl", nullptr, nullptr, nullptr, nullptr},
+    {6, "wgmma_split_ws", 6, {"kv128x64+q128x64", "kv128x128+q128x128", "kv128x64+q128x128", "kv128x64+q128x64/s3",
+                              "kv128x64+q128x64/s3/ovl", "kv128x128+q128x128/s3"},
+                             {"kv128x64+q128x64", "kv128x64+q128x128", nullptr, nullptr, nullptr, nullptr},
                              attention_backward6, attention_backward6_supports, false, true},
     {7, "wgmma_atomic_ws", 4, {"kv128x64", "kv128x64/s3", "kv128x64/pipe", "kv128x64/s3/pipe"}, {"kv128x64", "kv128x64/pipe", nullptr, nullptr}, attention_backward7, attention_backward7_supports, false, false},
 };

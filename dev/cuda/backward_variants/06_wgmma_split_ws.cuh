@@ -53,15 +53,6 @@ the dQ GEMM in a warpgroup of its own, or 2-CTA clusters sharing Q/dO (TMA multi
 
 bool attention_backward6_supports(const Shape& s) { return (s.HS == 64 || s.HS == 128) && hopper_path_available(); }
 
-// the dK/dV kernel as shipped (2 stages, plain steps) with the dQ kernel's steps overlapped (3 stages): the dQ step
-// holds S, dP (kQBlockN keys) and the previous step's dS fragments at once, which fits 240 registers at q128x128
-template <int HS, int kKVBlockM, int kQBlockN>
-void split_hopper_ws_dq_overlap(const AttentionBackwardParams& p, cudaStream_t stream) {
-    launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
-    launch_attention_backward_dkdv_hopper_ws<HS, 2, kKVBlockM, 2>(p, stream);
-    launch_attention_backward_dq_hopper_ws<HS, 2, kQBlockN, 3, /*kOverlap=*/true>(p, stream);
-}
-
 void attention_backward6(const AttentionBackwardParams& p, int config, cudaStream_t stream) {
     if (p.HS == 64) {
         switch (config) {
@@ -71,13 +62,11 @@ void attention_backward6(const AttentionBackwardParams& p, int config, cudaStrea
             case 3: attention_backward_split_hopper_ws<64, 2, 64, 2, 64, 3>(p, stream); break;     // kv128x64 + q128x64, 3 stages
             case 4: attention_backward_split_hopper_ws<64, 2, 64, 2, 64, 3, true>(p, stream); break;   // the same, overlapped steps
             case 5: attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 3>(p, stream); break;   // kv128x128 + q128x128, 3 stages
-            case 6: split_hopper_ws_dq_overlap<64, 128, 128>(p, stream); break;                 // kv128x128 + q128x128, dQ steps overlapped
         }
     } else {
         switch (config) {
             case 0: attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2>(p, stream); break;    // kv128x64 + q128x64
             case 1: attention_backward_split_hopper_ws<128, 2, 64, 2, 128, 2>(p, stream); break;   // kv128x64 + q128x128
-            case 2: split_hopper_ws_dq_overlap<128, 64, 64>(p, stream); break;                  // kv128x64 + q128x64, dQ steps overlapped
         }
     }
 }
