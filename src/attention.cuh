@@ -1049,12 +1049,17 @@ inline int persistent_section_heads(int num_bh, int T, int HS) {
     const long head_bytes = (long)T * HS * 4;
     return num_bh * head_bytes > (64l << 20) ? (int)std::max(1l, (16l << 20) / head_bytes) : num_bh;
 }
-// The CTA's work item in round r of its walk (one item a round). Rounds alternate direction (snake order), so the CTA
-// that took the longest item of one round takes the shortest of the next: items come longest first, and in plain
-// round-robin order (w = blockIdx.x + r * gridDim.x) CTA 0 took the longest item of every round. ncu, H200,
-// 1x12x16384 backward (dK/dV): the SMs were busy 91% of the kernel's cycles, the rest a ragged tail.
-__device__ __forceinline__ int persistent_work(int round) {
-    return round * (int)gridDim.x + ((round & 1) ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x);
+// The CTA's work item in round r of its walk (one item a round). Plain round-robin (w = blockIdx.x + r * gridDim.x)
+// gives CTA 0 the longest item of every round when a round holds few heads (items come longest first): ncu, H200,
+// 1x12x16384 backward (dK/dV), the SMs were busy 91% of the kernel's cycles, the rest a ragged tail. Snake order
+// (rounds alternate direction) evens that out, but only where the heads run unsectioned: measured (H100, 2026-11-21,
+// sixth session call 3, ms, round-robin -> snake everywhere) forward 8x12x1024 0.0500 -> 0.0472, 4x12x4096 0.2535 ->
+// 0.2343, 1x12x16384 0.861 -> 0.779; backward 0.1472 -> 0.1405, 0.7329 -> 0.7098, 2.816 -> 2.725; but with sections
+// forward 64x12x1024 0.318 -> 0.339, 4x16x8192x128 1.97 -> 2.48, backward 0.968 -> 1.055 and 6.74 -> 8.47. So snake
+// = one section (section_heads >= B * NH).
+__device__ __forceinline__ int persistent_work(int round, bool snake) {
+    const bool reverse = snake && (round & 1);
+    return round * (int)gridDim.x + (reverse ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x);
 }
 struct PersistentItem { int rank, bh; };
 __device__ __forceinline__ PersistentItem persistent_item(int w, int num_ranks, int num_bh, int section_heads) {
@@ -1104,13 +1109,14 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
 
     const int T = p.T, NH = p.NH, num_bh = p.B * p.NH;
     const int num_m_blocks = ceil_div(T, kBlockM), num_items = num_m_blocks * num_bh;
+    const bool snake = section_heads >= num_bh;   // see persistent_work
     const int wg = threadIdx.x / 128;
 
     if (wg == 0) {   // ---- producer
         setmaxnreg_dec<Tile::kProducerRegs>();
         if (threadIdx.x == 0) {
             int kv_iter = 0, tile_iter = 0;
-            for (int w = persistent_work(tile_iter); w < num_items; w = persistent_work(++tile_iter)) {
+            for (int w = persistent_work(tile_iter, snake); w < num_items; w = persistent_work(++tile_iter, snake)) {
                 const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
                 const int m_block = num_m_blocks - 1 - item.rank, b = item.bh / NH, h = item.bh % NH;
                 const int m_start = m_block * kBlockM;
@@ -1206,13 +1212,13 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
     wgmma_fence();
     issue_s(0);
     turn_end(false);
-    for (int w = persistent_work(tile_iter); w < num_items; w = persistent_work(++tile_iter)) {
+    for (int w = persistent_work(tile_iter, snake); w < num_items; w = persistent_work(++tile_iter, snake)) {
         const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
         const int m_block = num_m_blocks - 1 - item.rank, b = item.bh / NH, h = item.bh % NH;
         const int m_start = m_block * kBlockM;
         const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
         const int qslot = tile_iter % Tile::kQSlots;
-        const bool has_next = persistent_work(tile_iter + 1) < num_items;
+        const bool has_next = persistent_work(tile_iter + 1, snake) < num_items;
         auto softmax = [&](int j) {   // on tile j (loop order): P_j (fp32) in s, row statistics, alpha
             const int key0 = (n_blocks - 1 - j) * kBlockN;
             if (key0 + kBlockN - 1 > m_start + warp_row0) causal_mask_tile<kNT>(s, m_start + warp_row0, key0, g, tq);
@@ -2540,6 +2546,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
 
     const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T), num_bh = p.B * p.NH;
     const int num_n_blocks = ceil_div(T, kBlockN), num_items = num_n_blocks * num_bh, m_blocks = ceil_div(T, kBlockM);
+    const bool snake = section_heads >= num_bh;   // see persistent_work
     const int wg = threadIdx.x / 128;
     const BackwardScratch sc = backward_scratch(p);
 
@@ -2547,7 +2554,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
         setmaxnreg_dec<Tile::kProducerRegs>();
         if (threadIdx.x == 0) {
             int stage_iter = 0, item_iter = 0;
-            for (int w = persistent_work(item_iter); w < num_items; w = persistent_work(++item_iter)) {
+            for (int w = persistent_work(item_iter, snake); w < num_items; w = persistent_work(++item_iter, snake)) {
                 const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
                 const int n_block = item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
                 const int n_start = n_block * kBlockN;
@@ -2580,7 +2587,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     const uint8_t* k_cols = k_smem + (cwg * HS / 2 / 64) * kBlockN * 128 + (cwg * HS / 2 % 64) * 2;
     float dk_acc[kDT * 4], dv_acc[kDT * 4];
     int stage_iter = 0, item_iter = 0;
-    for (int w = persistent_work(item_iter); w < num_items; w = persistent_work(++item_iter)) {
+    for (int w = persistent_work(item_iter, snake); w < num_items; w = persistent_work(++item_iter, snake)) {
         const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
         const int n_block = item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
         const int n_start = n_block * kBlockN;
@@ -2745,13 +2752,14 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
 
     const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T), num_bh = p.B * p.NH;
     const int num_m_blocks = ceil_div(T, kBlockM), num_items = num_m_blocks * num_bh;
+    const bool snake = section_heads >= num_bh;   // see persistent_work
     const int wg = threadIdx.x / 128;
 
     if (wg == 0) {   // ---- producer
         setmaxnreg_dec<Tile::kProducerRegs>();
         if (threadIdx.x == 0) {
             int kv_iter = 0, item_iter = 0;
-            for (int w = persistent_work(item_iter); w < num_items; w = persistent_work(++item_iter)) {
+            for (int w = persistent_work(item_iter, snake); w < num_items; w = persistent_work(++item_iter, snake)) {
                 const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
                 const int m_block = num_m_blocks - 1 - item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
                 const int m_start = m_block * kBlockM;
@@ -2783,7 +2791,7 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
     auto release = [&](uint64_t* bar) { if (lane == 0) mbar_arrive(bar); };
     float dq_acc[kDT * 4];
     int kv_iter = 0, item_iter = 0;
-    for (int w = persistent_work(item_iter); w < num_items; w = persistent_work(++item_iter)) {
+    for (int w = persistent_work(item_iter, snake); w < num_items; w = persistent_work(++item_iter, snake)) {
         const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
         const int m_block = num_m_blocks - 1 - item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
         const int m_start = m_block * kBlockM;
