@@ -2958,9 +2958,9 @@ void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaSt
 
 // Hopper atomic path (HS 64 or 128, sm_90a; dev variant 7, not shipped): preprocess (+ zero dq_accum), the
 // warp-specialised dK/dV kernel that also reduce-adds dQ into dq_accum (5 GEMMs a tile pair instead of the split's
-// 7), dQ convert. Non-deterministic. Measured no faster than the deterministic split (H100: 1x12x16384 2.875 ms
-// against kv128x128's 2.854; slower at every other shape, see 07_wgmma_atomic_ws.cuh), so the opt-in leaves
-// Hopper on the split.
+// 7), dQ convert. Non-deterministic. Measured no faster than the deterministic split, pipelined or not (H100, sixth
+// session: 1x12x16384 2.767 ms pipelined against the split's 2.738; slower at every other shape, see
+// 07_wgmma_atomic_ws.cuh), so the opt-in leaves Hopper on the split.
 // kPipelined: each step's dQ is issued in the next step, under its softmax (the kernel's kOverlap)
 template <int HS, int kStages, bool kPipelined = false>
 void attention_backward_atomic_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
@@ -3010,9 +3010,9 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
     AttentionBackwardParams p{dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS};
     if (attention_backward_uses_hopper(HS)) {   // deterministic, and at least as fast as the atomic variant 7
         // warp-specialised split, 2 consumer warpgroups; dev variant 6's best config at every measured shape in the
-        // last call that timed them all (H100, 2026-11-21, fourth session call 4, bwd ms): HS 64 kv128x128+q128x128
-        // (64x12x1024 1.028, 8x12x1024 0.153, 4x12x4096 0.790, 1x12x16384 2.854; the next best 1.065 / 0.154 /
-        // 0.804 / 3.064); HS 128 kv128x64+q128x64 (4x16x8192 7.30, q128x128 7.29 within noise but spills)
+        // last call that timed them all (H100, 2026-11-21, sixth session call 1, bwd ms): HS 64 kv128x128+q128x128
+        // (64x12x1024 0.974, 8x12x1024 0.147, 4x12x4096 0.735, 1x12x16384 2.738; the next best 1.031 / 0.149 /
+        // 0.789 / 2.810); HS 128 kv128x64+q128x64 (4x16x8192 6.68, q128x128 6.62 within noise but spills)
         if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2>(p, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2>(p, stream);
     } else if (attention_backward_nondeterministic()) {   // faster than the split at every shape measured (header)

@@ -24,7 +24,8 @@ dev/cuda/README.md; bwd FLOPs = 2.5 * 4*B*NH*T*T*HS/2):
   6  variant 5 with TMA loads and warp specialisation (producer + 2 consumer warpgroups, H100, same call: 1.125 / 229.1
      persistent); what src ships on sm_90 since 054a36c                                (v5 best 1.401, cuDNN 1.452)
   7  variant 6's dK/dV kernel with atomic dQ (dS^T through shared memory, TMA          H100: 1.094 / 235.6
-     reduce-add into fp32; non-deterministic, the Hopper opt-in at T >= 8192)          (v0 1.034, cuDNN 1.438)
+     reduce-add into fp32; non-deterministic, not shipped; /pipe: each dQ a step       (v0 1.034, cuDNN 1.438)
+     late, under the next softmax: 1.074 against v0's 0.974, sixth session)
 
 Every variant must pass every shape at x1 and x8. The naive bf16 computation of the rule rounds the scores,
 P, dP, dS and the outputs to bf16 and takes P from its own bf16 forward, as PyTorch's bf16 autograd would.

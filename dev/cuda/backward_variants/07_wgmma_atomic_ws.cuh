@@ -23,8 +23,14 @@ named barrier every step (each one's dQ needs both halves of dS^T), so neither h
 dS^T / dQ staging the way the free-running warpgroups of the split kernels do. Sections of heads (persistent_item)
 took HS 128 from 9.70 to 8.01 ms (the fp32 dQ rows of 64 heads are 256 MB) but cost at 1x12x16384 (2.78 -> 3.01).
 Its best case, 1x12x16384, ties the split's kv128x128 config (2.854 ms in call 4, which is what src now ships), so
-src does not use it, not even with FLASHGPT_ATTN_NONDETERMINISTIC=1. Next: a dedicated dQ-writer warp and mbarriers
-in place of the per-step barrier, so the two warpgroups can drift apart as in the split kernels.
+src does not use it, not even with FLASHGPT_ATTN_NONDETERMINISTIC=1.
+Configs /pipe (sixth session, the kernel's kOverlap): step j issues step j-1's dQ right behind its own S^T, dP^T, so
+dQ runs under step j's softmax, and each warpgroup hands its dS^T half to the other through a named barrier split
+into bar.arrive (writer) and bar.sync (reader), ids alternating per step. H100, call 1 of the sixth session (commit
+ab5d659, with the S/dP fix; --check 62 passed with variant 0; memcheck / racecheck / synccheck clean), bwd ms_med,
+kv128x64 -> kv128x64/pipe (src split in brackets): 64x12x1024 1.178 -> 1.074 (0.974), 8x12x1024 0.163 -> 0.153
+(0.147), 4x12x4096 0.915 -> 0.779 (0.735), 1x12x16384 3.037 -> 2.767 (2.738), 4x16x8192x128 8.80 -> 9.41 (6.68-7.03;
+the HS 128 pipe spills 272 bytes). Still no faster than the split: the warpgroups still meet every step.
 */
 #pragma once
 
