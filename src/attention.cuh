@@ -2005,6 +2005,387 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
 }
 
 // ----------------------------------------------------------------------------
+// fused kernel (atomic dQ): dK, dV and dQ in one kernel, 5 GEMMs per tile pair, shaped for shared-memory traffic.
+// The dK/dV kernel's atomic mode issues 0.6 ldmatrix.x4 per MMA (ncu, H100, 1x12x16384: L1 71% busy, tensor pipe
+// 33%; FlashAttention-2's kernel at the same shape 65% / 43% in 24% fewer cycles): its 16-key warps each load
+// every Q / dO fragment of a step for 16 keys, and its dQ warps own 16 x 32 outputs. Here a CTA has 8 warps and
+// kBlockN = 128 keys, and walks stages of kBlockM queries in passes of 64:
+//   S^T = K Q^T, dP^T = V dO^T: warp (wk, wq) owns 16 * kMT keys x 64 / kWarpsQ queries of the pass. With 4 x 2
+//     warps of 32 keys x 32 queries each K / V fragment serves 2 query tiles and each Q / dO fragment 2 key tiles.
+//   dV += P^T dO, dK += dS^T Q, one of two ways:
+//     registers (HS 64, 128-query stages): over the warp's own queries, P^T and dS^T straight from the
+//       accumulators; the two query warps of a key slice keep partial dK, dV (all HS columns of their keys),
+//       summed once through shared memory at the end. Each B fragment (16 queries x 16 columns) serves kMT key tiles.
+//     shared memory (kDkDvSmem, HS 128, 64-query stages; partial dK, dV of 32 keys x 128 columns would take 256
+//       registers): P^T goes to shared memory beside dS^T, and after the stage's barrier warp (wk, wq) accumulates
+//       its 32 keys x HS / 2 columns over all 64 queries, both A operands loaded (FlashAttention-2's way).
+//   dS^T goes to shared memory; after one barrier, dQ (kBlockM x HS) += dS K with each warp owning 32 queries x
+//     HS * 32 / kBlockM... columns (2 A + 1 B loads per 4 MMAs of a k step at 32 columns), added into the fp32
+//     accumulator with red.global.add.
+// ldmatrix.x4 per MMA, HS 64: S/dP 0.5, dV/dK 0.25, dQ 0.5, about 0.42 with the dS^T stores; HS 128: 0.5 / 0.375 /
+// 0.5, about 0.48 with the P^T, dS^T stores (0.62 and 0.59 in the dK/dV kernel's atomic mode).
+// Barriers: two a stage. The one that ends a stage is the next stage's first: a warp past it knows every warp has
+// left the previous stage, so its dS^T (and P^T) may be overwritten, and the Q / dO stage loaded next was last read
+// before the previous stage's second barrier (register path: the passes read Q / dO, dQ does not) or two stages
+// ago (kDkDvSmem: dV / dK read Q / dO after the second barrier, hence 3 stage buffers).
+
+template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem>
+struct BackwardFusedTile {
+    static constexpr int kNWarps = 8, kThreads = 256;
+    static constexpr int kWarpsK = kNWarps / kWarpsQ;
+    static constexpr int kBlockN = 16 * kMT * kWarpsK;            // keys per CTA
+    static constexpr int kBlockM = kDkDvSmem ? 64 : 128;           // queries per stage (one dQ tile)
+    static constexpr int kPassM = 64;                              // queries per S^T / dP^T pass
+    static constexpr int kWarpQ = kPassM / kWarpsQ;                // queries per warp per pass
+    // Q / dO stage buffers, loaded kStages - 1 stages ahead: 3, or 2 where 3 do not fit (HS 128 register path)
+    static constexpr int kStages = (kDkDvSmem || HS == 64) ? 3 : 2;
+    static constexpr int kKVBytes = kBlockN * HS * 2;
+    static constexpr int kQBytes = kBlockM * HS * 2;
+    static constexpr int kStageBytes = 2 * kQBytes + 2 * kBlockM * 4;   // Q, dO, lse2, dpsum
+    static constexpr int kDsBytes = kBlockN * kBlockM * 2;              // dS^T (kBlockN, kBlockM) bf16, then P^T
+    static constexpr int kSmemBytes = 2 * kKVBytes + (kDkDvSmem ? 2 : 1) * kDsBytes + kStages * kStageBytes;
+    // register path: the fp32 dK, dV partials of query warps 1.. go to warps 0 at the end, in dS^T's and the stages' memory
+    static constexpr int kPartialBytes = kDkDvSmem ? 0 : (kWarpsQ - 1) * kBlockN * HS * 2 * 4;
+    // dQ warp tiles: 32 query rows x kDqCols columns
+    static constexpr int kDqWarpsM = kBlockM / 32, kDqCols = HS * kDqWarpsM / kNWarps;
+    static_assert(kBlockN == 128 && kWarpQ % 16 == 0, "8 warps of 16 * kMT keys x kWarpQ queries, 128 keys");
+    static_assert(!kDkDvSmem || (kMT == 2 && kWarpsQ == 2), "the shared-memory dV / dK tiling is 4 x 2 warps of 32 keys");
+    static_assert(kPartialBytes <= kDsBytes + kStages * kStageBytes, "the dK, dV partials must fit in the freed memory");
+    static_assert(kDqCols % 16 == 0, "dQ warp tiles are whole x4 loads wide");
+    static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_80 / sm_90 CTA may have");
+};
+
+template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem>
+__global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const AttentionBackwardParams p) {
+    using Tile = BackwardFusedTile<HS, kMT, kWarpsQ, kDkDvSmem>;
+    constexpr int kBlockN = Tile::kBlockN, kBlockM = Tile::kBlockM, kThreads = Tile::kThreads;
+    constexpr int kWarpQ = Tile::kWarpQ, kWarpsK = Tile::kWarpsK;
+    constexpr int kKS = HS / 16;          // k16 steps of S^T = K Q^T (over d)
+    constexpr int kQT = kWarpQ / 8;       // n8 tiles of the warp's S^T (queries)
+    constexpr int kAccCols = kDkDvSmem ? HS / kWarpsQ : HS;   // dK, dV columns a warp accumulates
+    constexpr int kDT = kAccCols / 8;     // ... in n8 tiles
+    constexpr int kDqDT = Tile::kDqCols / 8;
+    extern __shared__ __align__(1024) uint8_t smem[];
+    uint8_t* k_smem = smem;                                     // (kBlockN, HS), dK staging at the end
+    uint8_t* v_smem = smem + Tile::kKVBytes;                    // (kBlockN, HS), dV staging at the end
+    uint8_t* ds_smem = smem + 2 * Tile::kKVBytes;               // (kBlockN, kBlockM) dS^T
+    uint8_t* pt_smem = ds_smem + Tile::kDsBytes;                // (kBlockN, kBlockM) P^T, kDkDvSmem only
+    uint8_t* stage_smem = ds_smem + (kDkDvSmem ? 2 : 1) * Tile::kDsBytes;
+    auto q_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes; };
+    auto do_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes + Tile::kQBytes; };
+    auto lse2_tile = [&](int s) { return reinterpret_cast<float*>(stage_smem + s * Tile::kStageBytes + 2 * Tile::kQBytes); };
+
+    const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T);
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int n_block = blockIdx.y;                     // block 0 has the most query tiles: launched first
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, tq = lane % 4;
+    const int wk = warp % kWarpsK, wq = warp / kWarpsK;  // the warp's key slice and query slice (or column half)
+    const size_t row_stride = 3 * (size_t)NH * HS;     // between consecutive t in qkv / dqkv
+    const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
+    const floatX* k_gl = q_gl + NH * HS;
+    const floatX* v_gl = q_gl + 2 * NH * HS;
+    const floatX* do_gl = p.dout + ((size_t)b * T * NH + h) * HS;
+    const BackwardScratch sc = backward_scratch(p);
+    const float* lse2_gl = sc.lse2 + (size_t)bh * Tp;
+    const float* dpsum_gl = sc.dpsum + (size_t)bh * Tp;
+    const int n_start = n_block * kBlockN;
+    const int warp_row0 = wk * 16 * kMT;                // this warp's first key row inside the tile
+    const int warp_key0 = n_start + warp_row0;          // ... and as a key index
+    const int acc_col0 = kDkDvSmem ? wq * kAccCols : 0; // its first dK / dV column
+    const int m_first = n_start / kBlockM;              // first query tile with a query >= some key here
+    const int m_blocks = ceil_div(T, kBlockM);
+
+    auto load_stage = [&](int s, int m_block) {
+        load_tile_rows_async<HS, kThreads, kBlockM>(q_tile(s), q_gl, row_stride, m_block * kBlockM, T);
+        load_tile_rows_async<HS, kThreads, kBlockM>(do_tile(s), do_gl, (size_t)NH * HS, m_block * kBlockM, T);
+        // lse2 then dpsum, kBlockM floats each; the padding keeps these in bounds and 16-byte aligned
+        for (int c = threadIdx.x; c < kBlockM / 2; c += kThreads) {
+            const int which = c / (kBlockM / 4), i = c % (kBlockM / 4);
+            const float* src = (which ? dpsum_gl : lse2_gl) + m_block * kBlockM + 4 * i;
+            cp_async_16(smem_addr(lse2_tile(s) + which * kBlockM + 4 * i), src, true);
+        }
+    };
+    load_tile_async<HS, kThreads>(k_smem, k_gl, row_stride, n_start, kBlockN, T);
+    load_tile_async<HS, kThreads>(v_smem, v_gl, row_stride, n_start, kBlockN, T);
+    #pragma unroll
+    for (int s = 0; s < Tile::kStages - 1; s++) {   // one commit group per stage, empty past the end
+        if (m_first + s < m_blocks) load_stage(s, m_first + s);
+        cp_async_commit();
+    }
+
+    float dk_acc[kMT][kDT][4], dv_acc[kMT][kDT][4];
+    #pragma unroll
+    for (int mt = 0; mt < kMT; mt++)
+        #pragma unroll
+        for (int dt = 0; dt < kDT; dt++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) dk_acc[mt][dt][e] = dv_acc[mt][dt][e] = 0.0f;
+    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
+
+    for (int m_block = m_first; m_block < m_blocks; m_block++) {
+        const int stage = (m_block - m_first) % Tile::kStages;
+        cp_async_wait<Tile::kStages - 2>();   // the groups of later stages may still run: this stage's has landed
+        __syncthreads();      // this stage's Q, dO, lse2, dpsum (and K, V on the first pass) are visible to every
+                              // warp, and every warp has left the previous stage (see the header)
+        constexpr int kAhead = Tile::kStages - 1;   // into the buffer the previous stage used
+        if (m_block + kAhead < m_blocks) load_stage((stage + kAhead) % Tile::kStages, m_block + kAhead);
+        cp_async_commit();
+        const int m_start = m_block * kBlockM;
+        const uint8_t* q_s = q_tile(stage);
+        const uint8_t* do_s = do_tile(stage);
+        const float* lse2_s = lse2_tile(stage);
+        const float* dpsum_s = lse2_s + kBlockM;
+
+        #pragma unroll 1
+        for (int pass = 0; pass < kBlockM / Tile::kPassM; pass++) {
+            const int q0 = pass * Tile::kPassM + wq * kWarpQ;   // the warp's first query row in the stage
+            if (warp_key0 > m_start + q0 + kWarpQ - 1) {        // every key above every query (diagonal stage only)
+                #pragma unroll
+                for (int mt = 0; mt < kMT; mt++)
+                    #pragma unroll
+                    for (int nt = 0; nt < kQT; nt++)
+                        #pragma unroll
+                        for (int half = 0; half < 2; half++) {
+                            const int off = swizzle<kBlockM>(warp_row0 + mt * 16 + g + 8 * half, q0 / 8 + nt) + 4 * tq;
+                            *reinterpret_cast<uint32_t*>(ds_smem + off) = 0u;
+                            if constexpr (kDkDvSmem) *reinterpret_cast<uint32_t*>(pt_smem + off) = 0u;
+                        }
+                continue;
+            }
+            // S^T = K Q^T and dP^T = V dO^T: 16 * kMT keys x kWarpQ queries per warp
+            float st[kMT][kQT][4], dpt[kMT][kQT][4];
+            #pragma unroll
+            for (int mt = 0; mt < kMT; mt++)
+                #pragma unroll
+                for (int nt = 0; nt < kQT; nt++)
+                    #pragma unroll
+                    for (int e = 0; e < 4; e++) st[mt][nt][e] = dpt[mt][nt][e] = 0.0f;
+            #pragma unroll
+            for (int ks = 0; ks < kKS; ks++) {
+                uint32_t ka[kMT][4], va[kMT][4];   // A fragments: this warp's keys, d = 16ks..16ks+15
+                #pragma unroll
+                for (int mt = 0; mt < kMT; mt++) {
+                    const int key = warp_row0 + mt * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+                    ldmatrix_x4(ka[mt], smem_addr(k_smem + swizzle<HS>(key, 2 * ks + lane / 16)));
+                    ldmatrix_x4(va[mt], smem_addr(v_smem + swizzle<HS>(key, 2 * ks + lane / 16)));
+                }
+                #pragma unroll
+                for (int np = 0; np < kQT / 2; np++) {
+                    uint32_t qb[4], dob[4];   // B fragments of query tiles 2np and 2np+1 (Q, dO are [query][d])
+                    const int qrow = q0 + np * 16 + (lane % 8) + 8 * (lane / 16);
+                    ldmatrix_x4(qb, smem_addr(q_s + swizzle<HS>(qrow, 2 * ks + (lane / 8) % 2)));
+                    ldmatrix_x4(dob, smem_addr(do_s + swizzle<HS>(qrow, 2 * ks + (lane / 8) % 2)));
+                    #pragma unroll
+                    for (int mt = 0; mt < kMT; mt++) {
+                        mma_bf16_16816(st[mt][2 * np], ka[mt], qb[0], qb[1]);
+                        mma_bf16_16816(st[mt][2 * np + 1], ka[mt], qb[2], qb[3]);
+                        mma_bf16_16816(dpt[mt][2 * np], va[mt], dob[0], dob[1]);
+                        mma_bf16_16816(dpt[mt][2 * np + 1], va[mt], dob[2], dob[3]);
+                    }
+                }
+            }
+            // P^T = exp2(S^T * c - lse2[query]), 0 where key > query; dS^T = P^T * (dP^T - D[query]), to shared
+            // memory as bf16 (and P^T too with kDkDvSmem). Only passes where some key of this warp exceeds some
+            // query take the masked copy (the mask's compares and selects were 11% of a pass's instructions).
+            auto softmax = [&](auto masked) {   // masked: std::true_type or std::false_type, two copies of the loop
+                #pragma unroll
+                for (int nt = 0; nt < kQT; nt++) {
+                    const int q = q0 + nt * 8 + 2 * tq;
+                    const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + q);
+                    const float2 dps = *reinterpret_cast<const float2*>(dpsum_s + q);
+                    #pragma unroll
+                    for (int mt = 0; mt < kMT; mt++) {
+                        #pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            float x = st[mt][nt][e] * scale_log2 - (e % 2 ? l2.y : l2.x);
+                            if (decltype(masked)::value && warp_key0 + mt * 16 + g + 8 * (e / 2) > m_start + q + (e % 2)) x = -INFINITY;
+                            const float pr = fast_exp2(x);
+                            st[mt][nt][e] = pr;
+                            dpt[mt][nt][e] = pr * (dpt[mt][nt][e] - (e % 2 ? dps.y : dps.x));
+                        }
+                        #pragma unroll
+                        for (int half = 0; half < 2; half++) {
+                            const int off = swizzle<kBlockM>(warp_row0 + mt * 16 + g + 8 * half, q0 / 8 + nt) + 4 * tq;
+                            *reinterpret_cast<uint32_t*>(ds_smem + off) = pack_bf16x2(dpt[mt][nt][2 * half], dpt[mt][nt][2 * half + 1]);
+                            if constexpr (kDkDvSmem) *reinterpret_cast<uint32_t*>(pt_smem + off) = pack_bf16x2(st[mt][nt][2 * half], st[mt][nt][2 * half + 1]);
+                        }
+                    }
+                }
+            };
+            if (warp_key0 + 16 * kMT - 1 > m_start + q0) softmax(std::true_type{});
+            else softmax(std::false_type{});
+            // register path: dV += P^T dO and dK += dS^T Q over the warp's queries; accumulator tiles 2kk, 2kk+1
+            // are the A fragment of k step kk
+            if constexpr (!kDkDvSmem) {
+                #pragma unroll
+                for (int kk = 0; kk < kWarpQ / 16; kk++) {
+                    uint32_t pa[kMT][4], dsa[kMT][4];
+                    #pragma unroll
+                    for (int mt = 0; mt < kMT; mt++) {
+                        pa[mt][0] = pack_bf16x2(st[mt][2 * kk][0], st[mt][2 * kk][1]);
+                        pa[mt][1] = pack_bf16x2(st[mt][2 * kk][2], st[mt][2 * kk][3]);
+                        pa[mt][2] = pack_bf16x2(st[mt][2 * kk + 1][0], st[mt][2 * kk + 1][1]);
+                        pa[mt][3] = pack_bf16x2(st[mt][2 * kk + 1][2], st[mt][2 * kk + 1][3]);
+                        dsa[mt][0] = pack_bf16x2(dpt[mt][2 * kk][0], dpt[mt][2 * kk][1]);
+                        dsa[mt][1] = pack_bf16x2(dpt[mt][2 * kk][2], dpt[mt][2 * kk][3]);
+                        dsa[mt][2] = pack_bf16x2(dpt[mt][2 * kk + 1][0], dpt[mt][2 * kk + 1][1]);
+                        dsa[mt][3] = pack_bf16x2(dpt[mt][2 * kk + 1][2], dpt[mt][2 * kk + 1][3]);
+                    }
+                    #pragma unroll
+                    for (int dp = 0; dp < kDT / 2; dp++) {
+                        uint32_t dob[4], qb[4];   // B fragments of d tiles 2dp, 2dp+1 ([query][d]: transposed load)
+                        const int qrow = q0 + 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2);
+                        ldmatrix_x4_trans(dob, smem_addr(do_s + swizzle<HS>(qrow, 2 * dp + lane / 16)));
+                        ldmatrix_x4_trans(qb, smem_addr(q_s + swizzle<HS>(qrow, 2 * dp + lane / 16)));
+                        #pragma unroll
+                        for (int mt = 0; mt < kMT; mt++) {
+                            mma_bf16_16816(dv_acc[mt][2 * dp], pa[mt], dob[0], dob[1]);
+                            mma_bf16_16816(dv_acc[mt][2 * dp + 1], pa[mt], dob[2], dob[3]);
+                            mma_bf16_16816(dk_acc[mt][2 * dp], dsa[mt], qb[0], qb[1]);
+                            mma_bf16_16816(dk_acc[mt][2 * dp + 1], dsa[mt], qb[2], qb[3]);
+                        }
+                    }
+                }
+            }
+        }
+        __syncthreads();   // all of dS^T (and P^T) is in shared memory before any warp reads it
+
+        // shared-memory path: dV += P^T dO, dK += dS^T Q, warp (wk, wq) = 32 keys x columns acc_col0.., over the
+        // stage's queries; A fragments (keys x 16 queries) from the [key][query] tiles, B as in the register path
+        if constexpr (kDkDvSmem) {
+            #pragma unroll 2
+            for (int kk = 0; kk < kBlockM / 16; kk++) {
+                uint32_t pa[kMT][4], dsa[kMT][4];
+                #pragma unroll
+                for (int mt = 0; mt < kMT; mt++) {
+                    const int key = warp_row0 + mt * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+                    ldmatrix_x4(pa[mt], smem_addr(pt_smem + swizzle<kBlockM>(key, 2 * kk + lane / 16)));
+                    ldmatrix_x4(dsa[mt], smem_addr(ds_smem + swizzle<kBlockM>(key, 2 * kk + lane / 16)));
+                }
+                #pragma unroll
+                for (int dp = 0; dp < kDT / 2; dp++) {
+                    uint32_t dob[4], qb[4];
+                    const int qrow = 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2);
+                    ldmatrix_x4_trans(dob, smem_addr(do_s + swizzle<HS>(qrow, acc_col0 / 8 + 2 * dp + lane / 16)));
+                    ldmatrix_x4_trans(qb, smem_addr(q_s + swizzle<HS>(qrow, acc_col0 / 8 + 2 * dp + lane / 16)));
+                    #pragma unroll
+                    for (int mt = 0; mt < kMT; mt++) {
+                        mma_bf16_16816(dv_acc[mt][2 * dp], pa[mt], dob[0], dob[1]);
+                        mma_bf16_16816(dv_acc[mt][2 * dp + 1], pa[mt], dob[2], dob[3]);
+                        mma_bf16_16816(dk_acc[mt][2 * dp], dsa[mt], qb[0], qb[1]);
+                        mma_bf16_16816(dk_acc[mt][2 * dp + 1], dsa[mt], qb[2], qb[3]);
+                    }
+                }
+            }
+        }
+
+        // dQ (kBlockM x HS) += dS K: warp -> 32 query rows x kDqCols columns
+        {
+            const int dq_row0 = 32 * (warp % Tile::kDqWarpsM), dq_col0 = Tile::kDqCols * (warp / Tile::kDqWarpsM);
+            float dq[2][kDqDT][4];
+            #pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+                #pragma unroll
+                for (int dt = 0; dt < kDqDT; dt++) dq[mt][dt][0] = dq[mt][dt][1] = dq[mt][dt][2] = dq[mt][dt][3] = 0.0f;
+            // keys past this warp's last query contribute dS = 0 (diagonal stage): stop there (an even count)
+            const int kk_end = min(kBlockN / 16, ceil_div(m_start + dq_row0 + 32 - n_start, 16));
+            #pragma unroll 2
+            for (int kk = 0; kk < kk_end; kk++) {
+                uint32_t dsa[2][4];   // A fragments of dS (queries dq_row0 + 16mt.., keys 16kk..) from dS^T: transposed load
+                const int key = 16 * kk + (lane % 8) + 8 * (lane / 16);
+                #pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+                    ldmatrix_x4_trans(dsa[mt], smem_addr(ds_smem + swizzle<kBlockM>(key, (dq_row0 + 16 * mt) / 8 + (lane / 8) % 2)));
+                #pragma unroll
+                for (int dp = 0; dp < kDqDT / 2; dp++) {
+                    uint32_t kb[4];   // B fragments of K (k = key, n = d): transposed load
+                    const int krow = 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2);
+                    ldmatrix_x4_trans(kb, smem_addr(k_smem + swizzle<HS>(krow, dq_col0 / 8 + 2 * dp + lane / 16)));
+                    #pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        mma_bf16_16816(dq[mt][2 * dp], dsa[mt], kb[0], kb[1]);
+                        mma_bf16_16816(dq[mt][2 * dp + 1], dsa[mt], kb[2], kb[3]);
+                    }
+                }
+            }
+            // red.global.add into dq_accum (B*NH, T, HS); sm_90 adds a thread's two adjacent columns in one instruction
+            #pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+                #pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int t = m_start + dq_row0 + 16 * mt + g + 8 * half;
+                    if (t < T) {
+                        float* acc = sc.dq_accum + ((size_t)bh * T + t) * HS + dq_col0 + 2 * tq;
+                        #pragma unroll
+                        for (int dt = 0; dt < kDqDT; dt++) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+                            atomicAdd(reinterpret_cast<float2*>(acc + dt * 8), make_float2(dq[mt][dt][2 * half], dq[mt][dt][2 * half + 1]));
+#else
+                            atomicAdd(acc + dt * 8, dq[mt][dt][2 * half]);
+                            atomicAdd(acc + dt * 8 + 1, dq[mt][dt][2 * half + 1]);
+#endif
+                        }
+                    }
+                }
+        }
+    }
+    __syncthreads();   // every warp is done with dS^T, the stages and K before the epilogue reuses them
+
+    // epilogue. Register path with 2 query warps: query warp 1 adds its fp32 dK, dV partials into query warp 0's
+    // (same fragment layout: lane l of warp (wk, 1) writes its float4 i at [wk][i][l], conflict-free). Then
+    // dK *= scale; dK, dV -> bf16, staged in the warp's own rows and columns of the K/V tiles for 16-byte stores.
+    if constexpr (Tile::kPartialBytes > 0) {
+        static_assert(kWarpsQ == 2, "one partial per key slice");
+        constexpr int kRegs4 = kMT * kDT * 2;             // float4s of dK, dV a thread
+        float4* partial = reinterpret_cast<float4*>(ds_smem) + wk * kRegs4 * 32 + lane;
+        if (wq == 1) {
+            #pragma unroll
+            for (int mt = 0; mt < kMT; mt++)
+                #pragma unroll
+                for (int dt = 0; dt < kDT; dt++) {
+                    partial[((mt * kDT + dt) * 2) * 32] = make_float4(dk_acc[mt][dt][0], dk_acc[mt][dt][1], dk_acc[mt][dt][2], dk_acc[mt][dt][3]);
+                    partial[((mt * kDT + dt) * 2 + 1) * 32] = make_float4(dv_acc[mt][dt][0], dv_acc[mt][dt][1], dv_acc[mt][dt][2], dv_acc[mt][dt][3]);
+                }
+        }
+        __syncthreads();
+        if (wq == 1) return;
+        #pragma unroll
+        for (int mt = 0; mt < kMT; mt++)
+            #pragma unroll
+            for (int dt = 0; dt < kDT; dt++) {
+                const float4 a = partial[((mt * kDT + dt) * 2) * 32], c = partial[((mt * kDT + dt) * 2 + 1) * 32];
+                dk_acc[mt][dt][0] += a.x; dk_acc[mt][dt][1] += a.y; dk_acc[mt][dt][2] += a.z; dk_acc[mt][dt][3] += a.w;
+                dv_acc[mt][dt][0] += c.x; dv_acc[mt][dt][1] += c.y; dv_acc[mt][dt][2] += c.z; dv_acc[mt][dt][3] += c.w;
+            }
+    }
+    const float scale = rsqrtf((float)HS);
+    #pragma unroll
+    for (int mt = 0; mt < kMT; mt++)
+        #pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int row = warp_row0 + mt * 16 + g + 8 * half;
+            #pragma unroll
+            for (int dt = 0; dt < kDT; dt++) {
+                *reinterpret_cast<uint32_t*>(k_smem + swizzle<HS>(row, acc_col0 / 8 + dt) + 4 * tq) =
+                    pack_bf16x2(dk_acc[mt][dt][2 * half] * scale, dk_acc[mt][dt][2 * half + 1] * scale);
+                *reinterpret_cast<uint32_t*>(v_smem + swizzle<HS>(row, acc_col0 / 8 + dt) + 4 * tq) =
+                    pack_bf16x2(dv_acc[mt][dt][2 * half], dv_acc[mt][dt][2 * half + 1]);
+            }
+        }
+    __syncwarp();
+    constexpr int kChunks = kAccCols / 8;                 // 16-byte chunks of a warp's row
+    floatX* dk_gl = p.dqkv + (size_t)b * T * row_stride + NH * HS + h * HS;
+    for (int c = lane; c < 16 * kMT * kChunks; c += 32) {
+        const int row = warp_row0 + c / kChunks, ch = acc_col0 / 8 + c % kChunks, t = n_start + row;
+        if (t < T) {
+            *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + ch * 8) = *reinterpret_cast<const uint4*>(k_smem + swizzle<HS>(row, ch));
+            *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + NH * HS + ch * 8) = *reinterpret_cast<const uint4*>(v_smem + swizzle<HS>(row, ch));
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
 // Hopper (sm_90a) backward, HS 64 and 128: the split path's two kernels on wgmma. Same math, same scratch,
 // same preprocess; every GEMM is a warpgroup MMA reading its shared operands straight from the 128-byte-swizzled
 // tiles (the forward's swizzle_wgmma layout: HS / 64 column blocks of (rows, 64)), and the GEMMs whose A operand
@@ -2928,6 +3309,16 @@ void attention_backward_atomic(const AttentionBackwardParams& p, cudaStream_t st
     launch_attention_backward_postprocess<HS>(p, stream);
 }
 
+// fused path (portable, non-deterministic): preprocess (+ zero dq_accum), the fused kernel, dQ convert
+template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem>
+void attention_backward_fused(const AttentionBackwardParams& p, cudaStream_t stream) {
+    using Tile = BackwardFusedTile<HS, kMT, kWarpsQ, kDkDvSmem>;
+    launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/true, stream);
+    launch_with_smem<attention_backward_fused_kernel<HS, kMT, kWarpsQ, kDkDvSmem>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockN)),
+                         Tile::kThreads, Tile::kSmemBytes, stream, p);
+    launch_attention_backward_postprocess<HS>(p, stream);
+}
+
 // split path: preprocess, dK/dV kernel (kKVWarps warps of 16 * kKVMT keys, kKVBlockM-query steps), dQ kernel
 // (kQWarps warps of 16 * kQMT query rows, kQBlockN-key steps). Deterministic: every output written once, fixed order.
 template <int HS, int kKVWarps, int kKVMT, int kKVBlockM, int kQWarps, int kQMT, int kQBlockN>
@@ -2983,13 +3374,6 @@ inline size_t attention_backward_scratch_bytes(int B, int T, int NH, int HS) {
     return attention_backward_scratch_bytes_for(B, T, NH, HS, /*with_dq_accum=*/attention_backward_nondeterministic());
 }
 
-// Atomic path, HS 64: 128-key blocks (8 warps) halve the dQ atomics, which wins once there are many of them
-// (64x12x1024: 1.628 vs 1.834 ms); below that 64-key blocks (4 warps) fill the GPU better (16x12x1024: 0.409
-// vs 0.420 ms). Threshold between the two measured points: 3072 blocks of 128 keys.
-inline bool attention_backward_atomic_big_tiles(int B, int T, int NH) {
-    return (long long)B * NH * ceil_div(T, 128) >= 3072;
-}
-
 // the backward runs on wgmma on Hopper, both head sizes (when the binary carries sm_90a code)
 inline bool attention_backward_uses_hopper(int /*HS*/) { return hopper_path_available(); }
 
@@ -2998,8 +3382,8 @@ inline const char* attention_backward_path_name(int HS) {
         return HS == 64 ? "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys x 128 + dQ 128 x 128, 2 consumer warpgroups each (HS=64)"
                         : "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys x 64 + dQ 128 x 64, 2 consumer warpgroups each (HS=128)";
     if (attention_backward_nondeterministic())
-        return HS == 64 ? "flash backward, mma.sync sm80, atomic dQ (non-deterministic): 128 keys x 64 queries 8 warps, 64x64 4 warps on small shapes (HS=64)"
-                        : "flash backward, mma.sync sm80, atomic dQ (non-deterministic): 64 keys x 64 queries 4 warps (HS=128)";
+        return HS == 64 ? "flash backward, mma.sync sm80, fused with atomic dQ (non-deterministic): 128 keys x 128-query stages, 4x2 warps, dK/dV in registers (HS=64)"
+                        : "flash backward, mma.sync sm80, fused with atomic dQ (non-deterministic): 128 keys x 64-query stages, 4x2 warps, P^T/dS^T through shared memory (HS=128)";
     return HS == 64 ? "flash backward, mma.sync sm80, split deterministic: dK/dV 64 keys x 32 queries 4 warps + dQ 64x64 4 warps (HS=64)"
                     : "flash backward, mma.sync sm80, split deterministic: dK/dV 64 keys x 32 queries 4 warps + dQ 64x32 4 warps (HS=128)";
 }
@@ -3015,10 +3399,9 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
         // 0.789 / 2.810); HS 128 kv128x64+q128x64 (4x16x8192 6.68, q128x128 6.62 within noise but spills)
         if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2>(p, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2>(p, stream);
-    } else if (attention_backward_nondeterministic()) {   // faster than the split at every shape measured (header)
-        if (HS == 64 && attention_backward_atomic_big_tiles(B, T, NH)) attention_backward_atomic<64, 8, 64>(p, stream);
-        else if (HS == 64) attention_backward_atomic<64, 4, 64>(p, stream);
-        else attention_backward_atomic<128, 4, 64>(p, stream);
+    } else if (attention_backward_nondeterministic()) {   // the fused kernel (dev variant 8), fastest at every shape measured
+        if (HS == 64) attention_backward_fused<64, 2, 2, false>(p, stream);
+        else attention_backward_fused<128, 2, 2, true>(p, stream);
     } else {
         if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(p, stream);
         else attention_backward_split<128, 4, 1, 32, 4, 1, 32>(p, stream);

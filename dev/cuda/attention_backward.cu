@@ -43,6 +43,7 @@ forward timed in the same run (fwd+bwd FLOPs = 3.5 * fwd).
 #include "dev/cuda/backward_variants/05_wgmma_split.cuh"
 #include "dev/cuda/backward_variants/06_wgmma_split_ws.cuh"
 #include "dev/cuda/backward_variants/07_wgmma_atomic_ws.cuh"
+#include "dev/cuda/backward_variants/08_fa2_fused_wide.cuh"
 
 // ----------------------------------------------------------------------------
 // the variant table: number, name, tile configs (names for HS 64 / HS 128), launcher
@@ -74,6 +75,7 @@ static const BackwardVariant kVariants[] = {
                              {"kv128x64+q128x64", "kv128x64+q128x128", nullptr, nullptr, nullptr, nullptr},
                              attention_backward6, attention_backward6_supports, false, true},
     {7, "wgmma_atomic_ws", 4, {"kv128x64", "kv128x64/s3", "kv128x64/pipe", "kv128x64/s3/pipe"}, {"kv128x64", "kv128x64/pipe", nullptr, nullptr}, attention_backward7, attention_backward7_supports, false, false},
+    {8, "fa2_fused_wide", 2, {"128x128/4x2w", "128x128/8x1w"}, {"128x64/4x2w/smem", "128x128/8x1w"}, attention_backward8, nullptr, false, false},
 };
 constexpr int kBaselineVariant = 2;
 
