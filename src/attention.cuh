@@ -2004,6 +2004,15 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
     }
 }
 
+// *p += a, p[1] += b in global memory (red.global.add: no result returned); sm_90 adds both in one instruction
+__device__ __forceinline__ void red_add_f32x2(float* p, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" :: "l"(p), "f"(a), "f"(b) : "memory");
+#else
+    asm volatile("red.global.add.f32 [%0], %1;\n red.global.add.f32 [%0+4], %2;\n" :: "l"(p), "f"(a), "f"(b) : "memory");
+#endif
+}
+
 // ----------------------------------------------------------------------------
 // fused kernel (atomic dQ): dK, dV and dQ in one kernel, 5 GEMMs per tile pair, shaped for shared-memory traffic.
 // The dK/dV kernel's atomic mode issues 0.6 ldmatrix.x4 per MMA (ncu, H100, 1x12x16384: L1 71% busy, tensor pipe
@@ -2309,25 +2318,25 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
                     }
                 }
             }
-            // red.global.add into dq_accum (B*NH, T, HS); sm_90 adds a thread's two adjacent columns in one instruction
-            #pragma unroll
-            for (int mt = 0; mt < 2; mt++)
+            // red.global.add into dq_accum (B*NH, T, HS) from one base pointer with constant offsets: a red holds its
+            // address registers until it has left for memory, and per-row address arithmetic (an if per row) made each
+            // row's reds wait for the previous row's (ncu: 13% of the HS 128 stall samples). Rows past T (last stage
+            // only) take the per-row branch.
+            const int row0 = m_start + dq_row0 + g;
+            float* acc = sc.dq_accum + ((size_t)bh * T + row0) * HS + dq_col0 + 2 * tq;
+            auto red_rows = [&](auto all_rows) {   // std::true_type: every row of the warp's tile is below T
                 #pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    const int t = m_start + dq_row0 + 16 * mt + g + 8 * half;
-                    if (t < T) {
-                        float* acc = sc.dq_accum + ((size_t)bh * T + t) * HS + dq_col0 + 2 * tq;
-                        #pragma unroll
-                        for (int dt = 0; dt < kDqDT; dt++) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-                            atomicAdd(reinterpret_cast<float2*>(acc + dt * 8), make_float2(dq[mt][dt][2 * half], dq[mt][dt][2 * half + 1]));
-#else
-                            atomicAdd(acc + dt * 8, dq[mt][dt][2 * half]);
-                            atomicAdd(acc + dt * 8 + 1, dq[mt][dt][2 * half + 1]);
-#endif
+                for (int mt = 0; mt < 2; mt++)
+                    #pragma unroll
+                    for (int half = 0; half < 2; half++)
+                        if (decltype(all_rows)::value || row0 + 16 * mt + 8 * half < T) {
+                            #pragma unroll
+                            for (int dt = 0; dt < kDqDT; dt++)
+                                red_add_f32x2(acc + (16 * mt + 8 * half) * HS + dt * 8, dq[mt][dt][2 * half], dq[mt][dt][2 * half + 1]);
                         }
-                    }
-                }
+            };
+            if (m_start + dq_row0 + 32 <= T) red_rows(std::true_type{});
+            else red_rows(std::false_type{});
         }
     }
     __syncthreads();   // every warp is done with dS^T, the stages and K before the epilogue reuses them
