@@ -1462,10 +1462,14 @@ Kernels (sm_80+ mma.sync, the forward's fragments, swizzle and cp.async loads):
               with red.global.add (FA2's KV-parallel backward: 5 GEMMs per tile pair, summation order varies).
   dq          (split path) one CTA per (query block, b, h): recomputes S and dP, dQ += dS K in registers,
               written once. With dkdv it is 7 GEMMs per tile pair instead of 5, but no atomics: deterministic.
+  fused       (atomic path, since the seventh session) one kernel per 128-key block that also adds dQ, with wider
+              warp tiles than dkdv's atomic mode (see its header): FA2's 5 GEMMs with less shared-memory traffic.
   postprocess (atomic path) the fp32 dQ accumulator * scale -> bf16 into dqkv.
 Paths: "split" (deterministic, bit-identical run to run: the training default) and "atomic" (opt-in:
-FLASHGPT_ATTN_NONDETERMINISTIC=1 or attention_backward_nondeterministic() = true). On Hopper with sm_90a code in
-the binary, the split path runs on wgmma. Since 2026-11-21 (third session) it ships the warp-specialised TMA
+FLASHGPT_ATTN_NONDETERMINISTIC=1 or attention_backward_nondeterministic() = true; the fused kernel, dev variant 8:
+on an H100, f+b with the mma.sync forward 1.02-1.47x FlashAttention-2 at HS 64, 0.99x at HS 128, seventh session
+call 7 in dev/cuda/README.md; the figures below are the dkdv kernel's atomic mode, dev variant 3). On Hopper with
+sm_90a code in the binary, the split path runs on wgmma. Since 2026-11-21 (third session) it ships the warp-specialised TMA
 kernels (*_hopper_ws below, dev variant 6; its configs chosen in attention_backward()), measured on an H100 against
 the cp.async ones (variant 5, best config per shape), bwd ms: 64x12x1024 1.125 vs 1.401, 8x12x1024 0.152 vs 0.164,
 4x12x4096 0.797 vs 0.944, 1x12x16384 3.028 vs 3.576, 4x16x8192x128 7.298 vs 8.942; cuDNN in that call 1.452, 0.286,
@@ -2029,14 +2033,19 @@ __device__ __forceinline__ void red_add_f32x2(float* p, float a, float b) {
 //       registers): P^T goes to shared memory beside dS^T, and after the stage's barrier warp (wk, wq) accumulates
 //       its 32 keys x HS / 2 columns over all 64 queries, both A operands loaded (FlashAttention-2's way).
 //   dS^T goes to shared memory; after one barrier, dQ (kBlockM x HS) += dS K with each warp owning 32 queries x
-//     HS * 32 / kBlockM... columns (2 A + 1 B loads per 4 MMAs of a k step at 32 columns), added into the fp32
-//     accumulator with red.global.add.
+//     kDqCols columns (32 at HS 64 and at HS 128 with 64-query stages: 2 A + 2 B loads per 8 MMAs of a k step),
+//     added into the fp32 accumulator with red.global.add.
 // ldmatrix.x4 per MMA, HS 64: S/dP 0.5, dV/dK 0.25, dQ 0.5, about 0.42 with the dS^T stores; HS 128: 0.5 / 0.375 /
 // 0.5, about 0.48 with the P^T, dS^T stores (0.62 and 0.59 in the dK/dV kernel's atomic mode).
-// Barriers: two a stage. The one that ends a stage is the next stage's first: a warp past it knows every warp has
-// left the previous stage, so its dS^T (and P^T) may be overwritten, and the Q / dO stage loaded next was last read
-// before the previous stage's second barrier (register path: the passes read Q / dO, dQ does not) or two stages
-// ago (kDkDvSmem: dV / dK read Q / dO after the second barrier, hence 3 stage buffers).
+// Barriers: two a stage (Q / dO visible; dS^T complete). The first is also the previous stage's end: a warp past
+// it knows every warp has left the previous stage, so dS^T (and P^T) may be overwritten, and only then does it
+// issue the load of stage + kStages - 1 into the buffer the previous stage read. A third barrier at each stage's
+// end, as the dK/dV kernel has, cost 4% (H100, 1x12x16384: 4.150 ms with it in call 2, 3.998 without in call 3;
+// variant 3 4.870 and 4.795 in those calls).
+// Measured (H100, 2026-11-21, seventh session; bwd ms against the dK/dV kernel's atomic mode, dev variant 3, best
+// config, in the same calls): 64x12x1024 1.516 vs 1.724, 8x12x1024 0.203 vs 0.219, 4x12x4096 1.123 vs 1.318,
+// 1x12x16384 3.998 vs 4.795, 4x16x8192x128 10.99 vs 11.30 (call 3); then the masked / unmasked softmax copies,
+// the 3-deep ring and one base pointer for the dQ reds: 1x12x16384 3.943, 4x16x8192x128 10.16 (call 7).
 
 template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem>
 struct BackwardFusedTile {

@@ -11,7 +11,7 @@ deterministic ones also bit-for-bit across two runs, then timed.
 Variants, with bwd ms / TF/s at B=64 NH=12 T=1024 HS=64 (H200, 2026-11-21; commit 98d5c03 for 0 and 5, with PyTorch's
 FlashAttention-2 bwd at 1.897 ms / 135.8 and cuDNN at 1.264 / 203.9 in that call; 6e27659 for 2-4; all shapes in
 dev/cuda/README.md; bwd FLOPs = 2.5 * 4*B*NH*T*T*HS/2):
-  0  what src/attention.cuh ships (variant 6 on Hopper; elsewhere 4, or 3 with          1.246 / 206.8 (then v5)
+  0  what src/attention.cuh ships (variant 6 on Hopper; elsewhere 4, or 8 with          1.246 / 206.8 (then v5)
      FLASHGPT_ATTN_NONDETERMINISTIC=1)
   1  naive: one warp per query row (dQ) / key row (dK, dV), fp32 (the GPU reference, writing bf16)
   2  materialized: permute, cuBLAS recompute of att, softmax backward, cuBLAS GEMMs,    8.808 / 29.3
@@ -26,6 +26,9 @@ dev/cuda/README.md; bwd FLOPs = 2.5 * 4*B*NH*T*T*HS/2):
   7  variant 6's dK/dV kernel with atomic dQ (dS^T through shared memory, TMA          H100: 1.094 / 235.6
      reduce-add into fp32; non-deterministic, not shipped; /pipe: each dQ a step       (v0 1.034, cuDNN 1.438)
      late, under the next softmax: 1.074 against v0's 0.974, sixth session)
+  8  variant 3 with wider warp tiles (4 x 2 warps of 32 x 32, 128-key blocks; HS 128      H100: 1.525 / 169.0
+     P^T / dS^T through shared memory), two barriers a stage: the non-deterministic     (v3 1.724 in call 3;
+     opt-in off Hopper since the seventh session                                         FA2 2.089, same call)
 
 Every variant must pass every shape at x1 and x8. The naive bf16 computation of the rule rounds the scores,
 P, dP, dS and the outputs to bf16 and takes P from its own bf16 forward, as PyTorch's bf16 autograd would.

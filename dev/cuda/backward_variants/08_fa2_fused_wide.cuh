@@ -1,9 +1,26 @@
 /*
 Variant 8: variant 3 reshaped for shared-memory traffic (mma.sync, sm_80+): one kernel per 128-key block with 8
-warps, 128-query stages walked in two 64-query passes; HS 64 puts the warps 4 (keys) x 2 (queries), 32 x 32 each,
-with partial dK, dV per query warp summed at the end; dQ over the whole 128-query stage with 32 x HS/2 warp tiles.
-attention_backward_fused_kernel in src/attention.cuh (its header has the load counts). Non-deterministic (atomic dQ).
-Configs: kBlockN keys x kBlockM queries / warps as (key warps) x (query warps).
+warps, 4 (keys) x 2 (queries) of 32 x 32 for S^T and dP^T. HS 64: 128-query stages in two 64-query passes, dK / dV
+accumulated from registers over each warp's own queries (partials of the two query warps summed at the end);
+HS 128: 64-query stages, P^T and dS^T through shared memory and dK / dV in 32 keys x 64 columns per warp. dQ over the
+whole stage with 32 x 32 warp tiles, red.global.add from one base pointer. Two barriers a stage, a 3-deep Q / dO ring.
+attention_backward_fused_kernel in src/attention.cuh (its header has the load counts); what the non-deterministic
+opt-in runs off Hopper since the seventh session. Non-deterministic (atomic dQ).
+Configs: kBlockN keys x kBlockM queries / warps as (key warps) x (query warps); 8x1w = 16-key warps, dK / dV from
+registers (kept to show the 4x2 layout's gain).
+ncu (H100, 1x12x16384, call 3 of the seventh session): L1 60% busy, tensor pipe 39%, 7.28 M cycles, against variant
+3's 71% / 33% / 8.71 M and FlashAttention-2's kernel 65% / 43% / 6.63 M (call 1). Its instructions: 1.25 G against
+variant 3's 1.41 G and FlashAttention-2's 1.20 G.
+Validation (H100, commit 35f3b72, seventh session call 7): --check 28 passed (both configs, 7 shapes x 2 scales; worst
+error ratio to the naive bf16 computation 1.2), compute-sanitizer memcheck / racecheck / synccheck clean at B=2
+T=300 NH=2 HS=64 and B=1 T=277 NH=3 HS=128. Last run (same call; PyTorch FlashAttention-2 bwd 2.089 / 0.297 / 1.316 /
+3.911 / 9.749 ms):
+  RESULT attention_backward 8 cfg=128x128/4x2w B=64 NH=12 T=1024 HS=64 ms_med=1.5252 tflops=169.0 speedup_vs_2=7.88
+  RESULT attention_backward 8 cfg=128x128/4x2w B=8 NH=12 T=1024 HS=64 ms_med=0.2002 tflops=160.9 speedup_vs_2=7.13
+  RESULT attention_backward 8 cfg=128x128/4x2w B=4 NH=12 T=4096 HS=64 ms_med=1.0899 tflops=236.5 speedup_vs_2=14.82
+  RESULT attention_backward 8 cfg=128x128/4x2w B=1 NH=12 T=16384 HS=64 ms_med=3.9434 tflops=261.4 speedup_vs_2=17.46
+  RESULT attention_backward 8 cfg=128x64/4x2w/smem B=4 NH=16 T=8192 HS=128 ms_med=10.1596 tflops=270.6 speedup_vs_2=8.97
+(8x1w: 1.584 / 0.210 / 1.196 / 4.361 ms at HS 64, 10.53 at HS 128.)
 */
 #pragma once
 
