@@ -1462,8 +1462,9 @@ Kernels (sm_80+ mma.sync, the forward's fragments, swizzle and cp.async loads):
               with red.global.add (FA2's KV-parallel backward: 5 GEMMs per tile pair, summation order varies).
   dq          (split path) one CTA per (query block, b, h): recomputes S and dP, dQ += dS K in registers,
               written once. With dkdv it is 7 GEMMs per tile pair instead of 5, but no atomics: deterministic.
-  fused       (atomic path, since the seventh session) one kernel per 128-key block that also adds dQ, with wider
-              warp tiles than dkdv's atomic mode (see its header): FA2's 5 GEMMs with less shared-memory traffic.
+  fused       (since the seventh session) one kernel per 128-key block with wider warp tiles than dkdv (see its
+              header). The atomic path runs it with dQ (FA2's 5 GEMMs, less shared-memory traffic); the split
+              path runs it without (kDq = false), in place of dkdv, next to the dq kernel.
   postprocess (atomic path) the fp32 dQ accumulator * scale -> bf16 into dqkv.
 Paths: "split" (deterministic, bit-identical run to run: the training default) and "atomic" (opt-in:
 FLASHGPT_ATTN_NONDETERMINISTIC=1 or attention_backward_nondeterministic() = true; the fused kernel, dev variant 8:
@@ -1492,8 +1493,9 @@ best config of each variant; B*NH x T):
 There is no crossover in that range: the atomic path is 5-20% faster everywhere, down to B*NH = 12 at T = 1024.
 Its grid is key blocks x B*NH, so unlike a fused kernel parallel over B*NH alone (the Pallas case of the issue) it
 does not starve the GPU, and the split path pays 7 GEMMs instead of 5. So the opt-in always takes the atomic path;
-the split path exists for determinism. The split default uses dK/dV 64x32/4w + dQ 64x64/4w, the best or within
-noise (~4% run to run) of the best split config at every shape above. HS 128, 4x16x8192 (H200, commit 56f7084):
+the split path exists for determinism. The split default used dK/dV 64x32/4w + dQ 64x64/4w, the best or within
+noise (~4% run to run) of the best split config at every shape above, until the seventh session gave it the fused
+kernel's dK/dV (kDq = false: 4-15% faster, see attention_backward()). HS 128, 4x16x8192 (H200, commit 56f7084):
 split (shipped, kv64x32/4w + q64x32/4w) 14.86 ms, best split (kv64x64/4w + q64x64/4w, spills) 14.16 ms,
 atomic 128x64/8w 11.36 ms; all well short of FlashAttention-2's 9.71 ms there (see dev/cuda/README.md).
   RESULT attention_backward 4 cfg=kv64x32/4w+q64x64/4w B=64 NH=12 T=1024 HS=64 ms_med=1.8316 ms_min=1.7579 tflops=140.7 speedup_vs_2=4.71 fwd_bwd_tflops=156.8
@@ -2018,7 +2020,8 @@ __device__ __forceinline__ void red_add_f32x2(float* p, float a, float b) {
 }
 
 // ----------------------------------------------------------------------------
-// fused kernel (atomic dQ): dK, dV and dQ in one kernel, 5 GEMMs per tile pair, shaped for shared-memory traffic.
+// fused kernel: dK, dV and (kDq) dQ in one kernel, 5 GEMMs per tile pair, shaped for shared-memory traffic. Without
+// dQ (kDq = false) it is the split path's dK/dV kernel: no dS^T in shared memory (register path), one barrier a stage.
 // The dK/dV kernel's atomic mode issues 0.6 ldmatrix.x4 per MMA (ncu, H100, 1x12x16384: L1 71% busy, tensor pipe
 // 33%; FlashAttention-2's kernel at the same shape 65% / 43% in 24% fewer cycles): its 16-key warps each load
 // every Q / dO fragment of a step for 16 keys, and its dQ warps own 16 x 32 outputs. Here a CTA has 8 warps and
@@ -2073,7 +2076,7 @@ struct BackwardFusedTile {
     static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_80 / sm_90 CTA may have");
 };
 
-template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem>
+template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem, bool kDq>
 __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const AttentionBackwardParams p) {
     using Tile = BackwardFusedTile<HS, kMT, kWarpsQ, kDkDvSmem>;
     constexpr int kBlockN = Tile::kBlockN, kBlockM = Tile::kBlockM, kThreads = Tile::kThreads;
@@ -2083,6 +2086,7 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
     constexpr int kAccCols = kDkDvSmem ? HS / kWarpsQ : HS;   // dK, dV columns a warp accumulates
     constexpr int kDT = kAccCols / 8;     // ... in n8 tiles
     constexpr int kDqDT = Tile::kDqCols / 8;
+    constexpr bool kStoreDs = kDq || kDkDvSmem;   // dS^T goes to shared memory for dQ or for the shared-memory dK
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* k_smem = smem;                                     // (kBlockN, HS), dK staging at the end
     uint8_t* v_smem = smem + Tile::kKVBytes;                    // (kBlockN, HS), dV staging at the end
@@ -2166,7 +2170,7 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
                         #pragma unroll
                         for (int half = 0; half < 2; half++) {
                             const int off = swizzle<kBlockM>(warp_row0 + mt * 16 + g + 8 * half, q0 / 8 + nt) + 4 * tq;
-                            *reinterpret_cast<uint32_t*>(ds_smem + off) = 0u;
+                            if constexpr (kStoreDs) *reinterpret_cast<uint32_t*>(ds_smem + off) = 0u;
                             if constexpr (kDkDvSmem) *reinterpret_cast<uint32_t*>(pt_smem + off) = 0u;
                         }
                 continue;
@@ -2225,7 +2229,7 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
                         #pragma unroll
                         for (int half = 0; half < 2; half++) {
                             const int off = swizzle<kBlockM>(warp_row0 + mt * 16 + g + 8 * half, q0 / 8 + nt) + 4 * tq;
-                            *reinterpret_cast<uint32_t*>(ds_smem + off) = pack_bf16x2(dpt[mt][nt][2 * half], dpt[mt][nt][2 * half + 1]);
+                            if constexpr (kStoreDs) *reinterpret_cast<uint32_t*>(ds_smem + off) = pack_bf16x2(dpt[mt][nt][2 * half], dpt[mt][nt][2 * half + 1]);
                             if constexpr (kDkDvSmem) *reinterpret_cast<uint32_t*>(pt_smem + off) = pack_bf16x2(st[mt][nt][2 * half], st[mt][nt][2 * half + 1]);
                         }
                     }
@@ -2267,7 +2271,7 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
                 }
             }
         }
-        __syncthreads();   // all of dS^T (and P^T) is in shared memory before any warp reads it
+        if constexpr (kStoreDs) __syncthreads();   // all of dS^T (and P^T) is in shared memory before any warp reads it
 
         // shared-memory path: dV += P^T dO, dK += dS^T Q, warp (wk, wq) = 32 keys x columns acc_col0.., over the
         // stage's queries; A fragments (keys x 16 queries) from the [key][query] tiles, B as in the register path
@@ -2299,7 +2303,7 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
         }
 
         // dQ (kBlockM x HS) += dS K: warp -> 32 query rows x kDqCols columns
-        {
+        if constexpr (kDq) {
             const int dq_row0 = 32 * (warp % Tile::kDqWarpsM), dq_col0 = Tile::kDqCols * (warp / Tile::kDqWarpsM);
             float dq[2][kDqDT][4];
             #pragma unroll
@@ -3327,14 +3331,29 @@ void attention_backward_atomic(const AttentionBackwardParams& p, cudaStream_t st
     launch_attention_backward_postprocess<HS>(p, stream);
 }
 
+// the fused kernel over (B * NH, key blocks); kDq: with the atomic dQ
+template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem, bool kDq>
+void launch_attention_backward_fused(const AttentionBackwardParams& p, cudaStream_t stream) {
+    using Tile = BackwardFusedTile<HS, kMT, kWarpsQ, kDkDvSmem>;
+    launch_with_smem<attention_backward_fused_kernel<HS, kMT, kWarpsQ, kDkDvSmem, kDq>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockN)),
+                         Tile::kThreads, Tile::kSmemBytes, stream, p);
+}
+
 // fused path (portable, non-deterministic): preprocess (+ zero dq_accum), the fused kernel, dQ convert
 template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem>
 void attention_backward_fused(const AttentionBackwardParams& p, cudaStream_t stream) {
-    using Tile = BackwardFusedTile<HS, kMT, kWarpsQ, kDkDvSmem>;
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/true, stream);
-    launch_with_smem<attention_backward_fused_kernel<HS, kMT, kWarpsQ, kDkDvSmem>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockN)),
-                         Tile::kThreads, Tile::kSmemBytes, stream, p);
+    launch_attention_backward_fused<HS, kMT, kWarpsQ, kDkDvSmem, /*kDq=*/true>(p, stream);
     launch_attention_backward_postprocess<HS>(p, stream);
+}
+
+// split path with the fused kernel's dK/dV (kDq = false: no dQ, no atomics) and the mma.sync dQ kernel (kQWarps
+// warps of 16 * kQMT query rows, kQBlockN-key steps). Deterministic.
+template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem, int kQWarps, int kQMT, int kQBlockN>
+void attention_backward_split_wide(const AttentionBackwardParams& p, cudaStream_t stream) {
+    launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
+    launch_attention_backward_fused<HS, kMT, kWarpsQ, kDkDvSmem, /*kDq=*/false>(p, stream);
+    launch_attention_backward_dq<HS, kQWarps, kQMT, kQBlockN>(p, stream);
 }
 
 // split path: preprocess, dK/dV kernel (kKVWarps warps of 16 * kKVMT keys, kKVBlockM-query steps), dQ kernel
@@ -3392,6 +3411,13 @@ inline size_t attention_backward_scratch_bytes(int B, int T, int NH, int HS) {
     return attention_backward_scratch_bytes_for(B, T, NH, HS, /*with_dq_accum=*/attention_backward_nondeterministic());
 }
 
+// The fused kernel's shared memory (163 KB at HS 64, 193.5 KB at HS 128) against this GPU's per-block limit (H100
+// 227 KB, A100 163 KB, sm_86 / sm_89 99 KB): where it does not fit, the dK/dV kernel's paths run instead.
+template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem>
+inline bool attention_backward_fused_fits() {
+    return (size_t)BackwardFusedTile<HS, kMT, kWarpsQ, kDkDvSmem>::kSmemBytes <= device_props().sharedMemPerBlockOptin;
+}
+
 // the backward runs on wgmma on Hopper, both head sizes (when the binary carries sm_90a code)
 inline bool attention_backward_uses_hopper(int /*HS*/) { return hopper_path_available(); }
 
@@ -3399,11 +3425,16 @@ inline const char* attention_backward_path_name(int HS) {
     if (attention_backward_uses_hopper(HS))
         return HS == 64 ? "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys x 128 + dQ 128 x 128, 2 consumer warpgroups each (HS=64)"
                         : "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys x 64 + dQ 128 x 64, 2 consumer warpgroups each (HS=128)";
-    if (attention_backward_nondeterministic())
+    const bool fits = HS == 64 ? attention_backward_fused_fits<64, 2, 2, false>() : attention_backward_fused_fits<128, 2, 2, true>();
+    if (attention_backward_nondeterministic() && fits)
         return HS == 64 ? "flash backward, mma.sync sm80, fused with atomic dQ (non-deterministic): 128 keys x 128-query stages, 4x2 warps, dK/dV in registers (HS=64)"
                         : "flash backward, mma.sync sm80, fused with atomic dQ (non-deterministic): 128 keys x 64-query stages, 4x2 warps, P^T/dS^T through shared memory (HS=128)";
-    return HS == 64 ? "flash backward, mma.sync sm80, split deterministic: dK/dV 64 keys x 32 queries 4 warps + dQ 64x64 4 warps (HS=64)"
-                    : "flash backward, mma.sync sm80, split deterministic: dK/dV 64 keys x 32 queries 4 warps + dQ 64x32 4 warps (HS=128)";
+    if (attention_backward_nondeterministic())
+        return "flash backward, mma.sync sm80, atomic dQ (non-deterministic): 64 keys x 64 queries 4 warps (the fused kernel's shared memory does not fit)";
+    if (fits)
+        return HS == 64 ? "flash backward, mma.sync sm80, split deterministic: dK/dV 128 keys x 128-query stages 4x2 warps + dQ 64x64 4 warps (HS=64)"
+                        : "flash backward, mma.sync sm80, split deterministic: dK/dV 128 keys x 64-query stages 4x2 warps + dQ 64x32 4 warps (HS=128)";
+    return "flash backward, mma.sync sm80, split deterministic: dK/dV 64 keys x 32 queries 4 warps + dQ 4 warps (the fused kernel's shared memory does not fit)";
 }
 
 inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
@@ -3418,10 +3449,17 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
         if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2>(p, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2>(p, stream);
     } else if (attention_backward_nondeterministic()) {   // the fused kernel (dev variant 8), fastest at every shape measured
-        if (HS == 64) attention_backward_fused<64, 2, 2, false>(p, stream);
-        else attention_backward_fused<128, 2, 2, true>(p, stream);
+        if (HS == 64 && attention_backward_fused_fits<64, 2, 2, false>()) attention_backward_fused<64, 2, 2, false>(p, stream);
+        else if (HS == 128 && attention_backward_fused_fits<128, 2, 2, true>()) attention_backward_fused<128, 2, 2, true>(p, stream);
+        else if (HS == 64) attention_backward_atomic<64, 4, 64>(p, stream);    // dev variant 3, 64x64/4w (57 KB)
+        else attention_backward_atomic<128, 4, 64>(p, stream);
     } else {
-        if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(p, stream);
+        // the fused kernel's dK/dV without dQ + the mma.sync dQ kernel (dev variant 4's wide configs; H100, seventh
+        // session call 10, against the split's kv64x32/4w before: 64x12x1024 1.794 -> 1.720 ms, 8x12x1024 0.230 ->
+        // 0.217, 4x12x4096 1.466 -> 1.280, 1x12x16384 5.590 -> 4.763, 4x16x8192x128 14.66 -> 13.40)
+        if (HS == 64 && attention_backward_fused_fits<64, 2, 2, false>()) attention_backward_split_wide<64, 2, 2, false, 4, 1, 64>(p, stream);
+        else if (HS == 128 && attention_backward_fused_fits<128, 2, 2, true>()) attention_backward_split_wide<128, 2, 2, true, 4, 1, 32>(p, stream);
+        else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(p, stream);
         else attention_backward_split<128, 4, 1, 32, 4, 1, 32>(p, stream);
     }
 }

@@ -68,8 +68,10 @@ static const BackwardVariant kVariants[] = {
     {1, "naive", 1, {"warp/row"}, {"warp/row"}, attention_backward1, nullptr, true, true},
     {2, "cublas+softmax", 1, {"cublas"}, {"cublas"}, attention_backward2, nullptr, false, true},
     {3, "fa2_atomic_dq", 2, {"128x64/8w", "64x64/4w"}, {"64x64/4w", "128x64/8w"}, attention_backward3, nullptr, false, false},
-    {4, "fa2_split", 4, {"kv128x64/8w+q64x64/4w", "kv64x32/4w+q64x64/4w", "kv128x16/4wx2+q128x32/4wx2", "kv128x32/8w+q128x64/8w"},
-                        {"kv64x32/4w+q64x32/4w", "kv64x64/4w+q64x64/4w", "kv128x32/8w+q64x32/4w"}, attention_backward4, nullptr, false, true},
+    {4, "fa2_split", 5, {"kv128x64/8w+q64x64/4w", "kv64x32/4w+q64x64/4w", "kv128x16/4wx2+q128x32/4wx2", "kv128x32/8w+q128x64/8w",
+                         "kv128x128/4x2w+q64x64/4w"},
+                        {"kv64x32/4w+q64x32/4w", "kv64x64/4w+q64x64/4w", "kv128x32/8w+q64x32/4w", "kv128x64/4x2w/smem+q64x32/4w"},
+                        attention_backward4, nullptr, false, true},
     {5, "wgmma_split", 4, {"kv128x64/2wg+q128x64/2wg", "kv64x64/1wg+q64x64/1wg", "kv128x64/2wg+q128x128/2wg", "kv64x128/1wg+q64x128/1wg"},
                           {"kv64x64/1wg+q64x64/1wg", "kv128x64/2wg+q64x64/1wg", "kv128x64/2wg+q128x64/2wg", "kv64x64/1wg+q128x64/2wg"},
                           attention_backward5, attention_backward5_supports, false, true},
@@ -78,7 +80,7 @@ static const BackwardVariant kVariants[] = {
                              {"kv128x64+q128x64", "kv128x64+q128x128", nullptr, nullptr, nullptr, nullptr},
                              attention_backward6, attention_backward6_supports, false, true},
     {7, "wgmma_atomic_ws", 4, {"kv128x64", "kv128x64/s3", "kv128x64/pipe", "kv128x64/s3/pipe"}, {"kv128x64", "kv128x64/pipe", nullptr, nullptr}, attention_backward7, attention_backward7_supports, false, false},
-    {8, "fa2_fused_wide", 2, {"128x128/4x2w", "128x128/8x1w"}, {"128x64/4x2w/smem", "128x128/8x1w"}, attention_backward8, nullptr, false, false},
+    {8, "fa2_fused_wide", 2, {"128x128/4x2w", "128x128/8x1w"}, {"128x64/4x2w/smem", "128x128/8x1w"}, attention_backward8, attention_backward8_supports, false, false},
 };
 constexpr int kBaselineVariant = 2;
 

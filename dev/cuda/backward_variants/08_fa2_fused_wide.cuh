@@ -24,6 +24,12 @@ T=300 NH=2 HS=64 and B=1 T=277 NH=3 HS=128. Last run (same call; PyTorch FlashAt
 */
 #pragma once
 
+// the configs' shared memory fits this GPU (163 KB at HS 64 and 193.5 KB at HS 128 for config 0: not on sm_86 / sm_89)
+bool attention_backward8_supports(const Shape& s) {
+    return s.HS == 64 ? attention_backward_fused_fits<64, 2, 2, false>() && attention_backward_fused_fits<64, 1, 1, false>()
+                      : attention_backward_fused_fits<128, 2, 2, true>() && attention_backward_fused_fits<128, 1, 1, false>();
+}
+
 void attention_backward8(const AttentionBackwardParams& p, int config, cudaStream_t stream) {
     if (p.HS == 64) {
         if (config == 0) attention_backward_fused<64, 2, 2, false>(p, stream);    // 4 x 2 warps of 32 keys x 32 queries
