@@ -1586,10 +1586,148 @@ __global__ void attention_backward_postprocess_kernel(const AttentionBackwardPar
 }
 
 // ----------------------------------------------------------------------------
-// dK/dV kernel (optionally with atomic dQ). Fragment bookkeeping, per warp (g = lane / 4, tq = lane % 4):
-// the warp owns kMT m16 tiles of keys; S^T accumulator tile [mt][nt] holds keys mt*16 + g, + 8 of the warp's
-// and queries nt*8 + 2tq, +1 of the tile. kMT = 2 loads each Q / dO fragment once for twice the MMAs
-// (ldmatrix traffic, not the tensor cores, limits kMT = 1) at the price of twice the dK/dV registers.
+// Warp-level steps of the dK/dV and fused kernels (S^T with the keys as MMA rows, so P^T and dS^T come out of the
+// accumulators already in the A-fragment layout of dV += P^T dO and dK += dS^T Q: FA3's "swapAB"). A warp owns
+// kMT m16 tiles of keys (rows warp_row0.. of the K, V tiles); accumulator tile [mt][nt] holds keys mt*16 + g, + 8
+// and queries q0 + nt*8 + 2tq, +1 of the stage's Q, dO tiles (g = lane / 4, tq = lane % 4).
+
+// S^T = K Q^T and dP^T = V dO^T, 16 * kMT keys x kQT * 8 queries
+template <int HS, int kMT, int kQT>
+__device__ __forceinline__ void backward_st_dpt(float (&st)[kMT][kQT][4], float (&dpt)[kMT][kQT][4], const uint8_t* k_smem,
+                                                const uint8_t* v_smem, const uint8_t* q_s, const uint8_t* do_s,
+                                                int warp_row0, int q0, int lane) {
+    #pragma unroll
+    for (int mt = 0; mt < kMT; mt++)
+        #pragma unroll
+        for (int nt = 0; nt < kQT; nt++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) st[mt][nt][e] = dpt[mt][nt][e] = 0.0f;
+    #pragma unroll
+    for (int ks = 0; ks < HS / 16; ks++) {
+        uint32_t ka[kMT][4], va[kMT][4];   // A fragments: this warp's keys, d = 16ks..16ks+15
+        #pragma unroll
+        for (int mt = 0; mt < kMT; mt++) {
+            const int key = warp_row0 + mt * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+            ldmatrix_x4(ka[mt], smem_addr(k_smem + swizzle<HS>(key, 2 * ks + lane / 16)));
+            ldmatrix_x4(va[mt], smem_addr(v_smem + swizzle<HS>(key, 2 * ks + lane / 16)));
+        }
+        #pragma unroll
+        for (int np = 0; np < kQT / 2; np++) {
+            uint32_t qb[4], dob[4];   // B fragments of query tiles 2np and 2np+1 (Q, dO are [query][d])
+            const int qrow = q0 + np * 16 + (lane % 8) + 8 * (lane / 16);
+            ldmatrix_x4(qb, smem_addr(q_s + swizzle<HS>(qrow, 2 * ks + (lane / 8) % 2)));
+            ldmatrix_x4(dob, smem_addr(do_s + swizzle<HS>(qrow, 2 * ks + (lane / 8) % 2)));
+            #pragma unroll
+            for (int mt = 0; mt < kMT; mt++) {
+                mma_bf16_16816(st[mt][2 * np], ka[mt], qb[0], qb[1]);
+                mma_bf16_16816(st[mt][2 * np + 1], ka[mt], qb[2], qb[3]);
+                mma_bf16_16816(dpt[mt][2 * np], va[mt], dob[0], dob[1]);
+                mma_bf16_16816(dpt[mt][2 * np + 1], va[mt], dob[2], dob[3]);
+            }
+        }
+    }
+}
+
+// In place: P^T = exp2(S^T * c - lse2[query]), 0 where key > query (masked only); dS^T = P^T * (dP^T - D[query]).
+// lse2_s, dpsum_s: the stage's rows; warp_key0 / m_start: the key index of row warp_row0 and the query index of row 0
+template <int kMT, int kQT>
+__device__ __forceinline__ void backward_p_ds(float (&st)[kMT][kQT][4], float (&dpt)[kMT][kQT][4], const float* lse2_s,
+                                              const float* dpsum_s, int q0, bool masked, int warp_key0, int m_start,
+                                              float scale_log2, int lane) {
+    const int g = lane / 4, tq = lane % 4;
+    #pragma unroll
+    for (int nt = 0; nt < kQT; nt++) {
+        const int q = q0 + nt * 8 + 2 * tq;
+        const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + q);
+        const float2 dps = *reinterpret_cast<const float2*>(dpsum_s + q);
+        #pragma unroll
+        for (int mt = 0; mt < kMT; mt++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float x = st[mt][nt][e] * scale_log2 - (e % 2 ? l2.y : l2.x);
+                if (masked && warp_key0 + mt * 16 + g + 8 * (e / 2) > m_start + q + (e % 2)) x = -INFINITY;
+                const float pr = fast_exp2(x);
+                st[mt][nt][e] = pr;
+                dpt[mt][nt][e] = pr * (dpt[mt][nt][e] - (e % 2 ? dps.y : dps.x));
+            }
+    }
+}
+
+// dV += P^T dO and dK += dS^T Q over the warp's kQT * 8 queries: accumulator tiles 2kk, 2kk+1 are the A fragment of
+// k step kk; B fragments of d tiles 2dp, 2dp+1 by transposed loads of the [query][d] tiles. mma_accum_times_tile
+// twice (dV, then dK) would do the same, but the two interleaved share the address math: as two calls ptxas spilled
+// 4 more bytes in the fused kernel and took up to 7 more registers elsewhere.
+template <int HS, int kMT, int kQT>
+__device__ __forceinline__ void backward_dv_dk(float (&dv_acc)[kMT][HS / 8][4], float (&dk_acc)[kMT][HS / 8][4],
+                                               const float (&st)[kMT][kQT][4], const float (&dpt)[kMT][kQT][4],
+                                               const uint8_t* q_s, const uint8_t* do_s, int q0, int lane) {
+    #pragma unroll
+    for (int kk = 0; kk < kQT / 2; kk++) {
+        uint32_t pa[kMT][4], dsa[kMT][4];
+        #pragma unroll
+        for (int mt = 0; mt < kMT; mt++) {
+            pa[mt][0] = pack_bf16x2(st[mt][2 * kk][0], st[mt][2 * kk][1]);
+            pa[mt][1] = pack_bf16x2(st[mt][2 * kk][2], st[mt][2 * kk][3]);
+            pa[mt][2] = pack_bf16x2(st[mt][2 * kk + 1][0], st[mt][2 * kk + 1][1]);
+            pa[mt][3] = pack_bf16x2(st[mt][2 * kk + 1][2], st[mt][2 * kk + 1][3]);
+            dsa[mt][0] = pack_bf16x2(dpt[mt][2 * kk][0], dpt[mt][2 * kk][1]);
+            dsa[mt][1] = pack_bf16x2(dpt[mt][2 * kk][2], dpt[mt][2 * kk][3]);
+            dsa[mt][2] = pack_bf16x2(dpt[mt][2 * kk + 1][0], dpt[mt][2 * kk + 1][1]);
+            dsa[mt][3] = pack_bf16x2(dpt[mt][2 * kk + 1][2], dpt[mt][2 * kk + 1][3]);
+        }
+        #pragma unroll
+        for (int dp = 0; dp < HS / 16; dp++) {
+            uint32_t dob[4], qb[4];
+            const int qrow = q0 + 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2);
+            ldmatrix_x4_trans(dob, smem_addr(do_s + swizzle<HS>(qrow, 2 * dp + lane / 16)));
+            ldmatrix_x4_trans(qb, smem_addr(q_s + swizzle<HS>(qrow, 2 * dp + lane / 16)));
+            #pragma unroll
+            for (int mt = 0; mt < kMT; mt++) {
+                mma_bf16_16816(dv_acc[mt][2 * dp], pa[mt], dob[0], dob[1]);
+                mma_bf16_16816(dv_acc[mt][2 * dp + 1], pa[mt], dob[2], dob[3]);
+                mma_bf16_16816(dk_acc[mt][2 * dp], dsa[mt], qb[0], qb[1]);
+                mma_bf16_16816(dk_acc[mt][2 * dp + 1], dsa[mt], qb[2], qb[3]);
+            }
+        }
+    }
+}
+
+// epilogue: dK *= scale; dK, dV (the warp's keys x kDT * 8 columns from col0) -> bf16, staged in the warp's own rows
+// of the K/V tiles (swizzle<HS>; free once every warp is past the last barrier) for 16-byte stores into dqkv
+// (dk_gl: dK of key 0 of the head; dV is NH * HS further)
+template <int HS, int kMT, int kDT>
+__device__ __forceinline__ void backward_store_dk_dv(const float (&dk_acc)[kMT][kDT][4], const float (&dv_acc)[kMT][kDT][4],
+                                                     uint8_t* k_smem, uint8_t* v_smem, floatX* dk_gl, size_t row_stride,
+                                                     int NH, int T, int n_start, int warp_row0, int col0, int lane) {
+    const int g = lane / 4, tq = lane % 4;
+    const float scale = rsqrtf((float)HS);
+    #pragma unroll
+    for (int mt = 0; mt < kMT; mt++)
+        #pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int row = warp_row0 + mt * 16 + g + 8 * half;
+            #pragma unroll
+            for (int dt = 0; dt < kDT; dt++) {
+                *reinterpret_cast<uint32_t*>(k_smem + swizzle<HS>(row, col0 / 8 + dt) + 4 * tq) =
+                    pack_bf16x2(dk_acc[mt][dt][2 * half] * scale, dk_acc[mt][dt][2 * half + 1] * scale);
+                *reinterpret_cast<uint32_t*>(v_smem + swizzle<HS>(row, col0 / 8 + dt) + 4 * tq) =
+                    pack_bf16x2(dv_acc[mt][dt][2 * half], dv_acc[mt][dt][2 * half + 1]);
+            }
+        }
+    __syncwarp();
+    for (int c = lane; c < 16 * kMT * kDT; c += 32) {
+        const int row = warp_row0 + c / kDT, ch = col0 / 8 + c % kDT, t = n_start + row;
+        if (t < T) {
+            *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + ch * 8) = *reinterpret_cast<const uint4*>(k_smem + swizzle<HS>(row, ch));
+            *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + NH * HS + ch * 8) = *reinterpret_cast<const uint4*>(v_smem + swizzle<HS>(row, ch));
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// dK/dV kernel (optionally with atomic dQ), on the warp steps above: each warp owns 16 * kMT keys and all kBlockM
+// queries of a step. kMT = 2 loads each Q / dO fragment once for twice the MMAs (ldmatrix traffic, not the tensor
+// cores, limits kMT = 1) at the price of twice the dK/dV registers.
 
 template <int HS, int kNWarps, int kMT, int kBlockM, bool kAtomicDq>
 struct BackwardKVTile {
@@ -1608,9 +1746,7 @@ __global__ void __launch_bounds__(kNWarps * 32)
 attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
     using Tile = BackwardKVTile<HS, kNWarps, kMT, kBlockM, kAtomicDq>;
     constexpr int kBlockN = Tile::kBlockN, kThreads = Tile::kThreads;
-    constexpr int kKS = HS / 16;          // k16 steps of S^T = K Q^T (over d)
     constexpr int kQT = kBlockM / 8;      // n8 tiles of S^T (queries)
-    constexpr int kQS = kBlockM / 16;     // k16 steps of dV, dK (over queries)
     constexpr int kDT = HS / 8;           // n8 tiles of dK, dV
     static_assert(!kAtomicDq || kBlockM % 64 == 0, "dS^T rows must be a multiple of 128 bytes for the swizzle");
     extern __shared__ __align__(1024) uint8_t smem[];
@@ -1683,55 +1819,11 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
 
         // S^T = K Q^T and dP^T = V dO^T: 16 * kMT keys x kBlockM queries per warp
         float st[kMT][kQT][4], dpt[kMT][kQT][4];
-        #pragma unroll
-        for (int mt = 0; mt < kMT; mt++)
-            #pragma unroll
-            for (int nt = 0; nt < kQT; nt++)
-                #pragma unroll
-                for (int e = 0; e < 4; e++) st[mt][nt][e] = dpt[mt][nt][e] = 0.0f;
-        #pragma unroll
-        for (int ks = 0; ks < kKS; ks++) {
-            uint32_t ka[kMT][4], va[kMT][4];   // A fragments: this warp's keys, d = 16ks..16ks+15
-            #pragma unroll
-            for (int mt = 0; mt < kMT; mt++) {
-                const int key = warp_row0 + mt * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
-                ldmatrix_x4(ka[mt], smem_addr(k_smem + swizzle<HS>(key, 2 * ks + lane / 16)));
-                ldmatrix_x4(va[mt], smem_addr(v_smem + swizzle<HS>(key, 2 * ks + lane / 16)));
-            }
-            #pragma unroll
-            for (int np = 0; np < kQT / 2; np++) {
-                uint32_t qb[4], dob[4];   // B fragments of query tiles 2np and 2np+1 (Q, dO are [query][d])
-                const int qrow = np * 16 + (lane % 8) + 8 * (lane / 16);
-                ldmatrix_x4(qb, smem_addr(q_s + swizzle<HS>(qrow, 2 * ks + (lane / 8) % 2)));
-                ldmatrix_x4(dob, smem_addr(do_s + swizzle<HS>(qrow, 2 * ks + (lane / 8) % 2)));
-                #pragma unroll
-                for (int mt = 0; mt < kMT; mt++) {
-                    mma_bf16_16816(st[mt][2 * np], ka[mt], qb[0], qb[1]);
-                    mma_bf16_16816(st[mt][2 * np + 1], ka[mt], qb[2], qb[3]);
-                    mma_bf16_16816(dpt[mt][2 * np], va[mt], dob[0], dob[1]);
-                    mma_bf16_16816(dpt[mt][2 * np + 1], va[mt], dob[2], dob[3]);
-                }
-            }
-        }
+        backward_st_dpt<HS, kMT, kQT>(st, dpt, k_smem, v_smem, q_s, do_s, warp_row0, 0, lane);
         // P^T = exp2(S^T * c - lse2[query]), 0 where key > query; dS^T = P^T * (dP^T - D[query]).
         // Only tiles where some key of this warp exceeds some query need the mask.
         const bool need_mask = warp_key0 + 16 * kMT - 1 > m_start;
-        #pragma unroll
-        for (int nt = 0; nt < kQT; nt++) {
-            const int q = nt * 8 + 2 * tq;
-            const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + q);
-            const float2 dps = *reinterpret_cast<const float2*>(dpsum_s + q);
-            #pragma unroll
-            for (int mt = 0; mt < kMT; mt++)
-                #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float x = st[mt][nt][e] * scale_log2 - (e % 2 ? l2.y : l2.x);
-                    if (need_mask && warp_key0 + mt * 16 + g + 8 * (e / 2) > m_start + q + (e % 2)) x = -INFINITY;
-                    const float pr = fast_exp2(x);
-                    st[mt][nt][e] = pr;
-                    dpt[mt][nt][e] = pr * (dpt[mt][nt][e] - (e % 2 ? dps.y : dps.x));
-                }
-        }
+        backward_p_ds<kMT, kQT>(st, dpt, lse2_s, dpsum_s, 0, need_mask, warp_key0, m_start, scale_log2, lane);
         if constexpr (kAtomicDq) {   // dS^T (bf16) to shared memory, [key][query], for dQ = dS K below
             #pragma unroll
             for (int mt = 0; mt < kMT; mt++)
@@ -1742,36 +1834,7 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
                     *reinterpret_cast<uint32_t*>(ds_smem + swizzle<kBlockM>(row + 8, nt) + 4 * tq) = pack_bf16x2(dpt[mt][nt][2], dpt[mt][nt][3]);
                 }
         }
-        // dV += P^T dO and dK += dS^T Q: accumulator tiles 2kk, 2kk+1 are the A fragment of k step kk
-        #pragma unroll
-        for (int kk = 0; kk < kQS; kk++) {
-            uint32_t pa[kMT][4], dsa[kMT][4];
-            #pragma unroll
-            for (int mt = 0; mt < kMT; mt++) {
-                pa[mt][0] = pack_bf16x2(st[mt][2 * kk][0], st[mt][2 * kk][1]);
-                pa[mt][1] = pack_bf16x2(st[mt][2 * kk][2], st[mt][2 * kk][3]);
-                pa[mt][2] = pack_bf16x2(st[mt][2 * kk + 1][0], st[mt][2 * kk + 1][1]);
-                pa[mt][3] = pack_bf16x2(st[mt][2 * kk + 1][2], st[mt][2 * kk + 1][3]);
-                dsa[mt][0] = pack_bf16x2(dpt[mt][2 * kk][0], dpt[mt][2 * kk][1]);
-                dsa[mt][1] = pack_bf16x2(dpt[mt][2 * kk][2], dpt[mt][2 * kk][3]);
-                dsa[mt][2] = pack_bf16x2(dpt[mt][2 * kk + 1][0], dpt[mt][2 * kk + 1][1]);
-                dsa[mt][3] = pack_bf16x2(dpt[mt][2 * kk + 1][2], dpt[mt][2 * kk + 1][3]);
-            }
-            #pragma unroll
-            for (int dp = 0; dp < kDT / 2; dp++) {
-                uint32_t dob[4], qb[4];   // B fragments of d tiles 2dp, 2dp+1 ([query][d]: transposed load)
-                const int qrow = 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2);
-                ldmatrix_x4_trans(dob, smem_addr(do_s + swizzle<HS>(qrow, 2 * dp + lane / 16)));
-                ldmatrix_x4_trans(qb, smem_addr(q_s + swizzle<HS>(qrow, 2 * dp + lane / 16)));
-                #pragma unroll
-                for (int mt = 0; mt < kMT; mt++) {
-                    mma_bf16_16816(dv_acc[mt][2 * dp], pa[mt], dob[0], dob[1]);
-                    mma_bf16_16816(dv_acc[mt][2 * dp + 1], pa[mt], dob[2], dob[3]);
-                    mma_bf16_16816(dk_acc[mt][2 * dp], dsa[mt], qb[0], qb[1]);
-                    mma_bf16_16816(dk_acc[mt][2 * dp + 1], dsa[mt], qb[2], qb[3]);
-                }
-            }
-        }
+        backward_dv_dk<HS, kMT, kQT>(dv_acc, dk_acc, st, dpt, q_s, do_s, 0, lane);   // dV += P^T dO, dK += dS^T Q
         if constexpr (kAtomicDq) {
             __syncthreads();   // all of dS^T is in shared memory before any warp reads it
             // dQ (kBlockM x HS) += dS K: warp -> (16-row m tile, slice of the d tiles)
@@ -1817,32 +1880,8 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
         __syncthreads();   // every warp is done with this stage (and dS^T) before the next prefetch / store overwrites it
     }
 
-    // epilogue: dK *= scale; dK, dV -> bf16, staged in this warp's own rows of the K/V tiles (free since the
-    // last barrier) so the global stores are 16 bytes wide
-    const float scale = rsqrtf((float)HS);
-    #pragma unroll
-    for (int mt = 0; mt < kMT; mt++)
-        #pragma unroll
-        for (int half = 0; half < 2; half++) {
-            const int row = warp_row0 + mt * 16 + g + 8 * half;
-            #pragma unroll
-            for (int dt = 0; dt < kDT; dt++) {
-                *reinterpret_cast<uint32_t*>(k_smem + swizzle<HS>(row, dt) + 4 * tq) =
-                    pack_bf16x2(dk_acc[mt][dt][2 * half] * scale, dk_acc[mt][dt][2 * half + 1] * scale);
-                *reinterpret_cast<uint32_t*>(v_smem + swizzle<HS>(row, dt) + 4 * tq) =
-                    pack_bf16x2(dv_acc[mt][dt][2 * half], dv_acc[mt][dt][2 * half + 1]);
-            }
-        }
-    __syncwarp();
-    constexpr int kChunks = HS / 8;
-    floatX* dk_gl = p.dqkv + (size_t)b * T * row_stride + NH * HS + h * HS;
-    for (int c = lane; c < 16 * kMT * kChunks; c += 32) {
-        const int row = warp_row0 + c / kChunks, ch = c % kChunks, t = n_start + row;
-        if (t < T) {
-            *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + ch * 8) = *reinterpret_cast<const uint4*>(k_smem + swizzle<HS>(row, ch));
-            *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + NH * HS + ch * 8) = *reinterpret_cast<const uint4*>(v_smem + swizzle<HS>(row, ch));
-        }
-    }
+    backward_store_dk_dv<HS, kMT, kDT>(dk_acc, dv_acc, k_smem, v_smem, p.dqkv + (size_t)b * T * row_stride + NH * HS + h * HS,
+                                       row_stride, NH, T, n_start, warp_row0, 0, lane);
 }
 
 // ----------------------------------------------------------------------------
@@ -2081,7 +2120,6 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
     using Tile = BackwardFusedTile<HS, kMT, kWarpsQ, kDkDvSmem>;
     constexpr int kBlockN = Tile::kBlockN, kBlockM = Tile::kBlockM, kThreads = Tile::kThreads;
     constexpr int kWarpQ = Tile::kWarpQ, kWarpsK = Tile::kWarpsK;
-    constexpr int kKS = HS / 16;          // k16 steps of S^T = K Q^T (over d)
     constexpr int kQT = kWarpQ / 8;       // n8 tiles of the warp's S^T (queries)
     constexpr int kAccCols = kDkDvSmem ? HS / kWarpsQ : HS;   // dK, dV columns a warp accumulates
     constexpr int kDT = kAccCols / 8;     // ... in n8 tiles
@@ -2177,99 +2215,28 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
             }
             // S^T = K Q^T and dP^T = V dO^T: 16 * kMT keys x kWarpQ queries per warp
             float st[kMT][kQT][4], dpt[kMT][kQT][4];
-            #pragma unroll
-            for (int mt = 0; mt < kMT; mt++)
+            backward_st_dpt<HS, kMT, kQT>(st, dpt, k_smem, v_smem, q_s, do_s, warp_row0, q0, lane);
+            // P^T and dS^T, then dS^T (and P^T with kDkDvSmem) to shared memory as bf16. Only passes where some key
+            // of this warp exceeds some query take the masked copy (the mask's compares and selects were 11% of a
+            // pass's instructions).
+            auto p_ds_to_smem = [&](bool masked) {
+                backward_p_ds<kMT, kQT>(st, dpt, lse2_s, dpsum_s, q0, masked, warp_key0, m_start, scale_log2, lane);
                 #pragma unroll
                 for (int nt = 0; nt < kQT; nt++)
                     #pragma unroll
-                    for (int e = 0; e < 4; e++) st[mt][nt][e] = dpt[mt][nt][e] = 0.0f;
-            #pragma unroll
-            for (int ks = 0; ks < kKS; ks++) {
-                uint32_t ka[kMT][4], va[kMT][4];   // A fragments: this warp's keys, d = 16ks..16ks+15
-                #pragma unroll
-                for (int mt = 0; mt < kMT; mt++) {
-                    const int key = warp_row0 + mt * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
-                    ldmatrix_x4(ka[mt], smem_addr(k_smem + swizzle<HS>(key, 2 * ks + lane / 16)));
-                    ldmatrix_x4(va[mt], smem_addr(v_smem + swizzle<HS>(key, 2 * ks + lane / 16)));
-                }
-                #pragma unroll
-                for (int np = 0; np < kQT / 2; np++) {
-                    uint32_t qb[4], dob[4];   // B fragments of query tiles 2np and 2np+1 (Q, dO are [query][d])
-                    const int qrow = q0 + np * 16 + (lane % 8) + 8 * (lane / 16);
-                    ldmatrix_x4(qb, smem_addr(q_s + swizzle<HS>(qrow, 2 * ks + (lane / 8) % 2)));
-                    ldmatrix_x4(dob, smem_addr(do_s + swizzle<HS>(qrow, 2 * ks + (lane / 8) % 2)));
-                    #pragma unroll
-                    for (int mt = 0; mt < kMT; mt++) {
-                        mma_bf16_16816(st[mt][2 * np], ka[mt], qb[0], qb[1]);
-                        mma_bf16_16816(st[mt][2 * np + 1], ka[mt], qb[2], qb[3]);
-                        mma_bf16_16816(dpt[mt][2 * np], va[mt], dob[0], dob[1]);
-                        mma_bf16_16816(dpt[mt][2 * np + 1], va[mt], dob[2], dob[3]);
-                    }
-                }
-            }
-            // P^T = exp2(S^T * c - lse2[query]), 0 where key > query; dS^T = P^T * (dP^T - D[query]), to shared
-            // memory as bf16 (and P^T too with kDkDvSmem). Only passes where some key of this warp exceeds some
-            // query take the masked copy (the mask's compares and selects were 11% of a pass's instructions).
-            auto softmax = [&](auto masked) {   // masked: std::true_type or std::false_type, two copies of the loop
-                #pragma unroll
-                for (int nt = 0; nt < kQT; nt++) {
-                    const int q = q0 + nt * 8 + 2 * tq;
-                    const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + q);
-                    const float2 dps = *reinterpret_cast<const float2*>(dpsum_s + q);
-                    #pragma unroll
-                    for (int mt = 0; mt < kMT; mt++) {
-                        #pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            float x = st[mt][nt][e] * scale_log2 - (e % 2 ? l2.y : l2.x);
-                            if (decltype(masked)::value && warp_key0 + mt * 16 + g + 8 * (e / 2) > m_start + q + (e % 2)) x = -INFINITY;
-                            const float pr = fast_exp2(x);
-                            st[mt][nt][e] = pr;
-                            dpt[mt][nt][e] = pr * (dpt[mt][nt][e] - (e % 2 ? dps.y : dps.x));
-                        }
+                    for (int mt = 0; mt < kMT; mt++)
                         #pragma unroll
                         for (int half = 0; half < 2; half++) {
                             const int off = swizzle<kBlockM>(warp_row0 + mt * 16 + g + 8 * half, q0 / 8 + nt) + 4 * tq;
                             if constexpr (kStoreDs) *reinterpret_cast<uint32_t*>(ds_smem + off) = pack_bf16x2(dpt[mt][nt][2 * half], dpt[mt][nt][2 * half + 1]);
                             if constexpr (kDkDvSmem) *reinterpret_cast<uint32_t*>(pt_smem + off) = pack_bf16x2(st[mt][nt][2 * half], st[mt][nt][2 * half + 1]);
                         }
-                    }
-                }
             };
-            if (warp_key0 + 16 * kMT - 1 > m_start + q0) softmax(std::true_type{});
-            else softmax(std::false_type{});
+            if (warp_key0 + 16 * kMT - 1 > m_start + q0) p_ds_to_smem(true);
+            else p_ds_to_smem(false);
             // register path: dV += P^T dO and dK += dS^T Q over the warp's queries; accumulator tiles 2kk, 2kk+1
             // are the A fragment of k step kk
-            if constexpr (!kDkDvSmem) {
-                #pragma unroll
-                for (int kk = 0; kk < kWarpQ / 16; kk++) {
-                    uint32_t pa[kMT][4], dsa[kMT][4];
-                    #pragma unroll
-                    for (int mt = 0; mt < kMT; mt++) {
-                        pa[mt][0] = pack_bf16x2(st[mt][2 * kk][0], st[mt][2 * kk][1]);
-                        pa[mt][1] = pack_bf16x2(st[mt][2 * kk][2], st[mt][2 * kk][3]);
-                        pa[mt][2] = pack_bf16x2(st[mt][2 * kk + 1][0], st[mt][2 * kk + 1][1]);
-                        pa[mt][3] = pack_bf16x2(st[mt][2 * kk + 1][2], st[mt][2 * kk + 1][3]);
-                        dsa[mt][0] = pack_bf16x2(dpt[mt][2 * kk][0], dpt[mt][2 * kk][1]);
-                        dsa[mt][1] = pack_bf16x2(dpt[mt][2 * kk][2], dpt[mt][2 * kk][3]);
-                        dsa[mt][2] = pack_bf16x2(dpt[mt][2 * kk + 1][0], dpt[mt][2 * kk + 1][1]);
-                        dsa[mt][3] = pack_bf16x2(dpt[mt][2 * kk + 1][2], dpt[mt][2 * kk + 1][3]);
-                    }
-                    #pragma unroll
-                    for (int dp = 0; dp < kDT / 2; dp++) {
-                        uint32_t dob[4], qb[4];   // B fragments of d tiles 2dp, 2dp+1 ([query][d]: transposed load)
-                        const int qrow = q0 + 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2);
-                        ldmatrix_x4_trans(dob, smem_addr(do_s + swizzle<HS>(qrow, 2 * dp + lane / 16)));
-                        ldmatrix_x4_trans(qb, smem_addr(q_s + swizzle<HS>(qrow, 2 * dp + lane / 16)));
-                        #pragma unroll
-                        for (int mt = 0; mt < kMT; mt++) {
-                            mma_bf16_16816(dv_acc[mt][2 * dp], pa[mt], dob[0], dob[1]);
-                            mma_bf16_16816(dv_acc[mt][2 * dp + 1], pa[mt], dob[2], dob[3]);
-                            mma_bf16_16816(dk_acc[mt][2 * dp], dsa[mt], qb[0], qb[1]);
-                            mma_bf16_16816(dk_acc[mt][2 * dp + 1], dsa[mt], qb[2], qb[3]);
-                        }
-                    }
-                }
-            }
+            if constexpr (!kDkDvSmem) backward_dv_dk<HS, kMT, kQT>(dv_acc, dk_acc, st, dpt, q_s, do_s, q0, lane);
         }
         if constexpr (kStoreDs) __syncthreads();   // all of dS^T (and P^T) is in shared memory before any warp reads it
 
@@ -2381,30 +2348,8 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
                 dv_acc[mt][dt][0] += c.x; dv_acc[mt][dt][1] += c.y; dv_acc[mt][dt][2] += c.z; dv_acc[mt][dt][3] += c.w;
             }
     }
-    const float scale = rsqrtf((float)HS);
-    #pragma unroll
-    for (int mt = 0; mt < kMT; mt++)
-        #pragma unroll
-        for (int half = 0; half < 2; half++) {
-            const int row = warp_row0 + mt * 16 + g + 8 * half;
-            #pragma unroll
-            for (int dt = 0; dt < kDT; dt++) {
-                *reinterpret_cast<uint32_t*>(k_smem + swizzle<HS>(row, acc_col0 / 8 + dt) + 4 * tq) =
-                    pack_bf16x2(dk_acc[mt][dt][2 * half] * scale, dk_acc[mt][dt][2 * half + 1] * scale);
-                *reinterpret_cast<uint32_t*>(v_smem + swizzle<HS>(row, acc_col0 / 8 + dt) + 4 * tq) =
-                    pack_bf16x2(dv_acc[mt][dt][2 * half], dv_acc[mt][dt][2 * half + 1]);
-            }
-        }
-    __syncwarp();
-    constexpr int kChunks = kAccCols / 8;                 // 16-byte chunks of a warp's row
-    floatX* dk_gl = p.dqkv + (size_t)b * T * row_stride + NH * HS + h * HS;
-    for (int c = lane; c < 16 * kMT * kChunks; c += 32) {
-        const int row = warp_row0 + c / kChunks, ch = acc_col0 / 8 + c % kChunks, t = n_start + row;
-        if (t < T) {
-            *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + ch * 8) = *reinterpret_cast<const uint4*>(k_smem + swizzle<HS>(row, ch));
-            *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + NH * HS + ch * 8) = *reinterpret_cast<const uint4*>(v_smem + swizzle<HS>(row, ch));
-        }
-    }
+    backward_store_dk_dv<HS, kMT, kDT>(dk_acc, dv_acc, k_smem, v_smem, p.dqkv + (size_t)b * T * row_stride + NH * HS + h * HS,
+                                       row_stride, NH, T, n_start, warp_row0, acc_col0, lane);
 }
 
 // ----------------------------------------------------------------------------
