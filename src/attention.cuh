@@ -1029,6 +1029,27 @@ __device__ __forceinline__ void tma_load_4d(uint8_t* dst, const CUtensorMap* map
                  :: "r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
                  : "memory");
 }
+// the same box multicast into every CTA of cta_mask (cluster ranks), at the same shared-memory offset, each CTA's
+// barrier at bar's offset receiving the box's bytes
+__device__ __forceinline__ void tma_load_4d_multicast(uint8_t* dst, const CUtensorMap* map, uint64_t* bar, uint16_t cta_mask,
+                                                      int c0, int c1, int c2, int c3) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n"
+                 :: "r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar)),
+                    "h"(cta_mask) : "memory");
+}
+// arrive on the barrier at bar's offset in the shared memory of cluster rank cta
+__device__ __forceinline__ void mbar_arrive_remote(uint64_t* bar, int cta) {
+    asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
+                 :: "r"(smem_addr(bar)), "r"(cta) : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+__device__ __forceinline__ int cluster_cta_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return (int)r;
+}
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) { asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory"); }
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) { asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory"); }
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N)); }
@@ -1057,9 +1078,12 @@ inline int persistent_section_heads(int num_bh, int T, int HS) {
 // 0.2343, 1x12x16384 0.861 -> 0.779; backward 0.1472 -> 0.1405, 0.7329 -> 0.7098, 2.816 -> 2.725; but with sections
 // forward 64x12x1024 0.318 -> 0.339, 4x16x8192x128 1.97 -> 2.48, backward 0.968 -> 1.055 and 6.74 -> 8.47. So snake
 // = one section (section_heads >= B * NH).
-__device__ __forceinline__ int persistent_work(int round, bool snake) {
+__device__ __forceinline__ int persistent_work(int round, bool snake, int unit, int units) {
     const bool reverse = snake && (round & 1);
-    return round * (int)gridDim.x + (reverse ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x);
+    return round * units + (reverse ? units - 1 - unit : unit);
+}
+__device__ __forceinline__ int persistent_work(int round, bool snake) {   // one work item per CTA
+    return persistent_work(round, snake, (int)blockIdx.x, (int)gridDim.x);
 }
 struct PersistentItem { int rank, bh; };
 __device__ __forceinline__ PersistentItem persistent_item(int w, int num_ranks, int num_bh, int section_heads) {
@@ -1069,7 +1093,13 @@ __device__ __forceinline__ PersistentItem persistent_item(int w, int num_ranks, 
     return {r / heads_here, first_bh + r % heads_here};
 }
 
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong>
+// kCluster = 2 (HS 128): the CTAs of a cluster pair take two neighbouring query blocks of one head, the upper one
+// (rank 0, the pair's longest) and the one below it (rank 1), and share one K/V walk: each CTA's producer loads one
+// of the two 64-column boxes of every K and V tile, multicast into both CTAs, so each byte leaves L2 once for two
+// query blocks. Every K/V slot is released by the consumer warps of both CTAs (remote mbarrier arrives). The walk
+// is the upper block's (kBlockM = kBlockN: one tile more than the lower block's, its diagonal, which rank 1 waits
+// for and releases without computing). Needs an even number of query blocks (the launcher checks).
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1>
 __global__ void __launch_bounds__(HopperWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
 attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_constant__ HopperTmaMaps maps, int section_heads) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1078,6 +1108,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
     static_assert(!kPingPong || kNCWG >= 2, "ping-pong needs two consumer warpgroups");
     using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages>;
     constexpr int kBlockM = Tile::kBlockM;
+    static_assert(kCluster == 1 || (kCluster == 2 && HS == 128 && kBlockN == kBlockM), "pairs split HS 128's two column boxes");
     constexpr int kNT = kBlockN / 8;      // n8 column groups of S per thread
     constexpr int kPS = kBlockN / 16;     // k16 steps of P V
     constexpr int kDT = HS / 8;           // n8 column groups of O
@@ -1100,27 +1131,32 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
     if (threadIdx.x == 0) {
         for (int s = 0; s < Tile::kQSlots; s++) { mbar_init(&q_full[s], 1); mbar_init(&q_empty[s], kConsumerWarps); }
         for (int s = 0; s < kStages; s++) {
-            mbar_init(&k_full[s], 1); mbar_init(&k_empty[s], kConsumerWarps);
-            mbar_init(&v_full[s], 1); mbar_init(&v_empty[s], kConsumerWarps);
+            mbar_init(&k_full[s], 1); mbar_init(&k_empty[s], kConsumerWarps * kCluster);
+            mbar_init(&v_full[s], 1); mbar_init(&v_empty[s], kConsumerWarps * kCluster);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");   // visible to the async (TMA) proxy
     }
-    __syncthreads();
+    if constexpr (kCluster > 1) cluster_sync();   // the peer's barriers exist before anything reaches them
+    else __syncthreads();
 
     const int T = p.T, NH = p.NH, num_bh = p.B * p.NH;
-    const int num_m_blocks = ceil_div(T, kBlockM), num_items = num_m_blocks * num_bh;
+    // a work item: kCluster neighbouring query blocks of one head, one per CTA of the cluster
+    const int num_m_blocks = ceil_div(T, kBlockM), num_ranks = num_m_blocks / kCluster, num_items = num_ranks * num_bh;
     const bool snake = section_heads >= num_bh;   // see persistent_work
     const int wg = threadIdx.x / 128;
+    const int cta_rank = kCluster > 1 ? cluster_cta_rank() : 0;
+    auto work = [&](int round) { return persistent_work(round, snake, (int)blockIdx.x / kCluster, (int)gridDim.x / kCluster); };
 
     if (wg == 0) {   // ---- producer
         setmaxnreg_dec<Tile::kProducerRegs>();
         if (threadIdx.x == 0) {
             int kv_iter = 0, tile_iter = 0;
-            for (int w = persistent_work(tile_iter, snake); w < num_items; w = persistent_work(++tile_iter, snake)) {
-                const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
-                const int m_block = num_m_blocks - 1 - item.rank, b = item.bh / NH, h = item.bh % NH;
+            for (int w = work(tile_iter); w < num_items; w = work(++tile_iter)) {
+                const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
+                const int m_top = num_m_blocks - 1 - kCluster * item.rank;   // the item's upper block: its walk is the ring's
+                const int m_block = m_top - cta_rank, b = item.bh / NH, h = item.bh % NH;
                 const int m_start = m_block * kBlockM;
-                const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
+                const int n_blocks = min(ceil_div((m_top + 1) * kBlockM, kBlockN), ceil_div(T, kBlockN));
                 const int qslot = tile_iter % Tile::kQSlots;
                 mbar_wait(&q_empty[qslot], ((tile_iter / Tile::kQSlots) & 1) ^ 1);   // the slot's last S has read Q
                 mbar_arrive_expect_tx(&q_full[qslot], Tile::kQBytes);
@@ -1130,16 +1166,23 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
                     const int slot = kv_iter % kStages, phase = (kv_iter / kStages) & 1;
                     const int key0 = (n_blocks - 1 - i) * kBlockN;
                     mbar_wait(&k_empty[slot], phase ^ 1);
-                    mbar_arrive_expect_tx(&k_full[slot], Tile::kTileBytes);
-                    for (int c = 0; c < kCB; c++)
-                        tma_load_4d(k_smem + slot * Tile::kTileBytes + c * kBlockN * 128, &maps.k, &k_full[slot], 64 * c, h, key0, b);
+                    mbar_arrive_expect_tx(&k_full[slot], Tile::kTileBytes);   // with kCluster 2: half from the peer
+                    for (int c = 0; c < kCB; c++) {
+                        uint8_t* dst = k_smem + slot * Tile::kTileBytes + c * kBlockN * 128;
+                        if constexpr (kCluster == 1) tma_load_4d(dst, &maps.k, &k_full[slot], 64 * c, h, key0, b);
+                        else if (c == cta_rank) tma_load_4d_multicast(dst, &maps.k, &k_full[slot], 0x3, 64 * c, h, key0, b);
+                    }
                     mbar_wait(&v_empty[slot], phase ^ 1);
                     mbar_arrive_expect_tx(&v_full[slot], Tile::kTileBytes);
-                    for (int c = 0; c < kCB; c++)
-                        tma_load_4d(v_smem + slot * Tile::kTileBytes + c * kBlockN * 128, &maps.v, &v_full[slot], 64 * c, h, key0, b);
+                    for (int c = 0; c < kCB; c++) {
+                        uint8_t* dst = v_smem + slot * Tile::kTileBytes + c * kBlockN * 128;
+                        if constexpr (kCluster == 1) tma_load_4d(dst, &maps.v, &v_full[slot], 64 * c, h, key0, b);
+                        else if (c == cta_rank) tma_load_4d_multicast(dst, &maps.v, &v_full[slot], 0x3, 64 * c, h, key0, b);
+                    }
                 }
             }
         }
+        if constexpr (kCluster > 1) cluster_sync();   // matches the consumers' (see the end)
         return;
     }
 
@@ -1173,6 +1216,12 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
         }
     };
     auto release = [&](uint64_t* bar) { if (lane == 0) mbar_arrive(bar); };   // after this warp's wgmma_wait
+    auto release_kv = [&](uint64_t* bar) {   // a K/V slot: both CTAs' copies are rewritten together
+        if (lane == 0) {
+            mbar_arrive(bar);
+            if constexpr (kCluster > 1) mbar_arrive_remote(bar, cta_rank ^ 1);
+        }
+    };
     auto issue_s = [&](int slot) {   // S = Q K^T; step 0 overwrites s
         wgmma_ss_over_hs<HS, kBlockN, kBlockM, /*kScaleD0=*/0>(s, q_desc, k_smem + slot * Tile::kTileBytes);
         wgmma_commit();
@@ -1198,27 +1247,40 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
         mbar_wait(&k_full[kv0 % kStages], (kv0 / kStages) & 1);
     };
     auto set_q_slot = [&](int tile_iter) { q_desc = wgmma_desc(q_smem + (tile_iter % Tile::kQSlots) * Tile::kQBytes + cwg * 64 * 128); };
+    // kCluster 2, rank 1: the item's first tile (the upper block's diagonal) has keys above all of this CTA's rows:
+    // wait for it and release it, so both CTAs' slots go round together
+    int kv_iter = 0, tile_iter = 0;
+    auto skip_upper_diagonal = [&]() {
+        if (kCluster > 1 && cta_rank == 1) {
+            const int slot = kv_iter % kStages, parity = (kv_iter / kStages) & 1;
+            mbar_wait(&k_full[slot], parity);
+            mbar_wait(&v_full[slot], parity);
+            release_kv(&k_empty[slot]);
+            release_kv(&v_empty[slot]);
+            kv_iter++;
+        }
+    };
 
     // Each work item starts with its S_0 already issued: the first here, the others in the previous item's last
     // turn (kEarlyS0: two Q slots, so the next Q is in by then) or right after its epilogue. Early, S_0 runs on
     // the tensor cores during the epilogue. After the CTA's last item a dummy S_0 (stale slots, result unused)
     // keeps every wgmma issue unconditional.
     constexpr bool kEarlyS0 = Tile::kQSlots == 2;
-    int kv_iter = 0, tile_iter = 0;
-    wait_first_tiles(0, 0);   // blockIdx.x < num_items: the grid is at most num_items CTAs
+    skip_upper_diagonal();
+    wait_first_tiles(0, kv_iter);   // blockIdx.x / kCluster < num_items: the grid is at most num_items clusters
     set_q_slot(0);
     turn_begin();
     reg_fence(s);
     wgmma_fence();
-    issue_s(0);
+    issue_s(kv_iter % kStages);
     turn_end(false);
-    for (int w = persistent_work(tile_iter, snake); w < num_items; w = persistent_work(++tile_iter, snake)) {
-        const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
-        const int m_block = num_m_blocks - 1 - item.rank, b = item.bh / NH, h = item.bh % NH;
+    for (int w = work(tile_iter); w < num_items; w = work(++tile_iter)) {
+        const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
+        const int m_block = num_m_blocks - 1 - kCluster * item.rank - cta_rank, b = item.bh / NH, h = item.bh % NH;
         const int m_start = m_block * kBlockM;
         const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
         const int qslot = tile_iter % Tile::kQSlots;
-        const bool has_next = persistent_work(tile_iter + 1, snake) < num_items;
+        const bool has_next = work(tile_iter + 1) < num_items;
         auto softmax = [&](int j) {   // on tile j (loop order): P_j (fp32) in s, row statistics, alpha
             const int key0 = (n_blocks - 1 - j) * kBlockN;
             if (key0 + kBlockN - 1 > m_start + warp_row0) causal_mask_tile<kNT>(s, m_start + warp_row0, key0, g, tq);
@@ -1232,7 +1294,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
         // tile 0: softmax only (O is still 0, so alpha is not needed); S_0 was issued before
         wgmma_wait<0>();
         reg_fence(s);
-        release(&k_empty[kv_iter % kStages]);
+        release_kv(&k_empty[kv_iter % kStages]);
         if (n_blocks == 1) release(&q_empty[qslot]);
         softmax(0);
         pack_p();
@@ -1249,13 +1311,13 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
             turn_end(false);
             wgmma_wait<1>();   // S_j done; P_{j-1} V_{j-1} may still run: o_acc and pa are not ours yet
             reg_fence(s);
-            release(&k_empty[kslot]);
+            release_kv(&k_empty[kslot]);
             if (j == n_blocks - 1) release(&q_empty[qslot]);   // the tile's last read of Q is done
             #pragma unroll 1
             for (unsigned once = 0; once < schedule_pin(); once++) softmax(j);   // runs while P V does
             wgmma_wait<0>();   // P V done
             reg_fence(o_acc); reg_fence(pa);
-            release(&v_empty[vslot]);
+            release_kv(&v_empty[vslot]);
             #pragma unroll
             for (int dt = 0; dt < kDT; dt++) {
                 o_acc[4 * dt + 0] *= alpha[0]; o_acc[4 * dt + 1] *= alpha[0];
@@ -1268,7 +1330,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
         const int vslot = (kv_iter + n_blocks - 1) % kStages;
         mbar_wait(&v_full[vslot], ((kv_iter + n_blocks - 1) / kStages) & 1);
         kv_iter += n_blocks;
-        if (kEarlyS0 && has_next) { wait_first_tiles(tile_iter + 1, kv_iter); set_q_slot(tile_iter + 1); }
+        if (kEarlyS0 && has_next) { skip_upper_diagonal(); wait_first_tiles(tile_iter + 1, kv_iter); set_q_slot(tile_iter + 1); }
         turn_begin();
         reg_fence(pa); reg_fence(o_acc); reg_fence(s);
         wgmma_fence();
@@ -1277,11 +1339,11 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
         turn_end(kEarlyS0 && !has_next);
         wgmma_wait<kEarlyS0 ? 1 : 0>();   // P V done (S_0 of the next item may still run)
         reg_fence(o_acc);
-        release(&v_empty[vslot]);
+        release_kv(&v_empty[vslot]);
 
         hopper_forward_epilogue<HS>(p, o_acc, row_max, row_sum, o_smem, b, h, m_start, warp_row0);
         if constexpr (!kEarlyS0) {   // the next item's S_0 in a turn of its own
-            if (has_next) wait_first_tiles(tile_iter + 1, kv_iter);
+            if (has_next) { skip_upper_diagonal(); wait_first_tiles(tile_iter + 1, kv_iter); }
             set_q_slot(tile_iter + 1);
             turn_begin();
             reg_fence(s);
@@ -1291,6 +1353,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
         }
     }
     wgmma_wait<0>();   // the dummy S_0
+    if constexpr (kCluster > 1) cluster_sync();   // no CTA leaves while its peer may still arrive on its barriers
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
@@ -1369,16 +1432,45 @@ inline CUtensorMap qkv_tensor_map(const floatX* qkv, int which, int B, int T, in
     return bthd_tensor_map(qkv + (size_t)which * NH * HS, 3 * (size_t)NH * HS, B, T, NH, HS, box_rows);
 }
 
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong>
+// kCluster 2: pairs of CTAs (thread-block clusters, launched with cudaLaunchKernelEx), as many pairs as fit at once
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1>
 void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStream_t stream) {
     using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages>;
+    constexpr auto kKernel = attention_forward_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kPingPong, kCluster>;
     const HopperTmaMaps maps{qkv_tensor_map(p.qkv, 0, p.B, p.T, p.NH, HS, Tile::kBlockM),
                              qkv_tensor_map(p.qkv, 1, p.B, p.T, p.NH, HS, kBlockN),
                              qkv_tensor_map(p.qkv, 2, p.B, p.T, p.NH, HS, kBlockN)};
-    const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockM);
-    launch_with_smem<attention_forward_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kPingPong>>(
-        dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, p, maps,
-        persistent_section_heads(p.B * p.NH, p.T, HS));
+    const int num_m_blocks = ceil_div(p.T, Tile::kBlockM), section_heads = persistent_section_heads(p.B * p.NH, p.T, HS);
+    if constexpr (kCluster == 1) {
+        const int num_items = p.B * p.NH * num_m_blocks;
+        launch_with_smem<kKernel>(dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads,
+                                  Tile::kSmemBytes, stream, p, maps, section_heads);
+    } else {
+        if (num_m_blocks % kCluster != 0) {
+            fprintf(stderr, "attention: the clustered forward needs a multiple of %d query blocks of %d rows (T = %d)\n",
+                    kCluster, Tile::kBlockM, p.T);
+            exit(EXIT_FAILURE);
+        }
+        cudaLaunchConfig_t config = {};
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = kCluster; attr[0].val.clusterDim.y = 1; attr[0].val.clusterDim.z = 1;
+        config.blockDim = dim3(Tile::kThreads);
+        config.dynamicSmemBytes = Tile::kSmemBytes;
+        config.stream = stream;
+        config.attrs = attr;
+        config.numAttrs = 1;
+        static int max_clusters = 0;   // how many clusters fit on the GPU at once (GPCs may leave SMs unpaired)
+        if (!max_clusters) {
+            cudaCheck(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+            config.gridDim = dim3(kCluster * (device_props().multiProcessorCount / kCluster));
+            cudaCheck(cudaOccupancyMaxActiveClusters(&max_clusters, kKernel, &config));
+            if (max_clusters < 1) { fprintf(stderr, "attention: no %d-CTA cluster of the forward fits this GPU\n", kCluster); exit(EXIT_FAILURE); }
+        }
+        const int num_items = p.B * p.NH * num_m_blocks / kCluster;
+        config.gridDim = dim3(kCluster * std::min(num_items, max_clusters));
+        cudaCheck(cudaLaunchKernelEx(&config, kKernel, p, maps, section_heads));
+    }
 }
 
 template <int HS, int kBlockN>
@@ -1437,6 +1529,8 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
         // 64x12x1024 0.321 vs 0.338 ms with 2 stages, 8x12x1024 0.050 vs 0.053).
         if (HS == 64 && T >= 2048 && (long)B * NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 2, true>(p, stream);
         else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true>(p, stream);
+        // HS 128: pairs of CTAs share each K/V tile by TMA multicast where the query blocks pair up (eighth session)
+        else if (ceil_div(T, 128) % 2 == 0) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2>(p, stream);
         else launch_attention_forward_hopper_ws<128, 2, 128, 2, true>(p, stream);
     }
     else if (HS == 64) launch_attention_forward<64, 2, 4, 64>(p, stream);

@@ -44,7 +44,7 @@ struct ForwardVariant {
     const char* configs64[7];    // nullptr: no such config at this head size
     const char* configs128[7];
     void (*launch)(const AttentionForwardParams&, int config, cudaStream_t);
-    bool (*supports)(const Shape&);   // nullptr: every shape the API supports
+    bool (*supports)(const Shape&, int config);   // nullptr: every shape the API supports, with every config
     bool slow;         // time with few repeats
     double lse_tol;    // relative LSE bound: 1e-4, or 2^-7 for a path whose scores are rounded to bf16
 };
@@ -60,7 +60,7 @@ static const ForwardVariant kVariants[] = {
      attention_forward4, attention_forward4_supports, false, 1e-4},
     {5, "tma_ws_sm90a", 7, {"192x128/3wg/pp", "128x128/2wg/pp", "192x128/3wg", "192x128/3wg/pp/s3", "128x128/2wg/pp/s3",
                             "128x128/2wg/pp/s4", "128x128/2wg/s3"},
-                           {"128x128/2wg/pp", "128x128/2wg", "128x64/2wg/pp/s3", "192x64/3wg/pp", nullptr, nullptr, nullptr},
+                           {"128x128/2wg/pp", "128x128/2wg", "128x64/2wg/pp/s3", "192x64/3wg/pp", "128x128/2wg/pp/c2", nullptr, nullptr},
      attention_forward5, attention_forward5_supports, false, 1e-4},
 };
 constexpr int kBaselineVariant = 2;
@@ -113,11 +113,14 @@ int main(int argc, char** argv) {
             std::vector<float> ref = from_device(d_ref, n_out), ref_lse = from_device(d_ref_lse, n_lse), naive = from_device(d_naive, n_out);
 
             for (const ForwardVariant* v : variants) {
-                if (v->supports && !v->supports(s)) { printf("variant %d (%s): skipped, shape or GPU not supported\n", v->number, v->name); continue; }
                 for (int cfg = 0; cfg < v->num_configs; cfg++) {
                     const char* cfg_name = s.HS == 64 ? v->configs64[cfg] : v->configs128[cfg];
                     if (!cfg_name) continue;
                     if (!args.wants_config(v->num_configs, cfg_name)) continue;
+                    if (v->supports && !v->supports(s, cfg)) {
+                        printf("variant %d (%s) cfg %s: skipped, shape or GPU not supported\n", v->number, v->name, cfg_name);
+                        continue;
+                    }
                     printf("variant %d (%s) cfg %s\n", v->number, v->name, cfg_name);
                     AttentionForwardParams p{buf.qkv, buf.out, buf.lse, s.B, s.T, s.NH, s.HS};
                     poison(buf.out, n_out * 2); poison(buf.lse, n_lse * 4);
@@ -146,9 +149,9 @@ int main(int argc, char** argv) {
             if (!has_baseline) for (const ForwardVariant& v : kVariants) if (v.number == kBaselineVariant) timed.push_back(&v);
             float baseline_ms = 0.0f;
             std::vector<size_t> shape_rows;   // indices: rows grows while we time
-            for (auto* v : timed) for (int cfg = 0; cfg < v->num_configs && !(v->supports && !v->supports(s)); cfg++) {
+            for (auto* v : timed) for (int cfg = 0; cfg < v->num_configs; cfg++) {
                 const char* cfg_name = s.HS == 64 ? v->configs64[cfg] : v->configs128[cfg];
-                if (!cfg_name) continue;
+                if (!cfg_name || (v->supports && !v->supports(s, cfg))) continue;
                 bool validated = false;
                 for (Row& r : rows) if (r.variant == v->number && r.config == cfg_name && r.s.B == s.B && r.s.T == s.T && r.s.NH == s.NH && r.s.HS == s.HS) validated = r.ok;
                 if (!validated && v->number != kBaselineVariant) continue;   // never time what did not validate

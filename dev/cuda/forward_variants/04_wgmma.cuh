@@ -24,7 +24,7 @@ Last run (H200, 2026-11-21, commit 98d5c03, validated on the whole set in the sa
 */
 #pragma once
 
-bool attention_forward4_supports(const Shape& s) { return (s.HS == 64 || s.HS == 128) && hopper_path_available(); }
+bool attention_forward4_supports(const Shape& s, int) { return (s.HS == 64 || s.HS == 128) && hopper_path_available(); }
 
 void attention_forward4(const AttentionForwardParams& p, int config, cudaStream_t stream) {
     if (p.HS == 64) {

@@ -39,7 +39,11 @@ of K/V the heads run in L2-sized sections (persistent_item in src/attention.cuh)
 */
 #pragma once
 
-bool attention_forward5_supports(const Shape& s) { return (s.HS == 64 || s.HS == 128) && hopper_path_available(); }
+// the clustered config (HS 128 config 4) pairs query blocks of 128 rows: an even number of them
+bool attention_forward5_supports(const Shape& s, int config) {
+    if (s.HS == 128 && config == 4 && ceil_div(s.T, 128) % 2 != 0) return false;
+    return (s.HS == 64 || s.HS == 128) && hopper_path_available();
+}
 
 void attention_forward5(const AttentionForwardParams& p, int config, cudaStream_t stream) {
     if (p.HS == 64) {
@@ -58,6 +62,7 @@ void attention_forward5(const AttentionForwardParams& p, int config, cudaStream_
             case 1: launch_attention_forward_hopper_ws<128, 2, 128, 2, false>(p, stream); break;
             case 2: launch_attention_forward_hopper_ws<128, 2, 64, 3, true>(p, stream); break;
             case 3: launch_attention_forward_hopper_ws<128, 3, 64, 2, true>(p, stream); break;
+            case 4: launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2>(p, stream); break;
         }
     }
 }
