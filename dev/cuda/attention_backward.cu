@@ -26,9 +26,9 @@ dev/cuda/README.md; bwd FLOPs = 2.5 * 4*B*NH*T*T*HS/2):
   7  variant 6's dK/dV kernel with atomic dQ (dS^T through shared memory, TMA          H100: 1.094 / 235.6
      reduce-add into fp32; non-deterministic, not shipped; /pipe: each dQ a step       (v0 1.034, cuDNN 1.438)
      late, under the next softmax: 1.074 against v0's 0.974, sixth session)
-  8  variant 3 with wider warp tiles (4 x 2 warps of 32 x 32, 128-key blocks; HS 128      H100: 1.525 / 169.0
-     P^T / dS^T through shared memory), two barriers a stage: the non-deterministic     (v3 1.724 in call 3;
-     opt-in off Hopper since the seventh session                                         FA2 2.089, same call)
+  8  variant 3 with wider warp tiles (4 x 2 warps of 32 x 32, 128-key blocks; HS 128      H100: 1.517 / 169.9
+     P^T / dS^T through shared memory), two barriers a stage: the non-deterministic     (FA2 2.073, same call,
+     opt-in off Hopper since the seventh session                                         eighth session)
 
 Every variant must pass every shape at x1 and x8. The naive bf16 computation of the rule rounds the scores,
 P, dP, dS and the outputs to bf16 and takes P from its own bf16 forward, as PyTorch's bf16 autograd would.

@@ -11,7 +11,16 @@ epilogue.
 Configs, kBlockM x kBlockN / consumer warpgroups / ping-pong / K-V ring depth (2 unless "/s3", "/s4"):
   HS 64:  192x128/3wg/pp, 128x128/2wg/pp, 192x128/3wg, 192x128/3wg/pp/s3, 128x128/2wg/pp/s3, 128x128/2wg/pp/s4,
           128x128/2wg/s3
-  HS 128: 128x128/2wg/pp, 128x128/2wg, 128x64/2wg/pp/s3, 192x64/3wg/pp
+  HS 128: 128x128/2wg/pp, 128x128/2wg, 128x64/2wg/pp/s3, 192x64/3wg/pp, 128x128/2wg/pp/c2
+"/c2" (eighth session): CTA pairs (a thread-block cluster of 2) take two neighbouring query blocks of a head and
+share one K/V walk, each CTA's producer loading one of the two 64-column boxes of each K and V tile into both CTAs
+(TMA multicast); each slot is released by the consumers of both (remote mbarrier arrives). Needs an even number of
+128-row query blocks: other shapes skip it (src falls back to 128x128/2wg/pp). H100 (call 6, 4x16x8192x128, four
+A/B rounds of 100 launches, ms_med / ms_min): 128x128/2wg/pp 2.197 / 1.883, 2.148 / 1.887, 2.104 / 1.922, 2.132 /
+1.934; /c2 1.886 / 1.830, 2.079 / 1.832, 1.992 / 1.834, 2.025 / 1.832. ncu: L2 bytes 13.41 -> 7.15 GB, DRAM read 3.46
+-> 2.06 GB, L2 throughput 67% -> 48%, DRAM 50% -> 31%, elapsed cycles 3.10 M -> 3.07 M (at ncu's locked clocks);
+SM busy 67%, no eligible warp 54% of cycles in both. Validated in call 5 (--check 50 passed for 0 and five configs;
+T = 200, 256, 1000 x8 and 4000 at HS 128; compute-sanitizer memcheck, racecheck, synccheck clean at B=2 T=200 NH=2).
 ptxas (nvcc 13.0): 168 registers at launch (128 with 3 consumer warpgroups), no spills, no C75xx infos; SASS has
 UTMALDG.4D, HGMMA.64x128x16 / 64x64x16, USETMAXREG. Non-Hopper GPUs: not supported.
 Last run (H100, 2026-11-21, commit b6ae92a; --check of every config on the validation set: 56 passed, 0 failed;
