@@ -2420,7 +2420,7 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
         // After the dS^T barrier a warp has two independent jobs, dV/dK (shared-memory path) and dQ. The two warps of
         // each scheduler (w and w + 4) take them in opposite orders: in lockstep both would wait on the same loads and
         // MMAs (H100, 4x16x8192x128, A/B: 10.07 -> 9.90 ms, eighth session call 2).
-        if (kDkDvSmem && (warp & 4)) { dq_step(); dv_dk_smem(); }
+        if (kDkDvSmem && kDq && (warp & 4)) { dq_step(); dv_dk_smem(); }
         else { dv_dk_smem(); dq_step(); }
     }
     __syncthreads();   // every warp is done with dS^T, the stages and K before the epilogue reuses them

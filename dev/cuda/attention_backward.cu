@@ -58,7 +58,7 @@ struct BackwardVariant {
     const char* configs64[6];
     const char* configs128[6];
     void (*launch)(const AttentionBackwardParams&, int config, cudaStream_t);
-    bool (*supports)(const Shape&);   // nullptr: every shape the API supports
+    bool (*supports)(const Shape&, int config);   // nullptr: every shape the API supports, with every config
     bool slow;            // time with few repeats
     bool deterministic;   // must give bit-identical dqkv on two runs
 };
@@ -71,7 +71,7 @@ static const BackwardVariant kVariants[] = {
     {4, "fa2_split", 5, {"kv128x64/8w+q64x64/4w", "kv64x32/4w+q64x64/4w", "kv128x16/4wx2+q128x32/4wx2", "kv128x32/8w+q128x64/8w",
                          "kv128x128/4x2w+q64x64/4w"},
                         {"kv64x32/4w+q64x32/4w", "kv64x64/4w+q64x64/4w", "kv128x32/8w+q64x32/4w", "kv128x64/4x2w/smem+q64x32/4w"},
-                        attention_backward4, nullptr, false, true},
+                        attention_backward4, attention_backward4_supports, false, true},
     {5, "wgmma_split", 4, {"kv128x64/2wg+q128x64/2wg", "kv64x64/1wg+q64x64/1wg", "kv128x64/2wg+q128x128/2wg", "kv64x128/1wg+q64x128/1wg"},
                           {"kv64x64/1wg+q64x64/1wg", "kv128x64/2wg+q64x64/1wg", "kv128x64/2wg+q128x64/2wg", "kv64x64/1wg+q128x64/2wg"},
                           attention_backward5, attention_backward5_supports, false, true},
@@ -165,11 +165,14 @@ int main(int argc, char** argv) {
             for (int w = 0; w < 3; w++) { ref[w] = qkv_part(ref_all, s, w); naive[w] = qkv_part(naive_all, s, w); }
 
             for (const BackwardVariant* v : variants) {
-                if (v->supports && !v->supports(s)) { printf("variant %d (%s): skipped, shape or GPU not supported\n", v->number, v->name); continue; }
                 for (int cfg = 0; cfg < v->num_configs; cfg++) {
                     const char* cfg_name = s.HS == 64 ? v->configs64[cfg] : v->configs128[cfg];
                     if (!cfg_name) continue;   // fewer configs for this head size
                     if (!args.wants_config(v->num_configs, cfg_name)) continue;
+                    if (v->supports && !v->supports(s, cfg)) {
+                        printf("variant %d (%s) cfg %s: skipped, shape or GPU not supported\n", v->number, v->name, cfg_name);
+                        continue;
+                    }
                     printf("variant %d (%s) cfg %s\n", v->number, v->name, cfg_name);
                     std::vector<floatX> runs[2];
                     for (int r = 0; r < 2; r++) {   // poison dqkv and the scratch: everything must be written, nothing assumed
@@ -221,9 +224,9 @@ int main(int argc, char** argv) {
             if (!has_baseline) for (const BackwardVariant& v : kVariants) if (v.number == kBaselineVariant) timed.push_back(&v);
             float baseline_ms = 0.0f;
             std::vector<size_t> shape_rows;
-            for (auto* v : timed) for (int cfg = 0; cfg < v->num_configs && !(v->supports && !v->supports(s)); cfg++) {
+            for (auto* v : timed) for (int cfg = 0; cfg < v->num_configs; cfg++) {
                 const char* cfg_name = s.HS == 64 ? v->configs64[cfg] : v->configs128[cfg];
-                if (!cfg_name) continue;
+                if (!cfg_name || (v->supports && !v->supports(s, cfg))) continue;
                 bool seen = false, all_ok = true;   // every validation of this config at this shape passed
                 for (Row& r : rows)
                     if (r.variant == v->number && r.config == cfg_name && r.s.B == s.B && r.s.T == s.T && r.s.NH == s.NH && r.s.HS == s.HS) {

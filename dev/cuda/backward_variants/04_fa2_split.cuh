@@ -12,8 +12,8 @@ q 64x64/4w 185, q 128x32/4wx2 251, q 128x64/8w 186; HS 128: kv 64x32/4w 255, q 6
 ~64 and 8 bytes (kept in the sweep to show what the spill costs).
 "kv128x128/4x2w" / "kv128x64/4x2w/smem" (seventh session): variant 8's kernel without dQ (attention_backward_fused_kernel
 <.., kDq=false>, attention_backward_split_wide) as the dK/dV kernel; what src ships off Hopper where its shared memory
-fits (163 KB at HS 64, 193.5 KB at HS 128: not on sm_86 / sm_89, and not HS 128 on an A100; those GPUs cannot run
-these two configs). H100, call 10, bit-identical on every validation run, memcheck / racecheck clean, bwd ms against
+fits (163 KB at HS 64, 193.5 KB at HS 128: not on sm_86 / sm_89, and not HS 128 on an A100; those GPUs skip
+these two configs, attention_backward4_supports). H100, call 10, bit-identical on every validation run, memcheck / racecheck clean, bwd ms against
 kv64x32/4w + q64x64/4w (HS 128: + q64x32/4w) in the same call: 64x12x1024 1.720 vs 1.794, 8x12x1024 0.217 vs 0.230,
 4x12x4096 1.280 vs 1.466, 1x12x16384 4.763 vs 5.590, 4x16x8192x128 13.40 vs 14.66.
 Last run (H200, 2026-11-21, on bd0434e + uncommitted backward); bit-identical on every validation run, max error ratio 1.00:
@@ -25,6 +25,13 @@ The x2 config (two m16 tiles per warp) did not pay off: within 3% on the big sha
 are few CTAs (12x1024, 12x4096, 48x1024: larger tiles, fewer blocks).
 */
 #pragma once
+
+// the wide configs (HS 64 config 4, HS 128 config 3) run variant 8's kernel: only where its shared memory fits
+bool attention_backward4_supports(const Shape& s, int config) {
+    if (s.HS == 64 && config == 4) return attention_backward_fused_fits<64, 2, 2, false>();
+    if (s.HS == 128 && config == 3) return attention_backward_fused_fits<128, 2, 2, true>();
+    return true;
+}
 
 void attention_backward4(const AttentionBackwardParams& p, int config, cudaStream_t stream) {
     if (p.HS == 64) {

@@ -23,7 +23,7 @@ T = 2048, kv64x128+q64x128 from there, and kv128x64/2wg+q128x64/2wg at HS 128.
 */
 #pragma once
 
-bool attention_backward5_supports(const Shape& s) { return (s.HS == 64 || s.HS == 128) && hopper_path_available(); }
+bool attention_backward5_supports(const Shape& s, int) { return (s.HS == 64 || s.HS == 128) && hopper_path_available(); }
 
 void attention_backward5(const AttentionBackwardParams& p, int config, cudaStream_t stream) {
     if (p.HS == 64) {

@@ -51,7 +51,7 @@ the dQ GEMM in a warpgroup of its own, or 2-CTA clusters sharing Q/dO (TMA multi
 */
 #pragma once
 
-bool attention_backward6_supports(const Shape& s) { return (s.HS == 64 || s.HS == 128) && hopper_path_available(); }
+bool attention_backward6_supports(const Shape& s, int) { return (s.HS == 64 || s.HS == 128) && hopper_path_available(); }
 
 void attention_backward6(const AttentionBackwardParams& p, int config, cudaStream_t stream) {
     if (p.HS == 64) {

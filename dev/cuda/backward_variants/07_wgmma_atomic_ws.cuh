@@ -34,7 +34,7 @@ the HS 128 pipe spills 272 bytes). Still no faster than the split: the warpgroup
 */
 #pragma once
 
-bool attention_backward7_supports(const Shape& s) { return (s.HS == 64 || s.HS == 128) && hopper_path_available(); }
+bool attention_backward7_supports(const Shape& s, int) { return (s.HS == 64 || s.HS == 128) && hopper_path_available(); }
 
 void attention_backward7(const AttentionBackwardParams& p, int config, cudaStream_t stream) {
     if (p.HS == 64) {

@@ -25,10 +25,10 @@ call; PyTorch FlashAttention-2 bwd 2.073 / 0.440 / 1.337 / 3.929 / 9.854 ms):
 */
 #pragma once
 
-// the configs' shared memory fits this GPU (163 KB at HS 64 and 193.5 KB at HS 128 for config 0: not on sm_86 / sm_89)
-bool attention_backward8_supports(const Shape& s) {
-    return s.HS == 64 ? attention_backward_fused_fits<64, 2, 2, false>() && attention_backward_fused_fits<64, 1, 1, false>()
-                      : attention_backward_fused_fits<128, 2, 2, true>() && attention_backward_fused_fits<128, 1, 1, false>();
+// the config's shared memory fits this GPU (163 KB at HS 64 and 193.5 KB at HS 128 for config 0: not on sm_86 / sm_89)
+bool attention_backward8_supports(const Shape& s, int config) {
+    if (s.HS == 64) return config == 0 ? attention_backward_fused_fits<64, 2, 2, false>() : attention_backward_fused_fits<64, 1, 1, false>();
+    return config == 0 ? attention_backward_fused_fits<128, 2, 2, true>() : attention_backward_fused_fits<128, 1, 1, false>();
 }
 
 void attention_backward8(const AttentionBackwardParams& p, int config, cudaStream_t stream) {
