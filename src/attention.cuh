@@ -77,6 +77,14 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
+// two fp32 m16n8 accumulator tiles (n8 tiles 2kk, 2kk+1 of one m16 row) in bf16 = the A fragment of k16 step kk
+__device__ __forceinline__ void accum_tiles_to_a_frag(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
+    a[0] = pack_bf16x2(lo[0], lo[1]);
+    a[1] = pack_bf16x2(lo[2], lo[3]);
+    a[2] = pack_bf16x2(hi[0], hi[1]);
+    a[3] = pack_bf16x2(hi[2], hi[3]);
+}
+
 // out (kMT m16 tiles x kDT n8 tiles) += A B, A = the fp32 accumulator tiles `in` (kMT x kNT, the m16n8 layout)
 // in bf16: in tiles 2kk, 2kk+1 are exactly the A fragment of k step kk, so P (forward) or dS (dQ) never touches
 // shared memory. B comes from a [k][n] tile by ldmatrix.trans: b_addr(kk, dp) addresses n tiles 2dp, 2dp+1.
@@ -86,12 +94,7 @@ __device__ __forceinline__ void mma_accum_times_tile(float (&out)[kMT][kDT][4], 
     for (int kk = 0; kk < kNT / 2; kk++) {
         uint32_t a[kMT][4];
         #pragma unroll
-        for (int mt = 0; mt < kMT; mt++) {
-            a[mt][0] = pack_bf16x2(in[mt][2 * kk][0], in[mt][2 * kk][1]);
-            a[mt][1] = pack_bf16x2(in[mt][2 * kk][2], in[mt][2 * kk][3]);
-            a[mt][2] = pack_bf16x2(in[mt][2 * kk + 1][0], in[mt][2 * kk + 1][1]);
-            a[mt][3] = pack_bf16x2(in[mt][2 * kk + 1][2], in[mt][2 * kk + 1][3]);
-        }
+        for (int mt = 0; mt < kMT; mt++) accum_tiles_to_a_frag(a[mt], in[mt][2 * kk], in[mt][2 * kk + 1]);
         #pragma unroll
         for (int dp = 0; dp < kDT / 2; dp++) {
             uint32_t b[4];
@@ -1762,14 +1765,8 @@ __device__ __forceinline__ void backward_dv_dk(float (&dv_acc)[kMT][HS / 8][4], 
         uint32_t pa[kMT][4], dsa[kMT][4];
         #pragma unroll
         for (int mt = 0; mt < kMT; mt++) {
-            pa[mt][0] = pack_bf16x2(st[mt][2 * kk][0], st[mt][2 * kk][1]);
-            pa[mt][1] = pack_bf16x2(st[mt][2 * kk][2], st[mt][2 * kk][3]);
-            pa[mt][2] = pack_bf16x2(st[mt][2 * kk + 1][0], st[mt][2 * kk + 1][1]);
-            pa[mt][3] = pack_bf16x2(st[mt][2 * kk + 1][2], st[mt][2 * kk + 1][3]);
-            dsa[mt][0] = pack_bf16x2(dpt[mt][2 * kk][0], dpt[mt][2 * kk][1]);
-            dsa[mt][1] = pack_bf16x2(dpt[mt][2 * kk][2], dpt[mt][2 * kk][3]);
-            dsa[mt][2] = pack_bf16x2(dpt[mt][2 * kk + 1][0], dpt[mt][2 * kk + 1][1]);
-            dsa[mt][3] = pack_bf16x2(dpt[mt][2 * kk + 1][2], dpt[mt][2 * kk + 1][3]);
+            accum_tiles_to_a_frag(pa[mt], st[mt][2 * kk], st[mt][2 * kk + 1]);
+            accum_tiles_to_a_frag(dsa[mt], dpt[mt][2 * kk], dpt[mt][2 * kk + 1]);
         }
         #pragma unroll
         for (int dp = 0; dp < HS / 16; dp++) {
