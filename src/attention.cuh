@@ -434,6 +434,9 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 #define WGMMA_D16 WGMMA_D8(0), WGMMA_D8(8)
 #define WGMMA_D32 WGMMA_D8(0), WGMMA_D8(8), WGMMA_D8(16), WGMMA_D8(24)
 #define WGMMA_D64 WGMMA_D32, WGMMA_D8(32), WGMMA_D8(40), WGMMA_D8(48), WGMMA_D8(56)
+// the same as outputs only (scale-d 0: the old accumulator is dead, so ptxas need not keep it alive up to here)
+#define WGMMA_O8(i) "=f"(d[i]), "=f"(d[i + 1]), "=f"(d[i + 2]), "=f"(d[i + 3]), "=f"(d[i + 4]), "=f"(d[i + 5]), "=f"(d[i + 6]), "=f"(d[i + 7])
+#define WGMMA_O32 WGMMA_O8(0), WGMMA_O8(8), WGMMA_O8(16), WGMMA_O8(24)
 #define WGMMA_D16_NAMES "{" \
     "%0, %1, %2, %3, %4, %5, %6, %7, " \
     "%8, %9, %10, %11, %12, %13, %14, %15" \
@@ -456,19 +459,24 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
     "}"
 
 // d (m64 x n64, fp32, 32 regs a thread) += A (64 x 16, smem descriptor) * B (16 x 64, smem descriptor), both K-major;
-// kScaleD = 0: d = A * B (the old d is ignored, so the accumulator needs no zeroing)
+// kScaleD = 0: d = A * B (the old d is ignored, so the accumulator needs no zeroing), d declared as outputs only:
+// with "+f" ptxas kept the forward's half-diagonal S (n64 into the upper half of the n128 S registers) from
+// pipelining (C7511). The n128 form below keeps "+f": "=f" there changed every forward kernel's schedule.
 template <int kScaleD = 1>
 __device__ __forceinline__ void wgmma_ss_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D32_NAMES ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : WGMMA_D32 : "l"(desc_a), "l"(desc_b), "n"(kScaleD));
+#define WGMMA_SS_N64 "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D32_NAMES ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+    if constexpr (kScaleD == 0) asm volatile(WGMMA_SS_N64 : WGMMA_O32 : "l"(desc_a), "l"(desc_b), "n"(0));
+    else asm volatile(WGMMA_SS_N64 : WGMMA_D32 : "l"(desc_a), "l"(desc_b), "n"(1));
+#undef WGMMA_SS_N64
 }
 // d (m64 x n128, fp32, 64 regs a thread) += A (64 x 16, smem descriptor) * B (16 x 128, smem descriptor), both K-major
 template <int kScaleD = 1>
 __device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64_NAMES ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : WGMMA_D64 : "l"(desc_a), "l"(desc_b), "n"(kScaleD));
+#define WGMMA_SS_N128 "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
+                      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64_NAMES ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+    asm volatile(WGMMA_SS_N128 : WGMMA_D64 : "l"(desc_a), "l"(desc_b), "n"(kScaleD));
+#undef WGMMA_SS_N128
 }
 // d (m64 x nN) += A (64 x 16) * B (16 x N), both from shared memory, K-major: N = 64 or 128
 template <int N, int kScaleD = 1>
@@ -479,12 +487,13 @@ __device__ __forceinline__ void wgmma_ss_m64k16(float (&d)[N / 2], uint64_t desc
 // d (m64 x N) (+)= A B^T contracted over the head dimension: A = 64 rows of a swizzle_wgmma tile of kRowsA rows
 // (desc_a: its first row), B = a swizzle_wgmma tile of N rows; k16 step ks reads column block ks / 4 at +32 bytes
 // per step inside the 128-byte atom (descriptor units: 16 bytes). kScaleD0 = 0: the first step overwrites d.
-template <int HS, int N, int kRowsA, int kScaleD0 = 1>
+// kRowsB: the rows of B's tile (B = its first N rows)
+template <int HS, int N, int kRowsA, int kScaleD0 = 1, int kRowsB = N>
 __device__ __forceinline__ void wgmma_ss_over_hs(float (&d)[N / 2], uint64_t desc_a, const uint8_t* tile_b) {
     wgmma_ss_m64k16<N, kScaleD0>(d, desc_a, wgmma_desc(tile_b));
     #pragma unroll
     for (int ks = 1; ks < HS / 16; ks++)
-        wgmma_ss_m64k16<N>(d, desc_a + (ks / 4) * (kRowsA * 128 / 16) + 2 * (ks % 4), wgmma_desc(tile_b + (ks / 4) * N * 128 + 32 * (ks % 4)));
+        wgmma_ss_m64k16<N>(d, desc_a + (ks / 4) * (kRowsA * 128 / 16) + 2 * (ks % 4), wgmma_desc(tile_b + (ks / 4) * kRowsB * 128 + 32 * (ks % 4)));
 }
 // d (m64 x n64, fp32) += A (64 x 16, bf16 registers) * B (16 x 64, smem descriptor, MN-major: transposed)
 __device__ __forceinline__ void wgmma_rs_m64n64k16_trans_b(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
@@ -497,6 +506,15 @@ __device__ __forceinline__ void wgmma_rs_m64n128k16_trans_b(float (&d)[64], cons
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64_NAMES ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
                  : WGMMA_D64 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+}
+// d (m64 x nHS) += A (64 x 16, bf16 registers) * B (16 x HS): rows 16j..16j+15 of an MN-major swizzle_wgmma
+// tile of kRows rows (16 rows of 128 bytes into each column block): the forward's P V, the backward's dV, dK, dQ.
+// HS 128: one n128 wgmma over both column blocks (LBO = the distance between them, kRows * 128 bytes) into the
+// accumulator's two halves [0, 32) and [32, 64), as two n64 wgmmas would write them
+template <int HS, int kRows>
+__device__ __forceinline__ void wgmma_rs_m64k16_trans_b(float (&d)[HS / 2], const uint32_t (&a)[4], const uint8_t* tile, int j) {
+    if constexpr (HS == 64) wgmma_rs_m64n64k16_trans_b(d, a, wgmma_desc(tile + j * 16 * 128));
+    else wgmma_rs_m64n128k16_trans_b(d, a, wgmma_desc(tile + j * 16 * 128, /*lbo_bytes=*/kRows * 128));
 }
 // d (m64 x nN, N = 32 or 64) (+)= A (64 x 16) * B (16 x N), both from shared memory and both MN-major (A's 64 rows
 // and B's N columns contiguous: each operand is stored transposed, k rows of 128 bytes); scale_d = 0 overwrites d
@@ -1198,164 +1216,194 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
     const float scale_log2 = rsqrtf((float)HS) * kLog2e;
     uint64_t q_desc;   // this warpgroup's rows of column block 0 of the work item's Q slot
 
-    float s[kNT * 4];       // S of the current tile, then P in fp32
-    uint32_t pa[kPS][4];    // P of the previous tile in bf16: the A fragments of P V
-    float o_acc[kDT * 4];   // O, as in the kernels above
-    float row_max[2], row_sum[2], alpha[2];
+    // kHalfDiag: with kBlockM = kBlockN an item's first tile is its diagonal block, whose right half (keys
+    // m_start + 64 ..) lies above every row of consumer warpgroup 0. That warpgroup computes S and the softmax of
+    // the left half only (P's right half is zeros for P V, which stays whole), a tenth of its work at T = 1024.
+    // It runs its own copy of the consumer code, half_diag a constant: ptxas serialises every wgmma of a kernel
+    // that has one under a branch it cannot prove uniform (C7520). Measured (H100, ninth session call 1, HS 64,
+    // 128x128/2wg/pp/s3, three A/B rounds): 64x12x1024 0.317-0.320 -> 0.306-0.308 ms. HS 128 runs the one copy:
+    // the pairs it ships for run at long T, where the saving is small, and there two copies were 6% slower
+    // (call 2, 4x16x8192: ms_min 1.80 -> 1.91).
+    constexpr bool kHalfDiag = kBlockM == kBlockN && HS == 64;
+    auto consumer = [&](auto wg0) {
+        constexpr bool half_diag = kHalfDiag && decltype(wg0)::value;
+        float s[kNT * 4];       // S of the current tile, then P in fp32
+        uint32_t pa[kPS][4];    // P of the previous tile in bf16: the A fragments of P V
+        float o_acc[kDT * 4];   // O, as in the kernels above
+        float row_max[2], row_sum[2], alpha[2];
 
-    // Ping-pong turn order: consumer c waits on barrier 1 + c and then lets consumer c + 1 go. Consumer 0 takes
-    // the very first turn without waiting and the last consumer skips its very last hand-over, so every
-    // bar.arrive meets a bar.sync and no barrier is left half-arrived when the CTA exits.
-    bool first_turn = true;
-    auto turn_begin = [&]() {
-        if constexpr (kPingPong) {
-            if (!(cwg == 0 && first_turn)) named_barrier_sync(1 + cwg, 256);
-            first_turn = false;
-        }
-    };
-    auto turn_end = [&](bool last_turn_of_cta) {
-        if constexpr (kPingPong) {
-            if (!(cwg == kNCWG - 1 && last_turn_of_cta)) named_barrier_arrive(1 + (cwg + 1) % kNCWG, 256);
-        }
-    };
-    auto release = [&](uint64_t* bar) { if (lane == 0) mbar_arrive(bar); };   // after this warp's wgmma_wait
-    auto release_kv = [&](uint64_t* bar) {   // a K/V slot: both CTAs' copies are rewritten together
-        if (lane == 0) {
-            mbar_arrive(bar);
-            if constexpr (kCluster > 1) mbar_arrive_remote(bar, cta_rank ^ 1);
-        }
-    };
-    auto issue_s = [&](int slot) {   // S = Q K^T; step 0 overwrites s
-        wgmma_ss_over_hs<HS, kBlockN, kBlockM, /*kScaleD0=*/0>(s, q_desc, k_smem + slot * Tile::kTileBytes);
-        wgmma_commit();
-    };
-    auto issue_pv = [&](int slot) {   // O += P V: k16 step i = keys 16i .. 16i + 15, 16 rows of 128 bytes into each column block
-        const uint8_t* v_s = v_smem + slot * Tile::kTileBytes;
-        #pragma unroll
-        for (int i = 0; i < kPS; i++)
-            #pragma unroll
-            for (int c = 0; c < kCB; c++)
-                wgmma_rs_m64n64k16_trans_b(*reinterpret_cast<float(*)[32]>(o_acc + 32 * c), pa[i],
-                                           wgmma_desc(v_s + c * kBlockN * 128 + i * 16 * 128));
-        wgmma_commit();
-    };
-    auto pack_p = [&]() {
-        #pragma unroll
-        for (int i = 0; i < kPS; i++) accum_to_a_frag(pa[i], s, i);
-    };
-
-    // S_0 = Q K_0^T of a work item: its Q slot and first K/V tile (kv_iter kv0)
-    auto wait_first_tiles = [&](int tile_iter, int kv0) {
-        mbar_wait(&q_full[tile_iter % Tile::kQSlots], (tile_iter / Tile::kQSlots) & 1);
-        mbar_wait(&k_full[kv0 % kStages], (kv0 / kStages) & 1);
-    };
-    auto set_q_slot = [&](int tile_iter) { q_desc = wgmma_desc(q_smem + (tile_iter % Tile::kQSlots) * Tile::kQBytes + cwg * 64 * 128); };
-    // kCluster 2, rank 1: the item's first tile (the upper block's diagonal) has keys above all of this CTA's rows:
-    // wait for it and release it, so both CTAs' slots go round together
-    int kv_iter = 0, tile_iter = 0;
-    auto skip_upper_diagonal = [&]() {
-        if (kCluster > 1 && cta_rank == 1) {
-            const int slot = kv_iter % kStages, parity = (kv_iter / kStages) & 1;
-            mbar_wait(&k_full[slot], parity);
-            mbar_wait(&v_full[slot], parity);
-            release_kv(&k_empty[slot]);
-            release_kv(&v_empty[slot]);
-            kv_iter++;
-        }
-    };
-
-    // Each work item starts with its S_0 already issued: the first here, the others in the previous item's last
-    // turn (kEarlyS0: two Q slots, so the next Q is in by then) or right after its epilogue. Early, S_0 runs on
-    // the tensor cores during the epilogue. After the CTA's last item a dummy S_0 (stale slots, result unused)
-    // keeps every wgmma issue unconditional.
-    constexpr bool kEarlyS0 = Tile::kQSlots == 2;
-    skip_upper_diagonal();
-    wait_first_tiles(0, kv_iter);   // blockIdx.x / kCluster < num_items: the grid is at most num_items clusters
-    set_q_slot(0);
-    turn_begin();
-    reg_fence(s);
-    wgmma_fence();
-    issue_s(kv_iter % kStages);
-    turn_end(false);
-    for (int w = work(tile_iter); w < num_items; w = work(++tile_iter)) {
-        const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
-        const int m_block = num_m_blocks - 1 - kCluster * item.rank - cta_rank, b = item.bh / NH, h = item.bh % NH;
-        const int m_start = m_block * kBlockM;
-        const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
-        const int qslot = tile_iter % Tile::kQSlots;
-        const bool has_next = work(tile_iter + 1) < num_items;
-        auto softmax = [&](int j) {   // on tile j (loop order): P_j (fp32) in s, row statistics, alpha
-            const int key0 = (n_blocks - 1 - j) * kBlockN;
-            if (key0 + kBlockN - 1 > m_start + warp_row0) causal_mask_tile<kNT>(s, m_start + warp_row0, key0, g, tq);
-            online_softmax_tile<kNT>(s, row_max, row_sum, alpha, scale_log2);
-        };
-        #pragma unroll
-        for (int i = 0; i < kDT * 4; i++) o_acc[i] = 0.0f;
-        row_max[0] = row_max[1] = -INFINITY;
-        row_sum[0] = row_sum[1] = 0.0f;
-
-        // tile 0: softmax only (O is still 0, so alpha is not needed); S_0 was issued before
-        wgmma_wait<0>();
-        reg_fence(s);
-        release_kv(&k_empty[kv_iter % kStages]);
-        if (n_blocks == 1) release(&q_empty[qslot]);
-        softmax(0);
-        pack_p();
-
-        for (int j = 1; j < n_blocks; j++) {
-            const int kslot = (kv_iter + j) % kStages, vslot = (kv_iter + j - 1) % kStages;
-            mbar_wait(&k_full[kslot], ((kv_iter + j) / kStages) & 1);
-            mbar_wait(&v_full[vslot], ((kv_iter + j - 1) / kStages) & 1);
-            turn_begin();
-            reg_fence(s); reg_fence(pa); reg_fence(o_acc);   // every ordinary write to them is done
-            wgmma_fence();                                   // ... and visible to wgmma
-            issue_s(kslot);
-            issue_pv(vslot);
-            turn_end(false);
-            wgmma_wait<1>();   // S_j done; P_{j-1} V_{j-1} may still run: o_acc and pa are not ours yet
-            reg_fence(s);
-            release_kv(&k_empty[kslot]);
-            if (j == n_blocks - 1) release(&q_empty[qslot]);   // the tile's last read of Q is done
-            #pragma unroll 1
-            for (unsigned once = 0; once < schedule_pin(); once++) softmax(j);   // runs while P V does
-            wgmma_wait<0>();   // P V done
-            reg_fence(o_acc); reg_fence(pa);
-            release_kv(&v_empty[vslot]);
-            #pragma unroll
-            for (int dt = 0; dt < kDT; dt++) {
-                o_acc[4 * dt + 0] *= alpha[0]; o_acc[4 * dt + 1] *= alpha[0];
-                o_acc[4 * dt + 2] *= alpha[1]; o_acc[4 * dt + 3] *= alpha[1];
+        // Ping-pong turn order: consumer c waits on barrier 1 + c and then lets consumer c + 1 go. Consumer 0 takes
+        // the very first turn without waiting and the last consumer skips its very last hand-over, so every
+        // bar.arrive meets a bar.sync and no barrier is left half-arrived when the CTA exits.
+        bool first_turn = true;
+        auto turn_begin = [&]() {
+            if constexpr (kPingPong) {
+                if (!(cwg == 0 && first_turn)) named_barrier_sync(1 + cwg, 256);
+                first_turn = false;
             }
-            pack_p();
-        }
+        };
+        auto turn_end = [&](bool last_turn_of_cta) {
+            if constexpr (kPingPong) {
+                if (!(cwg == kNCWG - 1 && last_turn_of_cta)) named_barrier_arrive(1 + (cwg + 1) % kNCWG, 256);
+            }
+        };
+        auto release = [&](uint64_t* bar) { if (lane == 0) mbar_arrive(bar); };   // after this warp's wgmma_wait
+        auto release_kv = [&](uint64_t* bar) {   // a K/V slot: both CTAs' copies are rewritten together
+            if (lane == 0) {
+                mbar_arrive(bar);
+                if constexpr (kCluster > 1) mbar_arrive_remote(bar, cta_rank ^ 1);
+            }
+        };
+        auto issue_s = [&](int slot) {   // S = Q K^T; step 0 overwrites s
+            wgmma_ss_over_hs<HS, kBlockN, kBlockM, /*kScaleD0=*/0>(s, q_desc, k_smem + slot * Tile::kTileBytes);
+            wgmma_commit();
+        };
+        // an item's first S; with half_diag its left half only, into s_left = the upper half of s (with the lower
+        // half, ptxas reports C7511: wgmmas serialised for want of registers)
+        float (&s_left)[kNT * 2] = *reinterpret_cast<float(*)[kNT * 2]>(s + kNT * 2);
+        auto issue_s0 = [&](int slot) {
+            if constexpr (half_diag) {
+                wgmma_ss_over_hs<HS, kBlockN / 2, kBlockM, /*kScaleD0=*/0, kBlockN>(s_left, q_desc, k_smem + slot * Tile::kTileBytes);
+                wgmma_commit();
+            } else {
+                issue_s(slot);
+            }
+        };
+        auto issue_pv = [&](int slot) {   // O += P V: k16 step i = keys 16i .. 16i + 15
+            #pragma unroll
+            for (int i = 0; i < kPS; i++) wgmma_rs_m64k16_trans_b<HS, kBlockN>(o_acc, pa[i], v_smem + slot * Tile::kTileBytes, i);
+            wgmma_commit();
+        };
+        auto pack_p = [&]() {
+            #pragma unroll
+            for (int i = 0; i < kPS; i++) accum_to_a_frag(pa[i], s, i);
+        };
 
-        // the last P V (and with kEarlyS0 the next item's S_0, in the same turn)
-        const int vslot = (kv_iter + n_blocks - 1) % kStages;
-        mbar_wait(&v_full[vslot], ((kv_iter + n_blocks - 1) / kStages) & 1);
-        kv_iter += n_blocks;
-        if (kEarlyS0 && has_next) { skip_upper_diagonal(); wait_first_tiles(tile_iter + 1, kv_iter); set_q_slot(tile_iter + 1); }
+        // S_0 = Q K_0^T of a work item: its Q slot and first K/V tile (kv_iter kv0)
+        auto wait_first_tiles = [&](int tile_iter, int kv0) {
+            mbar_wait(&q_full[tile_iter % Tile::kQSlots], (tile_iter / Tile::kQSlots) & 1);
+            mbar_wait(&k_full[kv0 % kStages], (kv0 / kStages) & 1);
+        };
+        auto set_q_slot = [&](int tile_iter) { q_desc = wgmma_desc(q_smem + (tile_iter % Tile::kQSlots) * Tile::kQBytes + cwg * 64 * 128); };
+        // kCluster 2, rank 1: the item's first tile (the upper block's diagonal) has keys above all of this CTA's rows:
+        // wait for it and release it, so both CTAs' slots go round together
+        int kv_iter = 0, tile_iter = 0;
+        auto skip_upper_diagonal = [&]() {
+            if (kCluster > 1 && cta_rank == 1) {
+                const int slot = kv_iter % kStages, parity = (kv_iter / kStages) & 1;
+                mbar_wait(&k_full[slot], parity);
+                mbar_wait(&v_full[slot], parity);
+                release_kv(&k_empty[slot]);
+                release_kv(&v_empty[slot]);
+                kv_iter++;
+            }
+        };
+
+        // Each work item starts with its S_0 already issued: the first here, the others in the previous item's last
+        // turn (kEarlyS0: two Q slots, so the next Q is in by then) or right after its epilogue. Early, S_0 runs on
+        // the tensor cores during the epilogue. After the CTA's last item a dummy S_0 (stale slots, result unused)
+        // keeps every wgmma issue unconditional.
+        constexpr bool kEarlyS0 = Tile::kQSlots == 2;
+        skip_upper_diagonal();
+        wait_first_tiles(0, kv_iter);   // blockIdx.x / kCluster < num_items: the grid is at most num_items clusters
+        set_q_slot(0);
         turn_begin();
-        reg_fence(pa); reg_fence(o_acc); reg_fence(s);
+        reg_fence(s);
         wgmma_fence();
-        issue_pv(vslot);
-        if constexpr (kEarlyS0) issue_s(kv_iter % kStages);
-        turn_end(kEarlyS0 && !has_next);
-        wgmma_wait<kEarlyS0 ? 1 : 0>();   // P V done (S_0 of the next item may still run)
-        reg_fence(o_acc);
-        release_kv(&v_empty[vslot]);
+        issue_s0(kv_iter % kStages);
+        turn_end(false);
+        for (int w = work(tile_iter); w < num_items; w = work(++tile_iter)) {
+            const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
+            const int m_block = num_m_blocks - 1 - kCluster * item.rank - cta_rank, b = item.bh / NH, h = item.bh % NH;
+            const int m_start = m_block * kBlockM;
+            const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
+            const int qslot = tile_iter % Tile::kQSlots;
+            const bool has_next = work(tile_iter + 1) < num_items;
+            auto softmax = [&](int j) {   // on tile j (loop order): P_j (fp32) in s, row statistics, alpha
+                const int key0 = (n_blocks - 1 - j) * kBlockN;
+                if (key0 + kBlockN - 1 > m_start + warp_row0) causal_mask_tile<kNT>(s, m_start + warp_row0, key0, g, tq);
+                online_softmax_tile<kNT>(s, row_max, row_sum, alpha, scale_log2);
+            };
+            #pragma unroll
+            for (int i = 0; i < kDT * 4; i++) o_acc[i] = 0.0f;
+            row_max[0] = row_max[1] = -INFINITY;
+            row_sum[0] = row_sum[1] = 0.0f;
 
-        hopper_forward_epilogue<HS>(p, o_acc, row_max, row_sum, o_smem, b, h, m_start, warp_row0);
-        if constexpr (!kEarlyS0) {   // the next item's S_0 in a turn of its own
-            if (has_next) { skip_upper_diagonal(); wait_first_tiles(tile_iter + 1, kv_iter); }
-            set_q_slot(tile_iter + 1);
-            turn_begin();
+            // tile 0: softmax only (O is still 0, so alpha is not needed); S_0 was issued before
+            wgmma_wait<0>();
             reg_fence(s);
+            release_kv(&k_empty[kv_iter % kStages]);
+            if (n_blocks == 1) release(&q_empty[qslot]);
+            if constexpr (half_diag) {   // the left half: keys m_start .. m_start + 63
+                causal_mask_tile<kNT / 2>(s_left, m_start + warp_row0, m_start, g, tq);
+                online_softmax_tile<kNT / 2>(s_left, row_max, row_sum, alpha, scale_log2);
+                #pragma unroll
+                for (int i = 0; i < kPS; i++) {
+                    if (i < kPS / 2) accum_to_a_frag(pa[i], s_left, i);
+                    else pa[i][0] = pa[i][1] = pa[i][2] = pa[i][3] = 0u;
+                }
+            } else {
+                softmax(0);
+                pack_p();
+            }
+
+            for (int j = 1; j < n_blocks; j++) {
+                const int kslot = (kv_iter + j) % kStages, vslot = (kv_iter + j - 1) % kStages;
+                mbar_wait(&k_full[kslot], ((kv_iter + j) / kStages) & 1);
+                mbar_wait(&v_full[vslot], ((kv_iter + j - 1) / kStages) & 1);
+                turn_begin();
+                reg_fence(s); reg_fence(pa); reg_fence(o_acc);   // every ordinary write to them is done
+                wgmma_fence();                                   // ... and visible to wgmma
+                issue_s(kslot);
+                issue_pv(vslot);
+                turn_end(false);
+                wgmma_wait<1>();   // S_j done; P_{j-1} V_{j-1} may still run: o_acc and pa are not ours yet
+                reg_fence(s);
+                release_kv(&k_empty[kslot]);
+                if (j == n_blocks - 1) release(&q_empty[qslot]);   // the tile's last read of Q is done
+                #pragma unroll 1
+                for (unsigned once = 0; once < schedule_pin(); once++) softmax(j);   // runs while P V does
+                wgmma_wait<0>();   // P V done
+                reg_fence(o_acc); reg_fence(pa);
+                release_kv(&v_empty[vslot]);
+                #pragma unroll
+                for (int dt = 0; dt < kDT; dt++) {
+                    o_acc[4 * dt + 0] *= alpha[0]; o_acc[4 * dt + 1] *= alpha[0];
+                    o_acc[4 * dt + 2] *= alpha[1]; o_acc[4 * dt + 3] *= alpha[1];
+                }
+                pack_p();
+            }
+
+            // the last P V (and with kEarlyS0 the next item's S_0, in the same turn)
+            const int vslot = (kv_iter + n_blocks - 1) % kStages;
+            mbar_wait(&v_full[vslot], ((kv_iter + n_blocks - 1) / kStages) & 1);
+            kv_iter += n_blocks;
+            if (kEarlyS0 && has_next) { skip_upper_diagonal(); wait_first_tiles(tile_iter + 1, kv_iter); set_q_slot(tile_iter + 1); }
+            turn_begin();
+            reg_fence(pa); reg_fence(o_acc); reg_fence(s);
             wgmma_fence();
-            issue_s(kv_iter % kStages);
-            turn_end(!has_next);
+            issue_pv(vslot);
+            if constexpr (kEarlyS0) issue_s0(kv_iter % kStages);
+            turn_end(kEarlyS0 && !has_next);
+            wgmma_wait<kEarlyS0 ? 1 : 0>();   // P V done (S_0 of the next item may still run)
+            reg_fence(o_acc);
+            release_kv(&v_empty[vslot]);
+
+            hopper_forward_epilogue<HS>(p, o_acc, row_max, row_sum, o_smem, b, h, m_start, warp_row0);
+            if constexpr (!kEarlyS0) {   // the next item's S_0 in a turn of its own
+                if (has_next) { skip_upper_diagonal(); wait_first_tiles(tile_iter + 1, kv_iter); }
+                set_q_slot(tile_iter + 1);
+                turn_begin();
+                reg_fence(s);
+                wgmma_fence();
+                issue_s0(kv_iter % kStages);
+                turn_end(!has_next);
+            }
         }
-    }
-    wgmma_wait<0>();   // the dummy S_0
+        wgmma_wait<0>();   // the dummy S_0
+    };
+    if (kHalfDiag && cwg == 0) consumer(std::true_type{});
+    else consumer(std::false_type{});
     if constexpr (kCluster > 1) cluster_sync();   // no CTA leaves while its peer may still arrive on its barriers
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
@@ -2464,26 +2512,11 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
 //   dq:   a warpgroup owns 64 query rows. S = Q K^T, dP = dO V^T (SS), dQ += dS K (RS, K read MN-major).
 // Descriptors, as in the forward: the SS GEMMs contract over HS in k16 steps ks, head dims 16ks.. living in
 // column block ks / 4 at +32 * (ks % 4) bytes; the RS GEMMs contract over 16 rows (queries or keys) per k step,
-// +16 * 128 bytes into a column block, and give HS-wide outputs as one n64 wgmma per column block c into
-// accumulator registers [32c, 32c + 32). The epilogues stage dK, dV, dQ in swizzle<HS> rows (each warp its own
+// +16 * 128 bytes into a column block, and give HS-wide outputs as one wgmma (wgmma_rs_m64k16_trans_b: n128 at HS
+// 128, both column blocks through the descriptor's LBO). The epilogues stage dK, dV, dQ in swizzle<HS> rows (each warp its own
 // 16 rows, read back by the same warp) once every wgmma is done, so the two layouts never meet.
 // Deterministic like the mma.sync split path: every output written once, in a fixed order.
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// d (m64 x nHS) += A (64 x 16, bf16 registers) * B (16 x HS): rows 16j..16j+15 of an MN-major swizzle_wgmma
-// tile of kRows rows (16 rows of 128 bytes into each column block), one n64 wgmma per 64-column block c into
-// accumulator registers [32c, 32c + 32), as the forward's P V
-template <int HS, int kRows>
-__device__ __forceinline__ void wgmma_rs_m64k16_trans_b(float (&d)[HS / 2], const uint32_t (&a)[4], const uint8_t* tile, int j) {
-    if constexpr (HS == 64) {
-        wgmma_rs_m64n64k16_trans_b(d, a, wgmma_desc(tile + j * 16 * 128));
-    } else {
-        #pragma unroll
-        for (int c = 0; c < HS / 64; c++)
-            wgmma_rs_m64n64k16_trans_b(*reinterpret_cast<float(*)[32]>(d + 32 * c), a, wgmma_desc(tile + c * kRows * 128 + j * 16 * 128));
-    }
-}
-#endif
 
 template <int HS, int kNWG, int kBlockM>
 struct HopperBackwardKVTile {
