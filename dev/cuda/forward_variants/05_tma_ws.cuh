@@ -21,6 +21,10 @@ A/B rounds of 100 launches, ms_med / ms_min): 128x128/2wg/pp 2.197 / 1.883, 2.14
 -> 2.06 GB, L2 throughput 67% -> 48%, DRAM 50% -> 31%, elapsed cycles 3.10 M -> 3.07 M (at ncu's locked clocks);
 SM busy 67%, no eligible warp 54% of cycles in both. Validated in call 5 (--check 50 passed for 0 and five configs;
 T = 200, 256, 1000 x8 and 4000 at HS 128; compute-sanitizer memcheck, racecheck, synccheck clean at B=2 T=200 NH=2).
+Ninth session (commit ec1fb16): with 128-row blocks and 128-key tiles (the 2-warpgroup configs at HS 64) consumer
+warpgroup 0 computes only the left 64 keys of each item's diagonal tile (S, softmax; P's right half zero), in its own
+copy of the consumer code; H100, 64x12x1024, 128x128/2wg/pp/s3 as src: 0.317-0.321 -> 0.306-0.309 ms over six A/B
+rounds in two calls. At HS 128, P V is one n128 wgmma per k16 step (both column blocks through the descriptor's LBO).
 ptxas (nvcc 13.0): 168 registers at launch (128 with 3 consumer warpgroups), no spills, no C75xx infos; SASS has
 UTMALDG.4D, HGMMA.64x128x16 / 64x64x16, USETMAXREG. Non-Hopper GPUs: not supported.
 Last run (H100, 2026-11-21, commit b6ae92a; --check of every config on the validation set: 56 passed, 0 failed;
