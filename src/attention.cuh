@@ -1222,8 +1222,9 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
     // It runs its own copy of the consumer code, half_diag a constant: ptxas serialises every wgmma of a kernel
     // that has one under a branch it cannot prove uniform (C7520). Measured (H100, ninth session call 1, HS 64,
     // 128x128/2wg/pp/s3, three A/B rounds): 64x12x1024 0.317-0.320 -> 0.306-0.308 ms. HS 128 runs the one copy:
-    // the pairs it ships for run at long T, where the saving is small, and there two copies were 6% slower
-    // (call 2, 4x16x8192: ms_min 1.80 -> 1.91).
+    // the pairs it ships for run at long T, where the saving is under 1%, and a build with two copies was 6% slower
+    // there (call 2, 4x16x8192: ms_min 1.80 -> 1.91; that build also declared the n128 S outputs-only, see
+    // wgmma_ss_m64n64k16, so the two causes were not separated).
     constexpr bool kHalfDiag = kBlockM == kBlockN && HS == 64;
     auto consumer = [&](auto wg0) {
         constexpr bool half_diag = kHalfDiag && decltype(wg0)::value;
