@@ -12,13 +12,14 @@ THE harness shared by every dev/cuda file (attention_forward.cu, attention_backw
 
 Command line shared by the dev binaries:
   ./attention_forward N|N,M,..|all [--check] [--no-bench] [-b B] [-t T] [-n NH] [-d HS] [--scale S]
-                            [--seed S] [--repeats R] [--shapes bench] [--cfg NAME,NAME..]
+                            [--seed S] [--repeats R] [--shapes bench] [--cfg NAME,NAME..] [--sync-each]
   N|N,M|all  one variant, a comma list of variants, or every variant
   --check    validate on the acceptance validation set (7 shapes x input scale 1 and 8), no timing
   --no-bench validate the given shape only
   --shapes bench   validate + time on the benchmark shapes (kBenchShapes; the slow naive variant is not timed there)
   --cfg      only the configs with these exact names (variants with a single config always run); nothing else is
              validated, so nothing else is timed
+  --sync-each  synchronise after every timed launch, as sdpa_anchor.py times PyTorch (default: back to back)
 */
 #pragma once
 #include <algorithm>
@@ -63,6 +64,9 @@ struct HarnessArgs {
     int repeats = 30;
 };
 
+// --sync-each: time_kernel synchronises after every timed launch (the anchor script's protocol)
+inline bool& timing_sync_each() { static bool sync_each = false; return sync_each; }
+
 inline std::vector<std::string> split_commas(const std::string& list) {
     std::vector<std::string> parts;
     for (size_t start = 0; start <= list.size();) {
@@ -76,7 +80,7 @@ inline std::vector<std::string> split_commas(const std::string& list) {
 
 inline HarnessArgs parse_harness_args(int argc, char** argv) {
     HarnessArgs a;
-    if (argc < 2) { fprintf(stderr, "usage: %s N|all [--check] [--no-bench] [-b B] [-t T] [-n NH] [-d HS] [--scale S] [--seed S] [--repeats R] [--shapes bench] [--cfg NAME,..]\n", argv[0]); exit(EXIT_FAILURE); }
+    if (argc < 2) { fprintf(stderr, "usage: %s N|all [--check] [--no-bench] [-b B] [-t T] [-n NH] [-d HS] [--scale S] [--seed S] [--repeats R] [--shapes bench] [--cfg NAME,..] [--sync-each]\n", argv[0]); exit(EXIT_FAILURE); }
     if (strcmp(argv[1], "all") != 0)
         for (const std::string& v : split_commas(argv[1])) a.variants.push_back(atoi(v.c_str()));
     for (int i = 2; i < argc; i++) {
@@ -92,6 +96,7 @@ inline HarnessArgs parse_harness_args(int argc, char** argv) {
         else if (f == "--seed") a.seed = strtoull(next(), nullptr, 10);
         else if (f == "--repeats") a.repeats = atoi(next());
         else if (f == "--cfg") a.configs = split_commas(next());
+        else if (f == "--sync-each") timing_sync_each() = true;
         else if (f == "--shapes") { if (strcmp(next(), "bench") != 0) { fprintf(stderr, "--shapes takes 'bench'\n"); exit(EXIT_FAILURE); } a.bench_shapes = true; }
         else { fprintf(stderr, "unknown flag %s\n", f.c_str()); exit(EXIT_FAILURE); }
     }
@@ -251,6 +256,7 @@ Timing time_kernel(Launch launch, int repeats, cudaStream_t stream, int warmup =
         cudaCheck(cudaEventRecord(ev[2 * i], stream));
         launch(warmup + i);
         cudaCheck(cudaEventRecord(ev[2 * i + 1], stream));
+        if (timing_sync_each()) cudaCheck(cudaStreamSynchronize(stream));
     }
     cudaCheck(cudaGetLastError());
     cudaCheck(cudaStreamSynchronize(stream));
