@@ -24,7 +24,7 @@ attention_unsupported_reason() says why anything else is refused.
 */
 #pragma once
 #include <cmath>
-#include <type_traits>    // std::true_type: the forward's per-warpgroup consumer copies
+#include <type_traits>      // std::true_type: the forward's per-warpgroup consumer copies
 #include <cuda.h>           // CUtensorMap (types only: the driver entry point is fetched at run time)
 #include <cudaTypedefs.h>   // PFN_cuTensorMapEncodeTiled
 #include "common.cuh"
