@@ -751,7 +751,7 @@ attention_forward_hopper_kernel(const AttentionForwardParams p) {
             #pragma unroll
             for (int j = 0; j < kPS; j++) {   // k16 step j: keys 16j .. 16j + 15, 16 rows of 128 bytes into each column block
                 if constexpr (kPvN128) {
-                    wgmma_rs_m64n128k16_trans_b(o_acc, pa[j], wgmma_desc(v_s + j * 16 * 128, /*lbo_bytes=*/kBlockN * 128));
+                    wgmma_rs_m64k16_trans_b<HS, kBlockN>(o_acc, pa[j], v_s, j);   // HS 128: one n128
                 } else {
                     #pragma unroll
                     for (int c = 0; c < kCB; c++)
@@ -850,7 +850,6 @@ attention_forward_hopper_overlap_kernel(const AttentionForwardParams p) {
     constexpr int kNT = kBlockN / 8;      // n8 column groups of S per thread
     constexpr int kPS = kBlockN / 16;     // k16 steps of P V
     constexpr int kDT = HS / 8;           // n8 column groups of O
-    constexpr int kCB = HS / 64;          // 64-column blocks of a tile (swizzle_wgmma)
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     uint8_t* q_smem = smem;                                    // (kBlockM, HS) swizzle_wgmma, later O staging (swizzle<HS>)
@@ -915,15 +914,9 @@ attention_forward_hopper_overlap_kernel(const AttentionForwardParams p) {
         wgmma_ss_over_hs<HS, kBlockN, kBlockM, /*kScaleD0=*/0>(s, q_desc, k_smem + (j % kStages) * Tile::kTileBytes);
         wgmma_commit();
     };
-    // O += P_j V_j: k16 step i = keys 16i .. 16i + 15, 16 rows of 128 bytes into each column block
-    auto issue_pv = [&](int j) {
-        const uint8_t* v_s = v_smem + (j % kStages) * Tile::kTileBytes;
+    auto issue_pv = [&](int j) {   // O += P_j V_j: k16 step i = keys 16i .. 16i + 15
         #pragma unroll
-        for (int i = 0; i < kPS; i++)
-            #pragma unroll
-            for (int c = 0; c < kCB; c++)
-                wgmma_rs_m64n64k16_trans_b(*reinterpret_cast<float(*)[32]>(o_acc + 32 * c), pa[i],
-                                           wgmma_desc(v_s + c * kBlockN * 128 + i * 16 * 128));
+        for (int i = 0; i < kPS; i++) wgmma_rs_m64k16_trans_b<HS, kBlockN>(o_acc, pa[i], v_smem + (j % kStages) * Tile::kTileBytes, i);
         wgmma_commit();
     };
     // step 4 on tile j: s holds S_j; leaves P_j (fp32) in s, updates row_max / row_sum, sets alpha
