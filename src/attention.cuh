@@ -619,8 +619,9 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[kNT * 4], float (
 }
 
 // epilogue, as in the mma.sync kernel: O /= l, LSE = m * scale + log(l); each warp stages only its own 16 rows
-// of O (swizzle<HS>, in Q's shared memory: the caller ordered every wgmma read of Q before this) for 16-byte stores
-template <int HS>
+// of O (swizzle<HS>, in Q's shared memory: the caller ordered every wgmma read of Q before this) for 16-byte stores;
+// kStaged false: no staging (q_smem unused), each thread stores its own bf16 pairs
+template <int HS, bool kStaged = true>
 __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardParams& p, float (&o_acc)[HS / 2],
                                                         const float (&row_max)[2], const float (&row_sum)[2],
                                                         uint8_t* q_smem, int b, int h, int m_start, int warp_row0) {
@@ -638,10 +639,13 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
         if (tq == 0 && m_start + row < T)
             p.lse[((size_t)b * NH + h) * T + m_start + row] = l > 0.0f ? row_max[half] * scale + logf(l) : -INFINITY;
         #pragma unroll
-        for (int dt = 0; dt < HS / 8; dt++)
-            *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) =
-                pack_bf16x2(o_acc[4 * dt + 2 * half] * inv_l, o_acc[4 * dt + 2 * half + 1] * inv_l);
+        for (int dt = 0; dt < HS / 8; dt++) {
+            const uint32_t o2 = pack_bf16x2(o_acc[4 * dt + 2 * half] * inv_l, o_acc[4 * dt + 2 * half + 1] * inv_l);
+            if constexpr (kStaged) *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) = o2;
+            else if (m_start + row < T) *reinterpret_cast<uint32_t*>(p.out + (((size_t)b * T + m_start + row) * NH + h) * HS + dt * 8 + 2 * tq) = o2;
+        }
     }
+    if constexpr (!kStaged) return;
     __syncwarp();
     floatX* out_gl = p.out + ((size_t)b * T * NH + h) * HS;
     for (int c = lane; c < 16 * (HS / 8); c += 32) {
@@ -1010,9 +1014,12 @@ struct HopperWsTile {
     static constexpr int kQBytes = kBlockM * HS * 2, kTileBytes = kBlockN * HS * 2;
     // two Q slots where they fit (HS 64), so the next work item's Q loads while this one finishes
     static constexpr int kQSlots = 3 * kQBytes + 2 * kStages * kTileBytes + 8 * (4 + 4 * kStages) + 1024 <= 227 * 1024 ? 2 : 1;
-    // Q slots | K ring | V ring | O staging (kBlockM rows, swizzle<HS>) | mbarriers; + 1 KB to align to the swizzle atom
-    static constexpr int kBarOffset = (kQSlots + 1) * kQBytes + 2 * kStages * kTileBytes;
     static constexpr int kNumBars = 2 * kQSlots + 4 * kStages;   // q_full[], q_empty[], k_full[], k_empty[], v_full[], v_empty[]
+    // O is staged in shared memory for 16-byte stores where that fits; otherwise (HS 128 with a 3-deep ring) each
+    // thread stores its own bf16 pairs (once per item: a few per cent of an item's stores at T = 1024, less beyond)
+    static constexpr bool kStageO = (kQSlots + 1) * kQBytes + 2 * kStages * kTileBytes + 8 * kNumBars + 1024 <= 227 * 1024;
+    // Q slots | K ring | V ring | O staging (kBlockM rows, swizzle<HS>) | mbarriers; + 1 KB to align to the swizzle atom
+    static constexpr int kBarOffset = (kQSlots + kStageO) * kQBytes + 2 * kStages * kTileBytes;
     static constexpr int kSmemBytes = kBarOffset + 8 * kNumBars + 1024;
     // 65536 registers per SM, one CTA: the producer keeps 24 a thread, the consumers share the rest (multiples of 8)
     static constexpr int kProducerRegs = 24, kConsumerRegs = kNCWG == 2 ? 240 : 160;
@@ -1133,7 +1140,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
     uint8_t* q_smem = smem;                                    // [kQSlots] (kBlockM, HS) swizzle_wgmma
     uint8_t* k_smem = q_smem + Tile::kQSlots * Tile::kQBytes;  // [kStages] (kBlockN, HS) swizzle_wgmma
     uint8_t* v_smem = k_smem + kStages * Tile::kTileBytes;     // [kStages] (kBlockN, HS) swizzle_wgmma
-    uint8_t* o_smem = v_smem + kStages * Tile::kTileBytes;     // (kBlockM, HS) swizzle<HS>: each warp stages its 16 rows
+    uint8_t* o_smem = v_smem + kStages * Tile::kTileBytes;     // kStageO: (kBlockM, HS) swizzle<HS>, each warp stages its 16 rows
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Tile::kBarOffset);
     uint64_t* q_full = bars;
     uint64_t* q_empty = bars + Tile::kQSlots;
@@ -1384,7 +1391,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
             reg_fence(o_acc);
             release_kv(&v_empty[vslot]);
 
-            hopper_forward_epilogue<HS>(p, o_acc, row_max, row_sum, o_smem, b, h, m_start, warp_row0);
+            hopper_forward_epilogue<HS, Tile::kStageO>(p, o_acc, row_max, row_sum, o_smem, b, h, m_start, warp_row0);
             if constexpr (!kEarlyS0) {   // the next item's S_0 in a turn of its own
                 if (has_next) { skip_upper_diagonal(); wait_first_tiles(tile_iter + 1, kv_iter); }
                 set_q_slot(tile_iter + 1);
@@ -2901,6 +2908,10 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_
 //         (qo_full / qo_empty); a ring of kStages (K, V) stages. The row statistics come from global memory.
 // Outputs are staged in their own shared memory, so the producer may load the next item while the consumers store.
 // Still deterministic: every output written once, by one warp, in a fixed order.
+// The item's fixed operands (K, V in dkdv; Q, dO in dq) stay in shared memory, read by every step's SS wgmmas. Held
+// as register A fragments instead (RS wgmmas, slot handed back at once; tenth session), they gained about 1% at
+// 1x12x16384 where they validated, and ptxas 13.0 miscompiled them: in the dK/dV kernel it packs P^T and dS^T into
+// the very registers that hold K's and V's fragments, which the next step's wgmmas still read (dev/cuda/README.md).
 
 // dq_accum: the atomic path's fp32 (B * NH, T, HS) accumulator, as a 3-D tensor map for TMA reduce-adds
 struct HopperBackwardTmaMaps { CUtensorMap q, k, v, dout, dq_accum; };

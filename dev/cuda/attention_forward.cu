@@ -60,7 +60,8 @@ static const ForwardVariant kVariants[] = {
      attention_forward4, attention_forward4_supports, false, 1e-4},
     {5, "tma_ws_sm90a", 7, {"192x128/3wg/pp", "128x128/2wg/pp", "192x128/3wg", "192x128/3wg/pp/s3", "128x128/2wg/pp/s3",
                             "128x128/2wg/pp/s4", "128x128/2wg/s3"},
-                           {"128x128/2wg/pp", "128x128/2wg", "128x64/2wg/pp/s3", "192x64/3wg/pp", "128x128/2wg/pp/c2", nullptr, nullptr},
+                           {"128x128/2wg/pp", "128x128/2wg", "128x64/2wg/pp/s3", "192x64/3wg/pp", "128x128/2wg/pp/c2",
+                            "128x128/2wg/pp/c2/s3", nullptr},
      attention_forward5, attention_forward5_supports, false, 1e-4},
 };
 constexpr int kBaselineVariant = 2;

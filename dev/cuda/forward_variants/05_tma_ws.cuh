@@ -25,6 +25,10 @@ Ninth session (commit ec1fb16): with 128-row blocks and 128-key tiles (the 2-war
 warpgroup 0 computes only the left 64 keys of each item's diagonal tile (S, softmax; P's right half zero), in its own
 copy of the consumer code; H100, 64x12x1024, 128x128/2wg/pp/s3 as src: 0.317-0.321 -> 0.306-0.309 ms over six A/B
 rounds in two calls. At HS 128, P V is one n128 wgmma per k16 step (both column blocks through the descriptor's LBO).
+Tenth session (2026-11-23, H100): /c2/s3, the pairs with a 3-deep K/V ring, which fits once O is stored from
+registers without staging (HopperWsTile::kStageO): 4x16x8192 ms_min 1.772-1.777 -> 1.754-1.761 over three A/B
+rounds (medians within the slow mode's spread), 16x16x2048 unchanged; not shipped. The pairs without ping-pong
+were 2% slower by minimum. Both, and Q held in registers (tried, removed), in dev/cuda/README.md.
 ptxas (nvcc 13.0): 168 registers at launch (128 with 3 consumer warpgroups), no spills, no C75xx infos; SASS has
 UTMALDG.4D, HGMMA.64x128x16 / 64x64x16, USETMAXREG. Non-Hopper GPUs: not supported.
 Last run (H100, 2026-11-21, commit b6ae92a; --check of every config on the validation set: 56 passed, 0 failed;
@@ -52,9 +56,9 @@ of K/V the heads run in L2-sized sections (persistent_item in src/attention.cuh)
 */
 #pragma once
 
-// the clustered config (HS 128 config 4) pairs query blocks of 128 rows: an even number of them
+// the clustered configs (HS 128 configs 4, 5) pair query blocks of 128 rows: an even number of them
 bool attention_forward5_supports(const Shape& s, int config) {
-    if (s.HS == 128 && config == 4 && ceil_div(s.T, 128) % 2 != 0) return false;
+    if (s.HS == 128 && (config == 4 || config == 5) && ceil_div(s.T, 128) % 2 != 0) return false;
     return (s.HS == 64 || s.HS == 128) && hopper_path_available();
 }
 
@@ -76,6 +80,8 @@ void attention_forward5(const AttentionForwardParams& p, int config, cudaStream_
             case 2: launch_attention_forward_hopper_ws<128, 2, 64, 3, true>(p, stream); break;
             case 3: launch_attention_forward_hopper_ws<128, 3, 64, 2, true>(p, stream); break;
             case 4: launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2>(p, stream); break;
+            // a 3-deep K/V ring: fits with O stored without staging (HopperWsTile::kStageO; tenth session)
+            case 5: launch_attention_forward_hopper_ws<128, 2, 128, 3, true, 2>(p, stream); break;
         }
     }
 }
