@@ -1016,7 +1016,7 @@ struct HopperWsTile {
     static constexpr int kQSlots = 3 * kQBytes + 2 * kStages * kTileBytes + 8 * (4 + 4 * kStages) + 1024 <= 227 * 1024 ? 2 : 1;
     static constexpr int kNumBars = 2 * kQSlots + 4 * kStages;   // q_full[], q_empty[], k_full[], k_empty[], v_full[], v_empty[]
     // O is staged in shared memory for 16-byte stores where that fits; otherwise (HS 128 with a 3-deep ring) each
-    // thread stores its own bf16 pairs (once per item: a few per cent of an item's stores at T = 1024, less beyond)
+    // thread stores its own bf16 pairs, 4-byte stores once per work item
     static constexpr bool kStageO = (kQSlots + 1) * kQBytes + 2 * kStages * kTileBytes + 8 * kNumBars + 1024 <= 227 * 1024;
     // Q slots | K ring | V ring | O staging (kBlockM rows, swizzle<HS>) | mbarriers; + 1 KB to align to the swizzle atom
     static constexpr int kBarOffset = (kQSlots + kStageO) * kQBytes + 2 * kStages * kTileBytes;
