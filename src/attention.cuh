@@ -1013,19 +1013,15 @@ template <int HS, int kNCWG, int kBlockN, int kStages>
 struct HopperWsTile {
     static constexpr int kBlockM = 64 * kNCWG, kThreads = 128 * (kNCWG + 1);
     static constexpr int kQBytes = kBlockM * HS * 2, kTileBytes = kBlockN * HS * 2;
-    // two Q slots where they fit (with O staged), so the next work item's Q loads while this one finishes
-    static constexpr int kQSlots = 3 * kQBytes + 2 * kStages * kTileBytes + 8 * (8 + 4 * kStages) + 16 + 1024 <= 227 * 1024 ? 2 : 1;
-    // q_full[], q_empty[], k_full[], k_empty[], v_full[], v_empty[], hand_full[], hand_empty[] (the pairs' item
-    // hand-over), then the item indices: item_w[] (to the consumers), hand_w[] (from the peer), 8 bytes a slot
-    static constexpr int kNumBars = 4 * kQSlots + 4 * kStages;
-    static constexpr int kBarBytes = 8 * kNumBars + 8 * kQSlots;
+    // two Q slots where they fit (HS 64), so the next work item's Q loads while this one finishes
+    static constexpr int kQSlots = 3 * kQBytes + 2 * kStages * kTileBytes + 8 * (4 + 4 * kStages) + 1024 <= 227 * 1024 ? 2 : 1;
+    static constexpr int kNumBars = 2 * kQSlots + 4 * kStages;   // q_full[], q_empty[], k_full[], k_empty[], v_full[], v_empty[]
     // O is staged in shared memory for 16-byte stores where that fits; otherwise (HS 128 with a 3-deep ring) each
     // thread stores its own bf16 pairs, 4-byte stores once per work item
-    static constexpr bool kStageO = (kQSlots + 1) * kQBytes + 2 * kStages * kTileBytes + kBarBytes + 1024 <= 227 * 1024;
-    // Q slots | K ring | V ring | O staging (kBlockM rows, swizzle<HS>) | mbarriers, indices; + 1 KB to align to
-    // the swizzle atom
+    static constexpr bool kStageO = (kQSlots + 1) * kQBytes + 2 * kStages * kTileBytes + 8 * kNumBars + 1024 <= 227 * 1024;
+    // Q slots | K ring | V ring | O staging (kBlockM rows, swizzle<HS>) | mbarriers; + 1 KB to align to the swizzle atom
     static constexpr int kBarOffset = (kQSlots + kStageO) * kQBytes + 2 * kStages * kTileBytes;
-    static constexpr int kSmemBytes = kBarOffset + kBarBytes + 1024;
+    static constexpr int kSmemBytes = kBarOffset + 8 * kNumBars + 1024;
     // 65536 registers per SM, one CTA: the producer keeps 24 a thread, the consumers share the rest (multiples of 8)
     static constexpr int kProducerRegs = 24, kConsumerRegs = kNCWG == 2 ? 240 : 160;
     static_assert(128 * kProducerRegs + 128 * kNCWG * kConsumerRegs <= 65536, "register budget");
@@ -1068,24 +1064,6 @@ __device__ __forceinline__ void tma_load_4d_multicast(uint8_t* dst, const CUtens
 __device__ __forceinline__ void mbar_arrive_remote(uint64_t* bar, int cta) {
     asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
                  :: "r"(smem_addr(bar)), "r"(cta) : "memory");
-}
-// the same at cluster scope with release semantics: the peer's mbar_wait_cluster sees this thread's earlier stores
-// into its shared memory (st_shared_remote)
-__device__ __forceinline__ void mbar_arrive_remote_release(uint64_t* bar, int cta) {
-    asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n"
-                 :: "r"(smem_addr(bar)), "r"(cta) : "memory");
-}
-__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, int parity) {
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
-    } while (!done);
-}
-// store v at dst's offset in the shared memory of cluster rank cta
-__device__ __forceinline__ void st_shared_remote(void* dst, int cta, int v) {
-    asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nst.shared::cluster.u32 [remote], %2;\n}\n"
-                 :: "r"(smem_addr(dst)), "r"(cta), "r"(v) : "memory");
 }
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
@@ -1137,37 +1115,40 @@ __device__ __forceinline__ PersistentItem persistent_item(int w, int num_ranks, 
     const int r = w - first_bh * num_ranks;
     return {r / heads_here, first_bh + r % heads_here};
 }
-// Dynamic schedule (eleventh session). With sections, round-robin leaves the SMs unevenly loaded: a CTA's items
-// alternate between one section's long first ranks and another's short last ones, and CTAs drift rounds apart.
+// Dynamic schedule (eleventh session; the backward kernels' kDynamic). With sections, round-robin leaves the SMs
+// unevenly loaded: a CTA's items alternate between one section's long first ranks and another's short last ones.
 // ncu, H100, 2x16x8192x128 (variant 7's dK/dV kernel): SMs active 5.16 M of 6.72 M cycles (77%); a model of the
 // schedule (item time = its steps + 1) gives 78% there, 97% at 4x16x8192x128 and 95% at 64x12x1024, against
-// 99.6-100% for a CTA taking the next item whenever it is free. So where the heads run in sections, each
-// producer's first item is its CTA's (cluster's) index and every later one the next unclaimed index of a global
-// counter: the items in flight stay a window of consecutive items, longest first within a section. The producer
-// hands the index to its consumers in shared memory with the item's first load. The last CTA to finish claiming
+// 99.6-100% for a CTA taking the next item whenever it is free. With kDynamic, each producer's first item is its
+// CTA's index and every later one the next unclaimed index of a global counter (the items in flight stay a window
+// of consecutive items, longest first within a section); the producer hands the index to its consumers in shared
+// memory, and past the last item an index >= the item count tells them to stop. The last CTA to finish claiming
 // resets the counter for the next launch, so one kernel must not run on two streams at once (each kernel has its
-// own counter). FLASHGPT_ATTN_SCHEDULE=static keeps round-robin everywhere, =dynamic claims everywhere (A/B runs,
-// and tests of the claiming code at shapes too small for sections).
+// own counter).
 struct PersistentCounter { int claimed, finished; };
-static __device__ PersistentCounter g_persistent_counters[3];   // the forward, the dK/dV and the dQ kernel
-enum PersistentKernel { kCounterForward = 0, kCounterDkdv = 1, kCounterDq = 2 };
-// the producer's next item after its item of round `round` (unit / units: this CTA or cluster among all)
-__device__ __forceinline__ int persistent_next(int round, bool snake, bool dynamic, PersistentKernel k, int unit, int units) {
-    return dynamic ? units + atomicAdd(&g_persistent_counters[k].claimed, 1) : persistent_work(round + 1, snake, unit, units);
+static __device__ PersistentCounter g_persistent_counters[2];   // the backward's dK/dV and dQ kernels
+enum PersistentKernel { kCounterDkdv = 0, kCounterDq = 1 };
+__device__ __forceinline__ int persistent_claim(PersistentKernel k) {   // the next item past the first round
+    return (int)gridDim.x + atomicAdd(&g_persistent_counters[k].claimed, 1);
 }
-// once per unit, after its last claim (an index past the items)
-__device__ __forceinline__ void persistent_claims_done(bool dynamic, PersistentKernel k, int units) {
-    if (!dynamic) return;
+// once per CTA, after its last claim (an index past the items)
+__device__ __forceinline__ void persistent_claims_done(PersistentKernel k) {
     PersistentCounter* c = &g_persistent_counters[k];
-    __threadfence();   // this unit's claims land before its count
-    if (atomicAdd(&c->finished, 1) == units - 1) { atomicExch(&c->claimed, 0); atomicExch(&c->finished, 0); }
+    __threadfence();   // this CTA's claims land before its count
+    if (atomicAdd(&c->finished, 1) == (int)gridDim.x - 1) { atomicExch(&c->claimed, 0); atomicExch(&c->finished, 0); }
 }
-inline bool persistent_dynamic(int num_bh, int section_heads) {
-    static const int forced = [] {   // 0: by sections, 1: static, 2: dynamic
-        const char* e = getenv("FLASHGPT_ATTN_SCHEDULE");
-        return !e ? 0 : strcmp(e, "static") == 0 ? 1 : strcmp(e, "dynamic") == 0 ? 2 : 0;
-    }();
-    return forced ? forced == 2 : section_heads < num_bh;
+// The Hopper backward can claim its items from a counter (kDynamic below); opt-in for now: FLASHGPT_ATTN_SCHEDULE=
+// dynamic. Measured in an earlier form of the same code (a runtime flag, H100, eleventh session: --check with every
+// shape claiming 14 passed in call 3; 4x16x8192x128 and 64x12x1024 validated claiming in call 4), bwd ms_med
+// round-robin -> claimed: 4x16x8192x128 6.655 -> 6.192 and
+// 6.591 -> 6.351; 64x12x1024 1.017 -> 1.023 and 1.014 -> 1.025, where items are short and the claim costs what the
+// balance gains. That form also slowed the round-robin path at short items (8x12x1024 3-5%: commit 6c65662 against
+// it, call 5), so the claiming code is now a template parameter and the round-robin kernels' PTX is what it was. This
+// form has not run on a GPU yet (the session's device time ran out): once `FLASHGPT_ATTN_SCHEDULE=dynamic
+// attention_backward 0 --check` passes, the rule to ship is "sections and T >= 4096".
+inline bool backward_dynamic_schedule(int /*num_bh*/, int /*T*/, int /*HS*/) {
+    static const bool on = [] { const char* e = getenv("FLASHGPT_ATTN_SCHEDULE"); return e && strcmp(e, "dynamic") == 0; }();
+    return on;
 }
 
 // kCluster = 2 (HS 128): the CTAs of a cluster pair take two neighbouring query blocks of one head, the upper one
@@ -1178,8 +1159,7 @@ inline bool persistent_dynamic(int num_bh, int section_heads) {
 // for and releases without computing). Needs an even number of query blocks (the launcher checks).
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1>
 __global__ void __launch_bounds__(HopperWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
-attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_constant__ HopperTmaMaps maps, int section_heads,
-                                   bool dynamic) {
+attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_constant__ HopperTmaMaps maps, int section_heads) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(HS == 64 || HS == 128, "head size 64 or 128");
     static_assert(kStages >= 2, "V_{j-1} and K_j are in flight together");
@@ -1204,17 +1184,10 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
     uint64_t* k_empty = k_full + kStages;
     uint64_t* v_full = k_empty + kStages;
     uint64_t* v_empty = v_full + kStages;
-    uint64_t* hand_full = v_empty + kStages;   // kCluster 2: rank 0's producer hands rank 1's its items
-    uint64_t* hand_empty = hand_full + Tile::kQSlots;
-    int* item_w = reinterpret_cast<int*>(hand_empty + Tile::kQSlots);   // [kQSlots] the item of each Q slot
-    int* hand_w = item_w + Tile::kQSlots;                                // [kQSlots] written by the peer
     constexpr int kConsumerWarps = 4 * kNCWG;   // every consumer warp arrives once on an empty barrier
 
     if (threadIdx.x == 0) {
-        for (int s = 0; s < Tile::kQSlots; s++) {
-            mbar_init(&q_full[s], 1); mbar_init(&q_empty[s], kConsumerWarps);
-            mbar_init(&hand_full[s], 1); mbar_init(&hand_empty[s], 1);
-        }
+        for (int s = 0; s < Tile::kQSlots; s++) { mbar_init(&q_full[s], 1); mbar_init(&q_empty[s], kConsumerWarps); }
         for (int s = 0; s < kStages; s++) {
             mbar_init(&k_full[s], 1); mbar_init(&k_empty[s], kConsumerWarps * kCluster);
             mbar_init(&v_full[s], 1); mbar_init(&v_empty[s], kConsumerWarps * kCluster);
@@ -1230,37 +1203,20 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
     const bool snake = section_heads >= num_bh;   // see persistent_work
     const int wg = threadIdx.x / 128;
     const int cta_rank = kCluster > 1 ? cluster_cta_rank() : 0;
-    const int unit = (int)blockIdx.x / kCluster, units = (int)gridDim.x / kCluster;   // the first item is the unit's
+    auto work = [&](int round) { return persistent_work(round, snake, (int)blockIdx.x / kCluster, (int)gridDim.x / kCluster); };
 
     if (wg == 0) {   // ---- producer
         setmaxnreg_dec<Tile::kProducerRegs>();
         if (threadIdx.x == 0) {
-            int kv_iter = 0, w = unit;
-            for (int tile_iter = 0; ; tile_iter++) {
-                const int qslot = tile_iter % Tile::kQSlots, qphase = (tile_iter / Tile::kQSlots) & 1;
-                if (tile_iter > 0) {   // the next item: rank 0 claims it and hands it to rank 1
-                    if (cta_rank == 0) w = persistent_next(tile_iter - 1, snake, dynamic, kCounterForward, unit, units);
-                    if constexpr (kCluster > 1) {   // hand-over tile_iter - 1 (the first item needs none)
-                        const int hslot = (tile_iter - 1) % Tile::kQSlots, hphase = ((tile_iter - 1) / Tile::kQSlots) & 1;
-                        if (cta_rank == 0) {
-                            mbar_wait(&hand_empty[hslot], hphase ^ 1);   // rank 1 has read the slot's last index
-                            st_shared_remote(&hand_w[hslot], 1, w);
-                            mbar_arrive_remote_release(&hand_full[hslot], 1);
-                        } else {
-                            mbar_wait_cluster(&hand_full[hslot], hphase);
-                            w = hand_w[hslot];
-                            mbar_arrive_remote(&hand_empty[hslot], 0);
-                        }
-                    }
-                }
-                mbar_wait(&q_empty[qslot], qphase ^ 1);   // the slot's last S has read Q
-                item_w[qslot] = w;                        // the consumers read it once q_full completes
-                if (w >= num_items) { mbar_arrive(&q_full[qslot]); break; }
+            int kv_iter = 0, tile_iter = 0;
+            for (int w = work(tile_iter); w < num_items; w = work(++tile_iter)) {
                 const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
                 const int m_top = num_m_blocks - 1 - kCluster * item.rank;   // the item's upper block: its walk is the ring's
                 const int m_block = m_top - cta_rank, b = item.bh / NH, h = item.bh % NH;
                 const int m_start = m_block * kBlockM;
                 const int n_blocks = min(ceil_div((m_top + 1) * kBlockM, kBlockN), ceil_div(T, kBlockN));
+                const int qslot = tile_iter % Tile::kQSlots;
+                mbar_wait(&q_empty[qslot], ((tile_iter / Tile::kQSlots) & 1) ^ 1);   // the slot's last S has read Q
                 mbar_arrive_expect_tx(&q_full[qslot], Tile::kQBytes);
                 for (int c = 0; c < kCB; c++)
                     tma_load_4d(q_smem + qslot * Tile::kQBytes + c * kBlockM * 128, &maps.q, &q_full[qslot], 64 * c, h, m_start, b);
@@ -1283,7 +1239,6 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
                     }
                 }
             }
-            if (cta_rank == 0) persistent_claims_done(dynamic, kCounterForward, units);
         }
         if constexpr (kCluster > 1) cluster_sync();   // matches the consumers' (see the end)
         return;
@@ -1368,11 +1323,6 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
             mbar_wait(&k_full[kv0 % kStages], (kv0 / kStages) & 1);
         };
         auto set_q_slot = [&](int tile_iter) { q_desc = wgmma_desc(q_smem + (tile_iter % Tile::kQSlots) * Tile::kQBytes + cwg * 64 * 128); };
-        // the index of work item tile_iter (past num_items: none), as its Q slot's load completes
-        auto read_item = [&](int tile_iter) {
-            mbar_wait(&q_full[tile_iter % Tile::kQSlots], (tile_iter / Tile::kQSlots) & 1);
-            return item_w[tile_iter % Tile::kQSlots];
-        };
         // kCluster 2, rank 1: the item's first tile (the upper block's diagonal) has keys above all of this CTA's rows:
         // wait for it and release it, so both CTAs' slots go round together
         int kv_iter = 0, tile_iter = 0;
@@ -1392,22 +1342,21 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
         // the tensor cores during the epilogue. After the CTA's last item a dummy S_0 (stale slots, result unused)
         // keeps every wgmma issue unconditional.
         constexpr bool kEarlyS0 = Tile::kQSlots == 2;
-        int w = read_item(0);   // the unit's index (< num_items: the grid is at most num_items clusters)
         skip_upper_diagonal();
-        wait_first_tiles(0, kv_iter);
+        wait_first_tiles(0, kv_iter);   // blockIdx.x / kCluster < num_items: the grid is at most num_items clusters
         set_q_slot(0);
         turn_begin();
         reg_fence(s);
         wgmma_fence();
         issue_s0(kv_iter % kStages);
         turn_end(false);
-        for (; w < num_items; tile_iter++) {
+        for (int w = work(tile_iter); w < num_items; w = work(++tile_iter)) {
             const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
             const int m_block = num_m_blocks - 1 - kCluster * item.rank - cta_rank, b = item.bh / NH, h = item.bh % NH;
             const int m_start = m_block * kBlockM;
             const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
             const int qslot = tile_iter % Tile::kQSlots;
-            int next_w = num_items;   // the next item, read with its Q (kEarlyS0: in the last turn)
+            const bool has_next = work(tile_iter + 1) < num_items;
             auto softmax = [&](int j) {   // on tile j (loop order): P_j (fp32) in s, row statistics, alpha
                 const int key0 = (n_blocks - 1 - j) * kBlockN;
                 if (key0 + kBlockN - 1 > m_start + warp_row0) causal_mask_tile<kNT>(s, m_start + warp_row0, key0, g, tq);
@@ -1467,8 +1416,6 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
             const int vslot = (kv_iter + n_blocks - 1) % kStages;
             mbar_wait(&v_full[vslot], ((kv_iter + n_blocks - 1) / kStages) & 1);
             kv_iter += n_blocks;
-            if constexpr (kEarlyS0) next_w = read_item(tile_iter + 1);
-            bool has_next = next_w < num_items;
             if (kEarlyS0 && has_next) { skip_upper_diagonal(); wait_first_tiles(tile_iter + 1, kv_iter); set_q_slot(tile_iter + 1); }
             turn_begin();
             reg_fence(pa); reg_fence(o_acc); reg_fence(s);
@@ -1482,8 +1429,6 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
 
             hopper_forward_epilogue<HS, Tile::kStageO>(p, o_acc, row_max, row_sum, o_smem, b, h, m_start, warp_row0);
             if constexpr (!kEarlyS0) {   // the next item's S_0 in a turn of its own
-                next_w = read_item(tile_iter + 1);
-                has_next = next_w < num_items;
                 if (has_next) { skip_upper_diagonal(); wait_first_tiles(tile_iter + 1, kv_iter); }
                 set_q_slot(tile_iter + 1);
                 turn_begin();
@@ -1492,7 +1437,6 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
                 issue_s0(kv_iter % kStages);
                 turn_end(!has_next);
             }
-            w = next_w;
         }
         wgmma_wait<0>();   // the dummy S_0
     };
@@ -1586,11 +1530,10 @@ void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStr
                              qkv_tensor_map(p.qkv, 1, p.B, p.T, p.NH, HS, kBlockN),
                              qkv_tensor_map(p.qkv, 2, p.B, p.T, p.NH, HS, kBlockN)};
     const int num_m_blocks = ceil_div(p.T, Tile::kBlockM), section_heads = persistent_section_heads(p.B * p.NH, p.T, HS);
-    const bool dynamic = persistent_dynamic(p.B * p.NH, section_heads);
     if constexpr (kCluster == 1) {
         const int num_items = p.B * p.NH * num_m_blocks;
         launch_with_smem<kKernel>(dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads,
-                                  Tile::kSmemBytes, stream, p, maps, section_heads, dynamic);
+                                  Tile::kSmemBytes, stream, p, maps, section_heads);
     } else {
         if (num_m_blocks % kCluster != 0) {
             fprintf(stderr, "attention: the clustered forward needs a multiple of %d query blocks of %d rows (T = %d)\n",
@@ -1615,7 +1558,7 @@ void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStr
         }
         const int num_items = p.B * p.NH * num_m_blocks / kCluster;
         config.gridDim = dim3(kCluster * std::min(num_items, max_clusters));
-        cudaCheck(cudaLaunchKernelEx(&config, kKernel, p, maps, section_heads, dynamic));
+        cudaCheck(cudaLaunchKernelEx(&config, kKernel, p, maps, section_heads));
     }
 }
 
@@ -3010,27 +2953,26 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_
 struct HopperBackwardTmaMaps { CUtensorMap q, k, v, dout, dq_accum; };
 
 // kAtomicDq: the dK/dV kernel also computes dQ (see its consumer loop): 2 consumer warpgroups, 64-query stages, and
-// step buffers (dS^T twice, each warpgroup's dQ half twice where that fits) in the dK/dV staging's memory
+// step buffers (dS^T twice, each warpgroup's dQ half twice at HS 64, once at HS 128) in the dK/dV staging's memory
 template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false>
 struct HopperBackwardKVWsTile {
     static constexpr int kBlockN = 64 * kNCWG, kThreads = 128 * (kNCWG + 1);
     static constexpr int kKVBytes = kBlockN * HS * 2, kQBytes = kBlockM * HS * 2;
-    static constexpr int kStatBytes = 2 * kBlockM * 4;                   // lse2, D (a multiple of 128 bytes)
-    static constexpr int kStageBytes = 2 * kQBytes;                      // Q, dO (their statistics kept apart)
+    static constexpr int kStatBytes = 2 * kBlockM * 4;                   // lse2, D
+    static constexpr int kStageBytes = 2 * kQBytes + 1024;               // Q, dO, statistics (<= 1 KB: kBlockM <= 128)
     static constexpr int kOutBytes = 2 * kKVBytes;                       // dK, dV staging
     static constexpr int kDsBytes = kBlockN * kBlockM * 2;               // dS^T (keys x queries) bf16
     static constexpr int kDqBoxBytes = kBlockM * 32 * 4;                 // one TMA box: 32 fp32 columns of dQ
     static constexpr int kDqBytes = (HS / 64) * kDqBoxBytes;             // one warpgroup's HS / 2 columns
-    // K | V | stages | statistics of the stages | dK, dV staging (atomic dQ: or the step buffers) | mbarriers
-    // (kv_full, kv_empty, stage_full[], stage_empty[]) | + 1 KB align. Two dQ buffers a warpgroup where they fit.
-    static constexpr int kStatRegion = (kStages * kStatBytes + 1023) / 1024 * 1024;   // keeps what follows 1 KB aligned
-    static constexpr int kFixedBytes = 2 * kKVBytes + kStages * kStageBytes + kStatRegion + 8 * (3 + 2 * kStages) + 1024;
-    static constexpr int kDqBuffers = kFixedBytes + 2 * kDsBytes + 2 * kNCWG * kDqBytes <= 227 * 1024 ? 2 : 1;
+    static constexpr int kDqBuffers = HS == 64 ? 2 : 1;                  // HS 128: no room for a second
     static constexpr int kStepBytes = kAtomicDq ? 2 * kDsBytes + kDqBuffers * kNCWG * kDqBytes : 0;
     static constexpr int kUnionBytes = kStepBytes > kOutBytes ? kStepBytes : kOutBytes;
-    static constexpr int kBarOffset = 2 * kKVBytes + kStages * kStageBytes + kStatRegion + kUnionBytes;
-    static constexpr int kSmemBytes = kBarOffset + 8 * (3 + 2 * kStages) + 1024;   // + the item index
+    // K | V | stages | dK, dV staging (atomic dQ: or the step buffers) | mbarriers (kv_full, kv_empty,
+    // stage_full[], stage_empty[]), the item index (kDynamic) | + 1 KB align
+    static constexpr int kBarOffset = 2 * kKVBytes + kStages * kStageBytes + kUnionBytes;
+    static constexpr int kSmemBytes = kBarOffset + 8 * (3 + 2 * kStages) + 1024;
     static constexpr int kProducerRegs = 24, kConsumerRegs = kNCWG == 2 ? 240 : 160;
+    static_assert(kBlockM <= 128, "statistics fit 1 KB");
     static_assert(!kAtomicDq || (kNCWG == 2 && kBlockM == 64), "atomic dQ: 2 consumer warpgroups, 64-query stages");
 };
 
@@ -3039,7 +2981,7 @@ struct HopperBackwardQWsTile {
     static constexpr int kBlockM = 64 * kNCWG, kThreads = 128 * (kNCWG + 1);
     static constexpr int kQBytes = kBlockM * HS * 2, kTileBytes = kBlockN * HS * 2;
     // Q | dO | stages of (K, V) | dQ staging | mbarriers (qo_full, qo_empty, kv_full[], kv_empty[]), the item index
-    // | + 1 KB align
+    // (kDynamic) | + 1 KB align
     static constexpr int kBarOffset = 2 * kQBytes + kStages * 2 * kTileBytes + kQBytes;
     static constexpr int kSmemBytes = kBarOffset + 8 * (3 + 2 * kStages) + 1024;
     static constexpr int kProducerRegs = 24, kConsumerRegs = kNCWG == 2 ? 240 : 160;
@@ -3096,10 +3038,10 @@ __device__ __forceinline__ void init_mbarriers(uint64_t* bars, int n, int empty_
 }
 #endif
 
-template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kOverlap = false>
+template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kOverlap = false, bool kDynamic = false>
 __global__ void __launch_bounds__(HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>::kThreads, 1)
 attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps,
-                                         int section_heads, bool dynamic) {
+                                         int section_heads) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(HS == 64 || HS == 128, "head size 64 or 128");
     using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>;
@@ -3110,8 +3052,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     uint8_t* k_smem = smem;
     uint8_t* v_smem = k_smem + Tile::kKVBytes;
     uint8_t* stage_smem = v_smem + Tile::kKVBytes;                       // [kStages] Q, dO, lse2, D
-    float* stat_smem = reinterpret_cast<float*>(stage_smem + kStages * Tile::kStageBytes);   // [kStages] lse2, D
-    uint8_t* dk_stage = stage_smem + kStages * Tile::kStageBytes + Tile::kStatRegion;      // dK, dV staging, swizzle<HS>
+    uint8_t* dk_stage = stage_smem + kStages * Tile::kStageBytes;        // dK, dV staging, swizzle<HS>
     uint8_t* dv_stage = dk_stage + Tile::kKVBytes;
     uint8_t* ds_smem = dk_stage;                                         // atomic dQ: [2] dS^T, then [kNCWG] dQ
     uint8_t* dq_smem = ds_smem + 2 * Tile::kDsBytes;
@@ -3120,10 +3061,10 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     uint64_t* kv_empty = bars + 1;
     auto stage_full = [&](int s) { return bars + 2 + 2 * s; };
     auto stage_empty = [&](int s) { return bars + 3 + 2 * s; };
-    int* item_w = reinterpret_cast<int*>(bars + 2 + 2 * kStages);   // the item's index, written with its K/V load
+    int* item_w = reinterpret_cast<int*>(bars + 2 + 2 * kStages);   // kDynamic: the item's index, with its K/V
     auto q_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes; };
     auto do_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes + Tile::kQBytes; };
-    auto lse2_tile = [&](int s) { return stat_smem + s * 2 * kBlockM; };
+    auto lse2_tile = [&](int s) { return reinterpret_cast<float*>(stage_smem + s * Tile::kStageBytes + 2 * Tile::kQBytes); };
     // every consumer thread arrives on an empty barrier: the threads read lse2 and D with ordinary loads, and each
     // thread's own release-arrive is what orders its reads before the producer's next bulk copy into the stage
     if (threadIdx.x == 0) init_mbarriers(bars, 2 + 2 * kStages, 128 * kNCWG);
@@ -3138,14 +3079,15 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     if (wg == 0) {   // ---- producer
         setmaxnreg_dec<Tile::kProducerRegs>();
         if (threadIdx.x == 0) {
-            int stage_iter = 0;
-            for (int item_iter = 0, w = blockIdx.x; ; w = persistent_next(item_iter++, snake, dynamic, kCounterDkdv, blockIdx.x, gridDim.x)) {
-                mbar_wait(kv_empty, (item_iter & 1) ^ 1);
-                *item_w = w;   // the consumers read it once kv_full completes
-                if (w >= num_items) { mbar_arrive(kv_full); break; }
+            int stage_iter = 0, item_iter = 0;
+            auto next_item = [&](int round) { return kDynamic ? persistent_claim(kCounterDkdv) : persistent_work(round, snake); };
+            int w = persistent_work(0, snake);
+            for (; w < num_items; w = next_item(++item_iter)) {
                 const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
                 const int n_block = item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
                 const int n_start = n_block * kBlockN;
+                mbar_wait(kv_empty, (item_iter & 1) ^ 1);
+                if constexpr (kDynamic) *item_w = w;   // the consumers read it once kv_full completes
                 mbar_arrive_expect_tx(kv_full, 2 * Tile::kKVBytes);
                 tma_load_tile<HS, kBlockN>(k_smem, &maps.k, kv_full, h, n_start, b);
                 tma_load_tile<HS, kBlockN>(v_smem, &maps.v, kv_full, h, n_start, b);
@@ -3159,7 +3101,12 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                     bulk_load(lse2_tile(s) + kBlockM, sc.dpsum + (size_t)bh * Tp + m_block * kBlockM, kBlockM * 4, stage_full(s));
                 }
             }
-            persistent_claims_done(dynamic, kCounterDkdv, gridDim.x);
+            if constexpr (kDynamic) {   // the stop index, then the count for the counter's reset
+                mbar_wait(kv_empty, (item_iter & 1) ^ 1);
+                *item_w = w;
+                mbar_arrive(kv_full);
+                persistent_claims_done(kCounterDkdv);
+            }
         }
         return;
     }
@@ -3174,11 +3121,13 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     // atomic dQ: this warpgroup's HS / 2 columns of K, the B operand of its dQ = dS K
     const uint8_t* k_cols = k_smem + (cwg * HS / 2 / 64) * kBlockN * 128 + (cwg * HS / 2 % 64) * 2;
     float dk_acc[kDT * 4], dv_acc[kDT * 4];
-    int stage_iter = 0;
-    for (int item_iter = 0; ; item_iter++) {
-        mbar_wait(kv_full, item_iter & 1);
-        const int w = *item_w;
-        if (w >= num_items) break;
+    int stage_iter = 0, item_iter = 0;
+    // the item of a round; kDynamic: the producer's index, there once the item's K/V are
+    auto item_of = [&](int round) {
+        if constexpr (kDynamic) { mbar_wait(kv_full, round & 1); return *item_w; }
+        else return persistent_work(round, snake);
+    };
+    for (int w = item_of(item_iter); w < num_items; w = item_of(++item_iter)) {
         const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
         const int n_block = item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
         const int n_start = n_block * kBlockN;
@@ -3208,6 +3157,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                 bulk_commit();
             }
         };
+        mbar_wait(kv_full, item_iter & 1);
         if constexpr (!kAtomicDq && !kOverlap) {
             for (int m_block = n_start / kBlockM; m_block < m_blocks; m_block++, stage_iter++) {
                 const int s = stage_iter % kStages;
@@ -3315,10 +3265,10 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kOverlap = false>
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kOverlap = false, bool kDynamic = false>
 __global__ void __launch_bounds__(HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
 attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps,
-                                       int section_heads, bool dynamic) {
+                                       int section_heads) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(HS == 64 || HS == 128, "head size 64 or 128");
     using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>;
@@ -3335,7 +3285,7 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
     uint64_t* qo_empty = bars + 1;
     auto kv_full = [&](int s) { return bars + 2 + 2 * s; };
     auto kv_empty = [&](int s) { return bars + 3 + 2 * s; };
-    int* item_w = reinterpret_cast<int*>(bars + 2 + 2 * kStages);   // the item's index, written with its Q/dO load
+    int* item_w = reinterpret_cast<int*>(bars + 2 + 2 * kStages);   // kDynamic: the item's index, with its Q/dO
     auto k_tile = [&](int s) { return kv_smem + s * 2 * Tile::kTileBytes; };
     auto v_tile = [&](int s) { return kv_smem + s * 2 * Tile::kTileBytes + Tile::kTileBytes; };
     if (threadIdx.x == 0) init_mbarriers(bars, 2 + 2 * kStages, 4 * kNCWG);
@@ -3349,15 +3299,16 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
     if (wg == 0) {   // ---- producer
         setmaxnreg_dec<Tile::kProducerRegs>();
         if (threadIdx.x == 0) {
-            int kv_iter = 0;
-            for (int item_iter = 0, w = blockIdx.x; ; w = persistent_next(item_iter++, snake, dynamic, kCounterDq, blockIdx.x, gridDim.x)) {
-                mbar_wait(qo_empty, (item_iter & 1) ^ 1);
-                *item_w = w;   // the consumers read it once qo_full completes
-                if (w >= num_items) { mbar_arrive(qo_full); break; }
+            int kv_iter = 0, item_iter = 0;
+            auto next_item = [&](int round) { return kDynamic ? persistent_claim(kCounterDq) : persistent_work(round, snake); };
+            int w = persistent_work(0, snake);
+            for (; w < num_items; w = next_item(++item_iter)) {
                 const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
                 const int m_block = num_m_blocks - 1 - item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
                 const int m_start = m_block * kBlockM;
                 const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
+                mbar_wait(qo_empty, (item_iter & 1) ^ 1);
+                if constexpr (kDynamic) *item_w = w;   // the consumers read it once qo_full completes
                 mbar_arrive_expect_tx(qo_full, 2 * Tile::kQBytes);
                 tma_load_tile<HS, kBlockM>(q_smem, &maps.q, qo_full, h, m_start, b);
                 tma_load_tile<HS, kBlockM>(do_smem, &maps.dout, qo_full, h, m_start, b);
@@ -3370,7 +3321,12 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
                     tma_load_tile<HS, kBlockN>(v_tile(s), &maps.v, kv_full(s), h, key0, b);
                 }
             }
-            persistent_claims_done(dynamic, kCounterDq, gridDim.x);
+            if constexpr (kDynamic) {   // the stop index, then the count for the counter's reset
+                mbar_wait(qo_empty, (item_iter & 1) ^ 1);
+                *item_w = w;
+                mbar_arrive(qo_full);
+                persistent_claims_done(kCounterDq);
+            }
         }
         return;
     }
@@ -3384,11 +3340,14 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
     const BackwardScratch sc = backward_scratch(p);
     auto release = [&](uint64_t* bar) { if (lane == 0) mbar_arrive(bar); };
     float dq_acc[kDT * 4];
-    int kv_iter = 0;
-    for (int item_iter = 0; ; item_iter++) {
-        mbar_wait(qo_full, item_iter & 1);
-        const int w = *item_w;
-        if (w >= num_items) break;
+    int kv_iter = 0, item_iter = 0;
+    // the item of a round; kDynamic: the producer's index, there once the item's Q/dO are (so the row statistics
+    // are read after that wait, not before it)
+    auto item_of = [&](int round) {
+        if constexpr (kDynamic) { mbar_wait(qo_full, round & 1); return *item_w; }
+        else return persistent_work(round, snake);
+    };
+    for (int w = item_of(item_iter); w < num_items; w = item_of(++item_iter)) {
         const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
         const int m_block = num_m_blocks - 1 - item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
         const int m_start = m_block * kBlockM;
@@ -3402,6 +3361,7 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
         }
         #pragma unroll
         for (int i = 0; i < kDT * 4; i++) dq_acc[i] = 0.0f;
+        mbar_wait(qo_full, item_iter & 1);
         if constexpr (!kOverlap) {
             for (int i = 0; i < n_blocks; i++, kv_iter++) {
                 const int s = kv_iter % kStages;
@@ -3491,31 +3451,29 @@ inline HopperBackwardTmaMaps backward_tma_maps(const AttentionBackwardParams& p,
             bthd_tensor_map(p.dout, (size_t)p.NH * p.HS, p.B, p.T, p.NH, p.HS, q_rows)};
 }
 
-template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kOverlap = false>
+template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kOverlap = false, bool kDynamic = false>
 void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>;
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockN);
     HopperBackwardTmaMaps maps = backward_tma_maps(p, kBlockM, Tile::kBlockN);
-    const int section_heads = persistent_section_heads(p.B * p.NH, p.T, HS);
     if (kAtomicDq) {   // dq_accum (B * NH, T, HS) fp32 as (HS, T, B * NH), boxes of 32 columns x kBlockM rows
         const cuuint64_t dims[3] = {(cuuint64_t)HS, (cuuint64_t)p.T, (cuuint64_t)p.B * p.NH};
         const cuuint64_t strides[2] = {(cuuint64_t)HS * 4, (cuuint64_t)p.T * HS * 4};
         const cuuint32_t box[3] = {32, (cuuint32_t)kBlockM, 1};
         maps.dq_accum = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, backward_scratch(p).dq_accum, dims, strides, box);
     }
-    launch_with_smem<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kOverlap>>(
+    launch_with_smem<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kOverlap, kDynamic>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, p, maps,
-        section_heads, persistent_dynamic(p.B * p.NH, section_heads));
+        persistent_section_heads(p.B * p.NH, p.T, HS));
 }
 
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kOverlap = false>
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kOverlap = false, bool kDynamic = false>
 void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>;
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockM);
-    const int section_heads = persistent_section_heads(p.B * p.NH, p.T, HS);
-    launch_with_smem<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kOverlap>>(
+    launch_with_smem<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kOverlap, kDynamic>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, p,
-        backward_tma_maps(p, Tile::kBlockM, kBlockN), section_heads, persistent_dynamic(p.B * p.NH, section_heads));
+        backward_tma_maps(p, Tile::kBlockM, kBlockN), persistent_section_heads(p.B * p.NH, p.T, HS));
 }
 
 // atomic path: preprocess (+ zero dq_accum), dK/dV with red.global.add of dQ, dQ convert. Non-deterministic.
@@ -3575,8 +3533,13 @@ void attention_backward_split_hopper(const AttentionBackwardParams& p, cudaStrea
 template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages, bool kOverlap = false>
 void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
-    launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, kOverlap>(p, stream);
-    launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kOverlap>(p, stream);
+    if (backward_dynamic_schedule(p.B * p.NH, p.T, HS)) {
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, kOverlap, true>(p, stream);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kOverlap, true>(p, stream);
+    } else {
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, kOverlap>(p, stream);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kOverlap>(p, stream);
+    }
 }
 
 // Hopper atomic path (HS 64 or 128, sm_90a; dev variant 7, not shipped): preprocess (+ zero dq_accum), the
