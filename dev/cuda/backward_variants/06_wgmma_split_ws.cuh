@@ -9,6 +9,8 @@ are staged in their own shared memory, so the next item's loads overlap the stor
 Configs: dK/dV keys x query-step + dQ queries x key-step, all 2 consumer warpgroups; ring depth 2 unless "/s3".
 "/ovl" (HS 64, 3 stages): intra-warpgroup overlap of consecutive steps in both kernels: step j issues its S^T, dP^T
 (S, dP) and then step j-1's dV, dK (dQ) before waiting, and hands stage j-1 back once those are done.
+FLASHGPT_ATTN_SCHEDULE=dynamic (eleventh session, opt-in, every config): items past the first round are claimed
+from a global counter (the kernels' kDynamic) instead of round-robin; see dev/cuda/README.md, "Eleventh session".
 ptxas: 168 registers at launch, no spills except HS 128 kv128x64+q128x128 (its dQ kernel: 120 bytes; dQ + S + dP
 + dS alone are 224 of the 240 registers). The dK/dV consumers read lse2 and D with ordinary loads, so every consumer
 thread (not one per warp) arrives on a stage's empty barrier: racecheck flagged the per-warp version.

@@ -31,6 +31,9 @@ ab5d659, with the S/dP fix; --check 62 passed with variant 0; memcheck / raceche
 kv128x64 -> kv128x64/pipe (src split in brackets): 64x12x1024 1.178 -> 1.074 (0.974), 8x12x1024 0.163 -> 0.153
 (0.147), 4x12x4096 0.915 -> 0.779 (0.735), 1x12x16384 3.037 -> 2.767 (2.738), 4x16x8192x128 8.80 -> 9.41 (6.68-7.03;
 the HS 128 pipe spills 272 bytes). Still no faster than the split: the warpgroups still meet every step.
+ncu (eleventh session, H100, 2x16x8192x128, the dK/dV kernel): SMs active 77% of the cycles (the round-robin
+schedule's ragged end), issue slots 23%, tensor 39%, L2 50%, DRAM 46% (1.53 TB/s), L2 hit rate 57%, 6.5 GB of
+reduce-add sectors; 4x16x8192x128 8.49 ms. (ptxas 13.0 now reports 384 bytes of spills for the HS 128 pipe.)
 */
 #pragma once
 
