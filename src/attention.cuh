@@ -996,8 +996,9 @@ attention_forward_hopper_overlap_kernel(const AttentionForwardParams p) {
 //     their own, bar.arrive on the next one's), so one warpgroup's softmax runs while the others' GEMMs keep
 //     the tensor cores busy.
 //   persistent: one CTA per SM walks work items, one a round, in snake order (persistent_work below);
-//     persistent_item maps them to (Q tile, head), the longest (causal) tiles first. The producer loads the next tile's Q (into the
-//     second Q slot at HS 64; at HS 128 two would not fit) and K/V while the consumers finish the current one.
+//     persistent_item maps them to (Q tile, head), the longest (causal) tiles first. The producer loads the next
+//     tile's Q (into the second Q slot, where two fit: every shipped config, HS 128's 2-stage pairs included; not
+//     the 3-stage pairs) and K/V while the consumers finish the current one.
 // The fused (B, T, 3, NH, HS) layout is read in place: each of Q, K, V is a 4-D tensor map (HS, NH, T, B)
 // over the same buffer (strides 2 bytes, HS * 2, 3 * NH * HS * 2, T * 3 * NH * HS * 2), boxes of 64 head
 // dims x 1 head x rows x 1 batch with the 128-byte swizzle: exactly one swizzle_wgmma column block, so the
@@ -1013,7 +1014,8 @@ template <int HS, int kNCWG, int kBlockN, int kStages>
 struct HopperWsTile {
     static constexpr int kBlockM = 64 * kNCWG, kThreads = 128 * (kNCWG + 1);
     static constexpr int kQBytes = kBlockM * HS * 2, kTileBytes = kBlockN * HS * 2;
-    // two Q slots where they fit (HS 64), so the next work item's Q loads while this one finishes
+    // two Q slots where they fit (not HS 128 with 128-key tiles and a 3-deep ring), so the next work item's Q
+    // loads while this one finishes
     static constexpr int kQSlots = 3 * kQBytes + 2 * kStages * kTileBytes + 8 * (4 + 4 * kStages) + 1024 <= 227 * 1024 ? 2 : 1;
     static constexpr int kNumBars = 2 * kQSlots + 4 * kStages;   // q_full[], q_empty[], k_full[], k_empty[], v_full[], v_empty[]
     // O is staged in shared memory for 16-byte stores where that fits; otherwise (HS 128 with a 3-deep ring) each

@@ -6,8 +6,8 @@ in src/attention.cuh). One producer warpgroup at 24 registers issues TMA loads o
 tile j-1 under the softmax of tile j; the softmax is pinned ahead of the wait for P V, see schedule_pin). "/pp": the consumers take turns issuing their GEMMs (named barriers),
 so one's softmax hides behind the others' tensor-core work. Persistent: one CTA per SM, longest tiles first.
 The tensor maps read Q, K and V straight from the fused (B, T, 3, NH, HS) buffer.
-HS 64 has two Q slots: each work item's first S is issued in the previous item's last turn and runs during its
-epilogue.
+Two Q slots (every config but /c2/s3): each work item's first S is issued in the previous item's last turn and
+runs during its epilogue.
 Configs, kBlockM x kBlockN / consumer warpgroups / ping-pong / K-V ring depth (2 unless "/s3", "/s4"):
   HS 64:  192x128/3wg/pp, 128x128/2wg/pp, 192x128/3wg, 192x128/3wg/pp/s3, 128x128/2wg/pp/s3, 128x128/2wg/pp/s4,
           128x128/2wg/s3
