@@ -1142,13 +1142,13 @@ __device__ __forceinline__ void persistent_claims_done(PersistentKernel k) {
 // The Hopper backward can claim its items from a counter (kDynamic below); opt-in for now: FLASHGPT_ATTN_SCHEDULE=
 // dynamic. Measured in an earlier form of the same code (a runtime flag, H100, eleventh session: --check with every
 // shape claiming 14 passed in call 3; 4x16x8192x128 and 64x12x1024 validated claiming in call 4), bwd ms_med
-// round-robin -> claimed: 4x16x8192x128 6.655 -> 6.192 and
-// 6.591 -> 6.351; 64x12x1024 1.017 -> 1.023 and 1.014 -> 1.025, where items are short and the claim costs what the
-// balance gains. That form also slowed the round-robin path at short items (8x12x1024 3-5%: commit 6c65662 against
-// it, call 5), so the claiming code is now a template parameter and the round-robin kernels' PTX is what it was. This
-// form has not run on a GPU yet (the session's device time ran out): once `FLASHGPT_ATTN_SCHEDULE=dynamic
-// attention_backward 0 --check` passes, the rule to ship is "sections and T >= 4096".
-inline bool backward_dynamic_schedule(int /*num_bh*/, int /*T*/, int /*HS*/) {
+// round-robin -> claimed: 4x16x8192x128 6.655 -> 6.192 and 6.591 -> 6.351; 64x12x1024 1.017 -> 1.023 and 1.014 ->
+// 1.025, where items are short and the claim costs what the balance gains. That form also slowed the round-robin
+// path at short items (8x12x1024 3-5%: commit 6c65662 against it, call 5), so the claiming code is now a template
+// parameter and the round-robin kernels' PTX is what it was. This form has not run on a GPU yet (the session's
+// device time ran out): once `FLASHGPT_ATTN_SCHEDULE=dynamic attention_backward 0 --check` passes, the rule to
+// ship is "sections and T >= 4096".
+inline bool backward_dynamic_schedule() {
     static const bool on = [] { const char* e = getenv("FLASHGPT_ATTN_SCHEDULE"); return e && strcmp(e, "dynamic") == 0; }();
     return on;
 }
@@ -3033,6 +3033,20 @@ __device__ __forceinline__ void issue_dq_from_ds(float (&dq)[HS / 4], const uint
         wgmma_ss_m64k16_trans_ab<HS / 2>(dq, wgmma_desc(ds + j * 16 * 128), wgmma_desc(k_cols + j * 16 * 128), j);
     wgmma_commit();
 }
+// kDynamic: the producer's last hand-over (round `round` of the item's full / empty pair): the stop index w, then its
+// CTA's count for the counter's reset
+__device__ __forceinline__ void persistent_stop(uint64_t* full, uint64_t* empty, int* item_w, int round, int w, PersistentKernel k) {
+    mbar_wait(empty, (round & 1) ^ 1);
+    *item_w = w;
+    mbar_arrive(full);
+    persistent_claims_done(k);
+}
+// the consumers' item of round `round`: kDynamic, the producer's index, there once the item's full barrier completes
+template <bool kDynamic>
+__device__ __forceinline__ int persistent_item_index(uint64_t* full, const int* item_w, int round, bool snake) {
+    if constexpr (kDynamic) { mbar_wait(full, round & 1); return *item_w; }
+    else return persistent_work(round, snake);
+}
 // n / 2 (full, empty) pairs: full completes on the producer's arrive + its TMA bytes, empty on empty_count arrivals
 __device__ __forceinline__ void init_mbarriers(uint64_t* bars, int n, int empty_count) {
     for (int i = 0; i < n; i += 2) { mbar_init(&bars[i], 1); mbar_init(&bars[i + 1], empty_count); }
@@ -3103,12 +3117,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                     bulk_load(lse2_tile(s) + kBlockM, sc.dpsum + (size_t)bh * Tp + m_block * kBlockM, kBlockM * 4, stage_full(s));
                 }
             }
-            if constexpr (kDynamic) {   // the stop index, then the count for the counter's reset
-                mbar_wait(kv_empty, (item_iter & 1) ^ 1);
-                *item_w = w;
-                mbar_arrive(kv_full);
-                persistent_claims_done(kCounterDkdv);
-            }
+            if constexpr (kDynamic) persistent_stop(kv_full, kv_empty, item_w, item_iter, w, kCounterDkdv);
         }
         return;
     }
@@ -3124,11 +3133,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     const uint8_t* k_cols = k_smem + (cwg * HS / 2 / 64) * kBlockN * 128 + (cwg * HS / 2 % 64) * 2;
     float dk_acc[kDT * 4], dv_acc[kDT * 4];
     int stage_iter = 0, item_iter = 0;
-    // the item of a round; kDynamic: the producer's index, there once the item's K/V are
-    auto item_of = [&](int round) {
-        if constexpr (kDynamic) { mbar_wait(kv_full, round & 1); return *item_w; }
-        else return persistent_work(round, snake);
-    };
+    auto item_of = [&](int round) { return persistent_item_index<kDynamic>(kv_full, item_w, round, snake); };
     for (int w = item_of(item_iter); w < num_items; w = item_of(++item_iter)) {
         const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
         const int n_block = item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
@@ -3323,12 +3328,7 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
                     tma_load_tile<HS, kBlockN>(v_tile(s), &maps.v, kv_full(s), h, key0, b);
                 }
             }
-            if constexpr (kDynamic) {   // the stop index, then the count for the counter's reset
-                mbar_wait(qo_empty, (item_iter & 1) ^ 1);
-                *item_w = w;
-                mbar_arrive(qo_full);
-                persistent_claims_done(kCounterDq);
-            }
+            if constexpr (kDynamic) persistent_stop(qo_full, qo_empty, item_w, item_iter, w, kCounterDq);
         }
         return;
     }
@@ -3343,12 +3343,8 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
     auto release = [&](uint64_t* bar) { if (lane == 0) mbar_arrive(bar); };
     float dq_acc[kDT * 4];
     int kv_iter = 0, item_iter = 0;
-    // the item of a round; kDynamic: the producer's index, there once the item's Q/dO are (so the row statistics
-    // are read after that wait, not before it)
-    auto item_of = [&](int round) {
-        if constexpr (kDynamic) { mbar_wait(qo_full, round & 1); return *item_w; }
-        else return persistent_work(round, snake);
-    };
+    // (kDynamic: the row statistics below are read after the wait for the item's Q/dO, not before it)
+    auto item_of = [&](int round) { return persistent_item_index<kDynamic>(qo_full, item_w, round, snake); };
     for (int w = item_of(item_iter); w < num_items; w = item_of(++item_iter)) {
         const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
         const int m_block = num_m_blocks - 1 - item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
@@ -3535,7 +3531,7 @@ void attention_backward_split_hopper(const AttentionBackwardParams& p, cudaStrea
 template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages, bool kOverlap = false>
 void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
-    if (backward_dynamic_schedule(p.B * p.NH, p.T, HS)) {
+    if (backward_dynamic_schedule()) {
         launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, kOverlap, true>(p, stream);
         launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kOverlap, true>(p, stream);
     } else {
