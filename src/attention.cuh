@@ -377,15 +377,30 @@ attention_forward_kernel(const AttentionForwardParams p) {
 
 // Launch kKernel (a __global__ taking its arguments by value) with smem_bytes of dynamic shared memory,
 // raising the kernel's limit on its first launch (above 48 KB a kernel must opt in). One static flag per kernel.
+// early_start (sm_90+, programmatic dependent launch): the kernel may start while the one before it in the stream
+// still runs, once every CTA of that one has executed griddepcontrol.launch_dependents (see pdl_* below).
 template <auto kKernel, class... Args>
-void launch_with_smem(dim3 grid, int threads, int smem_bytes, cudaStream_t stream, const Args&... args) {
+void launch_with_smem_ex(dim3 grid, int threads, int smem_bytes, cudaStream_t stream, bool early_start, const Args&... args) {
     static bool smem_set = false;
     if (!smem_set) {
         cudaCheck(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
         smem_set = true;
     }
-    kKernel<<<grid, threads, smem_bytes, stream>>>(args...);
-    cudaCheck(cudaGetLastError());
+    cudaLaunchConfig_t config = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    config.gridDim = grid;
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = smem_bytes;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = early_start ? 1 : 0;
+    cudaCheck(cudaLaunchKernelEx(&config, kKernel, args...));
+}
+template <auto kKernel, class... Args>
+void launch_with_smem(dim3 grid, int threads, int smem_bytes, cudaStream_t stream, const Args&... args) {
+    launch_with_smem_ex<kKernel>(grid, threads, smem_bytes, stream, false, args...);
 }
 
 template <int HS, int kWarpTilesM, int kNWarps, int kBlockN>
@@ -1079,6 +1094,11 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) { asm vo
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) { asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory"); }
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N)); }
 template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N)); }
+// Programmatic dependent launch: from launch_dependents on (once every CTA of this grid has executed it), the next
+// kernel of the stream, if launched with early_start, may place its CTAs on the SMs this grid leaves; its wait
+// returns once the grid it overlapped has finished and its memory is visible
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait_prerequisites() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 #endif
 
 // Persistent schedule of the warp-specialised kernels: work item w -> (rank, bh), rank 0 = the block with the most
@@ -1139,17 +1159,25 @@ __device__ __forceinline__ void persistent_claims_done(PersistentKernel k) {
     __threadfence();   // this CTA's claims land before its count
     if (atomicAdd(&c->finished, 1) == (int)gridDim.x - 1) { atomicExch(&c->claimed, 0); atomicExch(&c->finished, 0); }
 }
-// The Hopper backward can claim its items from a counter (kDynamic below); opt-in for now: FLASHGPT_ATTN_SCHEDULE=
-// dynamic. Measured in an earlier form of the same code (a runtime flag, H100, eleventh session: --check with every
-// shape claiming 14 passed in call 3; 4x16x8192x128 and 64x12x1024 validated claiming in call 4), bwd ms_med
-// round-robin -> claimed: 4x16x8192x128 6.655 -> 6.192 and 6.591 -> 6.351; 64x12x1024 1.017 -> 1.023 and 1.014 ->
-// 1.025, where items are short and the claim costs what the balance gains. That form also slowed the round-robin
-// path at short items (8x12x1024 3-5%: commit 6c65662 against it, call 5), so the claiming code is now a template
-// parameter and the round-robin kernels' PTX is what it was. This form has not run on a GPU yet (the session's
-// device time ran out): once `FLASHGPT_ATTN_SCHEDULE=dynamic attention_backward 0 --check` passes, the rule to
-// ship is "sections and T >= 4096".
-inline bool backward_dynamic_schedule() {
-    static const bool on = [] { const char* e = getenv("FLASHGPT_ATTN_SCHEDULE"); return e && strcmp(e, "dynamic") == 0; }();
+// Where the Hopper backward claims its items (kDynamic below): at T >= 4096. Measured (H100, twelfth session call
+// 1, bwd ms_med round-robin -> claimed, `FLASHGPT_ATTN_SCHEDULE=static|dynamic attention_backward 0`):
+// 4x16x8192x128 6.534 -> 6.099 and 6.559 -> 6.098, 1x12x16384 2.581 -> 2.389, 4x12x4096 0.702 -> 0.701, but
+// 64x12x1024 0.987 -> 1.013: short items, where a claim costs what the balance gains (the eleventh session's form
+// measured the same: 1.017 -> 1.023). FLASHGPT_ATTN_SCHEDULE=static or =dynamic forces either (A/B runs; the claimed
+// one at shapes too small for the rule).
+inline bool backward_dynamic_schedule(int T) {
+    static const int forced = [] {   // 0: by T, 1: round-robin, 2: claimed
+        const char* e = getenv("FLASHGPT_ATTN_SCHEDULE");
+        return !e ? 0 : strcmp(e, "static") == 0 ? 1 : strcmp(e, "dynamic") == 0 ? 2 : 0;
+    }();
+    return forced ? forced == 2 : T >= 4096;
+}
+// The split's two kernels are independent (both read only the inputs and the preprocess's statistics), so the dQ
+// kernel is launched to start on the SMs the dK/dV kernel's tail leaves idle (programmatic dependent launch; the
+// dQ kernel's last step waits for the dK/dV grid, so the backward still ends after both). FLASHGPT_ATTN_PDL=0
+// launches them one after the other (A/B runs).
+inline bool backward_early_dq() {
+    static const bool on = [] { const char* e = getenv("FLASHGPT_ATTN_PDL"); return !(e && strcmp(e, "0") == 0); }();
     return on;
 }
 
@@ -3085,6 +3113,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     // thread's own release-arrive is what orders its reads before the producer's next bulk copy into the stage
     if (threadIdx.x == 0) init_mbarriers(bars, 2 + 2 * kStages, 128 * kNCWG);
     __syncthreads();
+    pdl_launch_dependents();   // the split's dQ kernel needs nothing of this one: it may fill the SMs this one leaves
 
     const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T), num_bh = p.B * p.NH;
     const int num_n_blocks = ceil_div(T, kBlockN), num_items = num_n_blocks * num_bh, m_blocks = ceil_div(T, kBlockM);
@@ -3394,6 +3423,8 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
         release(qo_empty);
         dq_hopper_epilogue<HS>(p, dq_acc, dq_stage, b, h, m_start, warp_row0);
     }
+    // early_start: this grid ends after the dK/dV kernel it overlapped, so what follows in the stream sees both
+    pdl_wait_prerequisites();
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
@@ -3465,12 +3496,13 @@ void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, 
         persistent_section_heads(p.B * p.NH, p.T, HS));
 }
 
+// early_start: launched to overlap the dK/dV kernel before it (programmatic dependent launch)
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kOverlap = false, bool kDynamic = false>
-void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
+void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false) {
     using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>;
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockM);
-    launch_with_smem<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kOverlap, kDynamic>>(
-        dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, p,
+    launch_with_smem_ex<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kOverlap, kDynamic>>(
+        dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p,
         backward_tma_maps(p, Tile::kBlockM, kBlockN), persistent_section_heads(p.B * p.NH, p.T, HS));
 }
 
@@ -3531,12 +3563,13 @@ void attention_backward_split_hopper(const AttentionBackwardParams& p, cudaStrea
 template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages, bool kOverlap = false>
 void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
-    if (backward_dynamic_schedule()) {
+    const bool early = backward_early_dq();
+    if (backward_dynamic_schedule(p.T)) {
         launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, kOverlap, true>(p, stream);
-        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kOverlap, true>(p, stream);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kOverlap, true>(p, stream, early);
     } else {
         launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, kOverlap>(p, stream);
-        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kOverlap>(p, stream);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kOverlap>(p, stream, early);
     }
 }
 
