@@ -1173,9 +1173,10 @@ inline bool backward_dynamic_schedule(int T) {
     return forced ? forced == 2 : T >= 4096;
 }
 // The split's two kernels are independent (both read only the inputs and the preprocess's statistics), so the dQ
-// kernel is launched to start on the SMs the dK/dV kernel's tail leaves idle (programmatic dependent launch; the
-// dQ kernel's last step waits for the dK/dV grid, so the backward still ends after both). FLASHGPT_ATTN_PDL=0
-// launches them one after the other (A/B runs).
+// kernel is launched to start on the SMs the dK/dV kernel's tail leaves idle, and the dK/dV kernel to get ready
+// during the preprocess's tail (programmatic dependent launch: the dK/dV kernel waits for the preprocess before
+// it lets the dQ kernel start, and the dQ kernel's last step waits for the dK/dV grid, so the backward still ends
+// after all three). FLASHGPT_ATTN_PDL=0 launches them one after the other (A/B runs).
 inline bool backward_early_dq() {
     static const bool on = [] { const char* e = getenv("FLASHGPT_ATTN_PDL"); return !(e && strcmp(e, "0") == 0); }();
     return on;
@@ -1749,6 +1750,9 @@ inline size_t attention_backward_scratch_bytes_for(int B, int T, int NH, int HS,
 
 template <int HS>
 __global__ void attention_backward_preprocess_kernel(const AttentionBackwardParams p, bool zero_dq) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    pdl_launch_dependents();   // the Hopper dK/dV kernel may get ready meanwhile (it waits for this grid's results)
+#endif
     constexpr int kLanes = HS / 8;
     const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T);
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -3113,7 +3117,10 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     // thread's own release-arrive is what orders its reads before the producer's next bulk copy into the stage
     if (threadIdx.x == 0) init_mbarriers(bars, 2 + 2 * kStages, 128 * kNCWG);
     __syncthreads();
-    pdl_launch_dependents();   // the split's dQ kernel needs nothing of this one: it may fill the SMs this one leaves
+    // early_start: set up while the preprocess finishes, then wait for its statistics. The split's dQ kernel needs
+    // nothing of this one but those statistics: past the wait it may fill the SMs this one leaves
+    pdl_wait_prerequisites();
+    pdl_launch_dependents();
 
     const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T), num_bh = p.B * p.NH;
     const int num_n_blocks = ceil_div(T, kBlockN), num_items = num_n_blocks * num_bh, m_blocks = ceil_div(T, kBlockM);
@@ -3480,8 +3487,9 @@ inline HopperBackwardTmaMaps backward_tma_maps(const AttentionBackwardParams& p,
             bthd_tensor_map(p.dout, (size_t)p.NH * p.HS, p.B, p.T, p.NH, p.HS, q_rows)};
 }
 
+// early_start: launched to overlap the preprocess's tail (programmatic dependent launch)
 template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kOverlap = false, bool kDynamic = false>
-void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
+void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false) {
     using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>;
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockN);
     HopperBackwardTmaMaps maps = backward_tma_maps(p, kBlockM, Tile::kBlockN);
@@ -3491,8 +3499,8 @@ void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, 
         const cuuint32_t box[3] = {32, (cuuint32_t)kBlockM, 1};
         maps.dq_accum = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, backward_scratch(p).dq_accum, dims, strides, box);
     }
-    launch_with_smem<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kOverlap, kDynamic>>(
-        dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, p, maps,
+    launch_with_smem_ex<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kOverlap, kDynamic>>(
+        dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p, maps,
         persistent_section_heads(p.B * p.NH, p.T, HS));
 }
 
@@ -3565,10 +3573,10 @@ void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaSt
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
     const bool early = backward_early_dq();
     if (backward_dynamic_schedule(p.T)) {
-        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, kOverlap, true>(p, stream);
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, kOverlap, true>(p, stream, early);
         launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kOverlap, true>(p, stream, early);
     } else {
-        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, kOverlap>(p, stream);
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, kOverlap>(p, stream, early);
         launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kOverlap>(p, stream, early);
     }
 }
