@@ -3073,10 +3073,18 @@ __device__ __forceinline__ void persistent_stop(uint64_t* full, uint64_t* empty,
     mbar_arrive(full);
     persistent_claims_done(k);
 }
-// the consumers' item of round `round`: kDynamic, the producer's index, there once the item's full barrier completes
+// the consumers' item of round `round` (every lane of the warp calls it): kDynamic, the producer's index, there once
+// the item's full barrier completes. Lane 0 reads it and hands it to its warp: where one lane per warp arrives on the
+// empty barrier (the dQ kernel), that arrive orders only lane 0's own read before the producer's next write
+// (compute-sanitizer racecheck flagged the other lanes' reads, twelfth session call 4; 0 hazards since, call 5)
 template <bool kDynamic>
 __device__ __forceinline__ int persistent_item_index(uint64_t* full, const int* item_w, int round, bool snake) {
-    if constexpr (kDynamic) { mbar_wait(full, round & 1); return *item_w; }
+    if constexpr (kDynamic) {
+        mbar_wait(full, round & 1);
+        int w = 0;
+        if (threadIdx.x % 32 == 0) w = *item_w;
+        return __shfl_sync(0xffffffffu, w, 0);
+    }
     else return persistent_work(round, snake);
 }
 // n / 2 (full, empty) pairs: full completes on the producer's arrive + its TMA bytes, empty on empty_count arrivals
