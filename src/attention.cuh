@@ -1686,8 +1686,10 @@ Paths: "split" (deterministic, bit-identical run to run: the training default) a
 FLASHGPT_ATTN_NONDETERMINISTIC=1 or attention_backward_nondeterministic() = true; the fused kernel, dev variant 8:
 on an H100, f+b with the mma.sync forward 1.04-2.04x FlashAttention-2, 1.04x at HS 128 and at 1x12x16384, eighth
 session call 7 in dev/cuda/README.md; the figures below are the dkdv kernel's atomic mode, dev variant 3). On Hopper with
-sm_90a code in the binary, the split path runs on wgmma. Since 2026-11-21 (third session) it ships the warp-specialised TMA
-kernels (*_hopper_ws below, dev variant 6; its configs chosen in attention_backward()), measured on an H100 against
+sm_90a code in the binary, the split path runs on wgmma, and the atomic one, at HS 128 only, is the warp-specialised
+dK/dV kernel with atomic dQ (attention_backward_atomic_hopper_ws, dev variant 7). Since 2026-11-21 (third session)
+the split ships the warp-specialised TMA kernels (*_hopper_ws below, dev variant 6; its configs chosen in
+attention_backward()), measured on an H100 against
 the cp.async ones (variant 5, best config per shape), bwd ms: 64x12x1024 1.125 vs 1.401, 8x12x1024 0.152 vs 0.164,
 4x12x4096 0.797 vs 0.944, 1x12x16384 3.028 vs 3.576, 4x16x8192x128 7.298 vs 8.942; cuDNN in that call 1.452, 0.286,
 0.858, 2.477, 6.063. The history below is the cp.async kernels' (*_hopper): measured in one call (H200,
@@ -2987,27 +2989,34 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_
 struct HopperBackwardTmaMaps { CUtensorMap q, k, v, dout, dq_accum; };
 
 // kAtomicDq: the dK/dV kernel also computes dQ (see its consumer loop): 2 consumer warpgroups, 64-query stages, and
-// step buffers (dS^T twice, each warpgroup's dQ half twice at HS 64, once at HS 128) in the dK/dV staging's memory
+// step buffers (dS^T twice, each warpgroup's dQ half twice) in the dK/dV staging's memory, the stages' statistics
+// apart from them (so two dQ buffers fit at HS 128), and the dQ writer's barriers (see the kernel)
 template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false>
 struct HopperBackwardKVWsTile {
     static constexpr int kBlockN = 64 * kNCWG, kThreads = 128 * (kNCWG + 1);
     static constexpr int kKVBytes = kBlockN * HS * 2, kQBytes = kBlockM * HS * 2;
     static constexpr int kStatBytes = 2 * kBlockM * 4;                   // lse2, D
-    static constexpr int kStageBytes = 2 * kQBytes + 1024;               // Q, dO, statistics (<= 1 KB: kBlockM <= 128)
+    // Q, dO, statistics (<= 1 KB: kBlockM <= 128); atomic dQ: Q, dO, the statistics of all stages in kStatRegion
+    static constexpr int kStageBytes = 2 * kQBytes + (kAtomicDq ? 0 : 1024);
+    static constexpr int kStatRegion = kAtomicDq ? (kStages * kStatBytes + 1023) / 1024 * 1024 : 0;
     static constexpr int kOutBytes = 2 * kKVBytes;                       // dK, dV staging
     static constexpr int kDsBytes = kBlockN * kBlockM * 2;               // dS^T (keys x queries) bf16
     static constexpr int kDqBoxBytes = kBlockM * 32 * 4;                 // one TMA box: 32 fp32 columns of dQ
     static constexpr int kDqBytes = (HS / 64) * kDqBoxBytes;             // one warpgroup's HS / 2 columns
-    static constexpr int kDqBuffers = HS == 64 ? 2 : 1;                  // HS 128: no room for a second
+    // mbarriers (kv_full, kv_empty, stage_full[], stage_empty[]), the item index (kDynamic); atomic dQ: dq_full[],
+    // dq_empty[] and the (query block, head) of each dQ buffer
+    static constexpr int kBarBytes = 8 * (3 + 2 * kStages) + (kAtomicDq ? 24 * 2 * kNCWG : 0);
+    static constexpr int kDqBuffers =
+        2 * kKVBytes + kStages * kStageBytes + kStatRegion + 2 * kDsBytes + 2 * kNCWG * kDqBytes + kBarBytes + 1024 <= 227 * 1024 ? 2 : 1;
     static constexpr int kStepBytes = kAtomicDq ? 2 * kDsBytes + kDqBuffers * kNCWG * kDqBytes : 0;
     static constexpr int kUnionBytes = kStepBytes > kOutBytes ? kStepBytes : kOutBytes;
-    // K | V | stages | dK, dV staging (atomic dQ: or the step buffers) | mbarriers (kv_full, kv_empty,
-    // stage_full[], stage_empty[]), the item index (kDynamic) | + 1 KB align
-    static constexpr int kBarOffset = 2 * kKVBytes + kStages * kStageBytes + kUnionBytes;
-    static constexpr int kSmemBytes = kBarOffset + 8 * (3 + 2 * kStages) + 1024;
+    // K | V | stages | statistics (atomic dQ) | dK, dV staging (atomic dQ: or the step buffers) | barriers | + 1 KB align
+    static constexpr int kBarOffset = 2 * kKVBytes + kStages * kStageBytes + kStatRegion + kUnionBytes;
+    static constexpr int kSmemBytes = kBarOffset + kBarBytes + 1024;
     static constexpr int kProducerRegs = 24, kConsumerRegs = kNCWG == 2 ? 240 : 160;
     static_assert(kBlockM <= 128, "statistics fit 1 KB");
     static_assert(!kAtomicDq || (kNCWG == 2 && kBlockM == 64), "atomic dQ: 2 consumer warpgroups, 64-query stages");
+    static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
 
 template <int HS, int kNCWG, int kBlockN, int kStages>
@@ -3108,7 +3117,8 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     uint8_t* k_smem = smem;
     uint8_t* v_smem = k_smem + Tile::kKVBytes;
     uint8_t* stage_smem = v_smem + Tile::kKVBytes;                       // [kStages] Q, dO, lse2, D
-    uint8_t* dk_stage = stage_smem + kStages * Tile::kStageBytes;        // dK, dV staging, swizzle<HS>
+    float* stat_smem = reinterpret_cast<float*>(stage_smem + kStages * Tile::kStageBytes);   // atomic dQ: [kStages] lse2, D
+    uint8_t* dk_stage = stage_smem + kStages * Tile::kStageBytes + Tile::kStatRegion;      // dK, dV staging, swizzle<HS>
     uint8_t* dv_stage = dk_stage + Tile::kKVBytes;
     uint8_t* ds_smem = dk_stage;                                         // atomic dQ: [2] dS^T, then [kNCWG] dQ
     uint8_t* dq_smem = ds_smem + 2 * Tile::kDsBytes;
@@ -3118,12 +3128,24 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     auto stage_full = [&](int s) { return bars + 2 + 2 * s; };
     auto stage_empty = [&](int s) { return bars + 3 + 2 * s; };
     int* item_w = reinterpret_cast<int*>(bars + 2 + 2 * kStages);   // kDynamic: the item's index, with its K/V
+    // atomic dQ: dQ buffer (buffer, warpgroup) = slot buffer * kNCWG + cwg; full: its 128 threads have staged it,
+    // empty: the writer's reduce-add has read it; dq_at: the query block and head it goes to
+    uint64_t* dq_full = bars + 3 + 2 * kStages;
+    uint64_t* dq_empty = dq_full + Tile::kDqBuffers * kNCWG;
+    int2* dq_at = reinterpret_cast<int2*>(dq_empty + Tile::kDqBuffers * kNCWG);
     auto q_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes; };
     auto do_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes + Tile::kQBytes; };
-    auto lse2_tile = [&](int s) { return reinterpret_cast<float*>(stage_smem + s * Tile::kStageBytes + 2 * Tile::kQBytes); };
+    auto lse2_tile = [&](int s) {
+        if constexpr (kAtomicDq) return stat_smem + s * 2 * kBlockM;
+        else return reinterpret_cast<float*>(stage_smem + s * Tile::kStageBytes + 2 * Tile::kQBytes);
+    };
     // every consumer thread arrives on an empty barrier: the threads read lse2 and D with ordinary loads, and each
     // thread's own release-arrive is what orders its reads before the producer's next bulk copy into the stage
-    if (threadIdx.x == 0) init_mbarriers(bars, 2 + 2 * kStages, 128 * kNCWG);
+    if (threadIdx.x == 0) {
+        if constexpr (kAtomicDq)
+            for (int i = 0; i < Tile::kDqBuffers * kNCWG; i++) { mbar_init(&dq_full[i], 128); mbar_init(&dq_empty[i], 1); }
+        init_mbarriers(bars, 2 + 2 * kStages, 128 * kNCWG);
+    }
     __syncthreads();
     // early_start: set up while the preprocess finishes, then wait for its statistics. The split's dQ kernel needs
     // nothing of this one but those statistics: past the wait it may fill the SMs this one leaves
@@ -3162,6 +3184,30 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                 }
             }
             if constexpr (kDynamic) persistent_stop(kv_full, kv_empty, item_w, item_iter, w, kCounterDkdv);
+        } else if (kAtomicDq && threadIdx.x == 32) {
+            // the dQ writer: reduce-adds each round's dQ buffers (one per consumer warpgroup) into dq_accum and hands
+            // them back once the TMA has read them, so the consumers never wait for a reduce; a query block < 0
+            // is the consumers' stop
+            for (int round = 0; ; round++) {
+                const int buf = round % Tile::kDqBuffers;
+                bool stop = false;
+                for (int c = 0; c < kNCWG; c++) {
+                    const int slot = buf * kNCWG + c;
+                    mbar_wait(&dq_full[slot], (round / Tile::kDqBuffers) & 1);
+                    const int2 at = dq_at[slot];
+                    stop = at.x < 0;
+                    if (stop) continue;
+                    #pragma unroll
+                    for (int box = 0; box < HS / 64; box++)
+                        tma_reduce_add_3d(&maps.dq_accum, dq_smem + slot * Tile::kDqBytes + box * Tile::kDqBoxBytes,
+                                          c * HS / 2 + 32 * box, at.x * kBlockM, at.y);
+                }
+                if (stop) break;
+                bulk_commit();
+                bulk_wait_read<0>();
+                for (int c = 0; c < kNCWG; c++) mbar_arrive(&dq_empty[buf * kNCWG + c]);
+            }
+            bulk_wait<0>();   // every reduce has landed before the CTA exits
         }
         return;
     }
@@ -3187,10 +3233,12 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
         // atomic dQ: step i's dS^T (both warpgroups' keys) and this warpgroup's dQ staging buffer for it
         auto ds_buf = [&](int i) { return ds_smem + (i & 1) * Tile::kDsBytes; };
         // dQ of step i (query block m_blk) -> fp32 TMA boxes of 32 columns, 128-byte rows, swizzled (n8 group c =
-        // columns 8c + 2tq, +1 of rows g, g + 8) -> one thread reduce-adds them into dq_accum. The caller's leader
-        // has waited (bulk_wait_read) for the last reduce from this buffer before a barrier that precedes this.
+        // columns 8c + 2tq, +1 of rows g, g + 8) in dQ buffer i % kDqBuffers, once the writer has read its last use;
+        // the writer reduce-adds it into dq_accum
         auto reduce_add_dq = [&](const float (&dq)[HS / 4], int i, int m_blk) {
-            uint8_t* dq_s = dq_smem + ((i % Tile::kDqBuffers) * kNCWG + cwg) * Tile::kDqBytes;
+            const int slot = (i % Tile::kDqBuffers) * kNCWG + cwg;
+            mbar_wait(&dq_empty[slot], ((i / Tile::kDqBuffers) & 1) ^ 1);
+            uint8_t* dq_s = dq_smem + slot * Tile::kDqBytes;
             #pragma unroll
             for (int c = 0; c < HS / 16; c++)
                 #pragma unroll
@@ -3199,14 +3247,9 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                     *reinterpret_cast<float2*>(dq_s + (col / 32) * Tile::kDqBoxBytes + row * 128 + ((col % 32 / 4) ^ (row % 8)) * 16 + (col % 4) * 4) =
                         make_float2(dq[4 * c + 2 * half], dq[4 * c + 2 * half + 1]);
                 }
-            fence_proxy_async();
-            named_barrier_sync(2 + cwg, 128);
-            if (wg_leader) {
-                #pragma unroll
-                for (int box = 0; box < HS / 64; box++)
-                    tma_reduce_add_3d(&maps.dq_accum, dq_s + box * Tile::kDqBoxBytes, cwg * HS / 2 + 32 * box, m_blk * kBlockM, bh);
-                bulk_commit();
-            }
+            if (wg_leader) dq_at[slot] = make_int2(m_blk, bh);
+            fence_proxy_async();          // the staged dQ is visible to the TMA (async proxy) ...
+            mbar_arrive(&dq_full[slot]);  // ... once the writer has seen all 128 arrivals
         };
         mbar_wait(kv_full, item_iter & 1);
         if constexpr (!kAtomicDq && !kOverlap) {
@@ -3255,7 +3298,6 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                 uint8_t* ds = ds_buf(stage_iter);
                 store_ds_t<kBlockM>(ds, dsa, warp_row0);
                 fence_proxy_async();
-                if (wg_leader) bulk_wait_read<Tile::kDqBuffers - 1>();   // the last reduce from this dQ buffer has read it
                 named_barrier_sync(1, 128 * kNCWG);                     // both halves of dS^T are written
                 float dq[HS / 4];
                 issue_dq_from_ds<HS, kBlockN>(dq, ds, k_cols);
@@ -3284,7 +3326,6 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                 if (m_block == m_first) {
                     dkdv_p_ds<HS, kBlockM>(st, dpt, pa, dsa, lse2_tile(s), lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
                 } else {
-                    if (wg_leader) bulk_wait_read<Tile::kDqBuffers - 1>();   // see reduce_add_dq
                     named_barrier_sync(ds_ready(1 - cwg, stage_iter - 1), 128 * kNCWG);
                     issue_dq_from_ds<HS, kBlockN>(dq, ds_buf(stage_iter - 1), k_cols);
                     dkdv_p_ds<HS, kBlockM, 1>(st, dpt, pa, dsa, lse2_tile(s), lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
@@ -3297,22 +3338,28 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                 wgmma_wait<0>();
                 mbar_arrive(stage_empty(s));
             }
-            if (wg_leader) bulk_wait_read<Tile::kDqBuffers - 1>();
             named_barrier_sync(ds_ready(1 - cwg, stage_iter - 1), 128 * kNCWG);
             issue_dq_from_ds<HS, kBlockN>(dq, ds_buf(stage_iter - 1), k_cols);
             wgmma_wait<0>();
             reduce_add_dq(dq, stage_iter - 1, m_blocks - 1);
         }
         mbar_arrive(kv_empty);
-        if constexpr (kAtomicDq) {   // the dK/dV staging overlays the step buffers: both warpgroups leave them first
-            if (wg_leader) bulk_wait_read<0>();
+        if constexpr (kAtomicDq) {   // the dK/dV staging overlays the step buffers: the writer has read this
+            // warpgroup's last dQ buffers, and both warpgroups are past them
+            for (int i = max(stage_iter - Tile::kDqBuffers, 0); i < stage_iter; i++)
+                mbar_wait(&dq_empty[(i % Tile::kDqBuffers) * kNCWG + cwg], (i / Tile::kDqBuffers) & 1);
             named_barrier_sync(1, 128 * kNCWG);
         }
         dkdv_hopper_epilogue<HS>(p, dk_acc, dv_acc, dk_stage, dv_stage, b, h, n_start, warp_row0);
         if constexpr (kAtomicDq) named_barrier_sync(1, 128 * kNCWG);   // ... and both have read it back
     }
-    if constexpr (kAtomicDq) if (wg_leader) bulk_wait<0>();   // the last reduce has landed before the CTA exits
-    (void)g; (void)tq;
+    if constexpr (kAtomicDq) {   // the writer's stop, in the next dQ buffer
+        const int slot = (stage_iter % Tile::kDqBuffers) * kNCWG + cwg;
+        mbar_wait(&dq_empty[slot], ((stage_iter / Tile::kDqBuffers) & 1) ^ 1);
+        if (wg_leader) dq_at[slot] = make_int2(-1, 0);
+        mbar_arrive(&dq_full[slot]);
+    }
+    (void)g; (void)tq; (void)wg_leader;
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
@@ -3589,16 +3636,18 @@ void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaSt
     }
 }
 
-// Hopper atomic path (HS 64 or 128, sm_90a; dev variant 7, not shipped): preprocess (+ zero dq_accum), the
-// warp-specialised dK/dV kernel that also reduce-adds dQ into dq_accum (5 GEMMs a tile pair instead of the split's
-// 7), dQ convert. Non-deterministic. Measured no faster than the deterministic split, pipelined or not (H100, sixth
-// session: 1x12x16384 2.767 ms pipelined against the split's 2.738; slower at every other shape, see
-// 07_wgmma_atomic_ws.cuh), so the opt-in leaves Hopper on the split.
+// Hopper atomic path (HS 64 or 128, sm_90a; dev variant 7): preprocess (+ zero dq_accum), the warp-specialised
+// dK/dV kernel that also reduce-adds dQ into dq_accum (5 GEMMs a tile pair instead of the split's 7), dQ convert.
+// Non-deterministic. What FLASHGPT_ATTN_NONDETERMINISTIC=1 runs at HS 128 since the twelfth session (its dQ
+// reduce-adds moved to a writer warp: 8% faster than the split there); at HS 64 slower than the split.
 // kPipelined: each step's dQ is issued in the next step, under its softmax (the kernel's kOverlap)
 template <int HS, int kStages, bool kPipelined = false>
 void attention_backward_atomic_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/true, stream);
-    launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true, kPipelined>(p, stream);
+    if (backward_dynamic_schedule(p.T))
+        launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true, kPipelined, true>(p, stream, backward_early_dq());
+    else
+        launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true, kPipelined>(p, stream, backward_early_dq());
     launch_attention_backward_postprocess<HS>(p, stream);
 }
 
@@ -3627,6 +3676,8 @@ inline bool attention_backward_fused_fits() {
 inline bool attention_backward_uses_hopper(int /*HS*/) { return hopper_path_available(); }
 
 inline const char* attention_backward_path_name(int HS) {
+    if (attention_backward_uses_hopper(HS) && HS == 128 && attention_backward_nondeterministic())
+        return "flash backward, wgmma+TMA sm90a, warp-specialised dK/dV 128 keys x 64 with atomic dQ (TMA reduce-add, non-deterministic), 2 consumer warpgroups (HS=128)";
     if (attention_backward_uses_hopper(HS))
         return HS == 64 ? "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys x 128 + dQ 128 x 128, 2 consumer warpgroups each (HS=64)"
                         : "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys x 64 + dQ 128 x 64, 2 consumer warpgroups each (HS=128)";
@@ -3646,12 +3697,17 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
                                const float* lse, int B, int T, int NH, int HS, cudaStream_t stream) {
     attention_check_supported(B, T, NH, HS);
     AttentionBackwardParams p{dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS};
-    if (attention_backward_uses_hopper(HS)) {   // deterministic, and at least as fast as the atomic variant 7
+    if (attention_backward_uses_hopper(HS)) {
         // warp-specialised split, 2 consumer warpgroups; dev variant 6's best config at every measured shape in the
         // last call that timed them all (H100, 2026-11-21, sixth session call 1, bwd ms): HS 64 kv128x128+q128x128
         // (64x12x1024 0.974, 8x12x1024 0.147, 4x12x4096 0.735, 1x12x16384 2.738; the next best 1.031 / 0.149 /
-        // 0.789 / 2.810); HS 128 kv128x64+q128x64 (4x16x8192 6.68, q128x128 6.62 within noise but spills)
-        if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2>(p, stream);
+        // 0.789 / 2.810); HS 128 kv128x64+q128x64 (4x16x8192 6.68, q128x128 6.62 within noise but spills).
+        // Non-deterministic at HS 128: the 5-GEMM kernel with atomic dQ (dev variant 7; its dQ reduce-adds issued by
+        // a writer warp since the twelfth session), H100, call 7, bwd ms_med against the split in alternating
+        // processes: 4x16x8192x128 5.59, 5.59 vs 6.09 and 5.62, 5.65 vs 6.05; 2x16x8192x128 2.70, 2.84 vs 3.03. At
+        // HS 64 it loses (1x12x16384 2.81 vs 2.60, 4x12x4096 0.80 vs 0.70, 64x12x1024 1.14 vs 0.96): the split runs.
+        if (HS == 128 && attention_backward_nondeterministic()) attention_backward_atomic_hopper_ws<128, 2>(p, stream);
+        else if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2>(p, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2>(p, stream);
     } else if (attention_backward_nondeterministic()) {   // the fused kernel (dev variant 8), fastest at every shape measured
         if (HS == 64 && attention_backward_fused_fits<64, 2, 2, false>()) attention_backward_fused<64, 2, 2, false>(p, stream);

@@ -34,6 +34,11 @@ the HS 128 pipe spills 272 bytes). Still no faster than the split: the warpgroup
 ncu (eleventh session, H100, 2x16x8192x128, the dK/dV kernel): SMs active 77% of the cycles (the round-robin
 schedule's ragged end), issue slots 23%, tensor 39%, L2 50%, DRAM 46% (1.53 TB/s), L2 hit rate 57%, 6.5 GB of
 reduce-add sectors; 4x16x8192x128 8.49 ms. (ptxas 13.0 now reports 384 bytes of spills for the HS 128 pipe.)
+Twelfth session (H100): without its reduce-add path the dK/dV kernel took 3.41 ms instead of 4.57 (ncu, 2x16x8192x128),
+so the reduces moved to a writer warp of the producer warpgroup (mbarriers dq_full / dq_empty per dQ buffer, two
+buffers at HS 128 too), and the kernel claims its items at T >= 4096 like the split: 4.57 -> 3.14 ms there, and bwd
+ms_med at 4x16x8192x128 5.59-5.65 against the split's 6.05-6.10 (call 7); at HS 64 still slower than the split
+(1x12x16384 2.81 vs 2.60, 64x12x1024 1.14 vs 0.96). src runs it at HS 128 with FLASHGPT_ATTN_NONDETERMINISTIC=1.
 */
 #pragma once
 
