@@ -1177,7 +1177,7 @@ inline bool backward_dynamic_schedule(int T) {
 // during the preprocess's tail (programmatic dependent launch: the dK/dV kernel waits for the preprocess before
 // it lets the dQ kernel start, and the dQ kernel's last step waits for the dK/dV grid, so the backward still ends
 // after all three). FLASHGPT_ATTN_PDL=0 launches them one after the other (A/B runs).
-inline bool backward_early_dq() {
+inline bool backward_early_start() {
     static const bool on = [] { const char* e = getenv("FLASHGPT_ATTN_PDL"); return !(e && strcmp(e, "0") == 0); }();
     return on;
 }
@@ -3626,7 +3626,7 @@ void attention_backward_split_hopper(const AttentionBackwardParams& p, cudaStrea
 template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages, bool kOverlap = false>
 void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
-    const bool early = backward_early_dq();
+    const bool early = backward_early_start();
     if (backward_dynamic_schedule(p.T)) {
         launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, kOverlap, true>(p, stream, early);
         launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kOverlap, true>(p, stream, early);
@@ -3645,9 +3645,9 @@ template <int HS, int kStages, bool kPipelined = false>
 void attention_backward_atomic_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/true, stream);
     if (backward_dynamic_schedule(p.T))
-        launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true, kPipelined, true>(p, stream, backward_early_dq());
+        launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true, kPipelined, true>(p, stream, backward_early_start());
     else
-        launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true, kPipelined>(p, stream, backward_early_dq());
+        launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true, kPipelined>(p, stream, backward_early_start());
     launch_attention_backward_postprocess<HS>(p, stream);
 }
 
