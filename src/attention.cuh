@@ -1039,6 +1039,9 @@ struct HopperWsTile {
     // Q slots | K ring | V ring | O staging (kBlockM rows, swizzle<HS>) | mbarriers; + 1 KB to align to the swizzle atom
     static constexpr int kBarOffset = (kQSlots + kStageO) * kQBytes + 2 * kStages * kTileBytes;
     static constexpr int kSmemBytes = kBarOffset + 8 * kNumBars + 1024;
+    // the claimed schedule (kDynamic) adds, after the mbarriers: hand_full[], hand_empty[] (CTA pairs: rank 0 hands
+    // rank 1 each item), item_w[] (each Q slot's item, for the consumers), hand_w[] (written by the peer)
+    static constexpr int kDynamicBytes = 24 * kQSlots;
     // 65536 registers per SM, one CTA: the producer keeps 24 a thread, the consumers share the rest (multiples of 8)
     static constexpr int kProducerRegs = 24, kConsumerRegs = kNCWG == 2 ? 240 : 160;
     static_assert(128 * kProducerRegs + 128 * kNCWG * kConsumerRegs <= 65536, "register budget");
@@ -1081,6 +1084,24 @@ __device__ __forceinline__ void tma_load_4d_multicast(uint8_t* dst, const CUtens
 __device__ __forceinline__ void mbar_arrive_remote(uint64_t* bar, int cta) {
     asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
                  :: "r"(smem_addr(bar)), "r"(cta) : "memory");
+}
+// the same at cluster scope with release semantics, and its acquire wait: the peer sees this thread's earlier
+// st_shared_remote stores once its wait passes (the forward pairs' item hand-over)
+__device__ __forceinline__ void mbar_arrive_remote_release(uint64_t* bar, int cta) {
+    asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n"
+                 :: "r"(smem_addr(bar)), "r"(cta) : "memory");
+}
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, int parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+    } while (!done);
+}
+// store v at dst's offset in the shared memory of cluster rank cta
+__device__ __forceinline__ void st_shared_remote(void* dst, int cta, int v) {
+    asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nst.shared::cluster.u32 [remote], %2;\n}\n"
+                 :: "r"(smem_addr(dst)), "r"(cta), "r"(v) : "memory");
 }
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
@@ -1137,8 +1158,9 @@ __device__ __forceinline__ PersistentItem persistent_item(int w, int num_ranks, 
     const int r = w - first_bh * num_ranks;
     return {r / heads_here, first_bh + r % heads_here};
 }
-// Dynamic schedule (eleventh session; the backward kernels' kDynamic). With sections, round-robin leaves the SMs
-// unevenly loaded: a CTA's items alternate between one section's long first ranks and another's short last ones.
+// Dynamic schedule (eleventh session; the backward kernels' and the forward pairs' kDynamic). With sections,
+// round-robin leaves the SMs unevenly loaded: a CTA's items alternate between one section's long first ranks and
+// another's short last ones.
 // ncu, H100, 2x16x8192x128 (variant 7's dK/dV kernel): SMs active 5.16 M of 6.72 M cycles (77%); a model of the
 // schedule (item time = its steps + 1) gives 78% there, 97% at 4x16x8192x128 and 95% at 64x12x1024, against
 // 99.6-100% for a CTA taking the next item whenever it is free. With kDynamic, each producer's first item is its
@@ -1148,30 +1170,39 @@ __device__ __forceinline__ PersistentItem persistent_item(int w, int num_ranks, 
 // resets the counter for the next launch, so one kernel must not run on two streams at once (each kernel has its
 // own counter).
 struct PersistentCounter { int claimed, finished; };
-static __device__ PersistentCounter g_persistent_counters[2];   // the backward's dK/dV and dQ kernels
-enum PersistentKernel { kCounterDkdv = 0, kCounterDq = 1 };
-__device__ __forceinline__ int persistent_claim(PersistentKernel k) {   // the next item past the first round
-    return (int)gridDim.x + atomicAdd(&g_persistent_counters[k].claimed, 1);
+static __device__ PersistentCounter g_persistent_counters[3];   // the backward's dK/dV and dQ kernels, the forward
+enum PersistentKernel { kCounterDkdv = 0, kCounterDq = 1, kCounterForward = 2 };
+// the next item past the first round; units: the claiming CTAs (clusters), each with its first item its own index
+__device__ __forceinline__ int persistent_claim(PersistentKernel k, int units) {
+    return units + atomicAdd(&g_persistent_counters[k].claimed, 1);
 }
-// once per CTA, after its last claim (an index past the items)
-__device__ __forceinline__ void persistent_claims_done(PersistentKernel k) {
+__device__ __forceinline__ int persistent_claim(PersistentKernel k) { return persistent_claim(k, (int)gridDim.x); }
+// once per claiming unit, after its last claim (an index past the items)
+__device__ __forceinline__ void persistent_claims_done(PersistentKernel k, int units) {
     PersistentCounter* c = &g_persistent_counters[k];
-    __threadfence();   // this CTA's claims land before its count
-    if (atomicAdd(&c->finished, 1) == (int)gridDim.x - 1) { atomicExch(&c->claimed, 0); atomicExch(&c->finished, 0); }
+    __threadfence();   // this unit's claims land before its count
+    if (atomicAdd(&c->finished, 1) == units - 1) { atomicExch(&c->claimed, 0); atomicExch(&c->finished, 0); }
 }
+__device__ __forceinline__ void persistent_claims_done(PersistentKernel k) { persistent_claims_done(k, (int)gridDim.x); }
 // Where the Hopper backward claims its items (kDynamic below): at T >= 4096. Measured (H100, twelfth session call
 // 1, bwd ms_med round-robin -> claimed, `FLASHGPT_ATTN_SCHEDULE=static|dynamic attention_backward 0`):
 // 4x16x8192x128 6.534 -> 6.099 and 6.559 -> 6.098, 1x12x16384 2.581 -> 2.389, 4x12x4096 0.702 -> 0.701, but
 // 64x12x1024 0.987 -> 1.013: short items, where a claim costs what the balance gains (the eleventh session's form
 // measured the same: 1.017 -> 1.023). FLASHGPT_ATTN_SCHEDULE=static or =dynamic forces either (A/B runs; the claimed
 // one at shapes too small for the rule).
-inline bool backward_dynamic_schedule(int T) {
-    static const int forced = [] {   // 0: by T, 1: round-robin, 2: claimed
+inline int schedule_forced() {   // 0: by the kernel's rule, 1: round-robin, 2: claimed
+    static const int forced = [] {
         const char* e = getenv("FLASHGPT_ATTN_SCHEDULE");
         return !e ? 0 : strcmp(e, "static") == 0 ? 1 : strcmp(e, "dynamic") == 0 ? 2 : 0;
     }();
-    return forced ? forced == 2 : T >= 4096;
+    return forced;
 }
+inline bool backward_dynamic_schedule(int T) { return schedule_forced() ? schedule_forced() == 2 : T >= 4096; }
+// The forward's CTA pairs (HS 128) claim their items at T >= 4096 too. Measured (H100, twelfth session call 10,
+// 4x16x8192x128, three rounds in alternating processes, fwd ms_med (ms_min) round-robin -> claimed): 1.809 (1.799)
+// -> 1.710 (1.705), 1.801 (1.793) -> 1.803 (1.707), 1.813 (1.799) -> 1.716 (1.709); cuDNN 1.779 in that call.
+// Below T = 4096 the pairs stay round-robin, untested there (the backward's claims lose at T = 1024).
+inline bool forward_dynamic_schedule(int T) { return schedule_forced() ? schedule_forced() == 2 : T >= 4096; }
 // The split's two kernels are independent (both read only the inputs and the preprocess's statistics), so the dQ
 // kernel is launched to start on the SMs the dK/dV kernel's tail leaves idle, and the dK/dV kernel to get ready
 // during the preprocess's tail (programmatic dependent launch: the dK/dV kernel waits for the preprocess before
@@ -1188,7 +1219,9 @@ inline bool backward_early_start() {
 // query blocks. Every K/V slot is released by the consumer warps of both CTAs (remote mbarrier arrives). The walk
 // is the upper block's (kBlockM = kBlockN: one tile more than the lower block's, its diagonal, which rank 1 waits
 // for and releases without computing). Needs an even number of query blocks (the launcher checks).
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1>
+// kDynamic: items past the first round claimed from a counter (see persistent_claim); in a pair rank 0 claims and
+// hands each index to rank 1 through its shared memory.
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false>
 __global__ void __launch_bounds__(HopperWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
 attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_constant__ HopperTmaMaps maps, int section_heads) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1215,10 +1248,16 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
     uint64_t* k_empty = k_full + kStages;
     uint64_t* v_full = k_empty + kStages;
     uint64_t* v_empty = v_full + kStages;
+    uint64_t* hand_full = v_empty + kStages;                  // kDynamic (Tile::kDynamicBytes)
+    uint64_t* hand_empty = hand_full + Tile::kQSlots;
+    int* item_w = reinterpret_cast<int*>(hand_empty + Tile::kQSlots);
+    int* hand_w = item_w + Tile::kQSlots;
     constexpr int kConsumerWarps = 4 * kNCWG;   // every consumer warp arrives once on an empty barrier
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < Tile::kQSlots; s++) { mbar_init(&q_full[s], 1); mbar_init(&q_empty[s], kConsumerWarps); }
+        if constexpr (kDynamic)
+            for (int s = 0; s < Tile::kQSlots; s++) { mbar_init(&hand_full[s], 1); mbar_init(&hand_empty[s], 1); }
         for (int s = 0; s < kStages; s++) {
             mbar_init(&k_full[s], 1); mbar_init(&k_empty[s], kConsumerWarps * kCluster);
             mbar_init(&v_full[s], 1); mbar_init(&v_empty[s], kConsumerWarps * kCluster);
@@ -1239,8 +1278,8 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
     if (wg == 0) {   // ---- producer
         setmaxnreg_dec<Tile::kProducerRegs>();
         if (threadIdx.x == 0) {
-            int kv_iter = 0, tile_iter = 0;
-            for (int w = work(tile_iter); w < num_items; w = work(++tile_iter)) {
+            int kv_iter = 0;
+            auto load_item = [&](int w, int tile_iter) {   // its Q into slot tile_iter % kQSlots, then its K/V walk
                 const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
                 const int m_top = num_m_blocks - 1 - kCluster * item.rank;   // the item's upper block: its walk is the ring's
                 const int m_block = m_top - cta_rank, b = item.bh / NH, h = item.bh % NH;
@@ -1269,6 +1308,36 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
                         else if (c == cta_rank) tma_load_4d_multicast(dst, &maps.v, &v_full[slot], 0x3, 64 * c, h, key0, b);
                     }
                 }
+            };
+            if constexpr (!kDynamic) {
+                int tile_iter = 0;
+                for (int w = work(tile_iter); w < num_items; w = work(++tile_iter)) load_item(w, tile_iter);
+            } else {
+                const int unit = (int)blockIdx.x / kCluster, units = (int)gridDim.x / kCluster;
+                int w = unit;
+                for (int tile_iter = 0; ; tile_iter++) {
+                    if (tile_iter > 0) {   // the next item: rank 0 claims it and hands it to rank 1
+                        if (cta_rank == 0) w = persistent_claim(kCounterForward, units);
+                        if constexpr (kCluster > 1) {
+                            const int hslot = (tile_iter - 1) % Tile::kQSlots, hphase = ((tile_iter - 1) / Tile::kQSlots) & 1;
+                            if (cta_rank == 0) {
+                                mbar_wait(&hand_empty[hslot], hphase ^ 1);   // rank 1 has read the slot's last index
+                                st_shared_remote(&hand_w[hslot], 1, w);
+                                mbar_arrive_remote_release(&hand_full[hslot], 1);
+                            } else {
+                                mbar_wait_cluster(&hand_full[hslot], hphase);
+                                w = hand_w[hslot];
+                                mbar_arrive_remote(&hand_empty[hslot], 0);
+                            }
+                        }
+                    }
+                    const int qslot = tile_iter % Tile::kQSlots;
+                    mbar_wait(&q_empty[qslot], ((tile_iter / Tile::kQSlots) & 1) ^ 1);
+                    item_w[qslot] = w;   // the consumers read it once q_full completes
+                    if (w >= num_items) { mbar_arrive(&q_full[qslot]); break; }
+                    load_item(w, tile_iter);
+                }
+                if (cta_rank == 0) persistent_claims_done(kCounterForward, units);
             }
         }
         if constexpr (kCluster > 1) cluster_sync();   // matches the consumers' (see the end)
@@ -1373,6 +1442,20 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
         // the tensor cores during the epilogue. After the CTA's last item a dummy S_0 (stale slots, result unused)
         // keeps every wgmma issue unconditional.
         constexpr bool kEarlyS0 = Tile::kQSlots == 2;
+        // the item of round r: kDynamic, the producer's index, there once the item's Q slot is full (lane 0 reads it:
+        // only lane 0 of each warp arrives on q_empty, see persistent_item_index); otherwise the round-robin walk. A
+        // claimed index is known only once the producer has issued the previous item's loads, so it is read in the
+        // item's last turn, not at its start (the round-robin has_next is read at the start, as it always was).
+        auto item_of = [&](int round) {
+            if constexpr (kDynamic) {
+                mbar_wait(&q_full[round % Tile::kQSlots], (round / Tile::kQSlots) & 1);
+                int w = 0;
+                if (lane == 0) w = item_w[round % Tile::kQSlots];
+                return __shfl_sync(0xffffffffu, w, 0);
+            } else {
+                return work(round);
+            }
+        };
         skip_upper_diagonal();
         wait_first_tiles(0, kv_iter);   // blockIdx.x / kCluster < num_items: the grid is at most num_items clusters
         set_q_slot(0);
@@ -1381,13 +1464,14 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
         wgmma_fence();
         issue_s0(kv_iter % kStages);
         turn_end(false);
-        for (int w = work(tile_iter); w < num_items; w = work(++tile_iter)) {
+        for (int w = item_of(tile_iter); w < num_items; w = item_of(++tile_iter)) {
             const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
             const int m_block = num_m_blocks - 1 - kCluster * item.rank - cta_rank, b = item.bh / NH, h = item.bh % NH;
             const int m_start = m_block * kBlockM;
             const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
             const int qslot = tile_iter % Tile::kQSlots;
-            const bool has_next = work(tile_iter + 1) < num_items;
+            bool has_next = false;
+            if constexpr (!kDynamic) has_next = item_of(tile_iter + 1) < num_items;
             auto softmax = [&](int j) {   // on tile j (loop order): P_j (fp32) in s, row statistics, alpha
                 const int key0 = (n_blocks - 1 - j) * kBlockN;
                 if (key0 + kBlockN - 1 > m_start + warp_row0) causal_mask_tile<kNT>(s, m_start + warp_row0, key0, g, tq);
@@ -1447,6 +1531,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
             const int vslot = (kv_iter + n_blocks - 1) % kStages;
             mbar_wait(&v_full[vslot], ((kv_iter + n_blocks - 1) / kStages) & 1);
             kv_iter += n_blocks;
+            if constexpr (kDynamic && kEarlyS0) has_next = item_of(tile_iter + 1) < num_items;
             if (kEarlyS0 && has_next) { skip_upper_diagonal(); wait_first_tiles(tile_iter + 1, kv_iter); set_q_slot(tile_iter + 1); }
             turn_begin();
             reg_fence(pa); reg_fence(o_acc); reg_fence(s);
@@ -1460,6 +1545,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
 
             hopper_forward_epilogue<HS, Tile::kStageO>(p, o_acc, row_max, row_sum, o_smem, b, h, m_start, warp_row0);
             if constexpr (!kEarlyS0) {   // the next item's S_0 in a turn of its own
+                if constexpr (kDynamic) has_next = item_of(tile_iter + 1) < num_items;
                 if (has_next) { skip_upper_diagonal(); wait_first_tiles(tile_iter + 1, kv_iter); }
                 set_q_slot(tile_iter + 1);
                 turn_begin();
@@ -1553,10 +1639,12 @@ inline CUtensorMap qkv_tensor_map(const floatX* qkv, int which, int B, int T, in
 }
 
 // kCluster 2: pairs of CTAs (thread-block clusters, launched with cudaLaunchKernelEx), as many pairs as fit at once
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1>
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false>
 void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStream_t stream) {
     using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages>;
-    constexpr auto kKernel = attention_forward_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kPingPong, kCluster>;
+    constexpr auto kKernel = attention_forward_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kPingPong, kCluster, kDynamic>;
+    constexpr int kSmemBytes = Tile::kSmemBytes + (kDynamic ? Tile::kDynamicBytes : 0);
+    static_assert(kSmemBytes <= 227 * 1024, "shared memory");
     const HopperTmaMaps maps{qkv_tensor_map(p.qkv, 0, p.B, p.T, p.NH, HS, Tile::kBlockM),
                              qkv_tensor_map(p.qkv, 1, p.B, p.T, p.NH, HS, kBlockN),
                              qkv_tensor_map(p.qkv, 2, p.B, p.T, p.NH, HS, kBlockN)};
@@ -1564,7 +1652,7 @@ void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStr
     if constexpr (kCluster == 1) {
         const int num_items = p.B * p.NH * num_m_blocks;
         launch_with_smem<kKernel>(dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads,
-                                  Tile::kSmemBytes, stream, p, maps, section_heads);
+                                  kSmemBytes, stream, p, maps, section_heads);
     } else {
         if (num_m_blocks % kCluster != 0) {
             fprintf(stderr, "attention: the clustered forward needs a multiple of %d query blocks of %d rows (T = %d)\n",
@@ -1576,13 +1664,13 @@ void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStr
         attr[0].id = cudaLaunchAttributeClusterDimension;
         attr[0].val.clusterDim.x = kCluster; attr[0].val.clusterDim.y = 1; attr[0].val.clusterDim.z = 1;
         config.blockDim = dim3(Tile::kThreads);
-        config.dynamicSmemBytes = Tile::kSmemBytes;
+        config.dynamicSmemBytes = kSmemBytes;
         config.stream = stream;
         config.attrs = attr;
         config.numAttrs = 1;
         static int max_clusters = 0;   // how many clusters fit on the GPU at once (GPCs may leave SMs unpaired)
         if (!max_clusters) {
-            cudaCheck(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+            cudaCheck(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
             config.gridDim = dim3(kCluster * (device_props().multiProcessorCount / kCluster));
             cudaCheck(cudaOccupancyMaxActiveClusters(&max_clusters, kKernel, &config));
             if (max_clusters < 1) { fprintf(stderr, "attention: no %d-CTA cluster of the forward fits this GPU\n", kCluster); exit(EXIT_FAILURE); }
@@ -1652,6 +1740,8 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
         // HS 128: pairs of CTAs share each K/V tile by TMA multicast where the 128-row query blocks pair up (an even
         // count). Measured (H100, eighth session call 6, 4x16x8192x128, four A/B rounds of 100 launches): ms_med
         // 2.10-2.20 -> 1.89-2.08, ms_min 1.88-1.93 -> 1.83; ncu: L2 bytes 13.4 -> 7.2 GB, DRAM read 3.5 -> 2.1 GB.
+        // At T >= 4096 the pairs claim their items (forward_dynamic_schedule).
+        else if (ceil_div(T, 128) % 2 == 0 && forward_dynamic_schedule(T)) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2, true>(p, stream);
         else if (ceil_div(T, 128) % 2 == 0) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2>(p, stream);
         else launch_attention_forward_hopper_ws<128, 2, 128, 2, true>(p, stream);
     }
