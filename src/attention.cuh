@@ -1719,7 +1719,7 @@ inline bool attention_forward_uses_hopper(int HS) { return (HS == 64 || HS == 12
 inline const char* attention_forward_path_name(int HS) {
     if (attention_forward_uses_hopper(HS))
         return HS == 64 ? "flash forward, wgmma+TMA sm90a, warp-specialised, 192x128 tiles / 3 consumer warpgroups (128x128 / 2, 3 stages at T < 2048 or few tiles) (HS=64)"
-                        : "flash forward, wgmma+TMA sm90a, warp-specialised, 128x128 tiles, 2 consumer warpgroups (HS=128)";
+                        : "flash forward, wgmma+TMA sm90a, warp-specialised, 128x128 tiles, 2 consumer warpgroups, CTA pairs sharing K/V where the blocks pair up, items claimed at T >= 4096 (HS=128)";
     return HS == 64 ? "flash forward, mma.sync sm80, 128x64 tiles, 4 warps (HS=64)"
                     : "flash forward, mma.sync sm80, 128x48 tiles, 4 warps (HS=128)";
 }
