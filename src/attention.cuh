@@ -1058,12 +1058,18 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, int bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
-// wait until the phase with this parity has completed
+// wait until the phase with this parity has completed; kClusterAcquire: with acquire semantics at cluster scope,
+// for a phase a peer CTA completed with mbar_arrive_remote_release
+template <bool kClusterAcquire = false>
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
     uint32_t done;
     do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+        if constexpr (kClusterAcquire)
+            asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                         : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+        else
+            asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                         : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
     } while (!done);
 }
 // one TMA box of a 4-D tensor map at coordinates (c0, c1, c2, c3) into shared memory, completing on bar
@@ -1085,18 +1091,11 @@ __device__ __forceinline__ void mbar_arrive_remote(uint64_t* bar, int cta) {
     asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
                  :: "r"(smem_addr(bar)), "r"(cta) : "memory");
 }
-// the same at cluster scope with release semantics, and its acquire wait: the peer sees this thread's earlier
-// st_shared_remote stores once its wait passes (the forward pairs' item hand-over)
+// the same at cluster scope with release semantics: the peer sees this thread's earlier st_shared_remote stores once
+// its mbar_wait<true> passes (the forward pairs' item hand-over)
 __device__ __forceinline__ void mbar_arrive_remote_release(uint64_t* bar, int cta) {
     asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n"
                  :: "r"(smem_addr(bar)), "r"(cta) : "memory");
-}
-__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, int parity) {
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
-    } while (!done);
 }
 // store v at dst's offset in the shared memory of cluster rank cta
 __device__ __forceinline__ void st_shared_remote(void* dst, int cta, int v) {
@@ -1184,25 +1183,22 @@ __device__ __forceinline__ void persistent_claims_done(PersistentKernel k, int u
     if (atomicAdd(&c->finished, 1) == units - 1) { atomicExch(&c->claimed, 0); atomicExch(&c->finished, 0); }
 }
 __device__ __forceinline__ void persistent_claims_done(PersistentKernel k) { persistent_claims_done(k, (int)gridDim.x); }
-// Where the Hopper backward claims its items (kDynamic below): at T >= 4096. Measured (H100, twelfth session call
-// 1, bwd ms_med round-robin -> claimed, `FLASHGPT_ATTN_SCHEDULE=static|dynamic attention_backward 0`):
-// 4x16x8192x128 6.534 -> 6.099 and 6.559 -> 6.098, 1x12x16384 2.581 -> 2.389, 4x12x4096 0.702 -> 0.701, but
-// 64x12x1024 0.987 -> 1.013: short items, where a claim costs what the balance gains (the eleventh session's form
-// measured the same: 1.017 -> 1.023). FLASHGPT_ATTN_SCHEDULE=static or =dynamic forces either (A/B runs; the claimed
-// one at shapes too small for the rule).
-inline int schedule_forced() {   // 0: by the kernel's rule, 1: round-robin, 2: claimed
-    static const int forced = [] {
+// Where the persistent Hopper kernels claim their items (kDynamic: both backward kernels, the forward's HS 128 CTA
+// pairs): at T >= 4096. FLASHGPT_ATTN_SCHEDULE=static or =dynamic forces either (A/B runs; the claimed one at shapes
+// too small for the rule). Measured (H100, twelfth session), ms_med round-robin -> claimed:
+//   backward (call 1): 4x16x8192x128 6.534 -> 6.099 and 6.559 -> 6.098, 1x12x16384 2.581 -> 2.389, 4x12x4096 0.702
+//   -> 0.701, but 64x12x1024 0.987 -> 1.013: short items, where a claim costs what the balance gains (the eleventh
+//   session's form measured the same: 1.017 -> 1.023);
+//   forward pairs (call 10, 4x16x8192x128, three rounds in alternating processes, ms_med (ms_min)): 1.809 (1.799) ->
+//   1.710 (1.705), 1.801 (1.793) -> 1.803 (1.707), 1.813 (1.799) -> 1.716 (1.709); cuDNN 1.779 in that call. The
+//   pairs below T = 4096 were not measured.
+inline bool claimed_schedule(int T) {
+    static const int forced = [] {   // 0: by T, 1: round-robin, 2: claimed
         const char* e = getenv("FLASHGPT_ATTN_SCHEDULE");
         return !e ? 0 : strcmp(e, "static") == 0 ? 1 : strcmp(e, "dynamic") == 0 ? 2 : 0;
     }();
-    return forced;
+    return forced ? forced == 2 : T >= 4096;
 }
-inline bool backward_dynamic_schedule(int T) { return schedule_forced() ? schedule_forced() == 2 : T >= 4096; }
-// The forward's CTA pairs (HS 128) claim their items at T >= 4096 too. Measured (H100, twelfth session call 10,
-// 4x16x8192x128, three rounds in alternating processes, fwd ms_med (ms_min) round-robin -> claimed): 1.809 (1.799)
-// -> 1.710 (1.705), 1.801 (1.793) -> 1.803 (1.707), 1.813 (1.799) -> 1.716 (1.709); cuDNN 1.779 in that call.
-// Below T = 4096 the pairs stay round-robin, untested there (the backward's claims lose at T = 1024).
-inline bool forward_dynamic_schedule(int T) { return schedule_forced() ? schedule_forced() == 2 : T >= 4096; }
 // The split's two kernels are independent (both read only the inputs and the preprocess's statistics), so the dQ
 // kernel is launched to start on the SMs the dK/dV kernel's tail leaves idle, and the dK/dV kernel to get ready
 // during the preprocess's tail (programmatic dependent launch: the dK/dV kernel waits for the preprocess before
@@ -1325,7 +1321,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
                                 st_shared_remote(&hand_w[hslot], 1, w);
                                 mbar_arrive_remote_release(&hand_full[hslot], 1);
                             } else {
-                                mbar_wait_cluster(&hand_full[hslot], hphase);
+                                mbar_wait<true>(&hand_full[hslot], hphase);
                                 w = hand_w[hslot];
                                 mbar_arrive_remote(&hand_empty[hslot], 0);
                             }
@@ -1740,8 +1736,8 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
         // HS 128: pairs of CTAs share each K/V tile by TMA multicast where the 128-row query blocks pair up (an even
         // count). Measured (H100, eighth session call 6, 4x16x8192x128, four A/B rounds of 100 launches): ms_med
         // 2.10-2.20 -> 1.89-2.08, ms_min 1.88-1.93 -> 1.83; ncu: L2 bytes 13.4 -> 7.2 GB, DRAM read 3.5 -> 2.1 GB.
-        // At T >= 4096 the pairs claim their items (forward_dynamic_schedule).
-        else if (ceil_div(T, 128) % 2 == 0 && forward_dynamic_schedule(T)) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2, true>(p, stream);
+        // At T >= 4096 the pairs claim their items (claimed_schedule).
+        else if (ceil_div(T, 128) % 2 == 0 && claimed_schedule(T)) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2, true>(p, stream);
         else if (ceil_div(T, 128) % 2 == 0) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2>(p, stream);
         else launch_attention_forward_hopper_ws<128, 2, 128, 2, true>(p, stream);
     }
@@ -3717,7 +3713,7 @@ template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages,
 void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
     const bool early = backward_early_start();
-    if (backward_dynamic_schedule(p.T)) {
+    if (claimed_schedule(p.T)) {
         launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, kOverlap, true>(p, stream, early);
         launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kOverlap, true>(p, stream, early);
     } else {
@@ -3734,7 +3730,7 @@ void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaSt
 template <int HS, int kStages, bool kPipelined = false>
 void attention_backward_atomic_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/true, stream);
-    if (backward_dynamic_schedule(p.T))
+    if (claimed_schedule(p.T))
         launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true, kPipelined, true>(p, stream, backward_early_start());
     else
         launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true, kPipelined>(p, stream, backward_early_start());
