@@ -445,6 +445,7 @@ __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_grou
 template <int N> __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
 // cp.async wrote the tiles through the generic proxy; wgmma reads them through the async proxy
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 // The fp32 accumulator d of an m64nN wgmma: N / 2 registers a thread, asm operands %0 .. %(N/2 - 1), listed once here.
 #define WGMMA_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
@@ -1821,16 +1822,20 @@ struct AttentionBackwardParams {
 constexpr int kBwdRowPad = 128;
 __host__ __device__ inline int bwd_padded_T(int T) { return ceil_div(T, kBwdRowPad) * kBwdRowPad; }
 
-// scratch = lse2 (B*NH, Tpad) fp32 | dpsum (B*NH, Tpad) fp32 | [atomic path] dq_accum (B*NH, T, HS) fp32
-struct BackwardScratch { float* lse2; float* dpsum; float* dq_accum; };
+// the Hopper dK/dV kernel's ordered dQ: one counter per (head, 64-query block) = the key blocks that have added
+// their dQ into it (see the kernel's dQ writer)
+constexpr int kDqOrderRows = 64;
+// scratch = lse2 (B*NH, Tpad) fp32 | dpsum (B*NH, Tpad) fp32 | [atomic path] dq_accum (B*NH, T, HS) fp32 |
+// dq_order (B*NH, T / kDqOrderRows) int
+struct BackwardScratch { float* lse2; float* dpsum; float* dq_accum; int* dq_order; };
 __host__ __device__ inline BackwardScratch backward_scratch(const AttentionBackwardParams& p) {
     const size_t rows = (size_t)p.B * p.NH * bwd_padded_T(p.T);
     float* base = (float*)p.scratch;
-    return {base, base + rows, base + 2 * rows};
+    return {base, base + rows, base + 2 * rows, (int*)(base + 2 * rows + (size_t)p.B * p.NH * p.T * p.HS)};
 }
 inline size_t attention_backward_scratch_bytes_for(int B, int T, int NH, int HS, bool with_dq_accum) {
-    size_t floats = 2 * (size_t)B * NH * bwd_padded_T(T) + (with_dq_accum ? (size_t)B * NH * T * HS : 0);
-    return floats * sizeof(float);
+    const size_t stats = 2 * (size_t)B * NH * bwd_padded_T(T) * sizeof(float);
+    return stats + (with_dq_accum ? (size_t)B * NH * (T * HS * sizeof(float) + ceil_div(T, kDqOrderRows) * sizeof(int)) : 0);
 }
 
 // ----------------------------------------------------------------------------
@@ -1863,6 +1868,7 @@ __global__ void attention_backward_preprocess_kernel(const AttentionBackwardPara
         if (zero_dq) {
             float4* acc = reinterpret_cast<float4*>(sc.dq_accum + ((size_t)bh * T + t) * HS + chunk * 8);
             acc[0] = acc[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (chunk == 0 && t % kDqOrderRows == 0) sc.dq_order[(size_t)bh * ceil_div(T, kDqOrderRows) + t / kDqOrderRows] = 0;
         }
     }
     #pragma unroll
@@ -3090,8 +3096,8 @@ struct HopperBackwardKVWsTile {
     static constexpr int kDqBoxBytes = kBlockM * 32 * 4;                 // one TMA box: 32 fp32 columns of dQ
     static constexpr int kDqBytes = (HS / 64) * kDqBoxBytes;             // one warpgroup's HS / 2 columns
     // mbarriers (kv_full, kv_empty, stage_full[], stage_empty[]), the item index (kDynamic); atomic dQ: dq_full[],
-    // dq_empty[] and the (query block, head) of each dQ buffer
-    static constexpr int kBarBytes = 8 * (3 + 2 * kStages) + (kAtomicDq ? 24 * 2 * kNCWG : 0);
+    // dq_empty[] and the DqStep of each dQ buffer
+    static constexpr int kBarBytes = 8 * (3 + 2 * kStages) + (kAtomicDq ? (16 + 12) * 2 * kNCWG : 0);
     static constexpr int kDqBuffers =
         2 * kKVBytes + kStages * kStageBytes + kStatRegion + 2 * kDsBytes + 2 * kNCWG * kDqBytes + kBarBytes + 1024 <= 227 * 1024 ? 2 : 1;
     static constexpr int kStepBytes = kAtomicDq ? 2 * kDsBytes + kDqBuffers * kNCWG * kDqBytes : 0;
@@ -3101,7 +3107,7 @@ struct HopperBackwardKVWsTile {
     static constexpr int kSmemBytes = kBarOffset + kBarBytes + 1024;
     static constexpr int kProducerRegs = 24, kConsumerRegs = kNCWG == 2 ? 240 : 160;
     static_assert(kBlockM <= 128, "statistics fit 1 KB");
-    static_assert(!kAtomicDq || (kNCWG == 2 && kBlockM == 64), "atomic dQ: 2 consumer warpgroups, 64-query stages");
+    static_assert(!kAtomicDq || (kNCWG == 2 && kBlockM == kDqOrderRows), "atomic dQ: 2 consumer warpgroups, 64-query stages");
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
 
@@ -3189,10 +3195,28 @@ __device__ __forceinline__ void init_mbarriers(uint64_t* bars, int n, int empty_
 }
 #endif
 
+// atomic dQ: where a staged dQ buffer goes (query block, head) and the key block it comes from; m_block < 0: stop
+struct DqStep { int m_block, bh, n_block; };
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// ordered dQ: how many key blocks have added into this query block (acquire: their adds are visible) ...
+__device__ __forceinline__ int dq_order_load(const int* order) {
+    int seen;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(order) : "memory");
+    return seen;
+}
+// ... and once this thread's reduce-adds into it have completed (bulk_wait), one more
+__device__ __forceinline__ void dq_order_release(int* order) {
+    fence_proxy_async_global();
+    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" :: "l"(order) : "memory");
+}
+#endif
+
+// ordered_dq (atomic dQ): the key blocks of a head add into each query block's dQ in ascending order (deterministic)
 template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kOverlap = false, bool kDynamic = false>
 __global__ void __launch_bounds__(HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>::kThreads, 1)
 attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps,
-                                         int section_heads) {
+                                         int section_heads, bool ordered_dq) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(HS == 64 || HS == 128, "head size 64 or 128");
     using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>;
@@ -3215,10 +3239,10 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     auto stage_empty = [&](int s) { return bars + 3 + 2 * s; };
     int* item_w = reinterpret_cast<int*>(bars + 2 + 2 * kStages);   // kDynamic: the item's index, with its K/V
     // atomic dQ: dQ buffer (buffer, warpgroup) = slot buffer * kNCWG + cwg; full: its 128 threads have staged it,
-    // empty: the writer's reduce-add has read it; dq_at: the query block and head it goes to
+    // empty: the writer's reduce-add has read it; dq_at: where it goes
     uint64_t* dq_full = bars + 3 + 2 * kStages;
     uint64_t* dq_empty = dq_full + Tile::kDqBuffers * kNCWG;
-    int2* dq_at = reinterpret_cast<int2*>(dq_empty + Tile::kDqBuffers * kNCWG);
+    DqStep* dq_at = reinterpret_cast<DqStep*>(dq_empty + Tile::kDqBuffers * kNCWG);
     auto q_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes; };
     auto do_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes + Tile::kQBytes; };
     auto lse2_tile = [&](int s) {
@@ -3271,27 +3295,35 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
             }
             if constexpr (kDynamic) persistent_stop(kv_full, kv_empty, item_w, item_iter, w, kCounterDkdv);
         } else if (kAtomicDq && threadIdx.x == 32) {
-            // the dQ writer: reduce-adds each round's dQ buffers (one per consumer warpgroup) into dq_accum and hands
-            // them back once the TMA has read them, so the consumers never wait for a reduce; a query block < 0
-            // is the consumers' stop
+            // the dQ writer: reduce-adds each round's dQ buffers (one per consumer warpgroup, both halves of one
+            // step's dQ) into dq_accum and hands them back once the TMA has read them, so the consumers never wait
+            // for a reduce; a query block < 0 is the consumers' stop.
+            // ordered_dq: the adds into a query block go in key-block order, so the fp32 sums are the same every
+            // run. Key block n waits until dq_order (head, query block) = n, and counts itself once its adds have
+            // completed. It cannot deadlock: key block n - 1 of the head is an earlier item (persistent_item: rank
+            // = key block, ascending), already taken by a running CTA, whose writer goes through its steps in order.
+            // (A writer that counts a round only once the next is issued, or a second writer for the second buffer,
+            // measured no faster: what the order costs is the chain of waits between items of one head that run
+            // together; see dev variant 7.)
             for (int round = 0; ; round++) {
                 const int buf = round % Tile::kDqBuffers;
-                bool stop = false;
-                for (int c = 0; c < kNCWG; c++) {
-                    const int slot = buf * kNCWG + c;
-                    mbar_wait(&dq_full[slot], (round / Tile::kDqBuffers) & 1);
-                    const int2 at = dq_at[slot];
-                    stop = at.x < 0;
-                    if (stop) continue;
+                for (int c = 0; c < kNCWG; c++) mbar_wait(&dq_full[buf * kNCWG + c], (round / Tile::kDqBuffers) & 1);
+                const DqStep at = dq_at[buf * kNCWG];   // the same step in every warpgroup's buffer
+                if (at.m_block < 0) break;
+                int* order = sc.dq_order + (size_t)at.bh * ceil_div(T, kDqOrderRows) + at.m_block;
+                if (ordered_dq) {
+                    while (dq_order_load(order) != at.n_block) {}
+                    fence_proxy_async_global();   // the TMA's adds come after those the acquire saw
+                }
+                for (int c = 0; c < kNCWG; c++)
                     #pragma unroll
                     for (int box = 0; box < HS / 64; box++)
-                        tma_reduce_add_3d(&maps.dq_accum, dq_smem + slot * Tile::kDqBytes + box * Tile::kDqBoxBytes,
-                                          c * HS / 2 + 32 * box, at.x * kBlockM, at.y);
-                }
-                if (stop) break;
+                        tma_reduce_add_3d(&maps.dq_accum, dq_smem + (buf * kNCWG + c) * Tile::kDqBytes + box * Tile::kDqBoxBytes,
+                                          c * HS / 2 + 32 * box, at.m_block * kBlockM, at.bh);
                 bulk_commit();
                 bulk_wait_read<0>();
                 for (int c = 0; c < kNCWG; c++) mbar_arrive(&dq_empty[buf * kNCWG + c]);
+                if (ordered_dq) { bulk_wait<0>(); dq_order_release(order); }
             }
             bulk_wait<0>();   // every reduce has landed before the CTA exits
         }
@@ -3333,7 +3365,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                     *reinterpret_cast<float2*>(dq_s + (col / 32) * Tile::kDqBoxBytes + row * 128 + ((col % 32 / 4) ^ (row % 8)) * 16 + (col % 4) * 4) =
                         make_float2(dq[4 * c + 2 * half], dq[4 * c + 2 * half + 1]);
                 }
-            if (wg_leader) dq_at[slot] = make_int2(m_blk, bh);
+            if (wg_leader) dq_at[slot] = {m_blk, bh, n_block};
             fence_proxy_async();          // the staged dQ is visible to the TMA (async proxy) ...
             mbar_arrive(&dq_full[slot]);  // ... once the writer has seen all 128 arrivals
         };
@@ -3442,7 +3474,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     if constexpr (kAtomicDq) {   // the writer's stop, in the next dQ buffer
         const int slot = (stage_iter % Tile::kDqBuffers) * kNCWG + cwg;
         mbar_wait(&dq_empty[slot], ((stage_iter / Tile::kDqBuffers) & 1) ^ 1);
-        if (wg_leader) dq_at[slot] = make_int2(-1, 0);
+        if (wg_leader) dq_at[slot] = {-1, 0, 0};
         mbar_arrive(&dq_full[slot]);
     }
     (void)g; (void)tq; (void)wg_leader;
@@ -3630,7 +3662,8 @@ inline HopperBackwardTmaMaps backward_tma_maps(const AttentionBackwardParams& p,
 
 // early_start: launched to overlap the preprocess's tail (programmatic dependent launch)
 template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kOverlap = false, bool kDynamic = false>
-void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false) {
+void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false,
+                                              bool ordered_dq = false) {
     using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>;
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockN);
     HopperBackwardTmaMaps maps = backward_tma_maps(p, kBlockM, Tile::kBlockN);
@@ -3642,7 +3675,7 @@ void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, 
     }
     launch_with_smem_ex<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kOverlap, kDynamic>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p, maps,
-        persistent_section_heads(p.B * p.NH, p.T, HS));
+        persistent_section_heads(p.B * p.NH, p.T, HS), ordered_dq);
 }
 
 // early_start: launched to overlap the dK/dV kernel before it (programmatic dependent launch)
@@ -3722,18 +3755,17 @@ void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaSt
     }
 }
 
-// Hopper atomic path (HS 64 or 128, sm_90a; dev variant 7): preprocess (+ zero dq_accum), the warp-specialised
-// dK/dV kernel that also reduce-adds dQ into dq_accum (5 GEMMs a tile pair instead of the split's 7), dQ convert.
-// Non-deterministic. What FLASHGPT_ATTN_NONDETERMINISTIC=1 runs at HS 128 since the twelfth session (its dQ
-// reduce-adds moved to a writer warp: 8% faster than the split there); at HS 64 slower than the split.
-// kPipelined: each step's dQ is issued in the next step, under its softmax (the kernel's kOverlap)
+// Hopper atomic path (HS 64 or 128, sm_90a; dev variant 7): preprocess (+ zero dq_accum and dq_order), the
+// warp-specialised dK/dV kernel that also reduce-adds dQ into dq_accum (5 GEMMs a tile pair instead of the split's
+// 7), dQ convert. ordered_dq: the adds into each query block in key-block order, deterministic; without it the
+// order varies. kPipelined: each step's dQ is issued in the next step, under its softmax (the kernel's kOverlap)
 template <int HS, int kStages, bool kPipelined = false>
-void attention_backward_atomic_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
+void attention_backward_atomic_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool ordered_dq) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/true, stream);
     if (claimed_schedule(p.T))
-        launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true, kPipelined, true>(p, stream, backward_early_start());
+        launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true, kPipelined, true>(p, stream, backward_early_start(), ordered_dq);
     else
-        launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true, kPipelined>(p, stream, backward_early_start());
+        launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true, kPipelined>(p, stream, backward_early_start(), ordered_dq);
     launch_attention_backward_postprocess<HS>(p, stream);
 }
 
@@ -3792,7 +3824,7 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
         // a writer warp since the twelfth session), H100, call 7, bwd ms_med against the split in alternating
         // processes: 4x16x8192x128 5.59, 5.59 vs 6.09 and 5.62, 5.65 vs 6.05; 2x16x8192x128 2.70, 2.84 vs 3.03. At
         // HS 64 it loses (1x12x16384 2.81 vs 2.60, 4x12x4096 0.80 vs 0.70, 64x12x1024 1.14 vs 0.96): the split runs.
-        if (HS == 128 && attention_backward_nondeterministic()) attention_backward_atomic_hopper_ws<128, 2>(p, stream);
+        if (HS == 128 && attention_backward_nondeterministic()) attention_backward_atomic_hopper_ws<128, 2>(p, stream, /*ordered_dq=*/false);
         else if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2>(p, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2>(p, stream);
     } else if (attention_backward_nondeterministic()) {   // the fused kernel (dev variant 8), fastest at every shape measured

@@ -45,15 +45,16 @@ ms_med at 4x16x8192x128 5.59-5.65 against the split's 6.05-6.10 (call 7); at HS 
 bool attention_backward7_supports(const Shape& s, int) { return (s.HS == 64 || s.HS == 128) && hopper_path_available(); }
 
 void attention_backward7(const AttentionBackwardParams& p, int config, cudaStream_t stream) {
+    const bool ordered = config == 0;   // /ordered: dQ added in key-block order (deterministic)
     if (p.HS == 64) {
         switch (config) {
-            case 0: attention_backward_atomic_hopper_ws<64, 2>(p, stream); break;
-            case 1: attention_backward_atomic_hopper_ws<64, 3>(p, stream); break;
-            case 2: attention_backward_atomic_hopper_ws<64, 2, true>(p, stream); break;
-            case 3: attention_backward_atomic_hopper_ws<64, 3, true>(p, stream); break;
+            case 0: case 1: attention_backward_atomic_hopper_ws<64, 2>(p, stream, ordered); break;
+            case 2: attention_backward_atomic_hopper_ws<64, 3>(p, stream, false); break;
+            case 3: attention_backward_atomic_hopper_ws<64, 2, true>(p, stream, false); break;
+            case 4: attention_backward_atomic_hopper_ws<64, 3, true>(p, stream, false); break;
         }
     } else {
-        if (config == 0) attention_backward_atomic_hopper_ws<128, 2>(p, stream);
-        else attention_backward_atomic_hopper_ws<128, 2, true>(p, stream);
+        if (config <= 1) attention_backward_atomic_hopper_ws<128, 2>(p, stream, ordered);
+        else attention_backward_atomic_hopper_ws<128, 2, true>(p, stream, false);
     }
 }
