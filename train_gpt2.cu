@@ -739,7 +739,7 @@ int main(int argc, char** argv) {
            get_peak_bf16_flops(props.name) > 0 ? "" : " (unknown: MFU not shown)");
     printf("| model: %s, %s, %zu parameters (padded vocab)\n", resume_step >= 0 ? resume_model.c_str() : cfg.load_filename,
            model_config_str(model_config).c_str(), model.num_parameters);
-    printf("| attention: forward %s, backward %s (HS=%d)\n", attention_forward_path_name(HS), attention_backward_path_name(HS), HS);
+    printf("| attention: forward %s, backward %s\n", attention_forward_path_name(HS), attention_backward_path_name(HS));   // the names give HS
     printf("| train: %s (%zu shards, %zu batches/epoch, shuffle %d), val: %s\n", cfg.train_data_pattern, train_loader.files.size(),
            dataloader_num_batches(&train_loader), train_loader.should_shuffle, run_val ? cfg.val_data_pattern : "off");
     printf("| B=%d T=%d total batch %d tokens = %d micro-steps; steps %d (from %d)\n", cfg.B, cfg.T, cfg.total_batch_size,

@@ -27,7 +27,9 @@ dev/cuda/README.md; bwd FLOPs = 2.5 * 4*B*NH*T*T*HS/2):
      reduce-add into fp32 by a writer warp; non-deterministic; src's HS 128 path       (v0 1.034, cuDNN 1.438)
      with FLASHGPT_ATTN_NONDETERMINISTIC=1 since the twelfth session: 5.59 ms at
      4x16x8192x128 against the split's 6.09; /pipe: each dQ a step late, under the
-     next softmax: 1.074 against v0's 0.974, sixth session)
+     next softmax: 1.074 against v0's 0.974, sixth session; /ordered: the adds
+     into each query block in key-block order, deterministic, 8.04 ms there,
+     thirteenth session)
   8  variant 3 with wider warp tiles (4 x 2 warps of 32 x 32, 128-key blocks; HS 128      H100: 1.517 / 169.9
      P^T / dS^T through shared memory), two barriers a stage: the non-deterministic     (FA2 2.073, same call,
      opt-in off Hopper since the seventh session                                         eighth session)
