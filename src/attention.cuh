@@ -1774,7 +1774,9 @@ FLASHGPT_ATTN_NONDETERMINISTIC=1 or attention_backward_nondeterministic() = true
 on an H100, f+b with the mma.sync forward 1.04-2.04x FlashAttention-2, 1.04x at HS 128 and at 1x12x16384, eighth
 session call 7 in dev/cuda/README.md; the figures below are the dkdv kernel's atomic mode, dev variant 3). On Hopper with
 sm_90a code in the binary, the split path runs on wgmma, and the atomic one, at HS 128 only, is the warp-specialised
-dK/dV kernel with atomic dQ (attention_backward_atomic_hopper_ws, dev variant 7). Since 2026-11-21 (third session)
+dK/dV kernel with atomic dQ (attention_backward_atomic_hopper_ws, dev variant 7); at HS 128 from T = 8192 the
+default is that kernel with its dQ adds in a fixed order, deterministic (attention_backward_ordered_dq, thirteenth
+session). Since 2026-11-21 (third session)
 the split ships the warp-specialised TMA kernels (*_hopper_ws below, dev variant 6; its configs chosen in
 attention_backward()), measured on an H100 against
 the cp.async ones (variant 5, best config per shape), bwd ms: 64x12x1024 1.125 vs 1.401, 8x12x1024 0.152 vs 0.164,
@@ -3212,7 +3214,7 @@ __device__ __forceinline__ void dq_order_release(int* order) {
 }
 #endif
 
-// ordered_dq (atomic dQ): the key blocks of a head add into each query block's dQ in ascending order (deterministic)
+// ordered_dq (atomic dQ): the key blocks of a head add into each query block's dQ in a fixed order (deterministic)
 template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kOverlap = false, bool kDynamic = false>
 __global__ void __launch_bounds__(HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>::kThreads, 1)
 attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps,
@@ -3267,6 +3269,8 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     const bool snake = section_heads >= num_bh;   // see persistent_work
     const int wg = threadIdx.x / 128;
     const BackwardScratch sc = backward_scratch(p);
+    // rank 0 = key block 0, the longest item; ordered_dq: the shortest first (see the dQ writer)
+    auto key_block_of = [&](int rank) { return ordered_dq ? num_n_blocks - 1 - rank : rank; };
 
     if (wg == 0) {   // ---- producer
         setmaxnreg_dec<Tile::kProducerRegs>();
@@ -3276,7 +3280,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
             int w = persistent_work(0, snake);
             for (; w < num_items; w = next_item(++item_iter)) {
                 const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
-                const int n_block = item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
+                const int n_block = key_block_of(item.rank), bh = item.bh, b = bh / NH, h = bh % NH;
                 const int n_start = n_block * kBlockN;
                 mbar_wait(kv_empty, (item_iter & 1) ^ 1);
                 if constexpr (kDynamic) *item_w = w;   // the consumers read it once kv_full completes
@@ -3298,13 +3302,14 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
             // the dQ writer: reduce-adds each round's dQ buffers (one per consumer warpgroup, both halves of one
             // step's dQ) into dq_accum and hands them back once the TMA has read them, so the consumers never wait
             // for a reduce; a query block < 0 is the consumers' stop.
-            // ordered_dq: the adds into a query block go in key-block order, so the fp32 sums are the same every
-            // run. Key block n waits until dq_order (head, query block) = n, and counts itself once its adds have
-            // completed. It cannot deadlock: key block n - 1 of the head is an earlier item (persistent_item: rank
-            // = key block, ascending), already taken by a running CTA, whose writer goes through its steps in order.
-            // (A writer that counts a round only once the next is issued, or a second writer for the second buffer,
-            // measured no faster: what the order costs is the chain of waits between items of one head that run
-            // together; see dev variant 7.)
+            // ordered_dq: the adds into a query block go in a fixed order, so the fp32 sums are the same every run:
+            // from the diagonal key block down. Query block m has key blocks 0 .. n_max(m) = the one holding its
+            // last row; key block n waits until dq_order (head, query block) = n_max - n and counts itself once its
+            // adds have completed. The items go shortest first (key_block_of), so key block n + 1 of the head was
+            // taken before n, by a running CTA whose writer goes through its steps in order: no deadlock. And it
+            // started at query block 2n + 2, two steps ahead of n on every query block, so n rarely waits (dev
+            // variant 7: in key order from block 0, the items of a head that start together wait for each other
+            // in a chain, 40% slower). The cost is the tail of shortest-first: the last items are the longest.
             for (int round = 0; ; round++) {
                 const int buf = round % Tile::kDqBuffers;
                 for (int c = 0; c < kNCWG; c++) mbar_wait(&dq_full[buf * kNCWG + c], (round / Tile::kDqBuffers) & 1);
@@ -3312,7 +3317,8 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                 if (at.m_block < 0) break;
                 int* order = sc.dq_order + (size_t)at.bh * ceil_div(T, kDqOrderRows) + at.m_block;
                 if (ordered_dq) {
-                    while (dq_order_load(order) != at.n_block) {}
+                    const int turn = (at.m_block * kBlockM + kBlockM - 1) / kBlockN - at.n_block;
+                    while (dq_order_load(order) != turn) {}
                     fence_proxy_async_global();   // the TMA's adds come after those the acquire saw
                 }
                 for (int c = 0; c < kNCWG; c++)
@@ -3344,7 +3350,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     auto item_of = [&](int round) { return persistent_item_index<kDynamic>(kv_full, item_w, round, snake); };
     for (int w = item_of(item_iter); w < num_items; w = item_of(++item_iter)) {
         const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
-        const int n_block = item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
+        const int n_block = key_block_of(item.rank), bh = item.bh, b = bh / NH, h = bh % NH;
         const int n_start = n_block * kBlockN;
         #pragma unroll
         for (int i = 0; i < kDT * 4; i++) dk_acc[i] = dv_acc[i] = 0.0f;
@@ -3779,8 +3785,18 @@ inline bool& attention_backward_nondeterministic() {
     return flag;
 }
 
+// the backward runs on wgmma on Hopper, both head sizes (when the binary carries sm_90a code)
+inline bool attention_backward_uses_hopper(int /*HS*/) { return hopper_path_available(); }
+
+// Hopper, HS 128, T >= 8192: the 5-GEMM kernel (dev variant 7) with its dQ adds in a fixed order, deterministic,
+// beats the split there (H100, thirteenth session call 8, bwd ms_med ordered / split: 4x16x8192x128 5.93, 6.03 /
+// 6.39, 6.16; 2x16x8192x128 3.06, 3.06 / 3.17, 3.01) but not below (4x16x4096x128 1.63, 1.63 / 1.52, 1.54;
+// 16x16x2048x128 2.21 / 1.81): there the shortest-first order's tail and the short items cost more than 2 GEMMs
+inline bool attention_backward_ordered_dq(int T, int HS) { return HS == 128 && T >= 8192 && attention_backward_uses_hopper(HS); }
+
 inline size_t attention_backward_scratch_bytes(int B, int T, int NH, int HS) {
-    return attention_backward_scratch_bytes_for(B, T, NH, HS, /*with_dq_accum=*/attention_backward_nondeterministic());
+    const bool with_dq_accum = attention_backward_nondeterministic() || attention_backward_ordered_dq(T, HS);
+    return attention_backward_scratch_bytes_for(B, T, NH, HS, with_dq_accum);
 }
 
 // The fused kernel's shared memory (163 KB at HS 64, 193.5 KB at HS 128) against this GPU's per-block limit (H100
@@ -3790,15 +3806,12 @@ inline bool attention_backward_fused_fits() {
     return (size_t)BackwardFusedTile<HS, kMT, kWarpsQ, kDkDvSmem>::kSmemBytes <= device_props().sharedMemPerBlockOptin;
 }
 
-// the backward runs on wgmma on Hopper, both head sizes (when the binary carries sm_90a code)
-inline bool attention_backward_uses_hopper(int /*HS*/) { return hopper_path_available(); }
-
 inline const char* attention_backward_path_name(int HS) {
     if (attention_backward_uses_hopper(HS) && HS == 128 && attention_backward_nondeterministic())
         return "flash backward, wgmma+TMA sm90a, warp-specialised dK/dV 128 keys x 64 with atomic dQ (TMA reduce-add, non-deterministic), 2 consumer warpgroups (HS=128)";
     if (attention_backward_uses_hopper(HS))
         return HS == 64 ? "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys x 128 + dQ 128 x 128, 2 consumer warpgroups each (HS=64)"
-                        : "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys x 64 + dQ 128 x 64, 2 consumer warpgroups each (HS=128)";
+                        : "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys x 64 + dQ 128 x 64, 2 consumer warpgroups each; at T >= 8192 dK/dV 128 keys x 64 with dQ by TMA reduce-add in a fixed order (deterministic) (HS=128)";
     const bool fits = HS == 64 ? attention_backward_fused_fits<64, 2, 2, false>() : attention_backward_fused_fits<128, 2, 2, true>();
     if (attention_backward_nondeterministic() && fits)
         return HS == 64 ? "flash backward, mma.sync sm80, fused with atomic dQ (non-deterministic): 128 keys x 128-query stages, 4x2 warps, dK/dV in registers (HS=64)"
@@ -3825,6 +3838,7 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
         // processes: 4x16x8192x128 5.59, 5.59 vs 6.09 and 5.62, 5.65 vs 6.05; 2x16x8192x128 2.70, 2.84 vs 3.03. At
         // HS 64 it loses (1x12x16384 2.81 vs 2.60, 4x12x4096 0.80 vs 0.70, 64x12x1024 1.14 vs 0.96): the split runs.
         if (HS == 128 && attention_backward_nondeterministic()) attention_backward_atomic_hopper_ws<128, 2>(p, stream, /*ordered_dq=*/false);
+        else if (attention_backward_ordered_dq(T, HS)) attention_backward_atomic_hopper_ws<128, 2>(p, stream, /*ordered_dq=*/true);
         else if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2>(p, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2>(p, stream);
     } else if (attention_backward_nondeterministic()) {   // the fused kernel (dev variant 8), fastest at every shape measured

@@ -11,8 +11,9 @@ deterministic ones also bit-for-bit across two runs, then timed.
 Variants, with bwd ms / TF/s at B=64 NH=12 T=1024 HS=64 (H200, 2026-11-21; commit 98d5c03 for 0 and 5, with PyTorch's
 FlashAttention-2 bwd at 1.897 ms / 135.8 and cuDNN at 1.264 / 203.9 in that call; 6e27659 for 2-4; all shapes in
 dev/cuda/README.md; bwd FLOPs = 2.5 * 4*B*NH*T*T*HS/2):
-  0  what src/attention.cuh ships (variant 6 on Hopper, or 7 at HS 128 with             1.246 / 206.8 (then v5)
-     FLASHGPT_ATTN_NONDETERMINISTIC=1; elsewhere 4, or 8 with that variable)
+  0  what src/attention.cuh ships (variant 6 on Hopper, 7 /ordered at HS 128 from       1.246 / 206.8 (then v5)
+     T = 8192, or 7 at HS 128 with FLASHGPT_ATTN_NONDETERMINISTIC=1; elsewhere 4,
+     or 8 with that variable)
   1  naive: one warp per query row (dQ) / key row (dK, dV), fp32 (the GPU reference, writing bf16)
   2  materialized: permute, cuBLAS recompute of att, softmax backward, cuBLAS GEMMs,    8.808 / 29.3
      unpermute (llm.c without cuDNN; the baseline)
@@ -28,8 +29,8 @@ dev/cuda/README.md; bwd FLOPs = 2.5 * 4*B*NH*T*T*HS/2):
      with FLASHGPT_ATTN_NONDETERMINISTIC=1 since the twelfth session: 5.59 ms at
      4x16x8192x128 against the split's 6.09; /pipe: each dQ a step late, under the
      next softmax: 1.074 against v0's 0.974, sixth session; /ordered: the adds
-     into each query block in key-block order, deterministic, 8.04 ms there,
-     thirteenth session)
+     into each query block in a fixed order, deterministic, 5.93-6.03 ms there,
+     shipped at HS 128 from T = 8192, thirteenth session)
   8  variant 3 with wider warp tiles (4 x 2 warps of 32 x 32, 128-key blocks; HS 128      H100: 1.517 / 169.9
      P^T / dS^T through shared memory), two barriers a stage: the non-deterministic     (FA2 2.073, same call,
      opt-in off Hopper since the seventh session                                         eighth session)

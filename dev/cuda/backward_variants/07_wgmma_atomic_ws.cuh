@@ -40,12 +40,13 @@ buffers at HS 128 too), and the kernel claims its items at T >= 4096 like the sp
 ms_med at 4x16x8192x128 5.59-5.65 against the split's 6.05-6.10 (call 7); at HS 64 still slower than the split
 (1x12x16384 2.81 vs 2.60, 64x12x1024 1.14 vs 0.96). src runs it at HS 128 with FLASHGPT_ATTN_NONDETERMINISTIC=1.
 Config /ordered (thirteenth session, kernel parameter ordered_dq): deterministic. A counter per (head, 64-query
-block) in the scratch; the writer waits until it equals its key block before the reduce-adds, and counts itself
-once bulk_wait says they completed. Bit-identical in every run (--check 76 passed with variant 0, sanitizers clean),
-but H100, 4x16x8192x128 bwd ms_med 8.03 against 5.70 unordered and 6.2 for the split: in a section of 4 heads ~33 key
-blocks of a head start together and each waits for the one before. With 16 / 32 heads a section (a temporary
-override) 6.28 / 6.21 against the split's 6.38, and 1.72 / 1.59 against 1.55 at 4x16x4096x128: a tie, not shipped.
-dev/cuda/README.md, "Thirteenth session", has the calls.
+block) in the scratch; the writer waits until it is its key block's turn before the reduce-adds, and counts itself
+once bulk_wait says they completed. In key-block order from block 0: H100, 4x16x8192x128 bwd ms_med 8.03 against
+5.70 unordered and 6.2 for the split, because in a section of 4 heads ~33 key blocks of a head start together and
+each waits for the one before. From the diagonal block down with the items shortest first (call 8): 5.93, 6.03
+against the split's 6.39, 6.16; 2x16x8192x128 3.06 against 3.17, 3.01; but 4x16x4096x128 1.63 against 1.52-1.54.
+Every /ordered run bit-identical (--check 62 passed), racecheck / synccheck clean. src runs it at HS 128 from
+T = 8192. dev/cuda/README.md, "Thirteenth session", has the calls.
 */
 #pragma once
 
