@@ -53,7 +53,7 @@ T = 8192. dev/cuda/README.md, "Thirteenth session", has the calls.
 bool attention_backward7_supports(const Shape& s, int) { return (s.HS == 64 || s.HS == 128) && hopper_path_available(); }
 
 void attention_backward7(const AttentionBackwardParams& p, int config, cudaStream_t stream) {
-    const bool ordered = config == 0;   // /ordered: dQ added in key-block order (deterministic)
+    const bool ordered = config == 0;   // /ordered: dQ added in a fixed order (deterministic)
     if (p.HS == 64) {
         switch (config) {
             case 0: case 1: attention_backward_atomic_hopper_ws<64, 2>(p, stream, ordered); break;
