@@ -3270,7 +3270,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     const int wg = threadIdx.x / 128;
     const BackwardScratch sc = backward_scratch(p);
     // rank 0 = key block 0, the longest item; ordered_dq: the shortest first (see the dQ writer)
-    auto key_block_of = [&](int rank) { return ordered_dq ? num_n_blocks - 1 - rank : rank; };
+    auto key_block_of = [&](int rank) { return kAtomicDq && ordered_dq ? num_n_blocks - 1 - rank : rank; };
 
     if (wg == 0) {   // ---- producer
         setmaxnreg_dec<Tile::kProducerRegs>();
