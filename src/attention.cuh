@@ -3764,7 +3764,8 @@ void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaSt
 // Hopper atomic path (HS 64 or 128, sm_90a; dev variant 7): preprocess (+ zero dq_accum and dq_order), the
 // warp-specialised dK/dV kernel that also reduce-adds dQ into dq_accum (5 GEMMs a tile pair instead of the split's
 // 7), dQ convert. ordered_dq: the adds into each query block in a fixed order (from the diagonal key block down),
-// deterministic; without it the order varies. kPipelined: each step's dQ is issued in the next step, under its softmax (the kernel's kOverlap)
+// deterministic; without it the order varies. kPipelined: each step's dQ is issued in the next step, under its
+// softmax (the kernel's kOverlap)
 template <int HS, int kStages, bool kPipelined = false>
 void attention_backward_atomic_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool ordered_dq) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/true, stream);
