@@ -41,8 +41,8 @@ struct ForwardVariant {
     int number;
     const char* name;
     int num_configs;
-    const char* configs64[7];    // nullptr: no such config at this head size
-    const char* configs128[7];
+    const char* configs64[9];    // nullptr: no such config at this head size
+    const char* configs128[9];
     void (*launch)(const AttentionForwardParams&, int config, cudaStream_t);
     bool (*supports)(const Shape&, int config);   // nullptr: every shape the API supports, with every config
     bool slow;         // time with few repeats
@@ -58,8 +58,8 @@ static const ForwardVariant kVariants[] = {
     {4, "wgmma_sm90a", 4, {"128x128/2wg", "128x64/2wg", "128x64/2wg/ovl", "128x128/2wg/ovl"},
                           {"128x64/2wg", "128x128/2wg", "128x128/2wg/pv128", nullptr},
      attention_forward4, attention_forward4_supports, false, 1e-4},
-    {5, "tma_ws_sm90a", 7, {"192x128/3wg/pp", "128x128/2wg/pp", "192x128/3wg", "192x128/3wg/pp/s3", "128x128/2wg/pp/s3",
-                            "128x128/2wg/pp/s4", "128x128/2wg/s3"},
+    {5, "tma_ws_sm90a", 9, {"192x128/3wg/pp", "128x128/2wg/pp", "192x128/3wg", "192x128/3wg/pp/s3", "128x128/2wg/pp/s3",
+                            "128x128/2wg/pp/s4", "128x128/2wg/s3", "128x128/2wg/pp/s3/claimed", "192x128/3wg/pp/claimed"},
                            {"128x128/2wg/pp", "128x128/2wg", "128x64/2wg/pp/s3", "192x64/3wg/pp", "128x128/2wg/pp/c2",
                             "128x128/2wg/pp/c2/s3", nullptr},
      attention_forward5, attention_forward5_supports, false, 1e-4},

@@ -12,7 +12,7 @@ THE harness shared by every dev/cuda file (attention_forward.cu, attention_backw
 
 Command line shared by the dev binaries:
   ./attention_forward N|N,M,..|all [--check] [--no-bench] [-b B] [-t T] [-n NH] [-d HS] [--scale S]
-                            [--seed S] [--repeats R] [--shapes bench] [--cfg NAME,NAME..] [--sync-each]
+                            [--seed S] [--repeats R] [--shapes bench] [--cfg NAME,NAME..] [--sync-each] [--trace]
   N|N,M|all  one variant, a comma list of variants, or every variant
   --check    validate on the acceptance validation set (7 shapes x input scale 1 and 8), no timing
   --no-bench validate the given shape only
@@ -20,6 +20,8 @@ Command line shared by the dev binaries:
   --cfg      only the configs with these exact names (variants with a single config always run); nothing else is
              validated, so nothing else is timed
   --sync-each  synchronise after every timed launch, as sdpa_anchor.py times PyTorch (default: back to back)
+  --trace    also print every timed launch's ms in launch order (a TIMES line): is a slow median a few slow
+             launches, one of the rotated input sets, or a slowdown over time?
 */
 #pragma once
 #include <algorithm>
@@ -66,6 +68,8 @@ struct HarnessArgs {
 
 // --sync-each: time_kernel synchronises after every timed launch (the anchor script's protocol)
 inline bool& timing_sync_each() { static bool sync_each = false; return sync_each; }
+// --trace: time_kernel prints the launches' times in launch order before sorting them
+inline bool& timing_trace() { static bool trace = false; return trace; }
 
 inline std::vector<std::string> split_commas(const std::string& list) {
     std::vector<std::string> parts;
@@ -80,7 +84,7 @@ inline std::vector<std::string> split_commas(const std::string& list) {
 
 inline HarnessArgs parse_harness_args(int argc, char** argv) {
     HarnessArgs a;
-    if (argc < 2) { fprintf(stderr, "usage: %s N|all [--check] [--no-bench] [-b B] [-t T] [-n NH] [-d HS] [--scale S] [--seed S] [--repeats R] [--shapes bench] [--cfg NAME,..] [--sync-each]\n", argv[0]); exit(EXIT_FAILURE); }
+    if (argc < 2) { fprintf(stderr, "usage: %s N|all [--check] [--no-bench] [-b B] [-t T] [-n NH] [-d HS] [--scale S] [--seed S] [--repeats R] [--shapes bench] [--cfg NAME,..] [--sync-each] [--trace]\n", argv[0]); exit(EXIT_FAILURE); }
     if (strcmp(argv[1], "all") != 0)
         for (const std::string& v : split_commas(argv[1])) a.variants.push_back(atoi(v.c_str()));
     for (int i = 2; i < argc; i++) {
@@ -97,6 +101,7 @@ inline HarnessArgs parse_harness_args(int argc, char** argv) {
         else if (f == "--repeats") a.repeats = atoi(next());
         else if (f == "--cfg") a.configs = split_commas(next());
         else if (f == "--sync-each") timing_sync_each() = true;
+        else if (f == "--trace") timing_trace() = true;
         else if (f == "--shapes") { if (strcmp(next(), "bench") != 0) { fprintf(stderr, "--shapes takes 'bench'\n"); exit(EXIT_FAILURE); } a.bench_shapes = true; }
         else { fprintf(stderr, "unknown flag %s\n", f.c_str()); exit(EXIT_FAILURE); }
     }
@@ -263,6 +268,11 @@ Timing time_kernel(Launch launch, int repeats, cudaStream_t stream, int warmup =
     std::vector<float> ms(repeats);
     for (int i = 0; i < repeats; i++) cudaCheck(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
     for (auto& e : ev) cudaCheck(cudaEventDestroy(e));
+    if (timing_trace()) {
+        printf("TIMES");
+        for (float t : ms) printf(" %.4f", t);
+        printf("\n");
+    }
     std::sort(ms.begin(), ms.end());
     return {ms[repeats / 2], ms[0]};
 }

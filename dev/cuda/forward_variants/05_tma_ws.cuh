@@ -10,7 +10,8 @@ Two Q slots (every config but /c2/s3): each work item's first S is issued in the
 runs during its epilogue.
 Configs, kBlockM x kBlockN / consumer warpgroups / ping-pong / K-V ring depth (2 unless "/s3", "/s4"):
   HS 64:  192x128/3wg/pp, 128x128/2wg/pp, 192x128/3wg, 192x128/3wg/pp/s3, 128x128/2wg/pp/s3, 128x128/2wg/pp/s4,
-          128x128/2wg/s3
+          128x128/2wg/s3, 128x128/2wg/pp/s3/claimed, 192x128/3wg/pp/claimed ("/claimed": items past the first
+          round taken from a counter, the kDynamic schedule of src's HS 128 pairs and backward)
   HS 128: 128x128/2wg/pp, 128x128/2wg, 128x64/2wg/pp/s3, 192x64/3wg/pp, 128x128/2wg/pp/c2
 "/c2" (eighth session): CTA pairs (a thread-block cluster of 2) take two neighbouring query blocks of a head and
 share one K/V walk, each CTA's producer loading one of the two 64-column boxes of each K and V tile into both CTAs
@@ -72,6 +73,9 @@ void attention_forward5(const AttentionForwardParams& p, int config, cudaStream_
             case 4: launch_attention_forward_hopper_ws<64, 2, 128, 3, true>(p, stream); break;
             case 5: launch_attention_forward_hopper_ws<64, 2, 128, 4, true>(p, stream); break;
             case 6: launch_attention_forward_hopper_ws<64, 2, 128, 3, false>(p, stream); break;
+            // src's two HS 64 kernels with their items claimed from a counter (kDynamic; fourteenth session)
+            case 7: launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, true>(p, stream); break;
+            case 8: launch_attention_forward_hopper_ws<64, 3, 128, 2, true, 1, true>(p, stream); break;
         }
     } else {
         switch (config) {
