@@ -3,6 +3,8 @@
 run_gpu "attention_forward --check" ./dev/cuda/attention_forward all --check
 run_gpu "attention_backward --check" ./dev/cuda/attention_backward all --check
 # training: test_gpt2cu against the PyTorch reference (written once into dev/data/gpt2_ref by scripts/train_gpt2.py),
-# then a short d12 run on tiny Shakespeare (prepared once by scripts/prepro_tinyshakespeare.py)
+# then a short d12 run. Both read tiny Shakespeare's token shards (the reference's 10 steps too), prepared once
+# here first (if that fails, both tests fail on the missing files).
+[ -f dev/data/tinyshakespeare/tiny_shakespeare_val.bin ] || python3 scripts/prepro_tinyshakespeare.py > /dev/null
 run_gpu "test_gpt2cu" bash -c 'R=dev/data/gpt2_ref; [ -f $R/gpt2_124M_ref_losses.txt ] || python3 scripts/train_gpt2.py --write_reference $R -e d12 > /dev/null || exit 1; ./test_gpt2cu $R/gpt2_124M_bf16.bin $R/gpt2_124M_debug_state.bin $R/gpt2_124M_ref_losses.txt'
-run_gpu "train_gpt2cu d12 20 steps" bash -c '[ -f dev/data/tinyshakespeare/tiny_shakespeare_val.bin ] || python3 scripts/prepro_tinyshakespeare.py > /dev/null || exit 1; ./train_gpt2cu -e d12 -b 4 -t 1024 -x 20 -v 10 -m 4 -s 20 -g 16'
+run_gpu "train_gpt2cu d12 20 steps" ./train_gpt2cu -e d12 -b 4 -t 1024 -x 20 -v 10 -m 4 -s 20 -g 16

@@ -653,13 +653,13 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
         l += __shfl_xor_sync(0xffffffff, l, 2);
         const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
         const int row = warp_row0 + g + 8 * half;
-        if (tq == 0 && m_start + row < T)
+        if (tq == 0 && (unsigned)(m_start + row) < (unsigned)T)   // m_start < 0: see block_start
             p.lse[((size_t)b * NH + h) * T + m_start + row] = l > 0.0f ? row_max[half] * scale + logf(l) : -INFINITY;
         #pragma unroll
         for (int dt = 0; dt < HS / 8; dt++) {
             const uint32_t o2 = pack_bf16x2(o_acc[4 * dt + 2 * half] * inv_l, o_acc[4 * dt + 2 * half + 1] * inv_l);
             if constexpr (kStaged) *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) = o2;
-            else if (m_start + row < T) *reinterpret_cast<uint32_t*>(p.out + (((size_t)b * T + m_start + row) * NH + h) * HS + dt * 8 + 2 * tq) = o2;
+            else if ((unsigned)(m_start + row) < (unsigned)T) *reinterpret_cast<uint32_t*>(p.out + (((size_t)b * T + m_start + row) * NH + h) * HS + dt * 8 + 2 * tq) = o2;
         }
     }
     if constexpr (!kStaged) return;
@@ -667,7 +667,7 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
     floatX* out_gl = p.out + ((size_t)b * T * NH + h) * HS;
     for (int c = lane; c < 16 * (HS / 8); c += 32) {
         int row = warp_row0 + c / (HS / 8), ch = c % (HS / 8);
-        if (m_start + row < T)
+        if ((unsigned)(m_start + row) < (unsigned)T)
             *reinterpret_cast<uint4*>(out_gl + (size_t)(m_start + row) * NH * HS + ch * 8) =
                 *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
     }
@@ -1267,6 +1267,12 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
     const int T = p.T, NH = p.NH, num_bh = p.B * p.NH;
     // a work item: kCluster neighbouring query blocks of one head, one per CTA of the cluster
     const int num_m_blocks = ceil_div(T, kBlockM), num_ranks = num_m_blocks / kCluster, num_items = num_ranks * num_bh;
+    // Query block m holds rows block_start(m) .. + kBlockM - 1. Where the blocks are not the key tiles (192 rows, 3
+    // consumer warpgroups) they are counted back from T: a ragged block is then the first (rows below 0 load as
+    // zeros, see nothing and are not stored), a one-tile item, instead of the last, the longest, whose every tile
+    // two of the three warpgroups would compute for nothing (T = 1024: 27 tiles a head instead of 32).
+    constexpr bool kAlignEnd = kBlockM != kBlockN;
+    auto block_start = [&](int m_block) { return kAlignEnd ? T - (num_m_blocks - m_block) * kBlockM : m_block * kBlockM; };
     const bool snake = section_heads >= num_bh;   // see persistent_work
     const int wg = threadIdx.x / 128;
     const int cta_rank = kCluster > 1 ? cluster_cta_rank() : 0;
@@ -1280,8 +1286,8 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
                 const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
                 const int m_top = num_m_blocks - 1 - kCluster * item.rank;   // the item's upper block: its walk is the ring's
                 const int m_block = m_top - cta_rank, b = item.bh / NH, h = item.bh % NH;
-                const int m_start = m_block * kBlockM;
-                const int n_blocks = min(ceil_div((m_top + 1) * kBlockM, kBlockN), ceil_div(T, kBlockN));
+                const int m_start = block_start(m_block);
+                const int n_blocks = min(ceil_div(block_start(m_top) + kBlockM, kBlockN), ceil_div(T, kBlockN));
                 const int qslot = tile_iter % Tile::kQSlots;
                 mbar_wait(&q_empty[qslot], ((tile_iter / Tile::kQSlots) & 1) ^ 1);   // the slot's last S has read Q
                 mbar_arrive_expect_tx(&q_full[qslot], Tile::kQBytes);
@@ -1464,7 +1470,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
         for (int w = item_of(tile_iter); w < num_items; w = item_of(++tile_iter)) {
             const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
             const int m_block = num_m_blocks - 1 - kCluster * item.rank - cta_rank, b = item.bh / NH, h = item.bh % NH;
-            const int m_start = m_block * kBlockM;
+            const int m_start = block_start(m_block);
             const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
             const int qslot = tile_iter % Tile::kQSlots;
             bool has_next = false;
@@ -1715,7 +1721,7 @@ inline bool attention_forward_uses_hopper(int HS) { return (HS == 64 || HS == 12
 
 inline const char* attention_forward_path_name(int HS) {
     if (attention_forward_uses_hopper(HS))
-        return HS == 64 ? "flash forward, wgmma+TMA sm90a, warp-specialised, 192x128 tiles / 3 consumer warpgroups (128x128 / 2, 3 stages at T < 2048 or few tiles) (HS=64)"
+        return HS == 64 ? "flash forward, wgmma+TMA sm90a, warp-specialised, 192x128 tiles / 3 consumer warpgroups (128x128 / 2 with few tiles), 3 stages (HS=64)"
                         : "flash forward, wgmma+TMA sm90a, warp-specialised, 128x128 tiles, 2 consumer warpgroups, CTA pairs sharing K/V where the blocks pair up, items claimed at T >= 4096 (HS=128)";
     return HS == 64 ? "flash forward, mma.sync sm80, 128x64 tiles, 4 warps (HS=64)"
                     : "flash forward, mma.sync sm80, 128x48 tiles, 4 warps (HS=128)";
@@ -1725,14 +1731,15 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
     attention_check_supported(B, T, NH, HS);
     AttentionForwardParams p{qkv, out, lse, B, T, NH, HS};
     if (attention_forward_uses_hopper(HS)) {
-        // Warp-specialised TMA kernel, ping-pong on. HS 64: 3 consumer warpgroups (192-row tiles: a third less K/V
-        // traffic per FLOP) at long T when there are at least ~5 such tiles per SM; at T = 1024 a 192-row tiling
-        // leaves a ragged last tile (1024 = 5 x 192 + 64) and 2 warpgroups (128 rows) win, as they do with few tiles.
-        // Measured (H100, 2026-11-21, fifth session call 1, dev/cuda/attention_forward 5, ms), 3 wg / 2 wg:
-        // 64x12x1024 0.345 / 0.327, 8x12x1024 0.057 / 0.052, 4x12x4096 0.254 / 0.273, 1x12x16384 0.876 / 1.022.
-        // The 2-warpgroup kernel takes a 3-deep K/V ring since each item's first S is issued early (call 4:
-        // 64x12x1024 0.321 vs 0.338 ms with 2 stages, 8x12x1024 0.050 vs 0.053).
-        if (HS == 64 && T >= 2048 && (long)B * NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 2, true>(p, stream);
+        // Warp-specialised TMA kernel, ping-pong on. HS 64: 3 consumer warpgroups (192-row blocks: a third less K/V
+        // traffic per FLOP, a third warpgroup's softmax to hide the GEMMs behind) when there are at least ~5 such
+        // blocks per SM, else 2 (128 rows); a 3-deep K/V ring for both, since each item's first S is issued early.
+        // Fourteenth session (H100, dev/cuda/attention_forward 5, ms_med): the 192-row blocks counted back from T (see
+        // block_start) took the 3-warpgroup kernel at 64x12x1024 from 0.369 to 0.322 (2 stages) and 0.304 (3), where
+        // 2 warpgroups take 0.310; 16x12x2048 0.278 / 0.276 (3wg, 2 / 3 stages) against 0.266 with 3 stages; 32x12x512
+        // 0.0656 against 0.0675; 4x12x4096 0.2315 with 3 stages against 0.235 with 2; 1x12x16384 0.813 against
+        // 0.809 (2 stages, within the noise); 8x12x1024 (98K rows) a tie with 2 warpgroups.
+        if (HS == 64 && (long)B * NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true>(p, stream);
         else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true>(p, stream);
         // HS 128: pairs of CTAs share each K/V tile by TMA multicast where the 128-row query blocks pair up (an even
         // count). Measured (H100, eighth session call 6, 4x16x8192x128, four A/B rounds of 100 launches): ms_med

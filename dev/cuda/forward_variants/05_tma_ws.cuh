@@ -48,12 +48,19 @@ Fifth session, call 5 (H100, commit fdf6e3b; --check 68 passed for 0 and the fiv
   192x128/3wg/pp       0.3604  0.0596  0.2545  0.8745  2.1281 (128x128/2wg/pp; timed after src, see the order bias in README.md)
   128x128/2wg/pp       0.3370  0.0528  0.2774  1.0337
   192x128/3wg/pp/s3    0.3398  0.0563  0.2490  0.8777
-  128x128/2wg/pp/s3    0.3248  0.0503  0.2709  1.0507     <- src below T = 2048 (a 192-row tiling leaves a ragged tile at 1024)
+  128x128/2wg/pp/s3    0.3248  0.0503  0.2709  1.0507     <- src below T = 2048 then (a 192-row tiling left a ragged tile at 1024)
   128x128/2wg/pp/s4    0.3265  0.0506  0.2742  1.0402
-src ships 192x128/3wg/pp at HS 64 from T = 2048 with B*NH*T >= 128K, else 128x128/2wg/pp/s3, and 128x128/2wg/pp
+src shipped 192x128/3wg/pp at HS 64 from T = 2048 with B*NH*T >= 128K, else 128x128/2wg/pp/s3, and 128x128/2wg/pp
 at HS 128 (call 6: 4x16x8192 128x128/2wg/pp 2.012, 192x64/3wg/pp 2.314, 128x64/2wg/pp/s3 2.485 ms). Call 8:
 without ping-pong (128x128/2wg/s3) 1-2.5% slower at T = 1024 even with the overlap working. Above 64 MB
 of K/V the heads run in L2-sized sections (persistent_item in src/attention.cuh).
+Fourteenth session (H100, 2026-11-24): where the query blocks are not the key tiles (192 rows, or 64-key tiles) they
+are counted back from T (block_start in src), so a ragged block is the first, one-tile item instead of the last,
+longest one. 192x128/3wg/pp at 64x12x1024: 0.369 -> 0.322 ms (two rounds, old and new builds alternating); 4x12x4096
+0.241 -> 0.229; 1x12x16384 0.798 -> 0.782; 2x12x3000 0.0768 -> 0.0747. With 3 stages it is the faster HS 64 kernel
+from 128K query rows (64x12x1024: 0.304 against 128x128/2wg/pp/s3's 0.310, three rounds), so src ships
+192x128/3wg/pp/s3 there (dev/cuda/README.md, fourteenth session). The /claimed configs lost: 64x12x1024 0.316 vs
+0.310, 8x12x1024 0.049 vs 0.048, 4x12x4096 0.242 vs 0.241; 1x12x16384 0.793 vs 0.796 (one call, before the above).
 */
 #pragma once
 
