@@ -165,7 +165,7 @@ struct Describe {
 
 template <int HS, bool kRoundBf16, class OutT>
 __global__ void reference_forward_kernel(OutT* out, float* lse, const floatX* qkv, int B, int T, int NH) {
-    const int t = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, lane = threadIdx.x;
+    const int t = blockIdx.y, bh = blockIdx.x, b = bh / NH, h = bh % NH, lane = threadIdx.x;
     const size_t row_stride = 3 * (size_t)NH * HS;
     const floatX* q = qkv + ((size_t)b * T + t) * row_stride + h * HS;
     const floatX* k_base = qkv + (size_t)b * T * row_stride + NH * HS + h * HS;
@@ -207,7 +207,7 @@ __global__ void reference_forward_kernel(OutT* out, float* lse, const floatX* qk
 
 template <bool kRoundBf16, class OutT>
 void reference_forward(OutT* out, float* lse, const floatX* qkv, const Shape& s, cudaStream_t stream) {
-    dim3 grid(s.T, s.B * s.NH);
+    dim3 grid(s.B * s.NH, s.T);   // heads in x: B * NH may pass 65535 (the "large B*NH" edge case), T may not
     if (s.HS == 64) reference_forward_kernel<64, kRoundBf16, OutT><<<grid, 32, 0, stream>>>(out, lse, qkv, s.B, s.T, s.NH);
     else if (s.HS == 128) reference_forward_kernel<128, kRoundBf16, OutT><<<grid, 32, 0, stream>>>(out, lse, qkv, s.B, s.T, s.NH);
     else { fprintf(stderr, "reference_forward: HS %d not supported\n", s.HS); exit(EXIT_FAILURE); }
@@ -357,7 +357,7 @@ template <int HS, bool kRoundBf16, class OutT>
 __global__ void reference_backward_dq_kernel(OutT* dqkv, float* dpsum, const floatX* dout, const floatX* qkv,
                                              const floatX* out, const float* lse, int B, int T, int NH) {
     constexpr int kPer = HS / 32;
-    const int i = blockIdx.x * kRefBwdWarps + threadIdx.x / 32, bh = blockIdx.y, b = bh / NH, h = bh % NH, lane = threadIdx.x % 32;
+    const int i = blockIdx.y * kRefBwdWarps + threadIdx.x / 32, bh = blockIdx.x, b = bh / NH, h = bh % NH, lane = threadIdx.x % 32;
     if (i >= T) return;
     const size_t row_stride = 3 * (size_t)NH * HS;
     const floatX* k_base = qkv + (size_t)b * T * row_stride + NH * HS + h * HS;
@@ -395,7 +395,7 @@ template <int HS, bool kRoundBf16, class OutT>
 __global__ void reference_backward_dkdv_kernel(OutT* dqkv, const float* dpsum, const floatX* dout, const floatX* qkv,
                                                const float* lse, int B, int T, int NH) {
     constexpr int kPer = HS / 32;
-    const int j = blockIdx.x * kRefBwdWarps + threadIdx.x / 32, bh = blockIdx.y, b = bh / NH, h = bh % NH, lane = threadIdx.x % 32;
+    const int j = blockIdx.y * kRefBwdWarps + threadIdx.x / 32, bh = blockIdx.x, b = bh / NH, h = bh % NH, lane = threadIdx.x % 32;
     if (j >= T) return;
     const size_t row_stride = 3 * (size_t)NH * HS;
     const floatX* q_base = qkv + (size_t)b * T * row_stride + h * HS;
@@ -427,7 +427,7 @@ __global__ void reference_backward_dkdv_kernel(OutT* dqkv, const float* dpsum, c
 template <bool kRoundBf16, class OutT>
 void reference_backward(OutT* dqkv, float* dpsum, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
                         const Shape& s, cudaStream_t stream) {
-    dim3 grid(ceil_div(s.T, kRefBwdWarps), s.B * s.NH), block(32 * kRefBwdWarps);
+    dim3 grid(s.B * s.NH, ceil_div(s.T, kRefBwdWarps)), block(32 * kRefBwdWarps);   // heads in x, as the forward's
     if (s.HS == 64) {
         reference_backward_dq_kernel<64, kRoundBf16, OutT><<<grid, block, 0, stream>>>(dqkv, dpsum, dout, qkv, out, lse, s.B, s.T, s.NH);
         reference_backward_dkdv_kernel<64, kRoundBf16, OutT><<<grid, block, 0, stream>>>(dqkv, dpsum, dout, qkv, lse, s.B, s.T, s.NH);
