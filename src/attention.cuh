@@ -1735,10 +1735,10 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
         // traffic per FLOP, a third warpgroup's softmax to hide the GEMMs behind) when there are at least ~5 such
         // blocks per SM, else 2 (128 rows); a 3-deep K/V ring for both, since each item's first S is issued early.
         // Fourteenth session (H100, dev/cuda/attention_forward 5, ms_med): the 192-row blocks counted back from T (see
-        // block_start) took the 3-warpgroup kernel at 64x12x1024 from 0.369 to 0.322 (2 stages) and 0.304 (3), where
-        // 2 warpgroups take 0.310; 16x12x2048 0.278 / 0.276 (3wg, 2 / 3 stages) against 0.266 with 3 stages; 32x12x512
-        // 0.0656 against 0.0675; 4x12x4096 0.2315 with 3 stages against 0.235 with 2; 1x12x16384 0.813 against
-        // 0.809 (2 stages, within the noise); 8x12x1024 (98K rows) a tie with 2 warpgroups.
+        // block_start) took the 3-warpgroup kernel at 64x12x1024 from 0.369 to 0.322 with 2 stages, 0.304 with 3, where
+        // 2 warpgroups take 0.310. 3 warpgroups with 3 stages / with 2 / 2 warpgroups: 16x12x2048 0.266 / 0.276 /
+        // 0.280; 32x12x512 0.0656 / - / 0.0675; 4x12x4096 0.2315 / 0.235 / -; 1x12x16384 0.813 / 0.809 (noise) / -;
+        // 8x12x1024 (98K rows) 0.0480 / - / 0.0478, a tie.
         if (HS == 64 && (long)B * NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true>(p, stream);
         else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true>(p, stream);
         // HS 128: pairs of CTAs share each K/V tile by TMA multicast where the 128-row query blocks pair up (an even
