@@ -26,9 +26,8 @@ attention_unsupported_reason() says why anything else is refused.
 #include <cmath>
 #include <cstring>          // strcmp: FLASHGPT_ATTN_SCHEDULE
 #include <type_traits>      // std::true_type: the forward's per-warpgroup consumer copies
-#include <cuda.h>           // CUtensorMap (types only: the driver entry point is fetched at run time)
-#include <cudaTypedefs.h>   // PFN_cuTensorMapEncodeTiled
 #include "common.cuh"
+#include "ptx.cuh"          // the PTX wrappers (mma.sync, wgmma, TMA, mbarriers, ...) and tensor maps
 
 // ----------------------------------------------------------------------------
 // parameters: one struct per direction, shared with the dev/cuda harness
@@ -43,41 +42,7 @@ struct AttentionForwardParams {
 constexpr float kLog2e = 1.4426950408889634f;
 
 // ----------------------------------------------------------------------------
-// PTX wrappers for the sm_80 tensor-core path
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-// 16-byte global->shared copy that bypasses L1; src_bytes = 0 zero-fills (rows past T)
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-// d += a (16x16, row) * b (16x8, col), bf16 inputs, fp32 accumulators
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-}
-// one MUFU.EX2, whatever the compile flags (exp2f without fast-math is 4 instructions)
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
+// tile helpers of the mma.sync kernels: fragments, swizzle, cp.async tile loads
 
 // two fp32 m16n8 accumulator tiles (n8 tiles 2kk, 2kk+1 of one m16 row) in bf16 = the A fragment of k16 step kk
 __device__ __forceinline__ void accum_tiles_to_a_frag(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
@@ -431,77 +396,6 @@ void launch_attention_forward(const AttentionForwardParams& p, cudaStream_t stre
 //     either one n64 wgmma per block or, with kPvN128, one n128 wgmma with LBO = R * 128.
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// shared-memory matrix descriptor, all offsets in 16-byte units: start address (bits 0-13), leading
-// byte offset (bits 16-29: ignored for K-major with this swizzle; for MN-major the distance between
-// 64-element column blocks, used only when N > 64), stride between 8-row groups 1024 bytes (bits
-// 32-45), base offset 0 (every tile starts on a 1024-byte atom), 128-byte swizzle (mode 1 in bits 62-63)
-__device__ __forceinline__ uint64_t wgmma_desc(const uint8_t* tile, uint32_t lbo_bytes = 16) {
-    return (uint64_t)((smem_addr(tile) & 0x3FFFF) >> 4) | ((uint64_t)(lbo_bytes >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
-}
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-// wait until at most N committed groups of this warpgroup are still running
-template <int N> __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
-// cp.async wrote the tiles through the generic proxy; wgmma reads them through the async proxy
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
-
-// The fp32 accumulator d of an m64nN wgmma: N / 2 registers a thread, asm operands %0 .. %(N/2 - 1), listed once here.
-#define WGMMA_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-#define WGMMA_D16 WGMMA_D8(0), WGMMA_D8(8)
-#define WGMMA_D32 WGMMA_D8(0), WGMMA_D8(8), WGMMA_D8(16), WGMMA_D8(24)
-#define WGMMA_D64 WGMMA_D32, WGMMA_D8(32), WGMMA_D8(40), WGMMA_D8(48), WGMMA_D8(56)
-// the same as outputs only (scale-d 0: the old accumulator is dead, so ptxas need not keep it alive up to here)
-#define WGMMA_O8(i) "=f"(d[i]), "=f"(d[i + 1]), "=f"(d[i + 2]), "=f"(d[i + 3]), "=f"(d[i + 4]), "=f"(d[i + 5]), "=f"(d[i + 6]), "=f"(d[i + 7])
-#define WGMMA_O32 WGMMA_O8(0), WGMMA_O8(8), WGMMA_O8(16), WGMMA_O8(24)
-#define WGMMA_D16_NAMES "{" \
-    "%0, %1, %2, %3, %4, %5, %6, %7, " \
-    "%8, %9, %10, %11, %12, %13, %14, %15" \
-    "}"
-#define WGMMA_D32_NAMES "{" \
-    "%0, %1, %2, %3, %4, %5, %6, %7, " \
-    "%8, %9, %10, %11, %12, %13, %14, %15, " \
-    "%16, %17, %18, %19, %20, %21, %22, %23, " \
-    "%24, %25, %26, %27, %28, %29, %30, %31" \
-    "}"
-#define WGMMA_D64_NAMES "{" \
-    "%0, %1, %2, %3, %4, %5, %6, %7, " \
-    "%8, %9, %10, %11, %12, %13, %14, %15, " \
-    "%16, %17, %18, %19, %20, %21, %22, %23, " \
-    "%24, %25, %26, %27, %28, %29, %30, %31, " \
-    "%32, %33, %34, %35, %36, %37, %38, %39, " \
-    "%40, %41, %42, %43, %44, %45, %46, %47, " \
-    "%48, %49, %50, %51, %52, %53, %54, %55, " \
-    "%56, %57, %58, %59, %60, %61, %62, %63" \
-    "}"
-
-// d (m64 x n64, fp32, 32 regs a thread) += A (64 x 16, smem descriptor) * B (16 x 64, smem descriptor), both K-major;
-// kScaleD = 0: d = A * B (the old d is ignored, so the accumulator needs no zeroing), d declared as outputs only:
-// with "+f" ptxas kept the forward's half-diagonal S (n64 into the upper half of the n128 S registers) from
-// pipelining (C7511). The n128 form below keeps "+f": "=f" there changed every forward kernel's schedule.
-template <int kScaleD = 1>
-__device__ __forceinline__ void wgmma_ss_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
-#define WGMMA_SS_N64 "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D32_NAMES ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-    if constexpr (kScaleD == 0) asm volatile(WGMMA_SS_N64 : WGMMA_O32 : "l"(desc_a), "l"(desc_b), "n"(0));
-    else asm volatile(WGMMA_SS_N64 : WGMMA_D32 : "l"(desc_a), "l"(desc_b), "n"(1));
-#undef WGMMA_SS_N64
-}
-// d (m64 x n128, fp32, 64 regs a thread) += A (64 x 16, smem descriptor) * B (16 x 128, smem descriptor), both K-major
-template <int kScaleD = 1>
-__device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
-#define WGMMA_SS_N128 "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
-                      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64_NAMES ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-    asm volatile(WGMMA_SS_N128 : WGMMA_D64 : "l"(desc_a), "l"(desc_b), "n"(kScaleD));
-#undef WGMMA_SS_N128
-}
-// d (m64 x nN) += A (64 x 16) * B (16 x N), both from shared memory, K-major: N = 64 or 128
-template <int N, int kScaleD = 1>
-__device__ __forceinline__ void wgmma_ss_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
-    if constexpr (N == 128) wgmma_ss_m64n128k16<kScaleD>(d, desc_a, desc_b);
-    else wgmma_ss_m64n64k16<kScaleD>(d, desc_a, desc_b);
-}
 // d (m64 x N) (+)= A B^T contracted over the head dimension: A = 64 rows of a swizzle_wgmma tile of kRowsA rows
 // (desc_a: its first row), B = a swizzle_wgmma tile of N rows; k16 step ks reads column block ks / 4 at +32 bytes
 // per step inside the 128-byte atom (descriptor units: 16 bytes). kScaleD0 = 0: the first step overwrites d.
@@ -513,18 +407,6 @@ __device__ __forceinline__ void wgmma_ss_over_hs(float (&d)[N / 2], uint64_t des
     for (int ks = 1; ks < HS / 16; ks++)
         wgmma_ss_m64k16<N>(d, desc_a + (ks / 4) * (kRowsA * 128 / 16) + 2 * (ks % 4), wgmma_desc(tile_b + (ks / 4) * kRowsB * 128 + 32 * (ks % 4)));
 }
-// d (m64 x n64, fp32) += A (64 x 16, bf16 registers) * B (16 x 64, smem descriptor, MN-major: transposed)
-__device__ __forceinline__ void wgmma_rs_m64n64k16_trans_b(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D32_NAMES ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-                 : WGMMA_D32 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
-}
-// d (m64 x n128, fp32, 64 regs a thread) += A (64 x 16, bf16 registers) * B (16 x 128, smem descriptor, MN-major)
-__device__ __forceinline__ void wgmma_rs_m64n128k16_trans_b(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64_NAMES ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-                 : WGMMA_D64 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
-}
 // d (m64 x nHS) += A (64 x 16, bf16 registers) * B (16 x HS): rows 16j..16j+15 of an MN-major swizzle_wgmma
 // tile of kRows rows (16 rows of 128 bytes into each column block): the forward's P V, the backward's dV, dK, dQ.
 // HS 128: one n128 wgmma over both column blocks (LBO = the distance between them, kRows * 128 bytes) into the
@@ -533,20 +415,6 @@ template <int HS, int kRows>
 __device__ __forceinline__ void wgmma_rs_m64k16_trans_b(float (&d)[HS / 2], const uint32_t (&a)[4], const uint8_t* tile, int j) {
     if constexpr (HS == 64) wgmma_rs_m64n64k16_trans_b(d, a, wgmma_desc(tile + j * 16 * 128));
     else wgmma_rs_m64n128k16_trans_b(d, a, wgmma_desc(tile + j * 16 * 128, /*lbo_bytes=*/kRows * 128));
-}
-// d (m64 x nN, N = 32 or 64) (+)= A (64 x 16) * B (16 x N), both from shared memory and both MN-major (A's 64 rows
-// and B's N columns contiguous: each operand is stored transposed, k rows of 128 bytes); scale_d = 0 overwrites d
-template <int N>
-__device__ __forceinline__ void wgmma_ss_m64k16_trans_ab(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    static_assert(N == 32 || N == 64, "n32 or n64");
-    if constexpr (N == 32)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " WGMMA_D16_NAMES ", %16, %17, p, 1, 1, 1, 1;\n}\n"
-                     : WGMMA_D16 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-    else
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D32_NAMES ", %32, %33, p, 1, 1, 1, 1;\n}\n"
-                     : WGMMA_D32 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
@@ -557,21 +425,6 @@ __device__ __forceinline__ int swizzle_wgmma(int row, int chunk) {
     return (chunk >> 3) * (kRows * 128) + swizzle<64>(row, chunk & 7);
 }
 
-// load_tile_async, but into the swizzle_wgmma layout (rows past T zero-filled the same way)
-template <int HS, int kRows, int kThreads>
-__device__ __forceinline__ void load_tile_async_wgmma(uint8_t* tile, const floatX* src, size_t row_stride, int row0, int T) {
-    if constexpr (HS == 64) {
-        load_tile_async<64, kThreads>(tile, src, row_stride, row0, kRows, T);   // the same layout
-    } else {
-        constexpr int kChunks = HS / 8;
-        for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
-            int r = c / kChunks, ch = c % kChunks, t = row0 + r;
-            bool valid = t < T;
-            cp_async_16(smem_addr(tile + swizzle_wgmma<kRows>(r, ch)), src + (size_t)(valid ? t : 0) * row_stride + ch * 8, valid);
-        }
-    }
-}
-
 // the accumulator columns 16j..16j+15 of an m64nN tile (register groups 2j, 2j+1) as the bf16 A fragment of k step j
 __device__ __forceinline__ void accum_to_a_frag(uint32_t (&a)[4], const float* acc, int j) {
     a[0] = pack_bf16x2(acc[8 * j + 0], acc[8 * j + 1]);
@@ -580,20 +433,6 @@ __device__ __forceinline__ void accum_to_a_frag(uint32_t (&a)[4], const float* a
     a[3] = pack_bf16x2(acc[8 * j + 6], acc[8 * j + 7]);
 }
 
-template <int HS, int kBlockN>
-struct HopperForwardTile {
-    static constexpr int kBlockM = 128, kThreads = 256;   // 2 warpgroups x 64 rows
-    static constexpr int kTileBytes = kBlockN * HS * 2;
-    // + 1 KB to align the base to the 1024-byte swizzle atom by hand
-    static constexpr int kSmemBytes = kBlockM * HS * 2 + 2 * 2 * kTileBytes + 1024;
-    // 2 CTAs per SM (128 registers) where the shared memory allows: with no warp specialisation, one CTA's
-    // softmax and loads hide behind the other's MMAs. HS 64: 49 / 81 KB (kBlockN 64 / 128); HS 128: 97 KB
-    // with kBlockN 64, but 161 KB with kBlockN 128, which leaves 1 CTA per SM (and up to 255 registers).
-    static constexpr int kMinBlocks = 2 * kSmemBytes <= 227 * 1024 ? 2 : 1;
-};
-
-// kPvN128 (HS 128 only): O += P V as one m64n128k16 per k16 step, V's two column blocks joined through the
-// descriptor's leading byte offset, instead of one m64n64k16 per column block
 // Shared by the two Hopper forward kernels: one thread's rows g and g + 8 of a warpgroup's m64 x kBlockN
 // S tile (s[4 * i + e]: key column 8i + 2tq + e % 2, row g + 8 (e / 2), the wgmma accumulator layout).
 
@@ -673,328 +512,6 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
     }
 }
 
-template <int HS, int kBlockN, bool kPvN128 = false>
-__global__ void __launch_bounds__(256, HopperForwardTile<HS, kBlockN>::kMinBlocks)
-attention_forward_hopper_kernel(const AttentionForwardParams p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    static_assert(HS == 64 || HS == 128, "head size 64 or 128");
-    static_assert(!kPvN128 || HS == 128, "kPvN128 joins HS 128's two column blocks");
-    using Tile = HopperForwardTile<HS, kBlockN>;
-    constexpr int kBlockM = Tile::kBlockM, kThreads = Tile::kThreads;
-    constexpr int kNT = kBlockN / 8;      // n8 column groups of S per thread
-    constexpr int kPS = kBlockN / 16;     // k16 steps of P V
-    constexpr int kDT = HS / 8;           // n8 column groups of O
-    constexpr int kCB = HS / 64;          // 64-column blocks of a tile (swizzle_wgmma)
-    extern __shared__ __align__(1024) uint8_t smem_raw[];
-    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    uint8_t* q_smem = smem;                          // (kBlockM, HS) swizzle_wgmma, later O staging (swizzle<HS>)
-    uint8_t* kv_smem = smem + kBlockM * HS * 2;      // [stage][K, V] (kBlockN, HS) swizzle_wgmma each
-
-    const int T = p.T, NH = p.NH;
-    const int b = blockIdx.x / NH, h = blockIdx.x % NH;
-    const int m_block = gridDim.y - 1 - blockIdx.y;  // longest (last) Q tiles first
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
-    const int g = lane / 4, tq = lane % 4;
-    const size_t row_stride = 3 * (size_t)NH * HS;
-    const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
-    const floatX* k_gl = q_gl + NH * HS;
-    const floatX* v_gl = q_gl + 2 * NH * HS;
-    const int m_start = m_block * kBlockM;
-    const int warp_row0 = wg * 64 + (warp % 4) * 16;   // this warp's 16 rows of its warpgroup's 64
-    const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
-    auto k_tile = [&](int stage) { return kv_smem + stage * 2 * Tile::kTileBytes; };
-    auto v_tile = [&](int stage) { return kv_smem + stage * 2 * Tile::kTileBytes + Tile::kTileBytes; };
-
-    load_tile_async_wgmma<HS, kBlockM, kThreads>(q_smem, q_gl, row_stride, m_start, T);
-    load_tile_async_wgmma<HS, kBlockN, kThreads>(k_tile(0), k_gl, row_stride, (n_blocks - 1) * kBlockN, T);
-    load_tile_async_wgmma<HS, kBlockN, kThreads>(v_tile(0), v_gl, row_stride, (n_blocks - 1) * kBlockN, T);
-    cp_async_commit();
-
-    // O (64 x HS per warpgroup): o_acc[4 * dt + e] is column 8 * dt + 2 * tq + e % 2 of row g + 8 * (e / 2);
-    // registers 32c .. 32c + 31 are exactly the m64n64 accumulator of column block c
-    float o_acc[kDT * 4];
-    #pragma unroll
-    for (int i = 0; i < kDT * 4; i++) o_acc[i] = 0.0f;
-    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};   // rows g and g + 8
-    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
-    const uint64_t q_desc = wgmma_desc(q_smem + wg * 64 * 128);   // this warpgroup's rows of column block 0
-
-    for (int it = 0; it < n_blocks; it++) {
-        const int n_block = n_blocks - 1 - it;
-        const int stage = it & 1;
-        if (it + 1 < n_blocks) {
-            load_tile_async_wgmma<HS, kBlockN, kThreads>(k_tile(stage ^ 1), k_gl, row_stride, (n_block - 1) * kBlockN, T);
-            load_tile_async_wgmma<HS, kBlockN, kThreads>(v_tile(stage ^ 1), v_gl, row_stride, (n_block - 1) * kBlockN, T);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        fence_proxy_async();
-        __syncthreads();   // this stage's K/V (and Q) are visible to every warpgroup's wgmma
-
-        // a warpgroup whose 64 rows all lie above this K tile skips it (wgmma is warpgroup-wide)
-        if (n_block * kBlockN <= m_start + wg * 64 + 63) {
-            float s[kNT * 4];
-            #pragma unroll
-            for (int i = 0; i < kNT * 4; i++) s[i] = 0.0f;
-            const uint8_t* k_s = k_tile(stage);
-            wgmma_fence();
-            // (wgmma_ss_over_hs, written out: this is the form whose code was validated and timed as shipped)
-            #pragma unroll
-            for (int ks = 0; ks < HS / 16; ks++) {   // k16 steps: column block ks / 4, +32 bytes per step inside its atom
-                const uint64_t a = q_desc + (ks / 4) * (kBlockM * 128 / 16) + 2 * (ks % 4);
-                const uint64_t b = wgmma_desc(k_s + (ks / 4) * kBlockN * 128 + 32 * (ks % 4));
-                wgmma_ss_m64k16<kBlockN>(s, a, b);
-            }
-            wgmma_commit();
-            wgmma_wait_all();
-            if (n_block * kBlockN + kBlockN - 1 > m_start + warp_row0)   // causal mask on diagonal tiles
-                causal_mask_tile<kNT>(s, m_start + warp_row0, n_block * kBlockN, g, tq);
-            float alpha[2];
-            online_softmax_tile<kNT>(s, row_max, row_sum, alpha, scale_log2);
-            #pragma unroll
-            for (int dt = 0; dt < kDT; dt++) {
-                o_acc[4 * dt + 0] *= alpha[0]; o_acc[4 * dt + 1] *= alpha[0];
-                o_acc[4 * dt + 2] *= alpha[1]; o_acc[4 * dt + 3] *= alpha[1];
-            }
-            // P in bf16: k step j takes S column groups 2j, 2j+1, exactly the A-fragment register order
-            uint32_t pa[kPS][4];
-            #pragma unroll
-            for (int j = 0; j < kPS; j++) {
-                pa[j][0] = pack_bf16x2(s[8 * j + 0], s[8 * j + 1]);
-                pa[j][1] = pack_bf16x2(s[8 * j + 2], s[8 * j + 3]);
-                pa[j][2] = pack_bf16x2(s[8 * j + 4], s[8 * j + 5]);
-                pa[j][3] = pack_bf16x2(s[8 * j + 6], s[8 * j + 7]);
-            }
-            const uint8_t* v_s = v_tile(stage);
-            wgmma_fence();   // o_acc and pa were written by ordinary instructions
-            #pragma unroll
-            for (int j = 0; j < kPS; j++) {   // k16 step j: keys 16j .. 16j + 15, 16 rows of 128 bytes into each column block
-                if constexpr (kPvN128) {
-                    wgmma_rs_m64k16_trans_b<HS, kBlockN>(o_acc, pa[j], v_s, j);   // HS 128: one n128
-                } else {
-                    #pragma unroll
-                    for (int c = 0; c < kCB; c++)
-                        wgmma_rs_m64n64k16_trans_b(*reinterpret_cast<float(*)[32]>(o_acc + 32 * c), pa[j],
-                                                   wgmma_desc(v_s + c * kBlockN * 128 + j * 16 * 128));
-                }
-            }
-            wgmma_commit();
-            wgmma_wait_all();
-        }
-        __syncthreads();   // every warpgroup is done with this stage before the next prefetch overwrites it
-    }
-
-    hopper_forward_epilogue<HS>(p, o_acc, row_max, row_sum, q_smem, b, h, m_start, warp_row0);
-#endif  // __CUDA_ARCH_FEAT_SM90_ALL
-}
-
-// ----------------------------------------------------------------------------
-// forward kernel, Hopper (sm_90a), with intra-warpgroup overlap (FA3 paper section 3.2)
-//
-// The kernel above waits for every wgmma right after issuing it, so within a warpgroup the tensor cores
-// and the softmax take turns. Here O += P V of K/V tile j-1 runs on the tensor cores while the same
-// warpgroup does the softmax of tile j. Tiles are numbered in loop order (tile i = key block n_blocks-1-i,
-// the diagonal first). One iteration, tile j:
-//   1. cp.async.wait_group, fence.proxy.async, __syncthreads: K_j and V_{j-1} are visible to wgmma, and
-//      both warpgroups have finished iteration j-1 (see "overwrites" below)
-//   2. cp.async K_{j+kStages-1} and V_{j+kStages-2} (those that exist); commit (always: the count stays uniform)
-//   3. issue S = Q K_j^T (SS), commit; issue O += P_{j-1} V_{j-1} (RS: P_{j-1} in bf16 registers), commit
-//   4. wgmma.wait_group 1: S is done, P V may still run -> causal mask, row max, P_j = exp2 (fp32, in the S
-//      registers), row sums, alpha. Nothing here touches O or P_{j-1}, which the running P V owns.
-//   5. wgmma.wait_group 0: P V done -> O *= alpha; P_j -> bf16 registers, the A operand of step 3 next time
-// Tile 0's S and softmax are peeled in front of the loop and the last P V behind it, so the loop issues both
-// GEMMs unconditionally and no warpgroup ever branches around a wgmma (ptxas serialises those, C7520); a
-// warpgroup whose 64 rows all lie above a tile (kBlockN 64, tile 0 of warpgroup 0) gets S = -inf
-// everywhere, and the m_scaled guard turns that into P = 0, alpha = 0 while its row max is still -inf.
-//
-// Shared memory: Q, then a ring of kStages K slots and a ring of kStages V slots; K_i lives in K slot
-// i % kStages, V_i in V slot i % kStages. V is consumed one iteration after K, so it is loaded one tile
-// behind: cp.async group c (c = 0, 1, ...) holds K_c and V_{c-1} (group 0: Q and K_0); groups 0 ..
-// kStages-2 are committed before the loop, iteration j commits group j + kStages - 1.
-//   Reads are safe: iteration j reads group j. When it waits, groups up to j + kStages - 2 are committed,
-//   so cp.async.wait_group kStages-2 means group j has landed for this thread; fence.proxy.async (generic
-//   proxy writes -> async proxy reads) and the barrier extend that to every thread's copies.
-//   Overwrites are safe: step 2 writes K slot (j-1) % kStages and V slot (j-2) % kStages. The last reader of
-//   K_{j-1} is S = Q K_{j-1}^T and that of V_{j-2} is O += P_{j-2} V_{j-2}, both issued in step 3 of iteration
-//   j-1 (iteration 0's S: before the loop; P V of the last tile: after it, behind its own barrier). Every
-//   thread reaches step 1's barrier of iteration j only after its step 5 of iteration j-1 (wgmma.wait_group
-//   0), so both wgmmas have completed in both warpgroups before any thread issues step 2.
-//   Step 2 never hits a slot read in iteration j (K_j: slot j, V_{j-1}: slot j-1; kStages >= 2).
-// Registers: the wgmma accumulators and the RS A operand are fenced (reg_fence) right after the waits that
-// free them and right before the issue that hands them over, so the compiler cannot move an ordinary
-// access to them into the window where a wgmma owns them (ptxas would inject waits there, C7517/C7519).
-
-template <int HS, int kBlockN>
-struct HopperForwardOverlapTile {
-    static constexpr int kBlockM = 128, kThreads = 256;   // 2 warpgroups x 64 rows
-    static constexpr int kStages = 3;                      // K/V ring depth: loads are issued 2 tiles ahead for K
-    static constexpr int kTileBytes = kBlockN * HS * 2;
-    // + 1 KB to align the base to the 1024-byte swizzle atom by hand. HS 64: 65 KB (kBlockN 64), 113 KB (128).
-    static constexpr int kSmemBytes = kBlockM * HS * 2 + 2 * kStages * kTileBytes + 1024;
-    // Registers live through the loop, per thread: S (kBlockN / 2 fp32), P (kBlockN / 4 bf16x2), O (HS / 2).
-    // HS 64 kBlockN 64: 80, which fits the 128 of 2 CTAs per SM. kBlockN 128 (or HS 128): 112-128 before
-    // any address or row statistic, so 1 CTA per SM (up to 255 registers).
-    static constexpr int kMinBlocks = kBlockN / 2 + kBlockN / 4 + HS / 2 <= 80 && 2 * kSmemBytes <= 227 * 1024 ? 2 : 1;
-};
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// An empty asm that "redefines" each register: ordinary code cannot be moved across it, in either
-// direction, for these registers (see the overlap kernel's header).
-template <int N> __device__ __forceinline__ void reg_fence(float (&r)[N]) {
-    #pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i]) :: "memory");
-}
-template <int N> __device__ __forceinline__ void reg_fence(uint32_t (&r)[N][4]) {
-    #pragma unroll
-    for (int i = 0; i < N; i++)
-        #pragma unroll
-        for (int k = 0; k < 4; k++) asm volatile("" : "+r"(r[i][k]) :: "memory");
-}
-
-// 1, in a form ptxas cannot fold: a `#pragma unroll 1` loop running schedule_pin() times is a basic block of its
-// own, so ptxas keeps the softmax inside it ahead of the wgmma wait that follows. The overlap loops need this:
-// without it ptxas sank the exps below the wait for the older GEMM (SASS, forward WS kernel: all 66 MUFU.EX2 of
-// a thread after the wait for P V; dK/dV: 19 of 32), and the softmax no longer overlapped that GEMM.
-__device__ __forceinline__ unsigned schedule_pin() { return min(blockDim.x, 1u); }
-#endif
-
-template <int HS, int kBlockN>
-__global__ void __launch_bounds__(256, HopperForwardOverlapTile<HS, kBlockN>::kMinBlocks)
-attention_forward_hopper_overlap_kernel(const AttentionForwardParams p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    static_assert(HS == 64 || HS == 128, "head size 64 or 128");
-    using Tile = HopperForwardOverlapTile<HS, kBlockN>;
-    constexpr int kBlockM = Tile::kBlockM, kThreads = Tile::kThreads, kStages = Tile::kStages;
-    static_assert(kStages >= 2, "V_{j-1} and the slot being refilled must differ");
-    constexpr int kNT = kBlockN / 8;      // n8 column groups of S per thread
-    constexpr int kPS = kBlockN / 16;     // k16 steps of P V
-    constexpr int kDT = HS / 8;           // n8 column groups of O
-    extern __shared__ __align__(1024) uint8_t smem_raw[];
-    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    uint8_t* q_smem = smem;                                    // (kBlockM, HS) swizzle_wgmma, later O staging (swizzle<HS>)
-    uint8_t* k_smem = smem + kBlockM * HS * 2;                 // [kStages] (kBlockN, HS) swizzle_wgmma
-    uint8_t* v_smem = k_smem + kStages * Tile::kTileBytes;     // [kStages] (kBlockN, HS) swizzle_wgmma
-
-    const int T = p.T, NH = p.NH;
-    const int b = blockIdx.x / NH, h = blockIdx.x % NH;
-    const int m_block = gridDim.y - 1 - blockIdx.y;  // longest (last) Q tiles first
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
-    const int g = lane / 4, tq = lane % 4;
-    const size_t row_stride = 3 * (size_t)NH * HS;
-    const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
-    const floatX* k_gl = q_gl + NH * HS;
-    const floatX* v_gl = q_gl + 2 * NH * HS;
-    const int m_start = m_block * kBlockM;
-    const int warp_row0 = wg * 64 + (warp % 4) * 16;   // this warp's 16 rows of its warpgroup's 64
-    const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
-
-    // tile i (loop order) = key block n_blocks - 1 - i; tiles past the last one are simply not loaded
-    auto load_kv = [&](uint8_t* ring, const floatX* src, int i) {
-        if (i < 0 || i >= n_blocks) return;
-        uint8_t* tile = ring + (i % kStages) * Tile::kTileBytes;
-        const int row0 = (n_blocks - 1 - i) * kBlockN;
-        if constexpr (HS == 64) load_tile_rows_async<64, kThreads, kBlockN>(tile, src, row_stride, row0, T);
-        else load_tile_async_wgmma<HS, kBlockN, kThreads>(tile, src, row_stride, row0, T);
-    };
-    // group 0: Q and K_0; groups 1 .. kStages-2: K_c and V_{c-1}
-    load_tile_async_wgmma<HS, kBlockM, kThreads>(q_smem, q_gl, row_stride, m_start, T);
-    load_kv(k_smem, k_gl, 0);
-    cp_async_commit();
-    #pragma unroll
-    for (int c = 1; c <= kStages - 2; c++) {
-        load_kv(k_smem, k_gl, c);
-        load_kv(v_smem, v_gl, c - 1);
-        cp_async_commit();
-    }
-
-    float s[kNT * 4];       // S of the current tile, then P in fp32; same layout as o_acc
-    uint32_t pa[kPS][4];    // P of the previous tile in bf16: the A fragments of P V
-    // O (64 x HS per warpgroup): o_acc[4 * dt + e] is column 8 * dt + 2 * tq + e % 2 of row g + 8 * (e / 2);
-    // registers 32c .. 32c + 31 are exactly the m64n64 accumulator of column block c
-    float o_acc[kDT * 4];
-    #pragma unroll
-    for (int i = 0; i < kDT * 4; i++) o_acc[i] = 0.0f;
-    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};   // rows g and g + 8
-    float alpha[2];
-    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
-    const uint64_t q_desc = wgmma_desc(q_smem + wg * 64 * 128);   // this warpgroup's rows of column block 0
-
-    // steps 1 and 2 of iteration j
-    auto wait_and_prefetch = [&](int j) {
-        cp_async_wait<kStages - 2>();
-        fence_proxy_async();
-        __syncthreads();   // K_j, V_{j-1} visible to every warpgroup's wgmma; all wgmmas of iteration j-1 complete
-        load_kv(k_smem, k_gl, j + kStages - 1);   // into the slot of K_{j-1}
-        load_kv(v_smem, v_gl, j + kStages - 2);   // into the slot of V_{j-2}
-        cp_async_commit();
-    };
-    // S = Q K_j^T; step 0 overwrites s (no zeroing)
-    auto issue_s = [&](int j) {
-        wgmma_ss_over_hs<HS, kBlockN, kBlockM, /*kScaleD0=*/0>(s, q_desc, k_smem + (j % kStages) * Tile::kTileBytes);
-        wgmma_commit();
-    };
-    auto issue_pv = [&](int j) {   // O += P_j V_j: k16 step i = keys 16i .. 16i + 15
-        #pragma unroll
-        for (int i = 0; i < kPS; i++) wgmma_rs_m64k16_trans_b<HS, kBlockN>(o_acc, pa[i], v_smem + (j % kStages) * Tile::kTileBytes, i);
-        wgmma_commit();
-    };
-    // step 4 on tile j: s holds S_j; leaves P_j (fp32) in s, updates row_max / row_sum, sets alpha
-    auto softmax = [&](int j) {
-        const int n_block = n_blocks - 1 - j;
-        if (n_block * kBlockN + kBlockN - 1 > m_start + warp_row0)   // causal mask on diagonal tiles
-            causal_mask_tile<kNT>(s, m_start + warp_row0, n_block * kBlockN, g, tq);
-        online_softmax_tile<kNT>(s, row_max, row_sum, alpha, scale_log2);
-    };
-    auto pack_p = [&]() {
-        #pragma unroll
-        for (int i = 0; i < kPS; i++) accum_to_a_frag(pa[i], s, i);
-    };
-
-    // tile 0: S and softmax only (O is still 0, so alpha is not needed)
-    wait_and_prefetch(0);
-    wgmma_fence();
-    issue_s(0);
-    wgmma_wait<0>();
-    reg_fence(s);
-    softmax(0);
-    pack_p();
-
-    for (int j = 1; j < n_blocks; j++) {
-        wait_and_prefetch(j);
-        reg_fence(s); reg_fence(pa); reg_fence(o_acc);   // every ordinary write to them is done
-        wgmma_fence();                                   // ... and visible to wgmma
-        issue_s(j);
-        issue_pv(j - 1);
-        wgmma_wait<1>();   // S_j done; P_{j-1} V_{j-1} may still run: o_acc and pa are not ours yet
-        reg_fence(s);
-        softmax(j);
-        wgmma_wait<0>();   // P V done
-        reg_fence(o_acc); reg_fence(pa);
-        #pragma unroll
-        for (int dt = 0; dt < kDT; dt++) {
-            o_acc[4 * dt + 0] *= alpha[0]; o_acc[4 * dt + 1] *= alpha[0];
-            o_acc[4 * dt + 2] *= alpha[1]; o_acc[4 * dt + 3] *= alpha[1];
-        }
-        pack_p();
-    }
-
-    // the last P V
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();   // V_{n_blocks-1} visible (its group may be the newest); every S wgmma is complete, so Q is free
-    reg_fence(pa); reg_fence(o_acc);
-    wgmma_fence();
-    issue_pv(n_blocks - 1);
-    wgmma_wait<0>();
-    reg_fence(o_acc);
-
-    // the barrier above ordered every read of Q before the epilogue stages O in its rows
-    hopper_forward_epilogue<HS>(p, o_acc, row_max, row_sum, q_smem, b, h, m_start, warp_row0);
-#endif  // __CUDA_ARCH_FEAT_SM90_ALL
-}
-
 // ----------------------------------------------------------------------------
 // forward kernel, Hopper (sm_90a): TMA producer, consumer warpgroups, ping-pong, persistent
 //
@@ -1047,80 +564,6 @@ struct HopperWsTile {
     static constexpr int kProducerRegs = 24, kConsumerRegs = kNCWG == 2 ? 240 : 160;
     static_assert(128 * kProducerRegs + 128 * kNCWG * kConsumerRegs <= 65536, "register budget");
 };
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(smem_addr(bar)) : "memory");
-}
-// arrive and announce `bytes` of TMA transactions that will complete on this barrier's current phase
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, int bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-// wait until the phase with this parity has completed; kClusterAcquire: with acquire semantics at cluster scope,
-// for a phase a peer CTA completed with mbar_arrive_remote_release
-template <bool kClusterAcquire = false>
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
-    uint32_t done;
-    do {
-        if constexpr (kClusterAcquire)
-            asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                         : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
-        else
-            asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                         : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
-    } while (!done);
-}
-// one TMA box of a 4-D tensor map at coordinates (c0, c1, c2, c3) into shared memory, completing on bar
-__device__ __forceinline__ void tma_load_4d(uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2, int c3) {
-    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
-                 :: "r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
-                 : "memory");
-}
-// the same box multicast into every CTA of cta_mask (cluster ranks), at the same shared-memory offset, each CTA's
-// barrier at bar's offset receiving the box's bytes
-__device__ __forceinline__ void tma_load_4d_multicast(uint8_t* dst, const CUtensorMap* map, uint64_t* bar, uint16_t cta_mask,
-                                                      int c0, int c1, int c2, int c3) {
-    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n"
-                 :: "r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar)),
-                    "h"(cta_mask) : "memory");
-}
-// arrive on the barrier at bar's offset in the shared memory of cluster rank cta
-__device__ __forceinline__ void mbar_arrive_remote(uint64_t* bar, int cta) {
-    asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
-                 :: "r"(smem_addr(bar)), "r"(cta) : "memory");
-}
-// the same at cluster scope with release semantics: the peer sees this thread's earlier st_shared_remote stores once
-// its mbar_wait<true> passes (the forward pairs' item hand-over)
-__device__ __forceinline__ void mbar_arrive_remote_release(uint64_t* bar, int cta) {
-    asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n"
-                 :: "r"(smem_addr(bar)), "r"(cta) : "memory");
-}
-// store v at dst's offset in the shared memory of cluster rank cta
-__device__ __forceinline__ void st_shared_remote(void* dst, int cta, int v) {
-    asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nst.shared::cluster.u32 [remote], %2;\n}\n"
-                 :: "r"(smem_addr(dst)), "r"(cta), "r"(v) : "memory");
-}
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-__device__ __forceinline__ int cluster_cta_rank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return (int)r;
-}
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) { asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory"); }
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) { asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory"); }
-template <int N> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N)); }
-template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N)); }
-// Programmatic dependent launch: from launch_dependents on (once every CTA of this grid has executed it), the next
-// kernel of the stream, if launched with early_start, may place its CTAs on the SMs this grid leaves; its wait
-// returns once the grid it overlapped has finished and its memory is visible
-__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
-__device__ __forceinline__ void pdl_wait_prerequisites() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-#endif
 
 // Persistent schedule of the warp-specialised kernels: work item w -> (rank, bh), rank 0 = the block with the most
 // work (the caller maps it to the last query block, or key block 0). Rank-major over all B * NH heads, the ~132 items
@@ -1591,46 +1034,9 @@ inline bool hopper_path_available() {
     return available == 1;
 }
 
-template <int HS, int kBlockN, bool kPvN128 = false>
-void launch_attention_forward_hopper(const AttentionForwardParams& p, cudaStream_t stream) {
-    using Tile = HopperForwardTile<HS, kBlockN>;
-    launch_with_smem<attention_forward_hopper_kernel<HS, kBlockN, kPvN128>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
-                         Tile::kThreads, Tile::kSmemBytes, stream, p);
-}
-
-// cuTensorMapEncodeTiled from the driver, looked up once at run time (no link dependency on libcuda)
-inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-    if (!encode) {
-        void* fn = nullptr;
-        cudaDriverEntryPointQueryResult found;
-        cudaCheck(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
-        if (found != cudaDriverEntryPointSuccess || !fn) {
-            fprintf(stderr, "attention: the CUDA driver has no cuTensorMapEncodeTiled (TMA needs a CUDA 12 driver)\n");
-            exit(EXIT_FAILURE);
-        }
-        encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-    }
-    return encode;
-}
-
 // A (B, T, NH, HS) bf16 tensor whose rows (fixed b, t) are row_elems apart, as a 4-D tensor map (HS, NH, T, B):
 // boxes of 64 head dims x 1 head x box_rows rows x 1 batch, 128-byte swizzle, rows past T read as zeros.
 // Q, K, V of the fused (B, T, 3, NH, HS) activation: base qkv + {0, 1, 2} * NH * HS, row_elems 3 * NH * HS.
-// a tiled tensor map with 128-byte swizzle (dims[0] contiguous; strides in bytes, of dims 1..rank-1)
-inline CUtensorMap swizzled_tensor_map(CUtensorMapDataType type, int rank, const void* base, const cuuint64_t* dims,
-                                       const cuuint64_t* strides, const cuuint32_t* box) {
-    const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-    CUtensorMap map;
-    CUresult r = tensor_map_encoder()(&map, type, rank, const_cast<void*>(base), dims, strides, box, element_strides,
-                                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "attention: cuTensorMapEncodeTiled failed (error %d; tensor %p must be 16-byte aligned)\n", (int)r, base);
-        exit(EXIT_FAILURE);
-    }
-    return map;
-}
 inline CUtensorMap bthd_tensor_map(const floatX* base, size_t row_elems, int B, int T, int NH, int HS, int box_rows) {
     const cuuint64_t dims[4] = {(cuuint64_t)HS, (cuuint64_t)NH, (cuuint64_t)T, (cuuint64_t)B};
     const cuuint64_t strides[3] = {(cuuint64_t)HS * 2, (cuuint64_t)row_elems * 2, (cuuint64_t)T * row_elems * 2};
@@ -1682,13 +1088,6 @@ void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStr
         config.gridDim = dim3(kCluster * std::min(num_items, max_clusters));
         cudaCheck(cudaLaunchKernelEx(&config, kKernel, p, maps, section_heads));
     }
-}
-
-template <int HS, int kBlockN>
-void launch_attention_forward_hopper_overlap(const AttentionForwardParams& p, cudaStream_t stream) {
-    using Tile = HopperForwardOverlapTile<HS, kBlockN>;
-    launch_with_smem<attention_forward_hopper_overlap_kernel<HS, kBlockN>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
-                         Tile::kThreads, Tile::kSmemBytes, stream, p);
 }
 
 // ----------------------------------------------------------------------------
@@ -2365,15 +1764,6 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
     }
 }
 
-// *p += a, p[1] += b in global memory (red.global.add: no result returned); sm_90 adds both in one instruction
-__device__ __forceinline__ void red_add_f32x2(float* p, float a, float b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" :: "l"(p), "f"(a), "f"(b) : "memory");
-#else
-    asm volatile("red.global.add.f32 [%0], %1;\n red.global.add.f32 [%0+4], %2;\n" :: "l"(p), "f"(a), "f"(b) : "memory");
-#endif
-}
-
 // ----------------------------------------------------------------------------
 // fused kernel: dK, dV and (kDq) dQ in one kernel, 5 GEMMs per tile pair, shaped for shared-memory traffic. Without
 // dQ (kDq = false) it is the split path's dK/dV kernel: no dS^T in shared memory (register path), one barrier a stage.
@@ -2693,18 +2083,6 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
 // Deterministic like the mma.sync split path: every output written once, in a fixed order.
 
 
-template <int HS, int kNWG, int kBlockM>
-struct HopperBackwardKVTile {
-    static constexpr int kBlockN = 64 * kNWG, kThreads = 128 * kNWG;
-    static constexpr int kKVBytes = kBlockN * HS * 2;
-    static constexpr int kQBytes = kBlockM * HS * 2;
-    static constexpr int kStageBytes = 2 * kQBytes + 1024;     // Q, dO, then lse2 and dpsum (2 * kBlockM floats <= 1 KB)
-    // + 1 KB to align to the swizzle atom. HS 128, kBlockM 64: 99 KB with 1 warpgroup, so 2 CTAs per SM fit
-    // (the 64x128 fp32 dK + dV alone take 128 registers a thread, but 2 x 128 threads x 256 registers is the
-    // whole 64K register file); 131 KB with 2 warpgroups: 1 CTA per SM.
-    static constexpr int kSmemBytes = 2 * kKVBytes + 2 * kStageBytes + 1024;
-};
-
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // One step of the dK/dV kernels: this warpgroup's 64 keys (rows warp_row0.. of the K, V tiles of kBlockN rows, at
 // k_desc / v_desc) against the kBlockM queries of one stage (q_s, do_s, and lse2_s / dpsum_s: its kBlockM rows of
@@ -2907,167 +2285,6 @@ __device__ __forceinline__ void dq_hopper_epilogue(const AttentionBackwardParams
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-template <int HS, int kNWG, int kBlockM, int kMinBlocks>
-__global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dkdv_hopper_kernel(const AttentionBackwardParams p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    static_assert(HS == 64 || HS == 128, "head size 64 or 128");
-    using Tile = HopperBackwardKVTile<HS, kNWG, kBlockM>;
-    constexpr int kBlockN = Tile::kBlockN, kThreads = Tile::kThreads;
-    constexpr int kDT = HS / 8;           // n8 column groups of dK, dV
-    extern __shared__ __align__(1024) uint8_t smem_raw[];
-    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    // K, V (kBlockN, HS) and per stage Q, dO (kBlockM, HS): swizzle_wgmma; dK, dV staged as swizzle<HS> at the end
-    uint8_t* k_smem = smem;
-    uint8_t* v_smem = smem + Tile::kKVBytes;
-    uint8_t* stage_smem = smem + 2 * Tile::kKVBytes;
-    auto q_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes; };
-    auto do_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes + Tile::kQBytes; };
-    auto lse2_tile = [&](int s) { return reinterpret_cast<float*>(stage_smem + s * Tile::kStageBytes + 2 * Tile::kQBytes); };
-
-    const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T);
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    const int n_block = blockIdx.y;                       // block 0 has the most query tiles: launched first
-    const int warp = threadIdx.x / 32, wg = threadIdx.x / 128;
-    const size_t row_stride = 3 * (size_t)NH * HS;
-    const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
-    const floatX* k_gl = q_gl + NH * HS;
-    const floatX* v_gl = q_gl + 2 * NH * HS;
-    const floatX* do_gl = p.dout + ((size_t)b * T * NH + h) * HS;
-    const BackwardScratch sc = backward_scratch(p);
-    const float* lse2_gl = sc.lse2 + (size_t)bh * Tp;
-    const float* dpsum_gl = sc.dpsum + (size_t)bh * Tp;
-    const int n_start = n_block * kBlockN;
-    const int warp_row0 = wg * 64 + (warp % 4) * 16;      // this warp's 16 keys inside the tile
-    const int m_first = n_start / kBlockM;
-    const int m_blocks = ceil_div(T, kBlockM);
-
-    auto load_stage = [&](int s, int m_block) {
-        load_tile_async_wgmma<HS, kBlockM, kThreads>(q_tile(s), q_gl, row_stride, m_block * kBlockM, T);
-        load_tile_async_wgmma<HS, kBlockM, kThreads>(do_tile(s), do_gl, (size_t)NH * HS, m_block * kBlockM, T);
-        for (int c = threadIdx.x; c < kBlockM / 2; c += kThreads) {   // lse2 then dpsum, 16 bytes a copy (padded rows)
-            const int which = c / (kBlockM / 4), i = c % (kBlockM / 4);
-            const float* src = (which ? dpsum_gl : lse2_gl) + m_block * kBlockM + 4 * i;
-            cp_async_16(smem_addr(lse2_tile(s) + which * kBlockM + 4 * i), src, true);
-        }
-    };
-    load_tile_async_wgmma<HS, kBlockN, kThreads>(k_smem, k_gl, row_stride, n_start, T);
-    load_tile_async_wgmma<HS, kBlockN, kThreads>(v_smem, v_gl, row_stride, n_start, T);
-    load_stage(0, m_first);
-    cp_async_commit();
-
-    // dK, dV (64 keys x HS per warpgroup), the m64nHS accumulator layout: registers [32c, 32c + 32) are the
-    // m64n64 accumulator of head dims 64c .. 64c + 63
-    float dk_acc[kDT * 4], dv_acc[kDT * 4];
-    #pragma unroll
-    for (int i = 0; i < kDT * 4; i++) dk_acc[i] = dv_acc[i] = 0.0f;
-    const uint64_t k_desc = wgmma_desc(k_smem + wg * 64 * 128);   // this warpgroup's keys in column block 0
-    const uint64_t v_desc = wgmma_desc(v_smem + wg * 64 * 128);
-
-    for (int m_block = m_first; m_block < m_blocks; m_block++) {
-        const int stage = (m_block - m_first) & 1;
-        if (m_block + 1 < m_blocks) {
-            load_stage(stage ^ 1, m_block + 1);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        fence_proxy_async();
-        __syncthreads();   // this stage (and K, V on the first pass) visible to every warpgroup's wgmma
-        // No warpgroup skips a tile whose keys all lie after its queries (possible only with 2 warpgroups, on
-        // the first query tile): a branch around the wgmmas makes ptxas serialise them (C7520), and a fully
-        // masked tile just gives P = 0.
-        dkdv_hopper_step<HS, kBlockM, kBlockN>(dk_acc, dv_acc, k_desc, v_desc, q_tile(stage), do_tile(stage), lse2_tile(stage),
-                                               lse2_tile(stage) + kBlockM, n_start, m_block * kBlockM, warp_row0);
-        __syncthreads();   // every warpgroup is done with this stage before the next prefetch overwrites it
-    }
-    // the loop's last __syncthreads came after every warpgroup's last wgmma: K and V are dead, stage dK, dV there
-    dkdv_hopper_epilogue<HS>(p, dk_acc, dv_acc, k_smem, v_smem, b, h, n_start, warp_row0);
-#endif  // __CUDA_ARCH_FEAT_SM90_ALL
-}
-
-template <int HS, int kNWG, int kBlockN>
-struct HopperBackwardQTile {
-    static constexpr int kBlockM = 64 * kNWG, kThreads = 128 * kNWG;
-    static constexpr int kTileBytes = kBlockN * HS * 2;
-    // Q, dO, 2 x (K, V), align. HS 128: 97 KB (1 warpgroup, kBlockN 64: 2 CTAs per SM), 129 KB (2 warpgroups)
-    static constexpr int kSmemBytes = 2 * kBlockM * HS * 2 + 2 * 2 * kTileBytes + 1024;
-};
-
-template <int HS, int kNWG, int kBlockN, int kMinBlocks>
-__global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_hopper_kernel(const AttentionBackwardParams p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    static_assert(HS == 64 || HS == 128, "head size 64 or 128");
-    using Tile = HopperBackwardQTile<HS, kNWG, kBlockN>;
-    constexpr int kBlockM = Tile::kBlockM, kThreads = Tile::kThreads;
-    constexpr int kDT = HS / 8;
-    extern __shared__ __align__(1024) uint8_t smem_raw[];
-    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    // Q, dO (kBlockM, HS) and per stage K, V (kBlockN, HS): swizzle_wgmma; dQ staged as swizzle<HS> at the end
-    uint8_t* q_smem = smem;
-    uint8_t* do_smem = smem + kBlockM * HS * 2;
-    uint8_t* kv_smem = smem + 2 * kBlockM * HS * 2;       // [stage][K, V]
-    auto k_tile = [&](int s) { return kv_smem + s * 2 * Tile::kTileBytes; };
-    auto v_tile = [&](int s) { return kv_smem + s * 2 * Tile::kTileBytes + Tile::kTileBytes; };
-
-    const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T);
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    const int m_block = gridDim.y - 1 - blockIdx.y;       // longest (last) query tiles first
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
-    const int g = lane / 4;
-    const size_t row_stride = 3 * (size_t)NH * HS;
-    const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
-    const floatX* k_gl = q_gl + NH * HS;
-    const floatX* v_gl = q_gl + 2 * NH * HS;
-    const floatX* do_gl = p.dout + ((size_t)b * T * NH + h) * HS;
-    const int m_start = m_block * kBlockM;
-    const int warp_row0 = wg * 64 + (warp % 4) * 16;      // this warp's 16 query rows inside the tile
-    const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
-
-    load_tile_async_wgmma<HS, kBlockM, kThreads>(q_smem, q_gl, row_stride, m_start, T);
-    load_tile_async_wgmma<HS, kBlockM, kThreads>(do_smem, do_gl, (size_t)NH * HS, m_start, T);
-    load_tile_async_wgmma<HS, kBlockN, kThreads>(k_tile(0), k_gl, row_stride, (n_blocks - 1) * kBlockN, T);
-    load_tile_async_wgmma<HS, kBlockN, kThreads>(v_tile(0), v_gl, row_stride, (n_blocks - 1) * kBlockN, T);
-    cp_async_commit();
-
-    const BackwardScratch sc = backward_scratch(p);   // rows g, g + 8 of this warp (padded: in bounds)
-    float row_lse2[2], row_dpsum[2];
-    #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const size_t r = (size_t)bh * Tp + m_start + warp_row0 + g + 8 * half;
-        row_lse2[half] = sc.lse2[r];
-        row_dpsum[half] = sc.dpsum[r];
-    }
-    float dq_acc[kDT * 4];   // registers [32c, 32c + 32): the m64n64 accumulator of head dims 64c .. 64c + 63
-    #pragma unroll
-    for (int i = 0; i < kDT * 4; i++) dq_acc[i] = 0.0f;
-    const uint64_t q_desc = wgmma_desc(q_smem + wg * 64 * 128);   // this warpgroup's rows in column block 0
-    const uint64_t do_desc = wgmma_desc(do_smem + wg * 64 * 128);
-
-    for (int it = 0; it < n_blocks; it++) {
-        const int n_block = n_blocks - 1 - it;            // diagonal (masked) tile first
-        const int stage = it & 1;
-        if (it + 1 < n_blocks) {
-            load_tile_async_wgmma<HS, kBlockN, kThreads>(k_tile(stage ^ 1), k_gl, row_stride, (n_block - 1) * kBlockN, T);
-            load_tile_async_wgmma<HS, kBlockN, kThreads>(v_tile(stage ^ 1), v_gl, row_stride, (n_block - 1) * kBlockN, T);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        fence_proxy_async();
-        __syncthreads();
-        // no warpgroup skips the tile even when all its 64 rows lie above it (the first tile, with 2
-        // warpgroups): see the dK/dV kernel
-        dq_hopper_step<HS, kBlockM, kBlockN>(dq_acc, q_desc, do_desc, k_tile(stage), v_tile(stage), row_lse2, row_dpsum,
-                                             n_block, m_start, warp_row0);
-        __syncthreads();
-    }
-    // every wgmma is done (the loop's last barrier): stage dQ in Q's shared memory
-    dq_hopper_epilogue<HS>(p, dq_acc, q_smem, b, h, m_start, warp_row0);
-#endif  // __CUDA_ARCH_FEAT_SM90_ALL
-}
-
 // ----------------------------------------------------------------------------
 // Hopper backward, warp-specialised (sm_90a): the two kernels above with the forward's TMA producer scheme.
 // Warpgroup 0 (24 registers) has one thread issue every load with TMA; kNCWG consumer warpgroups (setmaxnreg) run
@@ -3132,28 +2349,12 @@ struct HopperBackwardQWsTile {
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) into shared memory, completing on bar
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, int bytes, uint64_t* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-                 :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
-}
 // a (rows, HS) tile of the tensor map at rows row0.. of head h, batch b: HS / 64 TMA boxes, one per column block
 template <int HS, int kRows>
 __device__ __forceinline__ void tma_load_tile(uint8_t* tile, const CUtensorMap* map, uint64_t* bar, int h, int row0, int b) {
     #pragma unroll
     for (int c = 0; c < HS / 64; c++) tma_load_4d(tile + c * kRows * 128, map, bar, 64 * c, h, row0, b);
 }
-// TMA reduce-add (fp32 add in L2) of one box from shared memory into a 3-D tensor map at (c0, c1, c2): the box
-// must be laid out as the map's swizzle says, and elements past the tensor's bounds are skipped. Like every bulk
-// copy it belongs to the thread's current bulk group (bulk_commit), which bulk_wait_read / bulk_wait track.
-__device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const void* src, int c0, int c1, int c2) {
-    asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n"
-                 :: "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(src)) : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// at most N of this thread's bulk groups still read shared memory / still run
-template <int N> __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(N) : "memory"); }
-template <int N> __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" :: "n"(N) : "memory"); }
 // atomic dQ: this warpgroup's dS^T A fragments (j: queries 16j.., register r: key warp_row0 + g + 8 (r % 2), queries
 // 16j + 8 (r / 2) + 2tq, +1) into its key rows of the (keys, kBlockM queries) bf16 dS^T tile, 128-byte swizzle
 template <int kBlockM>
@@ -3652,20 +2853,6 @@ void launch_attention_backward_dq(const AttentionBackwardParams& p, cudaStream_t
                          Tile::kThreads, Tile::kSmemBytes, stream, p);
 }
 
-template <int HS, int kNWG, int kBlockM, int kMinBlocks>
-void launch_attention_backward_dkdv_hopper(const AttentionBackwardParams& p, cudaStream_t stream) {
-    using Tile = HopperBackwardKVTile<HS, kNWG, kBlockM>;
-    launch_with_smem<attention_backward_dkdv_hopper_kernel<HS, kNWG, kBlockM, kMinBlocks>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockN)),
-                         Tile::kThreads, Tile::kSmemBytes, stream, p);
-}
-
-template <int HS, int kNWG, int kBlockN, int kMinBlocks>
-void launch_attention_backward_dq_hopper(const AttentionBackwardParams& p, cudaStream_t stream) {
-    using Tile = HopperBackwardQTile<HS, kNWG, kBlockN>;
-    launch_with_smem<attention_backward_dq_hopper_kernel<HS, kNWG, kBlockN, kMinBlocks>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
-                         Tile::kThreads, Tile::kSmemBytes, stream, p);
-}
-
 // Q, dO with boxes of q_rows rows, K, V with boxes of kv_rows rows
 inline HopperBackwardTmaMaps backward_tma_maps(const AttentionBackwardParams& p, int q_rows, int kv_rows) {
     return {qkv_tensor_map(p.qkv, 0, p.B, p.T, p.NH, p.HS, q_rows), qkv_tensor_map(p.qkv, 1, p.B, p.T, p.NH, p.HS, kv_rows),
@@ -3741,15 +2928,6 @@ void attention_backward_split(const AttentionBackwardParams& p, cudaStream_t str
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
     launch_attention_backward_dkdv<HS, kKVWarps, kKVMT, kKVBlockM, /*kAtomicDq=*/false>(p, stream);
     launch_attention_backward_dq<HS, kQWarps, kQMT, kQBlockN>(p, stream);
-}
-
-// Hopper split path (HS 64 or 128, sm_90a): preprocess, dK/dV on wgmma (kKVWG warpgroups of 64 keys,
-// kKVBlockM-query steps), dQ on wgmma (kQWG warpgroups of 64 query rows, kQBlockN-key steps). Deterministic.
-template <int HS, int kKVWG, int kKVBlockM, int kKVMinBlocks, int kQWG, int kQBlockN, int kQMinBlocks>
-void attention_backward_split_hopper(const AttentionBackwardParams& p, cudaStream_t stream) {
-    launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
-    launch_attention_backward_dkdv_hopper<HS, kKVWG, kKVBlockM, kKVMinBlocks>(p, stream);
-    launch_attention_backward_dq_hopper<HS, kQWG, kQBlockN, kQMinBlocks>(p, stream);
 }
 
 // the same split, warp-specialised: dK/dV with kKVWG consumer warpgroups (64 keys each) and kKVBlockM-query
