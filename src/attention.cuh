@@ -24,7 +24,6 @@ attention_unsupported_reason() says why anything else is refused.
 */
 #pragma once
 #include <cmath>
-#include <cstring>          // strcmp: FLASHGPT_ATTN_SCHEDULE
 #include <type_traits>      // std::true_type: the forward's per-warpgroup consumer copies
 #include "common.cuh"
 #include "ptx.cuh"          // the PTX wrappers (mma.sync, wgmma, TMA, mbarriers, ...) and tensor maps
@@ -568,25 +567,17 @@ struct HopperWsTile {
 // Persistent schedule of the warp-specialised kernels: work item w -> (rank, bh), rank 0 = the block with the most
 // work (the caller maps it to the last query block, or key block 0). Rank-major over all B * NH heads, the ~132 items
 // in flight come from ~132 different heads; when the heads' streamed operands (K/V in the forward, Q/dO or K/V in the
-// backward: T * HS * 4 bytes a head) are far larger than L2, every item fetches its head's from DRAM again (ncu,
-// forward at 64x12x1024 on an H100: DRAM 70% busy). So above 64 MB of operands the heads are cut into sections whose
-// operands fit in 16 MB, and a section's items (rank-major, longest first) run together. One section = the plain
-// order. Measured (H100, 2026-11-21), plain -> sections: 64x12x1024 forward 0.372 -> 0.342 ms, backward 1.104 ->
-// 1.045; 4x16x8192x128 backward 7.156 -> 6.845 (fifth session, call 1), its forward 2.171 -> 2.117, the atomic-dQ
-// backward 9.70 -> 8.01 (it also reduce-adds into its head's fp32 dQ rows). Below 64 MB they cost: 4x12x4096 (48 MB)
-// forward and backward 3-7% slower, 8x12x1024 5%; 1x12x16384 forward 0.876 -> 0.932, backward 2.79 -> 3.16.
+// backward: T * HS * 4 bytes a head) are far larger than L2, every item fetches its head's from DRAM again. So above
+// 64 MB of operands the heads are cut into sections whose operands fit in 16 MB, and a section's items (rank-major,
+// longest first) run together. One section = the plain order, which is faster below 64 MB.
 inline int persistent_section_heads(int num_bh, int T, int HS) {
     const long head_bytes = (long)T * HS * 4;
     return num_bh * head_bytes > (64l << 20) ? (int)std::max(1l, (16l << 20) / head_bytes) : num_bh;
 }
 // The CTA's work item in round r of its walk (one item a round). Plain round-robin (w = blockIdx.x + r * gridDim.x)
-// gives CTA 0 the longest item of every round when a round holds few heads (items come longest first): ncu, H200,
-// 1x12x16384 backward (dK/dV), the SMs were busy 91% of the kernel's cycles, the rest a ragged tail. Snake order
-// (rounds alternate direction) evens that out, but only where the heads run unsectioned: measured (H100, 2026-11-21,
-// sixth session call 3, ms, round-robin -> snake everywhere) forward 8x12x1024 0.0500 -> 0.0472, 4x12x4096 0.2535 ->
-// 0.2343, 1x12x16384 0.861 -> 0.779; backward 0.1472 -> 0.1405, 0.7329 -> 0.7098, 2.816 -> 2.725; but with sections
-// forward 64x12x1024 0.318 -> 0.339, 4x16x8192x128 1.97 -> 2.48, backward 0.968 -> 1.055 and 6.74 -> 8.47. So snake
-// = one section (section_heads >= B * NH).
+// gives CTA 0 the longest item of every round when a round holds few heads (items come longest first), leaving a
+// ragged tail. Snake order (rounds alternate direction) evens that out where the heads run unsectioned; with sections
+// it is slower, so snake = one section (section_heads >= B * NH).
 __device__ __forceinline__ int persistent_work(int round, bool snake, int unit, int units) {
     const bool reverse = snake && (round & 1);
     return round * units + (reverse ? units - 1 - unit : unit);
@@ -601,17 +592,13 @@ __device__ __forceinline__ PersistentItem persistent_item(int w, int num_ranks, 
     const int r = w - first_bh * num_ranks;
     return {r / heads_here, first_bh + r % heads_here};
 }
-// Dynamic schedule (eleventh session; the backward kernels' and the forward pairs' kDynamic). With sections,
-// round-robin leaves the SMs unevenly loaded: a CTA's items alternate between one section's long first ranks and
-// another's short last ones.
-// ncu, H100, 2x16x8192x128 (variant 7's dK/dV kernel): SMs active 5.16 M of 6.72 M cycles (77%); a model of the
-// schedule (item time = its steps + 1) gives 78% there, 97% at 4x16x8192x128 and 95% at 64x12x1024, against
-// 99.6-100% for a CTA taking the next item whenever it is free. With kDynamic, each producer's first item is its
-// CTA's index and every later one the next unclaimed index of a global counter (the items in flight stay a window
-// of consecutive items, longest first within a section); the producer hands the index to its consumers in shared
-// memory, and past the last item an index >= the item count tells them to stop. The last CTA to finish claiming
-// resets the counter for the next launch, so one kernel must not run on two streams at once (each kernel has its
-// own counter).
+// Claimed schedule (kDynamic: the backward kernels and the forward's CTA pairs). With sections, round-robin leaves the
+// SMs unevenly loaded: a CTA's items alternate between one section's long first ranks and another's short last ones.
+// With kDynamic, each producer's first item is its CTA's index and every later one the next unclaimed index of a
+// global counter (the items in flight stay a window of consecutive items, longest first within a section); the
+// producer hands the index to its consumers in shared memory, and past the last item an index >= the item count
+// tells them to stop. The last CTA to finish claiming resets the counter for the next launch, so one kernel must not
+// run on two streams at once (each kernel has its own counter).
 struct PersistentCounter { int claimed, finished; };
 static __device__ PersistentCounter g_persistent_counters[3];   // the backward's dK/dV and dQ kernels, the forward
 enum PersistentKernel { kCounterDkdv = 0, kCounterDq = 1, kCounterForward = 2 };
@@ -627,31 +614,27 @@ __device__ __forceinline__ void persistent_claims_done(PersistentKernel k, int u
     if (atomicAdd(&c->finished, 1) == units - 1) { atomicExch(&c->claimed, 0); atomicExch(&c->finished, 0); }
 }
 __device__ __forceinline__ void persistent_claims_done(PersistentKernel k) { persistent_claims_done(k, (int)gridDim.x); }
+// A/B overrides for the dev harness (--schedule, --pdl); by default the rules below decide
+struct AttentionTuning {
+    enum { kByShape = 0, kRoundRobin = 1, kClaimed = 2 };
+    int schedule = kByShape;   // the persistent Hopper kernels' schedule
+    bool pdl = true;           // programmatic dependent launch of the Hopper backward's kernels
+};
+inline AttentionTuning& attention_tuning() { static AttentionTuning t; return t; }
+
 // Where the persistent Hopper kernels claim their items (kDynamic: both backward kernels, the forward's HS 128 CTA
-// pairs): at T >= 4096. FLASHGPT_ATTN_SCHEDULE=static or =dynamic forces either (A/B runs; the claimed one at shapes
-// too small for the rule). Measured (H100, twelfth session), ms_med round-robin -> claimed:
-//   backward (call 1): 4x16x8192x128 6.534 -> 6.099 and 6.559 -> 6.098, 1x12x16384 2.581 -> 2.389, 4x12x4096 0.702
-//   -> 0.701, but 64x12x1024 0.987 -> 1.013: short items, where a claim costs what the balance gains (the eleventh
-//   session's form measured the same: 1.017 -> 1.023);
-//   forward pairs (call 10, 4x16x8192x128, three rounds in alternating processes, ms_med (ms_min)): 1.809 (1.799) ->
-//   1.710 (1.705), 1.801 (1.793) -> 1.803 (1.707), 1.813 (1.799) -> 1.716 (1.709); cuDNN 1.779 in that call. The
-//   pairs below T = 4096 were not measured.
+// pairs): at T >= 4096. Below that the items are short and a claim costs what the balance gains, so the
+// round-robin walk runs (dev/cuda/README.md has the A/B runs).
 inline bool claimed_schedule(int T) {
-    static const int forced = [] {   // 0: by T, 1: round-robin, 2: claimed
-        const char* e = getenv("FLASHGPT_ATTN_SCHEDULE");
-        return !e ? 0 : strcmp(e, "static") == 0 ? 1 : strcmp(e, "dynamic") == 0 ? 2 : 0;
-    }();
-    return forced ? forced == 2 : T >= 4096;
+    const int forced = attention_tuning().schedule;
+    return forced == AttentionTuning::kByShape ? T >= 4096 : forced == AttentionTuning::kClaimed;
 }
 // The split's two kernels are independent (both read only the inputs and the preprocess's statistics), so the dQ
 // kernel is launched to start on the SMs the dK/dV kernel's tail leaves idle, and the dK/dV kernel to get ready
 // during the preprocess's tail (programmatic dependent launch: the dK/dV kernel waits for the preprocess before
 // it lets the dQ kernel start, and the dQ kernel's last step waits for the dK/dV grid, so the backward still ends
-// after all three). FLASHGPT_ATTN_PDL=0 launches them one after the other (A/B runs).
-inline bool backward_early_start() {
-    static const bool on = [] { const char* e = getenv("FLASHGPT_ATTN_PDL"); return !(e && strcmp(e, "0") == 0); }();
-    return on;
-}
+// after all three).
+inline bool backward_early_start() { return attention_tuning().pdl; }
 
 // kCluster = 2 (HS 128): the CTAs of a cluster pair take two neighbouring query blocks of one head, the upper one
 // (rank 0, the pair's longest) and the one below it (rank 1), and share one K/V walk: each CTA's producer loads one
@@ -803,11 +786,8 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
     // m_start + 64 ..) lies above every row of consumer warpgroup 0. That warpgroup computes S and the softmax of
     // the left half only (P's right half is zeros for P V, which stays whole), a tenth of its work at T = 1024.
     // It runs its own copy of the consumer code, half_diag a constant: ptxas serialises every wgmma of a kernel
-    // that has one under a branch it cannot prove uniform (C7520). Measured (H100, ninth session call 1, HS 64,
-    // 128x128/2wg/pp/s3, three A/B rounds): 64x12x1024 0.317-0.320 -> 0.306-0.308 ms. HS 128 runs the one copy:
-    // the pairs it ships for run at long T, where the saving is under 1%, and a build with two copies was 6% slower
-    // there (call 2, 4x16x8192: ms_min 1.80 -> 1.91; that build also declared the n128 S outputs-only, see
-    // wgmma_ss_m64n64k16, so the two causes were not separated).
+    // that has one under a branch it cannot prove uniform (C7520). HS 128 runs the one copy: its kernels serve long
+    // T, where the saving is under 1% and a second copy measured slower.
     constexpr bool kHalfDiag = kBlockM == kBlockN && HS == 64;
     auto consumer = [&](auto wg0) {
         constexpr bool half_diag = kHalfDiag && decltype(wg0)::value;
@@ -1112,10 +1092,9 @@ inline void attention_check_supported(int B, int T, int NH, int HS) {
 }
 
 // Dispatch (tiles chosen by dev/cuda/attention_forward's sweeps, see dev/cuda/README.md):
-//   Hopper with sm_90a code in the binary -> wgmma kernel: HS 64 128x128 tiles, HS 128 128x64 tiles (the
-//                                            largest that keeps 2 CTAs per SM; 128x128 would leave 1)
-//   otherwise                             -> mma.sync kernel: HS 64 128x64 tiles, HS 128 128x48 (4 warps of 32
-//                                            rows; 1.27x the 16-rows-per-warp 128x64/8w on an H200; no A100 here)
+//   Hopper with sm_90a code in the binary -> the warp-specialised TMA kernel (attention_forward_hopper_ws_kernel)
+//   otherwise                             -> the mma.sync kernel: HS 64 128x64 tiles, HS 128 128x48 (4 warps of 32
+//                                            rows: the largest key tile with no spill at 255 registers)
 inline bool attention_forward_uses_hopper(int HS) { return (HS == 64 || HS == 128) && hopper_path_available(); }
 
 inline const char* attention_forward_path_name(int HS) {
@@ -1131,19 +1110,13 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
     AttentionForwardParams p{qkv, out, lse, B, T, NH, HS};
     if (attention_forward_uses_hopper(HS)) {
         // Warp-specialised TMA kernel, ping-pong on. HS 64: 3 consumer warpgroups (192-row blocks: a third less K/V
-        // traffic per FLOP, a third warpgroup's softmax to hide the GEMMs behind) when there are at least ~5 such
-        // blocks per SM, else 2 (128 rows); a 3-deep K/V ring for both, since each item's first S is issued early.
-        // Fourteenth session (H100, dev/cuda/attention_forward 5, ms_med): the 192-row blocks counted back from T (see
-        // block_start) took the 3-warpgroup kernel at 64x12x1024 from 0.369 to 0.322 with 2 stages, 0.304 with 3, where
-        // 2 warpgroups take 0.310. 3 warpgroups with 3 stages / with 2 / 2 warpgroups: 16x12x2048 0.266 / 0.276 /
-        // 0.280; 32x12x512 0.0656 / - / 0.0675; 4x12x4096 0.2315 / 0.235 / -; 1x12x16384 0.813 / 0.809 (noise) / -;
-        // 8x12x1024 (98K rows) 0.0480 / - / 0.0478, a tie.
+        // traffic per FLOP, a third warpgroup's softmax to hide the GEMMs behind) from 128K query rows (B * NH * T,
+        // about 5 such blocks per SM), else 2 (128 rows); a 3-deep K/V ring for both, since each item's first S is
+        // issued early.
         if (HS == 64 && (long)B * NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true>(p, stream);
         else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true>(p, stream);
         // HS 128: pairs of CTAs share each K/V tile by TMA multicast where the 128-row query blocks pair up (an even
-        // count). Measured (H100, eighth session call 6, 4x16x8192x128, four A/B rounds of 100 launches): ms_med
-        // 2.10-2.20 -> 1.89-2.08, ms_min 1.88-1.93 -> 1.83; ncu: L2 bytes 13.4 -> 7.2 GB, DRAM read 3.5 -> 2.1 GB.
-        // At T >= 4096 the pairs claim their items (claimed_schedule).
+        // count), which halves the K/V traffic out of L2. At T >= 4096 the pairs claim their items (claimed_schedule).
         else if (ceil_div(T, 128) % 2 == 0 && claimed_schedule(T)) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2, true>(p, stream);
         else if (ceil_div(T, 128) % 2 == 0) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2>(p, stream);
         else launch_attention_forward_hopper_ws<128, 2, 128, 2, true>(p, stream);
@@ -1171,49 +1144,19 @@ Kernels (sm_80+ mma.sync, the forward's fragments, swizzle and cp.async loads):
               with red.global.add (FA2's KV-parallel backward: 5 GEMMs per tile pair, summation order varies).
   dq          (split path) one CTA per (query block, b, h): recomputes S and dP, dQ += dS K in registers,
               written once. With dkdv it is 7 GEMMs per tile pair instead of 5, but no atomics: deterministic.
-  fused       (since the seventh session) one kernel per 128-key block with wider warp tiles than dkdv (see its
+  fused       one kernel per 128-key block with wider warp tiles than dkdv (see its
               header). The atomic path runs it with dQ (FA2's 5 GEMMs, less shared-memory traffic); the split
               path runs it without (kDq = false), in place of dkdv, next to the dq kernel.
   postprocess (atomic path) the fp32 dQ accumulator * scale -> bf16 into dqkv.
 Paths: "split" (deterministic, bit-identical run to run: the training default) and "atomic" (opt-in:
-FLASHGPT_ATTN_NONDETERMINISTIC=1 or attention_backward_nondeterministic() = true; the fused kernel, dev variant 8:
-on an H100, f+b with the mma.sync forward 1.04-2.04x FlashAttention-2, 1.04x at HS 128 and at 1x12x16384, eighth
-session call 7 in dev/cuda/README.md; the figures below are the dkdv kernel's atomic mode, dev variant 3). On Hopper with
-sm_90a code in the binary, the split path runs on wgmma, and the atomic one, at HS 128 only, is the warp-specialised
-dK/dV kernel with atomic dQ (attention_backward_atomic_hopper_ws, dev variant 7); at HS 128 from T = 8192 the
-default is that kernel with its dQ adds in a fixed order, deterministic (attention_backward_ordered_dq, thirteenth
-session). Since 2026-11-21 (third session)
-the split ships the warp-specialised TMA kernels (*_hopper_ws below, dev variant 6; its configs chosen in
-attention_backward()), measured on an H100 against
-the cp.async ones (variant 5, best config per shape), bwd ms: 64x12x1024 1.125 vs 1.401, 8x12x1024 0.152 vs 0.164,
-4x12x4096 0.797 vs 0.944, 1x12x16384 3.028 vs 3.576, 4x16x8192x128 7.298 vs 8.942; cuDNN in that call 1.452, 0.286,
-0.858, 2.477, 6.063. The history below is the cp.async kernels' (*_hopper): measured in one call (H200,
-2026-11-21, commit 6e27659, dev/cuda/attention_backward 0,3,4,5 --shapes bench; bwd ms_med, fwd+bwd TF/s):
-                          64x12x1024       8x12x1024        4x12x4096        1x12x16384
-  wgmma kv64x64+q64x64    1.276 / 221.9    0.166 / 208.9    1.044 / 271.6    3.985 / 286.5
-  wgmma kv64x128+q64x128  1.332 / 214.5    0.163 / 212.0    0.969 / 287.8    3.730 / 301.7
-  mma.sync atomic (best)  1.714 / 174.8    0.208 / 174.8    1.314 / 225.7    4.934 / 241.1
-  cuDNN (same call)       1.317 / 220.0    0.340 / 106.5    0.837 / 322.5    2.419 / 427.1
-so the shipped Hopper split takes 64-query / 64-key steps below T = 2048 and 128 from there. HS 128, 4x16x8192
-(commit 98d5c03, same kind of call): kv128x64/2wg + q128x64/2wg 8.950 ms (f+b 334.7 TF/s), the best of
-four configs (9.16-9.74); mma.sync split 14.93 ms (220.1); FlashAttention-2 9.77 (293.1); cuDNN 6.06 (492.3). Both beat the
-non-deterministic mma.sync path, so on Hopper the opt-in changes nothing: the deterministic path is the fast one.
-Crossover, measured (dev/cuda/attention_backward 0,3,4 -b B -t T -n 12 -d 64, NVIDIA H200, 2026-11-21; bwd ms_med,
-best config of each variant; B*NH x T):
-                12x1024  48x1024  96x1024  192x1024  768x1024  12x4096  48x4096  12x16384
-  atomic (3)     0.056    0.115    0.208     0.409     1.628    0.364    1.299     4.892
-  split  (4)     0.070    0.123    0.227     0.436     1.777    0.398    1.468     5.574
-There is no crossover in that range: the atomic path is 5-20% faster everywhere, down to B*NH = 12 at T = 1024.
-Its grid is key blocks x B*NH, so unlike a fused kernel parallel over B*NH alone (the Pallas case of the issue) it
-does not starve the GPU, and the split path pays 7 GEMMs instead of 5. So the opt-in always takes the atomic path;
-the split path exists for determinism. The split default used dK/dV 64x32/4w + dQ 64x64/4w, the best or within
-noise (~4% run to run) of the best split config at every shape above, until the seventh session gave it the fused
-kernel's dK/dV (kDq = false: 4-15% faster, see attention_backward()). HS 128, 4x16x8192 (H200, commit 56f7084):
-split (shipped, kv64x32/4w + q64x32/4w) 14.86 ms, best split (kv64x64/4w + q64x64/4w, spills) 14.16 ms,
-atomic 128x64/8w 11.36 ms; all well short of FlashAttention-2's 9.71 ms there (see dev/cuda/README.md).
-  RESULT attention_backward 4 cfg=kv64x32/4w+q64x64/4w B=64 NH=12 T=1024 HS=64 ms_med=1.8316 ms_min=1.7579 tflops=140.7 speedup_vs_2=4.71 fwd_bwd_tflops=156.8
-  RESULT attention_backward 3 cfg=128x64/8w B=64 NH=12 T=1024 HS=64 ms_med=1.6280 ms_min=1.6226 tflops=158.3 speedup_vs_2=5.30 fwd_bwd_tflops=172.1
-  PyTorch SDPA, FlashAttention-2 backend, same call: bwd 1.901 ms (135.5 TF/s), fwd+bwd 151.1 TF/s
+FLASHGPT_ATTN_NONDETERMINISTIC=1 or attention_backward_nondeterministic() = true): the fused kernel where its shared
+memory fits, else the dkdv kernel's atomic mode. The atomic path is faster at every shape measured (its grid is key
+blocks x B*NH, so it does not starve the GPU at small B*NH, and it runs 5 GEMMs a tile pair instead of 7); the split
+path exists for determinism.
+On Hopper with sm_90a code in the binary, the split path runs on the warp-specialised TMA kernels (*_hopper_ws
+below), and the atomic one, at HS 128 only, is the warp-specialised dK/dV kernel with atomic dQ
+(attention_backward_atomic_hopper_ws). At HS 128 from T = 8192 the default is that kernel with its dQ adds in a fixed
+order, deterministic (attention_backward_ordered_dq). dev/cuda/README.md has the measurements behind each choice.
 */
 
 struct AttentionBackwardParams {
@@ -1767,8 +1710,7 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
 // ----------------------------------------------------------------------------
 // fused kernel: dK, dV and (kDq) dQ in one kernel, 5 GEMMs per tile pair, shaped for shared-memory traffic. Without
 // dQ (kDq = false) it is the split path's dK/dV kernel: no dS^T in shared memory (register path), one barrier a stage.
-// The dK/dV kernel's atomic mode issues 0.6 ldmatrix.x4 per MMA (ncu, H100, 1x12x16384: L1 71% busy, tensor pipe
-// 33%; FlashAttention-2's kernel at the same shape 65% / 43% in 24% fewer cycles): its 16-key warps each load
+// The dK/dV kernel's atomic mode is bound by shared-memory loads (0.6 ldmatrix.x4 per MMA): its 16-key warps each load
 // every Q / dO fragment of a step for 16 keys, and its dQ warps own 16 x 32 outputs. Here a CTA has 8 warps and
 // kBlockN = 128 keys, and walks stages of kBlockM queries in passes of 64:
 //   S^T = K Q^T, dP^T = V dO^T: warp (wk, wq) owns 16 * kMT keys x 64 / kWarpsQ queries of the pass. With 4 x 2
@@ -1788,12 +1730,7 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
 // Barriers: two a stage (Q / dO visible; dS^T complete). The first is also the previous stage's end: a warp past
 // it knows every warp has left the previous stage, so dS^T (and P^T) may be overwritten, and only then does it
 // issue the load of stage + kStages - 1 into the buffer the previous stage read. A third barrier at each stage's
-// end, as the dK/dV kernel has, cost 4% (H100, 1x12x16384: 4.150 ms with it in call 2, 3.998 without in call 3;
-// variant 3 4.870 and 4.795 in those calls).
-// Measured (H100, 2026-11-21, seventh session; bwd ms against the dK/dV kernel's atomic mode, dev variant 3, best
-// config, in the same calls): 64x12x1024 1.516 vs 1.724, 8x12x1024 0.203 vs 0.219, 4x12x4096 1.123 vs 1.318,
-// 1x12x16384 3.998 vs 4.795, 4x16x8192x128 10.99 vs 11.30 (call 3); then the masked / unmasked softmax copies,
-// the 3-deep ring and one base pointer for the dQ reds: 1x12x16384 3.943, 4x16x8192x128 10.16 (call 7).
+// end, as the dK/dV kernel has, measured slower.
 
 template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem>
 struct BackwardFusedTile {
@@ -2008,7 +1945,7 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
                 }
                 // red.global.add into dq_accum (B*NH, T, HS) from one base pointer with constant offsets: a red holds its
                 // address registers until it has left for memory, and per-row address arithmetic (an if per row) made each
-                // row's reds wait for the previous row's (ncu: 13% of the HS 128 stall samples). Rows past T (last stage
+                // row's reds wait for the previous row's (a tenth of the HS 128 stall samples under ncu). Rows past T (last stage
                 // only) take the per-row branch.
                 const int row0 = m_start + dq_row0 + g;
                 float* acc = sc.dq_accum + ((size_t)bh * T + row0) * HS + dq_col0 + 2 * tq;
@@ -2029,7 +1966,7 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
         };
         // After the dS^T barrier a warp has two independent jobs, dV/dK (shared-memory path) and dQ. The two warps of
         // each scheduler (w and w + 4) take them in opposite orders: in lockstep both would wait on the same loads and
-        // MMAs (H100, 4x16x8192x128, A/B: 10.07 -> 9.90 ms, eighth session call 2).
+        // MMAs.
         if (kDkDvSmem && kDq && (warp & 4)) { dq_step(); dv_dk_smem(); }
         else { dv_dk_smem(); dq_step(); }
     }
@@ -2102,9 +2039,8 @@ __device__ __forceinline__ void issue_s_dp(float (&s)[N / 2], float (&dp)[N / 2]
     wgmma_commit();
 }
 
-// wait for S^T and dP^T (issued before the kPending newest commit groups), P^T and dS^T; then wait for those too
-// and give P^T, dS^T as bf16 A fragments (pa, dsa)
-template <int HS, int kBlockM, int kPending = 0>
+// wait for S^T, P^T; wait for dP^T, dS^T; give P^T, dS^T as bf16 A fragments (pa, dsa)
+template <int HS, int kBlockM>
 __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)[kBlockM / 2], uint32_t (&pa)[kBlockM / 16][4],
                                           uint32_t (&dsa)[kBlockM / 16][4], const float* lse2_s, const float* dpsum_s,
                                           int n_start, int m_start, int warp_row0) {
@@ -2112,7 +2048,7 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
     constexpr int kQS = kBlockM / 16;     // k16 steps of dV, dK (over queries)
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const float scale_log2 = rsqrtf((float)HS) * kLog2e;
-    wgmma_wait<kPending + 1>();   // S^T is ready; dP^T may still be running
+    wgmma_wait<1>();   // S^T is ready; dP^T may still be running
     // P^T = exp2(S^T * c - lse2[query]), 0 where key > query (only where this warp's keys cross the tile)
     const bool need_mask = n_start + warp_row0 + 15 > m_start;
     #pragma unroll 1
@@ -2127,17 +2063,13 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
             st[4 * i + e] = fast_exp2(x);
         }
     }
-    wgmma_wait<kPending>();   // dP^T
+    wgmma_wait<0>();   // dP^T
     // dS^T = P^T * (dP^T - D[query])
     #pragma unroll
     for (int i = 0; i < kQT; i++) {
         const float2 dps = *reinterpret_cast<const float2*>(dpsum_s + i * 8 + 2 * tq);
         #pragma unroll
         for (int e = 0; e < 4; e++) dpt[4 * i + e] = st[4 * i + e] * (dpt[4 * i + e] - (e % 2 ? dps.y : dps.x));
-    }
-    if constexpr (kPending > 0) {   // the older GEMMs still read the fragments being replaced
-        reg_fence(st); reg_fence(dpt);   // ... but P^T, dS^T are computed before waiting for them, not after
-        wgmma_wait<0>();
     }
     #pragma unroll
     for (int j = 0; j < kQS; j++) { accum_to_a_frag(pa[j], st, j); accum_to_a_frag(dsa[j], dpt, j); }
@@ -2205,15 +2137,14 @@ __device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardPara
 // tiles) against key block n_block (k_s, v_s: (kBlockN, HS) tiles). S = Q K^T, dP = dO V^T, dS, then dQ += dS K, in
 // three parts like the dK/dV step's (issue_s_dp, dq_p_ds, dq_issue_dq). row_lse2 / row_dpsum: rows g and g + 8 of this warp.
 
-// wait for S and dP (issued before the kPending newest commit groups), dS; then wait for those too and give dS
-// as bf16 A fragments
-template <int HS, int kBlockN, int kPending = 0>
+// wait for S, P; wait for dP, dS; give dS as bf16 A fragments
+template <int HS, int kBlockN>
 __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBlockN / 2], uint32_t (&dsa)[kBlockN / 16][4],
                                         const float (&row_lse2)[2], const float (&row_dpsum)[2], int n_block, int m_start, int warp_row0) {
     constexpr int kNT = kBlockN / 8;      // n8 column groups of S (keys)
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const float scale_log2 = rsqrtf((float)HS) * kLog2e;
-    wgmma_wait<kPending + 1>();   // S is ready; dP may still be running
+    wgmma_wait<1>();   // S is ready; dP may still be running
     const bool need_mask = n_block * kBlockN + kBlockN - 1 > m_start + warp_row0;
     #pragma unroll 1
     for (unsigned once = 0; once < schedule_pin(); once++)   // see schedule_pin
@@ -2225,13 +2156,9 @@ __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBl
             if (need_mask && n_block * kBlockN + i * 8 + 2 * tq + (e % 2) > m_start + warp_row0 + g + 8 * (e / 2)) x = -INFINITY;
             s[4 * i + e] = fast_exp2(x);
         }
-    wgmma_wait<kPending>();   // dP
+    wgmma_wait<0>();   // dP
     #pragma unroll
     for (int i = 0; i < kNT * 4; i++) dp[i] = s[i] * (dp[i] - row_dpsum[(i % 4) / 2]);
-    if constexpr (kPending > 0) {   // the older GEMMs still read the fragments being replaced
-        reg_fence(dp);   // ... but dS is computed before waiting for them, not after
-        wgmma_wait<0>();
-    }
     #pragma unroll
     for (int j = 0; j < kBlockN / 16; j++) accum_to_a_frag(dsa[j], dp, j);
 }
@@ -2299,9 +2226,9 @@ __device__ __forceinline__ void dq_hopper_epilogue(const AttentionBackwardParams
 // Outputs are staged in their own shared memory, so the producer may load the next item while the consumers store.
 // Still deterministic: every output written once, by one warp, in a fixed order.
 // The item's fixed operands (K, V in dkdv; Q, dO in dq) stay in shared memory, read by every step's SS wgmmas. Held
-// as register A fragments instead (RS wgmmas, slot handed back at once; tenth session), they gained about 1% at
-// 1x12x16384 where they validated, and ptxas 13.0 miscompiled them: in the dK/dV kernel it packs P^T and dS^T into
-// the very registers that hold K's and V's fragments, which the next step's wgmmas still read (dev/cuda/README.md).
+// as register A fragments instead (RS wgmmas, slot handed back at once), ptxas 13.0 miscompiles them: in the dK/dV
+// kernel it packs P^T and dS^T into the very registers that hold K's and V's fragments, which the next step's wgmmas
+// still read (dev/cuda/README.md).
 
 // dq_accum: the atomic path's fp32 (B * NH, T, HS) accumulator, as a 3-D tensor map for TMA reduce-adds
 struct HopperBackwardTmaMaps { CUtensorMap q, k, v, dout, dq_accum; };
@@ -2387,7 +2314,7 @@ __device__ __forceinline__ void persistent_stop(uint64_t* full, uint64_t* empty,
 // the consumers' item of round `round` (every lane of the warp calls it): kDynamic, the producer's index, there once
 // the item's full barrier completes. Lane 0 reads it and hands it to its warp: where one lane per warp arrives on the
 // empty barrier (the dQ kernel), that arrive orders only lane 0's own read before the producer's next write
-// (compute-sanitizer racecheck flagged the other lanes' reads, twelfth session call 4; 0 hazards since, call 5)
+// (compute-sanitizer racecheck flags the other lanes' reads if they read it themselves)
 template <bool kDynamic>
 __device__ __forceinline__ int persistent_item_index(uint64_t* full, const int* item_w, int round, bool snake) {
     if constexpr (kDynamic) {
@@ -2423,7 +2350,7 @@ __device__ __forceinline__ void dq_order_release(int* order) {
 #endif
 
 // ordered_dq (atomic dQ): the key blocks of a head add into each query block's dQ in a fixed order (deterministic)
-template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kOverlap = false, bool kDynamic = false>
+template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kDynamic = false>
 __global__ void __launch_bounds__(HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>::kThreads, 1)
 attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps,
                                          int section_heads, bool ordered_dq) {
@@ -2515,9 +2442,8 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
             // last row; key block n waits until dq_order (head, query block) = n_max - n and counts itself once its
             // adds have completed. The items go shortest first (key_block_of), so key block n + 1 of the head was
             // taken before n, by a running CTA whose writer goes through its steps in order: no deadlock. And it
-            // started at query block 2n + 2, two steps ahead of n on every query block, so n rarely waits (dev
-            // variant 7: in key order from block 0, the items of a head that start together wait for each other
-            // in a chain, 40% slower). The cost is the tail of shortest-first: the last items are the longest.
+            // started at query block 2n + 2, two steps ahead of n on every query block, so n rarely waits (in key
+            // order from block 0, the items of a head that start together wait for each other in a chain, 40% slower). The cost is the tail of shortest-first: the last items are the longest.
             for (int round = 0; ; round++) {
                 const int buf = round % Tile::kDqBuffers;
                 for (int c = 0; c < kNCWG; c++) mbar_wait(&dq_full[buf * kNCWG + c], (round / Tile::kDqBuffers) & 1);
@@ -2584,7 +2510,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
             mbar_arrive(&dq_full[slot]);  // ... once the writer has seen all 128 arrivals
         };
         mbar_wait(kv_full, item_iter & 1);
-        if constexpr (!kAtomicDq && !kOverlap) {
+        if constexpr (!kAtomicDq) {
             for (int m_block = n_start / kBlockM; m_block < m_blocks; m_block++, stage_iter++) {
                 const int s = stage_iter % kStages;
                 mbar_wait(stage_full(s), (stage_iter / kStages) & 1);
@@ -2592,29 +2518,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                                                        lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
                 mbar_arrive(stage_empty(s));
             }
-        } else if constexpr (!kAtomicDq) {
-            // intra-warpgroup overlap: step j issues its S^T, dP^T and then step j-1's dV, dK, so those two run under
-            // step j's softmax; stage j-1 is handed back once they are done (so the ring needs 3 stages)
-            static_assert(kStages >= 3, "the overlapped steps hold two stages");
-            float st[kBlockM / 2], dpt[kBlockM / 2];
-            uint32_t pa[kBlockM / 16][4], dsa[kBlockM / 16][4];
-            int m_block = n_start / kBlockM, prev = stage_iter % kStages;
-            mbar_wait(stage_full(prev), (stage_iter / kStages) & 1);
-            issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_tile(prev), do_tile(prev));
-            dkdv_p_ds<HS, kBlockM>(st, dpt, pa, dsa, lse2_tile(prev), lse2_tile(prev) + kBlockM, n_start, m_block * kBlockM, warp_row0);
-            for (m_block++, stage_iter++; m_block < m_blocks; m_block++, stage_iter++) {
-                const int s = stage_iter % kStages;
-                mbar_wait(stage_full(s), (stage_iter / kStages) & 1);
-                issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_tile(s), do_tile(s));
-                dkdv_issue_dv_dk<HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_tile(prev), do_tile(prev));
-                dkdv_p_ds<HS, kBlockM, 1>(st, dpt, pa, dsa, lse2_tile(s), lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
-                mbar_arrive(stage_empty(prev));
-                prev = s;
-            }
-            dkdv_issue_dv_dk<HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_tile(prev), do_tile(prev));
-            wgmma_wait<0>();
-            mbar_arrive(stage_empty(prev));
-        } else if constexpr (!kOverlap) {
+        } else {
             // atomic dQ: dQ (64 queries x HS) += dS (64 x 128 keys) K (128 keys x HS) each step. dS^T of both
             // warpgroups goes to shared memory (double-buffered: one barrier a step) while dV, dK run; each warpgroup
             // computes HS / 2 columns of dQ with both operands read transposed, stages them as fp32 TMA boxes, and one
@@ -2637,43 +2541,6 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                 mbar_arrive(stage_empty(s));
                 reduce_add_dq(dq, stage_iter, m_block);
             }
-        } else {
-            // atomic dQ, pipelined: the same GEMMs, but step j issues step j-1's dQ right behind its own S^T and
-            // dP^T, so that dQ runs under step j's softmax, and the warpgroups hand each other their dS^T halves
-            // through named barriers split into an arrive (the writer) and a sync (the reader): neither waits for
-            // the other's softmax. Barrier ds_ready(c, i): warpgroup c's half of step i's dS^T is in ds_buf(i).
-            // The ids alternate with i, so a warpgroup one step ahead cannot arrive twice on one barrier before its
-            // reader has synced (it needs the reader's dS^T of step i to get past step i + 1). ds_buf(i) is
-            // rewritten at step i + 2, after the writer synced on the reader's step i + 1 half, which the reader
-            // wrote after its dQ of step i had completed.
-            auto ds_ready = [&](int c, int i) { return 4 + 2 * c + (i & 1); };
-            float dq[HS / 4];
-            const int m_first = n_start / kBlockM;
-            for (int m_block = m_first; m_block < m_blocks; m_block++, stage_iter++) {
-                const int s = stage_iter % kStages;
-                mbar_wait(stage_full(s), (stage_iter / kStages) & 1);
-                float st[kBlockM / 2], dpt[kBlockM / 2];
-                uint32_t pa[kBlockM / 16][4], dsa[kBlockM / 16][4];
-                issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_tile(s), do_tile(s));
-                if (m_block == m_first) {
-                    dkdv_p_ds<HS, kBlockM>(st, dpt, pa, dsa, lse2_tile(s), lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
-                } else {
-                    named_barrier_sync(ds_ready(1 - cwg, stage_iter - 1), 128 * kNCWG);
-                    issue_dq_from_ds<HS, kBlockN>(dq, ds_buf(stage_iter - 1), k_cols);
-                    dkdv_p_ds<HS, kBlockM, 1>(st, dpt, pa, dsa, lse2_tile(s), lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
-                    reduce_add_dq(dq, stage_iter - 1, m_block - 1);   // dkdv_p_ds waited for it
-                }
-                dkdv_issue_dv_dk<HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_tile(s), do_tile(s));
-                store_ds_t<kBlockM>(ds_buf(stage_iter), dsa, warp_row0);
-                fence_proxy_async();
-                named_barrier_arrive(ds_ready(cwg, stage_iter), 128 * kNCWG);
-                wgmma_wait<0>();
-                mbar_arrive(stage_empty(s));
-            }
-            named_barrier_sync(ds_ready(1 - cwg, stage_iter - 1), 128 * kNCWG);
-            issue_dq_from_ds<HS, kBlockN>(dq, ds_buf(stage_iter - 1), k_cols);
-            wgmma_wait<0>();
-            reduce_add_dq(dq, stage_iter - 1, m_blocks - 1);
         }
         mbar_arrive(kv_empty);
         if constexpr (kAtomicDq) {   // the dK/dV staging overlays the step buffers: the writer has read this
@@ -2695,7 +2562,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kOverlap = false, bool kDynamic = false>
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false>
 __global__ void __launch_bounds__(HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
 attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps,
                                        int section_heads) {
@@ -2783,36 +2650,12 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
         #pragma unroll
         for (int i = 0; i < kDT * 4; i++) dq_acc[i] = 0.0f;
         mbar_wait(qo_full, item_iter & 1);
-        if constexpr (!kOverlap) {
-            for (int i = 0; i < n_blocks; i++, kv_iter++) {
-                const int s = kv_iter % kStages;
-                mbar_wait(kv_full(s), (kv_iter / kStages) & 1);
-                dq_hopper_step<HS, kBlockM, kBlockN>(dq_acc, q_desc, do_desc, k_tile(s), v_tile(s), row_lse2, row_dpsum,
-                                                     n_blocks - 1 - i, m_start, warp_row0);
-                release(kv_empty(s));
-            }
-        } else {
-            // intra-warpgroup overlap, as in the dK/dV kernel: step i issues its S, dP and then step i-1's dQ += dS K
-            static_assert(kStages >= 3, "the overlapped steps hold two stages");
-            float sc[kBlockN / 2], dp[kBlockN / 2];
-            uint32_t dsa[kBlockN / 16][4];
-            int prev = kv_iter % kStages;
-            mbar_wait(kv_full(prev), (kv_iter / kStages) & 1);
-            issue_s_dp<HS, kBlockN, kBlockM>(sc, dp, q_desc, do_desc, k_tile(prev), v_tile(prev));
-            dq_p_ds<HS, kBlockN>(sc, dp, dsa, row_lse2, row_dpsum, n_blocks - 1, m_start, warp_row0);
-            kv_iter++;
-            for (int i = 1; i < n_blocks; i++, kv_iter++) {
-                const int s = kv_iter % kStages;
-                mbar_wait(kv_full(s), (kv_iter / kStages) & 1);
-                issue_s_dp<HS, kBlockN, kBlockM>(sc, dp, q_desc, do_desc, k_tile(s), v_tile(s));
-                dq_issue_dq<HS, kBlockN>(dq_acc, dsa, k_tile(prev));
-                dq_p_ds<HS, kBlockN, 1>(sc, dp, dsa, row_lse2, row_dpsum, n_blocks - 1 - i, m_start, warp_row0);
-                release(kv_empty(prev));
-                prev = s;
-            }
-            dq_issue_dq<HS, kBlockN>(dq_acc, dsa, k_tile(prev));
-            wgmma_wait<0>();
-            release(kv_empty(prev));
+        for (int i = 0; i < n_blocks; i++, kv_iter++) {
+            const int s = kv_iter % kStages;
+            mbar_wait(kv_full(s), (kv_iter / kStages) & 1);
+            dq_hopper_step<HS, kBlockM, kBlockN>(dq_acc, q_desc, do_desc, k_tile(s), v_tile(s), row_lse2, row_dpsum,
+                                                 n_blocks - 1 - i, m_start, warp_row0);
+            release(kv_empty(s));
         }
         release(qo_empty);
         dq_hopper_epilogue<HS>(p, dq_acc, dq_stage, b, h, m_start, warp_row0);
@@ -2861,7 +2704,7 @@ inline HopperBackwardTmaMaps backward_tma_maps(const AttentionBackwardParams& p,
 }
 
 // early_start: launched to overlap the preprocess's tail (programmatic dependent launch)
-template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kOverlap = false, bool kDynamic = false>
+template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kDynamic = false>
 void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false,
                                               bool ordered_dq = false) {
     using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>;
@@ -2873,17 +2716,17 @@ void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, 
         const cuuint32_t box[3] = {32, (cuuint32_t)kBlockM, 1};
         maps.dq_accum = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, backward_scratch(p).dq_accum, dims, strides, box);
     }
-    launch_with_smem_ex<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kOverlap, kDynamic>>(
+    launch_with_smem_ex<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kDynamic>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p, maps,
         persistent_section_heads(p.B * p.NH, p.T, HS), ordered_dq);
 }
 
 // early_start: launched to overlap the dK/dV kernel before it (programmatic dependent launch)
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kOverlap = false, bool kDynamic = false>
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false>
 void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false) {
     using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>;
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockM);
-    launch_with_smem_ex<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kOverlap, kDynamic>>(
+    launch_with_smem_ex<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kDynamic>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p,
         backward_tma_maps(p, Tile::kBlockM, kBlockN), persistent_section_heads(p.B * p.NH, p.T, HS));
 }
@@ -2931,33 +2774,31 @@ void attention_backward_split(const AttentionBackwardParams& p, cudaStream_t str
 }
 
 // the same split, warp-specialised: dK/dV with kKVWG consumer warpgroups (64 keys each) and kKVBlockM-query
-// stages, dQ with kQWG consumer warpgroups (64 query rows each) and kQBlockN-key stages; kStages-deep rings;
-// kOverlap: intra-warpgroup overlap of consecutive steps in both kernels
-template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages, bool kOverlap = false>
+// stages, dQ with kQWG consumer warpgroups (64 query rows each) and kQBlockN-key stages; kStages-deep rings
+template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages>
 void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
     const bool early = backward_early_start();
     if (claimed_schedule(p.T)) {
-        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, kOverlap, true>(p, stream, early);
-        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kOverlap, true>(p, stream, early);
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, true>(p, stream, early);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, true>(p, stream, early);
     } else {
-        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, kOverlap>(p, stream, early);
-        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kOverlap>(p, stream, early);
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages>(p, stream, early);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages>(p, stream, early);
     }
 }
 
 // Hopper atomic path (HS 64 or 128, sm_90a; dev variant 7): preprocess (+ zero dq_accum and dq_order), the
 // warp-specialised dK/dV kernel that also reduce-adds dQ into dq_accum (5 GEMMs a tile pair instead of the split's
 // 7), dQ convert. ordered_dq: the adds into each query block in a fixed order (from the diagonal key block down),
-// deterministic; without it the order varies. kPipelined: each step's dQ is issued in the next step, under its
-// softmax (the kernel's kOverlap)
-template <int HS, int kStages, bool kPipelined = false>
+// deterministic; without it the order varies
+template <int HS, int kStages>
 void attention_backward_atomic_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool ordered_dq) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/true, stream);
     if (claimed_schedule(p.T))
-        launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true, kPipelined, true>(p, stream, backward_early_start(), ordered_dq);
+        launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true, /*kDynamic=*/true>(p, stream, backward_early_start(), ordered_dq);
     else
-        launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true, kPipelined>(p, stream, backward_early_start(), ordered_dq);
+        launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true>(p, stream, backward_early_start(), ordered_dq);
     launch_attention_backward_postprocess<HS>(p, stream);
 }
 
@@ -2975,9 +2816,8 @@ inline bool& attention_backward_nondeterministic() {
 inline bool attention_backward_uses_hopper(int /*HS*/) { return hopper_path_available(); }
 
 // Hopper, HS 128, T >= 8192: the 5-GEMM kernel (dev variant 7) with its dQ adds in a fixed order, deterministic,
-// beats the split there (H100, thirteenth session call 8, bwd ms_med ordered / split: 4x16x8192x128 5.93, 6.03 /
-// 6.39, 6.16; 2x16x8192x128 3.06, 3.06 / 3.17, 3.01) but not below (4x16x4096x128 1.63, 1.63 / 1.52, 1.54;
-// 16x16x2048x128 2.21 / 1.81): there the shortest-first order's tail and the short items cost more than 2 GEMMs
+// beats the split there but not below, where the shortest-first order's tail and the short items cost more than the
+// 2 GEMMs it saves
 inline bool attention_backward_ordered_dq(int T, int HS) { return HS == 128 && T >= 8192 && attention_backward_uses_hopper(HS); }
 
 inline size_t attention_backward_scratch_bytes(int B, int T, int NH, int HS) {
@@ -3015,14 +2855,9 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
     attention_check_supported(B, T, NH, HS);
     AttentionBackwardParams p{dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS};
     if (attention_backward_uses_hopper(HS)) {
-        // warp-specialised split, 2 consumer warpgroups; dev variant 6's best config at every measured shape in the
-        // last call that timed them all (H100, 2026-11-21, sixth session call 1, bwd ms): HS 64 kv128x128+q128x128
-        // (64x12x1024 0.974, 8x12x1024 0.147, 4x12x4096 0.735, 1x12x16384 2.738; the next best 1.031 / 0.149 /
-        // 0.789 / 2.810); HS 128 kv128x64+q128x64 (4x16x8192 6.68, q128x128 6.62 within noise but spills).
-        // Non-deterministic at HS 128: the 5-GEMM kernel with atomic dQ (dev variant 7; its dQ reduce-adds issued by
-        // a writer warp since the twelfth session), H100, call 7, bwd ms_med against the split in alternating
-        // processes: 4x16x8192x128 5.59, 5.59 vs 6.09 and 5.62, 5.65 vs 6.05; 2x16x8192x128 2.70, 2.84 vs 3.03. At
-        // HS 64 it loses (1x12x16384 2.81 vs 2.60, 4x12x4096 0.80 vs 0.70, 64x12x1024 1.14 vs 0.96): the split runs.
+        // warp-specialised split, 2 consumer warpgroups: dev variant 6's best configs, HS 64 kv128x128+q128x128, HS 128
+        // kv128x64+q128x64. Non-deterministic at HS 128: the 5-GEMM kernel with atomic dQ (dev variant 7); at HS 64 it
+        // loses to the split, which runs there either way.
         if (HS == 128 && attention_backward_nondeterministic()) attention_backward_atomic_hopper_ws<128, 2>(p, stream, /*ordered_dq=*/false);
         else if (attention_backward_ordered_dq(T, HS)) attention_backward_atomic_hopper_ws<128, 2>(p, stream, /*ordered_dq=*/true);
         else if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2>(p, stream);
@@ -3033,9 +2868,8 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
         else if (HS == 64) attention_backward_atomic<64, 4, 64>(p, stream);    // dev variant 3, 64x64/4w (57 KB)
         else attention_backward_atomic<128, 4, 64>(p, stream);
     } else {
-        // the fused kernel's dK/dV without dQ + the mma.sync dQ kernel (dev variant 4's wide configs; H100, seventh
-        // session call 10, against the split's kv64x32/4w before: 64x12x1024 1.794 -> 1.720 ms, 8x12x1024 0.230 ->
-        // 0.217, 4x12x4096 1.466 -> 1.280, 1x12x16384 5.590 -> 4.763, 4x16x8192x128 14.66 -> 13.40)
+        // the fused kernel's dK/dV without dQ + the mma.sync dQ kernel (dev variant 4's wide configs); where the fused
+        // kernel's shared memory does not fit, the dK/dV kernel's 64-key config
         if (HS == 64 && attention_backward_fused_fits<64, 2, 2, false>()) attention_backward_split_wide<64, 2, 2, false, 4, 1, 64>(p, stream);
         else if (HS == 128 && attention_backward_fused_fits<128, 2, 2, true>()) attention_backward_split_wide<128, 2, 2, true, 4, 1, 32>(p, stream);
         else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(p, stream);

@@ -80,12 +80,12 @@ static const BackwardVariant kVariants[] = {
     {5, "wgmma_split", 4, {"kv128x64/2wg+q128x64/2wg", "kv64x64/1wg+q64x64/1wg", "kv128x64/2wg+q128x128/2wg", "kv64x128/1wg+q64x128/1wg"},
                           {"kv64x64/1wg+q64x64/1wg", "kv128x64/2wg+q64x64/1wg", "kv128x64/2wg+q128x64/2wg", "kv64x64/1wg+q128x64/2wg"},
                           attention_backward5, attention_backward5_supports, false, true},
-    {6, "wgmma_split_ws", 6, {"kv128x64+q128x64", "kv128x128+q128x128", "kv128x64+q128x128", "kv128x64+q128x64/s3",
-                              "kv128x64+q128x64/s3/ovl", "kv128x128+q128x128/s3"},
-                             {"kv128x64+q128x64", "kv128x64+q128x128", nullptr, nullptr, nullptr, nullptr},
+    {6, "wgmma_split_ws", 5, {"kv128x64+q128x64", "kv128x128+q128x128", "kv128x64+q128x128", "kv128x64+q128x64/s3",
+                              "kv128x128+q128x128/s3"},
+                             {"kv128x64+q128x64", "kv128x64+q128x128", nullptr, nullptr, nullptr},
                              attention_backward6, attention_backward6_supports, false, true},
-    {7, "wgmma_atomic_ws", 5, {"kv128x64/ordered", "kv128x64", "kv128x64/s3", "kv128x64/pipe", "kv128x64/s3/pipe"},
-                              {"kv128x64/ordered", "kv128x64", "kv128x64/pipe", nullptr, nullptr}, attention_backward7, attention_backward7_supports, false, false},
+    {7, "wgmma_atomic_ws", 3, {"kv128x64/ordered", "kv128x64", "kv128x64/s3"},
+                              {"kv128x64/ordered", "kv128x64", nullptr}, attention_backward7, attention_backward7_supports, false, false},
     {8, "fa2_fused_wide", 2, {"128x128/4x2w", "128x128/8x1w"}, {"128x64/4x2w/smem", "128x128/8x1w"}, attention_backward8, attention_backward8_supports, false, false},
 };
 constexpr int kBaselineVariant = 2;
@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
                 for (int cfg = 0; cfg < v->num_configs; cfg++) {
                     const char* cfg_name = s.HS == 64 ? v->configs64[cfg] : v->configs128[cfg];
                     if (!cfg_name) continue;   // fewer configs for this head size
-                    if (!args.wants_config(v->num_configs, cfg_name)) continue;
+                    if (!args.wants_config(v->num_configs, cfg, cfg_name)) continue;
                     if (v->supports && !v->supports(s, cfg)) {
                         printf("variant %d (%s) cfg %s: skipped, shape or GPU not supported\n", v->number, v->name, cfg_name);
                         continue;

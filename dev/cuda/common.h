@@ -12,16 +12,21 @@ THE harness shared by every dev/cuda file (attention_forward.cu, attention_backw
 
 Command line shared by the dev binaries:
   ./attention_forward N|N,M,..|all [--check] [--no-bench] [-b B] [-t T] [-n NH] [-d HS] [--scale S]
-                            [--seed S] [--repeats R] [--shapes bench] [--cfg NAME,NAME..] [--sync-each] [--trace]
+                            [--seed S] [--repeats R] [--shapes bench] [--cfg NAME,NAME..] [--first-config]
+                            [--sync-each] [--trace] [--schedule static|dynamic] [--pdl 0|1]
   N|N,M|all  one variant, a comma list of variants, or every variant
   --check    validate on the acceptance validation set (7 shapes x input scale 1 and 8), no timing
   --no-bench validate the given shape only
   --shapes bench   validate + time on the benchmark shapes (kBenchShapes; the slow naive variant is not timed there)
   --cfg      only the configs with these exact names (variants with a single config always run); nothing else is
              validated, so nothing else is timed
+  --first-config  only each variant's first config (make test: one config per variant)
   --sync-each  synchronise after every timed launch, as sdpa_anchor.py times PyTorch (default: back to back)
   --trace    also print every timed launch's ms in launch order (a TIMES line): is a slow median a few slow
              launches, one of the rotated input sets, or a slowdown over time?
+  --schedule static|dynamic  force the persistent Hopper kernels' round-robin or claimed schedule (A/B runs;
+             by default src picks by T, see claimed_schedule)
+  --pdl 0|1  programmatic dependent launch of the Hopper backward's kernels off / on (default on)
 */
 #pragma once
 #include <algorithm>
@@ -54,7 +59,9 @@ struct HarnessArgs {
     std::vector<int> variants;   // empty = all
     bool wants(int variant) const { return variants.empty() || std::find(variants.begin(), variants.end(), variant) != variants.end(); }
     std::vector<std::string> configs;   // empty = all
-    bool wants_config(int num_configs, const char* name) const {
+    bool first_config = false;          // only config 0 of each variant
+    bool wants_config(int num_configs, int cfg, const char* name) const {
+        if (first_config) return cfg == 0;
         return num_configs == 1 || configs.empty() || std::find(configs.begin(), configs.end(), name) != configs.end();
     }
     bool check = false;          // the validation set, no timing
@@ -84,7 +91,7 @@ inline std::vector<std::string> split_commas(const std::string& list) {
 
 inline HarnessArgs parse_harness_args(int argc, char** argv) {
     HarnessArgs a;
-    if (argc < 2) { fprintf(stderr, "usage: %s N|all [--check] [--no-bench] [-b B] [-t T] [-n NH] [-d HS] [--scale S] [--seed S] [--repeats R] [--shapes bench] [--cfg NAME,..] [--sync-each] [--trace]\n", argv[0]); exit(EXIT_FAILURE); }
+    if (argc < 2) { fprintf(stderr, "usage: %s N|all [--check] [--no-bench] [-b B] [-t T] [-n NH] [-d HS] [--scale S] [--seed S] [--repeats R] [--shapes bench] [--cfg NAME,..] [--first-config] [--sync-each] [--trace] [--schedule static|dynamic] [--pdl 0|1]\n", argv[0]); exit(EXIT_FAILURE); }
     if (strcmp(argv[1], "all") != 0)
         for (const std::string& v : split_commas(argv[1])) a.variants.push_back(atoi(v.c_str()));
     for (int i = 2; i < argc; i++) {
@@ -100,6 +107,13 @@ inline HarnessArgs parse_harness_args(int argc, char** argv) {
         else if (f == "--seed") a.seed = strtoull(next(), nullptr, 10);
         else if (f == "--repeats") a.repeats = atoi(next());
         else if (f == "--cfg") a.configs = split_commas(next());
+        else if (f == "--first-config") a.first_config = true;
+        else if (f == "--schedule") {
+            const std::string v = next();
+            if (v != "static" && v != "dynamic") { fprintf(stderr, "--schedule takes static or dynamic\n"); exit(EXIT_FAILURE); }
+            attention_tuning().schedule = v == "static" ? AttentionTuning::kRoundRobin : AttentionTuning::kClaimed;
+        }
+        else if (f == "--pdl") attention_tuning().pdl = atoi(next()) != 0;
         else if (f == "--sync-each") timing_sync_each() = true;
         else if (f == "--trace") timing_trace() = true;
         else if (f == "--shapes") { if (strcmp(next(), "bench") != 0) { fprintf(stderr, "--shapes takes 'bench'\n"); exit(EXIT_FAILURE); } a.bench_shapes = true; }

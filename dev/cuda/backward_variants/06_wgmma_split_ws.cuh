@@ -62,8 +62,7 @@ void attention_backward6(const AttentionBackwardParams& p, int config, cudaStrea
             case 1: attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2>(p, stream); break;   // kv128x128 + q128x128
             case 2: attention_backward_split_hopper_ws<64, 2, 64, 2, 128, 2>(p, stream); break;    // kv128x64 + q128x128
             case 3: attention_backward_split_hopper_ws<64, 2, 64, 2, 64, 3>(p, stream); break;     // kv128x64 + q128x64, 3 stages
-            case 4: attention_backward_split_hopper_ws<64, 2, 64, 2, 64, 3, true>(p, stream); break;   // the same, overlapped steps
-            case 5: attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 3>(p, stream); break;   // kv128x128 + q128x128, 3 stages
+            case 4: attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 3>(p, stream); break;   // kv128x128 + q128x128, 3 stages
         }
     } else {
         switch (config) {

@@ -58,11 +58,8 @@ void attention_backward7(const AttentionBackwardParams& p, int config, cudaStrea
         switch (config) {
             case 0: case 1: attention_backward_atomic_hopper_ws<64, 2>(p, stream, ordered); break;
             case 2: attention_backward_atomic_hopper_ws<64, 3>(p, stream, false); break;
-            case 3: attention_backward_atomic_hopper_ws<64, 2, true>(p, stream, false); break;
-            case 4: attention_backward_atomic_hopper_ws<64, 3, true>(p, stream, false); break;
         }
     } else {
-        if (config <= 1) attention_backward_atomic_hopper_ws<128, 2>(p, stream, ordered);
-        else attention_backward_atomic_hopper_ws<128, 2, true>(p, stream, false);
+        attention_backward_atomic_hopper_ws<128, 2>(p, stream, ordered);
     }
 }
