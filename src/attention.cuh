@@ -542,8 +542,9 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
 
 struct HopperTmaMaps { CUtensorMap q, k, v; };   // passed as a __grid_constant__ kernel argument
 
-template <int HS, int kNCWG, int kBlockN, int kStages>
+template <int HS, int kNCWG_, int kBlockN_, int kStages_>
 struct HopperWsTile {
+    static constexpr int kHeadSize = HS, kNCWG = kNCWG_, kBlockN = kBlockN_, kStages = kStages_;
     static constexpr int kBlockM = 64 * kNCWG, kThreads = 128 * (kNCWG + 1);
     static constexpr int kQBytes = kBlockM * HS * 2, kTileBytes = kBlockN * HS * 2;
     // two Q slots where they fit (not HS 128 with 128-key tiles and a 3-deep ring), so the next work item's Q
@@ -636,146 +637,147 @@ inline bool claimed_schedule(int T) {
 // after all three).
 inline bool backward_early_start() { return attention_tuning().pdl; }
 
-// kCluster = 2 (HS 128): the CTAs of a cluster pair take two neighbouring query blocks of one head, the upper one
-// (rank 0, the pair's longest) and the one below it (rank 1), and share one K/V walk: each CTA's producer loads one
-// of the two 64-column boxes of every K and V tile, multicast into both CTAs, so each byte leaves L2 once for two
-// query blocks. Every K/V slot is released by the consumer warps of both CTAs (remote mbarrier arrives). The walk
-// is the upper block's (kBlockM = kBlockN: one tile more than the lower block's, its diagonal, which rank 1 waits
-// for and releases without computing). Needs an even number of query blocks (the launcher checks).
-// kDynamic: items past the first round claimed from a counter (see persistent_claim); in a pair rank 0 claims and
-// hands each index to rank 1 through its shared memory.
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false>
-__global__ void __launch_bounds__(HopperWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
-attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_constant__ HopperTmaMaps maps, int section_heads) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    static_assert(HS == 64 || HS == 128, "head size 64 or 128");
-    static_assert(kStages >= 2, "V_{j-1} and K_j are in flight together");
-    static_assert(!kPingPong || kNCWG >= 2, "ping-pong needs two consumer warpgroups");
-    using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages>;
-    constexpr int kBlockM = Tile::kBlockM;
-    static_assert(kCluster == 1 || (kCluster == 2 && HS == 128 && kBlockN == kBlockM), "pairs split HS 128's two column boxes");
+// The warp-specialised forward's shared memory, carved once: Q slots, K and V rings, O staging, then the mbarriers
+// and the claimed schedule's hand-over slots
+template <class Tile>
+struct ForwardWsSmem {
+    uint8_t *q, *k, *v, *o;   // [kQSlots] (kBlockM, HS), [kStages] (kBlockN, HS) twice: swizzle_wgmma; O: swizzle<HS>
+    uint64_t *q_full, *q_empty, *k_full, *k_empty, *v_full, *v_empty;
+    uint64_t *hand_full, *hand_empty;   // kDynamic (Tile::kDynamicBytes): rank 0 of a pair hands rank 1 each item
+    int *item_w, *hand_w;               // each Q slot's item, for the consumers; the index the peer wrote
+    __device__ __forceinline__ explicit ForwardWsSmem(uint8_t* smem) {
+        q = smem;
+        k = q + Tile::kQSlots * Tile::kQBytes;
+        v = k + Tile::kStages * Tile::kTileBytes;
+        o = v + Tile::kStages * Tile::kTileBytes;   // kStageO: each warp stages its 16 rows
+        uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Tile::kBarOffset);
+        q_full = bars;
+        q_empty = bars + Tile::kQSlots;
+        k_full = bars + 2 * Tile::kQSlots;
+        k_empty = k_full + Tile::kStages;
+        v_full = k_empty + Tile::kStages;
+        v_empty = v_full + Tile::kStages;
+        hand_full = v_empty + Tile::kStages;
+        hand_empty = hand_full + Tile::kQSlots;
+        item_w = reinterpret_cast<int*>(hand_empty + Tile::kQSlots);
+        hand_w = item_w + Tile::kQSlots;
+    }
+};
+
+// The work items both roles walk. An item is kCluster neighbouring query blocks of one head, one per CTA of the
+// cluster. Query block m holds rows block_start(m) .. + kBlockM - 1. Where the blocks are not the key tiles (192 rows,
+// 3 consumer warpgroups) they are counted back from T: a ragged block is then the first (rows below 0 load as zeros,
+// see nothing and are not stored), a one-tile item, instead of the last, the longest, whose every tile two of the
+// three warpgroups would compute for nothing.
+template <int kBlockM, int kBlockN, int kCluster>
+struct ForwardWsWalk {
+    int T, NH, num_bh, num_m_blocks, num_ranks, num_items, section_heads, cta_rank;
+    bool snake;   // see persistent_work
+    __device__ __forceinline__ ForwardWsWalk(const AttentionForwardParams& p, int section_heads_)
+        : T(p.T), NH(p.NH), num_bh(p.B * p.NH), num_m_blocks(ceil_div(p.T, kBlockM)), num_ranks(num_m_blocks / kCluster),
+          num_items(num_ranks * num_bh), section_heads(section_heads_), cta_rank(kCluster > 1 ? cluster_cta_rank() : 0),
+          snake(section_heads_ >= num_bh) {}
+    __device__ __forceinline__ int block_start(int m_block) const {
+        return kBlockM != kBlockN ? T - (num_m_blocks - m_block) * kBlockM : m_block * kBlockM;
+    }
+    __device__ __forceinline__ int work(int round) const {   // the round-robin walk's item of round `round`
+        return persistent_work(round, snake, (int)blockIdx.x / kCluster, (int)gridDim.x / kCluster);
+    }
+};
+
+// The producer (one thread): per work item, its Q into the next Q slot, then its K/V walk into the ring, the diagonal
+// tile first; with kDynamic the items past the first round are claimed (by rank 0 of a pair, which hands each index
+// to rank 1), and an index past the items tells the consumers to stop.
+template <class Tile, int kCluster, bool kDynamic>
+__device__ __forceinline__ void forward_ws_producer(const ForwardWsSmem<Tile>& sm, const HopperTmaMaps& maps,
+                                                    const ForwardWsWalk<Tile::kBlockM, Tile::kBlockN, kCluster>& walk) {
+    constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
+    constexpr int kCB = Tile::kHeadSize / 64;   // 64-column blocks of a tile (swizzle_wgmma): one TMA box each
+    const int T = walk.T, NH = walk.NH, cta_rank = walk.cta_rank, num_items = walk.num_items;
+    uint8_t *q_smem = sm.q, *k_smem = sm.k, *v_smem = sm.v;
+    uint64_t *q_full = sm.q_full, *q_empty = sm.q_empty, *k_full = sm.k_full, *k_empty = sm.k_empty;
+    uint64_t *v_full = sm.v_full, *v_empty = sm.v_empty, *hand_full = sm.hand_full, *hand_empty = sm.hand_empty;
+    int *item_w = sm.item_w, *hand_w = sm.hand_w;
+    const int num_m_blocks = walk.num_m_blocks, num_ranks = walk.num_ranks, num_bh = walk.num_bh, section_heads = walk.section_heads;
+        int kv_iter = 0;
+        auto load_item = [&](int w, int tile_iter) {   // its Q into slot tile_iter % kQSlots, then its K/V walk
+            const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
+            const int m_top = num_m_blocks - 1 - kCluster * item.rank;   // the item's upper block: its walk is the ring's
+            const int m_block = m_top - cta_rank, b = item.bh / NH, h = item.bh % NH;
+            const int m_start = walk.block_start(m_block);
+            const int n_blocks = min(ceil_div(walk.block_start(m_top) + kBlockM, kBlockN), ceil_div(T, kBlockN));
+            const int qslot = tile_iter % Tile::kQSlots;
+            mbar_wait(&q_empty[qslot], ((tile_iter / Tile::kQSlots) & 1) ^ 1);   // the slot's last S has read Q
+            mbar_arrive_expect_tx(&q_full[qslot], Tile::kQBytes);
+            for (int c = 0; c < kCB; c++)
+                tma_load_4d(q_smem + qslot * Tile::kQBytes + c * kBlockM * 128, &maps.q, &q_full[qslot], 64 * c, h, m_start, b);
+            for (int i = 0; i < n_blocks; i++, kv_iter++) {   // the diagonal tile first, as the consumers walk
+                const int slot = kv_iter % kStages, phase = (kv_iter / kStages) & 1;
+                const int key0 = (n_blocks - 1 - i) * kBlockN;
+                mbar_wait(&k_empty[slot], phase ^ 1);
+                mbar_arrive_expect_tx(&k_full[slot], Tile::kTileBytes);   // with kCluster 2: half from the peer
+                for (int c = 0; c < kCB; c++) {
+                    uint8_t* dst = k_smem + slot * Tile::kTileBytes + c * kBlockN * 128;
+                    if constexpr (kCluster == 1) tma_load_4d(dst, &maps.k, &k_full[slot], 64 * c, h, key0, b);
+                    else if (c == cta_rank) tma_load_4d_multicast(dst, &maps.k, &k_full[slot], 0x3, 64 * c, h, key0, b);
+                }
+                mbar_wait(&v_empty[slot], phase ^ 1);
+                mbar_arrive_expect_tx(&v_full[slot], Tile::kTileBytes);
+                for (int c = 0; c < kCB; c++) {
+                    uint8_t* dst = v_smem + slot * Tile::kTileBytes + c * kBlockN * 128;
+                    if constexpr (kCluster == 1) tma_load_4d(dst, &maps.v, &v_full[slot], 64 * c, h, key0, b);
+                    else if (c == cta_rank) tma_load_4d_multicast(dst, &maps.v, &v_full[slot], 0x3, 64 * c, h, key0, b);
+                }
+            }
+        };
+        if constexpr (!kDynamic) {
+            int tile_iter = 0;
+            for (int w = walk.work(tile_iter); w < num_items; w = walk.work(++tile_iter)) load_item(w, tile_iter);
+        } else {
+            const int unit = (int)blockIdx.x / kCluster, units = (int)gridDim.x / kCluster;
+            int w = unit;
+            for (int tile_iter = 0; ; tile_iter++) {
+                if (tile_iter > 0) {   // the next item: rank 0 claims it and hands it to rank 1
+                    if (cta_rank == 0) w = persistent_claim(kCounterForward, units);
+                    if constexpr (kCluster > 1) {
+                        const int hslot = (tile_iter - 1) % Tile::kQSlots, hphase = ((tile_iter - 1) / Tile::kQSlots) & 1;
+                        if (cta_rank == 0) {
+                            mbar_wait(&hand_empty[hslot], hphase ^ 1);   // rank 1 has read the slot's last index
+                            st_shared_remote(&hand_w[hslot], 1, w);
+                            mbar_arrive_remote_release(&hand_full[hslot], 1);
+                        } else {
+                            mbar_wait<true>(&hand_full[hslot], hphase);
+                            w = hand_w[hslot];
+                            mbar_arrive_remote(&hand_empty[hslot], 0);
+                        }
+                    }
+                }
+                const int qslot = tile_iter % Tile::kQSlots;
+                mbar_wait(&q_empty[qslot], ((tile_iter / Tile::kQSlots) & 1) ^ 1);
+                item_w[qslot] = w;   // the consumers read it once q_full completes
+                if (w >= num_items) { mbar_arrive(&q_full[qslot]); break; }
+                load_item(w, tile_iter);
+            }
+            if (cta_rank == 0) persistent_claims_done(kCounterForward, units);
+        }
+}
+
+// A consumer warpgroup (cwg: query rows 64 cwg .. 64 cwg + 63 of each block): per work item, the intra-warpgroup
+// overlap loop over its K/V tiles, then the epilogue.
+template <class Tile, bool kPingPong, int kCluster, bool kDynamic>
+__device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams& p, const ForwardWsSmem<Tile>& sm,
+                                                    const ForwardWsWalk<Tile::kBlockM, Tile::kBlockN, kCluster>& walk, int cwg) {
+    constexpr int HS = Tile::kHeadSize, kNCWG = Tile::kNCWG, kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
     constexpr int kNT = kBlockN / 8;      // n8 column groups of S per thread
     constexpr int kPS = kBlockN / 16;     // k16 steps of P V
     constexpr int kDT = HS / 8;           // n8 column groups of O
-    constexpr int kCB = HS / 64;          // 64-column blocks of a tile (swizzle_wgmma): one TMA box each
-    extern __shared__ __align__(1024) uint8_t smem_raw[];
-    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    uint8_t* q_smem = smem;                                    // [kQSlots] (kBlockM, HS) swizzle_wgmma
-    uint8_t* k_smem = q_smem + Tile::kQSlots * Tile::kQBytes;  // [kStages] (kBlockN, HS) swizzle_wgmma
-    uint8_t* v_smem = k_smem + kStages * Tile::kTileBytes;     // [kStages] (kBlockN, HS) swizzle_wgmma
-    uint8_t* o_smem = v_smem + kStages * Tile::kTileBytes;     // kStageO: (kBlockM, HS) swizzle<HS>, each warp stages its 16 rows
-    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Tile::kBarOffset);
-    uint64_t* q_full = bars;
-    uint64_t* q_empty = bars + Tile::kQSlots;
-    uint64_t* k_full = bars + 2 * Tile::kQSlots;
-    uint64_t* k_empty = k_full + kStages;
-    uint64_t* v_full = k_empty + kStages;
-    uint64_t* v_empty = v_full + kStages;
-    uint64_t* hand_full = v_empty + kStages;                  // kDynamic (Tile::kDynamicBytes)
-    uint64_t* hand_empty = hand_full + Tile::kQSlots;
-    int* item_w = reinterpret_cast<int*>(hand_empty + Tile::kQSlots);
-    int* hand_w = item_w + Tile::kQSlots;
-    constexpr int kConsumerWarps = 4 * kNCWG;   // every consumer warp arrives once on an empty barrier
-
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < Tile::kQSlots; s++) { mbar_init(&q_full[s], 1); mbar_init(&q_empty[s], kConsumerWarps); }
-        if constexpr (kDynamic)
-            for (int s = 0; s < Tile::kQSlots; s++) { mbar_init(&hand_full[s], 1); mbar_init(&hand_empty[s], 1); }
-        for (int s = 0; s < kStages; s++) {
-            mbar_init(&k_full[s], 1); mbar_init(&k_empty[s], kConsumerWarps * kCluster);
-            mbar_init(&v_full[s], 1); mbar_init(&v_empty[s], kConsumerWarps * kCluster);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");   // visible to the async (TMA) proxy
-    }
-    if constexpr (kCluster > 1) cluster_sync();   // the peer's barriers exist before anything reaches them
-    else __syncthreads();
-
-    const int T = p.T, NH = p.NH, num_bh = p.B * p.NH;
-    // a work item: kCluster neighbouring query blocks of one head, one per CTA of the cluster
-    const int num_m_blocks = ceil_div(T, kBlockM), num_ranks = num_m_blocks / kCluster, num_items = num_ranks * num_bh;
-    // Query block m holds rows block_start(m) .. + kBlockM - 1. Where the blocks are not the key tiles (192 rows, 3
-    // consumer warpgroups) they are counted back from T: a ragged block is then the first (rows below 0 load as
-    // zeros, see nothing and are not stored), a one-tile item, instead of the last, the longest, whose every tile
-    // two of the three warpgroups would compute for nothing (T = 1024: 27 tiles a head instead of 32).
-    constexpr bool kAlignEnd = kBlockM != kBlockN;
-    auto block_start = [&](int m_block) { return kAlignEnd ? T - (num_m_blocks - m_block) * kBlockM : m_block * kBlockM; };
-    const bool snake = section_heads >= num_bh;   // see persistent_work
-    const int wg = threadIdx.x / 128;
-    const int cta_rank = kCluster > 1 ? cluster_cta_rank() : 0;
-    auto work = [&](int round) { return persistent_work(round, snake, (int)blockIdx.x / kCluster, (int)gridDim.x / kCluster); };
-
-    if (wg == 0) {   // ---- producer
-        setmaxnreg_dec<Tile::kProducerRegs>();
-        if (threadIdx.x == 0) {
-            int kv_iter = 0;
-            auto load_item = [&](int w, int tile_iter) {   // its Q into slot tile_iter % kQSlots, then its K/V walk
-                const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
-                const int m_top = num_m_blocks - 1 - kCluster * item.rank;   // the item's upper block: its walk is the ring's
-                const int m_block = m_top - cta_rank, b = item.bh / NH, h = item.bh % NH;
-                const int m_start = block_start(m_block);
-                const int n_blocks = min(ceil_div(block_start(m_top) + kBlockM, kBlockN), ceil_div(T, kBlockN));
-                const int qslot = tile_iter % Tile::kQSlots;
-                mbar_wait(&q_empty[qslot], ((tile_iter / Tile::kQSlots) & 1) ^ 1);   // the slot's last S has read Q
-                mbar_arrive_expect_tx(&q_full[qslot], Tile::kQBytes);
-                for (int c = 0; c < kCB; c++)
-                    tma_load_4d(q_smem + qslot * Tile::kQBytes + c * kBlockM * 128, &maps.q, &q_full[qslot], 64 * c, h, m_start, b);
-                for (int i = 0; i < n_blocks; i++, kv_iter++) {   // the diagonal tile first, as the consumers walk
-                    const int slot = kv_iter % kStages, phase = (kv_iter / kStages) & 1;
-                    const int key0 = (n_blocks - 1 - i) * kBlockN;
-                    mbar_wait(&k_empty[slot], phase ^ 1);
-                    mbar_arrive_expect_tx(&k_full[slot], Tile::kTileBytes);   // with kCluster 2: half from the peer
-                    for (int c = 0; c < kCB; c++) {
-                        uint8_t* dst = k_smem + slot * Tile::kTileBytes + c * kBlockN * 128;
-                        if constexpr (kCluster == 1) tma_load_4d(dst, &maps.k, &k_full[slot], 64 * c, h, key0, b);
-                        else if (c == cta_rank) tma_load_4d_multicast(dst, &maps.k, &k_full[slot], 0x3, 64 * c, h, key0, b);
-                    }
-                    mbar_wait(&v_empty[slot], phase ^ 1);
-                    mbar_arrive_expect_tx(&v_full[slot], Tile::kTileBytes);
-                    for (int c = 0; c < kCB; c++) {
-                        uint8_t* dst = v_smem + slot * Tile::kTileBytes + c * kBlockN * 128;
-                        if constexpr (kCluster == 1) tma_load_4d(dst, &maps.v, &v_full[slot], 64 * c, h, key0, b);
-                        else if (c == cta_rank) tma_load_4d_multicast(dst, &maps.v, &v_full[slot], 0x3, 64 * c, h, key0, b);
-                    }
-                }
-            };
-            if constexpr (!kDynamic) {
-                int tile_iter = 0;
-                for (int w = work(tile_iter); w < num_items; w = work(++tile_iter)) load_item(w, tile_iter);
-            } else {
-                const int unit = (int)blockIdx.x / kCluster, units = (int)gridDim.x / kCluster;
-                int w = unit;
-                for (int tile_iter = 0; ; tile_iter++) {
-                    if (tile_iter > 0) {   // the next item: rank 0 claims it and hands it to rank 1
-                        if (cta_rank == 0) w = persistent_claim(kCounterForward, units);
-                        if constexpr (kCluster > 1) {
-                            const int hslot = (tile_iter - 1) % Tile::kQSlots, hphase = ((tile_iter - 1) / Tile::kQSlots) & 1;
-                            if (cta_rank == 0) {
-                                mbar_wait(&hand_empty[hslot], hphase ^ 1);   // rank 1 has read the slot's last index
-                                st_shared_remote(&hand_w[hslot], 1, w);
-                                mbar_arrive_remote_release(&hand_full[hslot], 1);
-                            } else {
-                                mbar_wait<true>(&hand_full[hslot], hphase);
-                                w = hand_w[hslot];
-                                mbar_arrive_remote(&hand_empty[hslot], 0);
-                            }
-                        }
-                    }
-                    const int qslot = tile_iter % Tile::kQSlots;
-                    mbar_wait(&q_empty[qslot], ((tile_iter / Tile::kQSlots) & 1) ^ 1);
-                    item_w[qslot] = w;   // the consumers read it once q_full completes
-                    if (w >= num_items) { mbar_arrive(&q_full[qslot]); break; }
-                    load_item(w, tile_iter);
-                }
-                if (cta_rank == 0) persistent_claims_done(kCounterForward, units);
-            }
-        }
-        if constexpr (kCluster > 1) cluster_sync();   // matches the consumers' (see the end)
-        return;
-    }
-
-    // ---- consumers
-    setmaxnreg_inc<Tile::kConsumerRegs>();
-    const int cwg = wg - 1;   // consumer warpgroup 0 .. kNCWG - 1: query rows 64 cwg .. 64 cwg + 63 of the tile
+    const int T = walk.T, NH = walk.NH, cta_rank = walk.cta_rank, num_items = walk.num_items;
+    const int num_m_blocks = walk.num_m_blocks, num_ranks = walk.num_ranks, num_bh = walk.num_bh, section_heads = walk.section_heads;
+    uint8_t *q_smem = sm.q, *k_smem = sm.k, *v_smem = sm.v, *o_smem = sm.o;
+    uint64_t *q_full = sm.q_full, *q_empty = sm.q_empty, *k_full = sm.k_full, *k_empty = sm.k_empty;
+    uint64_t *v_full = sm.v_full, *v_empty = sm.v_empty;
+    const int* item_w = sm.item_w;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
     const int warp_row0 = cwg * 64 + (warp % 4) * 16;   // this warp's 16 rows of the tile
@@ -879,7 +881,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
                 if (lane == 0) w = item_w[round % Tile::kQSlots];
                 return __shfl_sync(0xffffffffu, w, 0);
             } else {
-                return work(round);
+                return walk.work(round);
             }
         };
         skip_upper_diagonal();
@@ -893,7 +895,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
         for (int w = item_of(tile_iter); w < num_items; w = item_of(++tile_iter)) {
             const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
             const int m_block = num_m_blocks - 1 - kCluster * item.rank - cta_rank, b = item.bh / NH, h = item.bh % NH;
-            const int m_start = block_start(m_block);
+            const int m_start = walk.block_start(m_block);
             const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
             const int qslot = tile_iter % Tile::kQSlots;
             bool has_next = false;
@@ -985,6 +987,57 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
     };
     if (kHalfDiag && cwg == 0) consumer(std::true_type{});
     else consumer(std::false_type{});
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// kCluster = 2 (HS 128): the CTAs of a cluster pair take two neighbouring query blocks of one head, the upper one
+// (rank 0, the pair's longest) and the one below it (rank 1), and share one K/V walk: each CTA's producer loads one
+// of the two 64-column boxes of every K and V tile, multicast into both CTAs, so each byte leaves L2 once for two
+// query blocks. Every K/V slot is released by the consumer warps of both CTAs (remote mbarrier arrives). The walk
+// is the upper block's (kBlockM = kBlockN: one tile more than the lower block's, its diagonal, which rank 1 waits
+// for and releases without computing). Needs an even number of query blocks (the launcher checks).
+// kDynamic: items past the first round claimed from a counter (see persistent_claim); in a pair rank 0 claims and
+// hands each index to rank 1 through its shared memory.
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false>
+__global__ void __launch_bounds__(HopperWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
+attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_constant__ HopperTmaMaps maps, int section_heads) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(HS == 64 || HS == 128, "head size 64 or 128");
+    static_assert(kStages >= 2, "V_{j-1} and K_j are in flight together");
+    static_assert(!kPingPong || kNCWG >= 2, "ping-pong needs two consumer warpgroups");
+    using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages>;
+    constexpr int kBlockM = Tile::kBlockM;
+    static_assert(kCluster == 1 || (kCluster == 2 && HS == 128 && kBlockN == kBlockM), "pairs split HS 128's two column boxes");
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    const ForwardWsSmem<Tile> sm(smem);
+    constexpr int kConsumerWarps = 4 * kNCWG;   // every consumer warp arrives once on an empty barrier
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < Tile::kQSlots; s++) { mbar_init(&sm.q_full[s], 1); mbar_init(&sm.q_empty[s], kConsumerWarps); }
+        if constexpr (kDynamic)
+            for (int s = 0; s < Tile::kQSlots; s++) { mbar_init(&sm.hand_full[s], 1); mbar_init(&sm.hand_empty[s], 1); }
+        for (int s = 0; s < kStages; s++) {
+            mbar_init(&sm.k_full[s], 1); mbar_init(&sm.k_empty[s], kConsumerWarps * kCluster);
+            mbar_init(&sm.v_full[s], 1); mbar_init(&sm.v_empty[s], kConsumerWarps * kCluster);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");   // visible to the async (TMA) proxy
+    }
+    if constexpr (kCluster > 1) cluster_sync();   // the peer's barriers exist before anything reaches them
+    else __syncthreads();
+    const ForwardWsWalk<kBlockM, kBlockN, kCluster> walk(p, section_heads);
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {   // ---- producer
+        setmaxnreg_dec<Tile::kProducerRegs>();
+        if (threadIdx.x == 0) forward_ws_producer<Tile, kCluster, kDynamic>(sm, maps, walk);
+        if constexpr (kCluster > 1) cluster_sync();   // matches the consumers' (see the end)
+        return;
+    }
+
+    // ---- consumers
+    setmaxnreg_inc<Tile::kConsumerRegs>();
+    forward_ws_consumer<Tile, kPingPong, kCluster, kDynamic>(p, sm, walk, /*cwg=*/wg - 1);
     if constexpr (kCluster > 1) cluster_sync();   // no CTA leaves while its peer may still arrive on its barriers
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
