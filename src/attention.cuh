@@ -2289,8 +2289,10 @@ struct HopperBackwardTmaMaps { CUtensorMap q, k, v, dout, dq_accum; };
 // kAtomicDq: the dK/dV kernel also computes dQ (see its consumer loop): 2 consumer warpgroups, 64-query stages, and
 // step buffers (dS^T twice, each warpgroup's dQ half twice) in the dK/dV staging's memory, the stages' statistics
 // apart from them (so two dQ buffers fit at HS 128), and the dQ writer's barriers (see the kernel)
-template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false>
+template <int HS, int kNCWG_, int kBlockM_, int kStages_, bool kAtomicDq_ = false>
 struct HopperBackwardKVWsTile {
+    static constexpr int kHeadSize = HS, kNCWG = kNCWG_, kBlockM = kBlockM_, kStages = kStages_;
+    static constexpr bool kAtomicDq = kAtomicDq_;
     static constexpr int kBlockN = 64 * kNCWG, kThreads = 128 * (kNCWG + 1);
     static constexpr int kKVBytes = kBlockN * HS * 2, kQBytes = kBlockM * HS * 2;
     static constexpr int kStatBytes = 2 * kBlockM * 4;                   // lse2, D
@@ -2402,6 +2404,144 @@ __device__ __forceinline__ void dq_order_release(int* order) {
 }
 #endif
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The warp-specialised dK/dV kernel's shared memory, carved once: K, V, the stages (Q, dO and their rows' lse2, D),
+// the dK/dV staging (atomic dQ: overlaid by the dS^T and dQ step buffers), then the mbarriers, the item index and the
+// dQ buffers' destinations
+template <class Tile>
+struct DkdvWsSmem {
+    static constexpr int kStages = Tile::kStages, kNCWG = Tile::kNCWG, kBlockM = Tile::kBlockM;
+    uint8_t *k, *v, *stage;   // (kBlockN, HS) twice, [kStages] Q, dO, lse2, D: swizzle_wgmma
+    float* stat;              // atomic dQ: [kStages] lse2, D
+    uint8_t *dk_stage, *dv_stage, *ds, *dq;   // swizzle<HS>; atomic dQ: [2] dS^T, then [kDqBuffers][kNCWG] dQ
+    uint64_t *bars, *kv_full, *kv_empty;      // pairs (full, empty): K/V, then the stages
+    int* item_w;                              // kDynamic: the item's index, with its K/V
+    // atomic dQ: dQ buffer (buffer, warpgroup) = slot buffer * kNCWG + cwg; full: its 128 threads have staged it,
+    // empty: the writer's reduce-add has read it; dq_at: where it goes
+    uint64_t *dq_full, *dq_empty;
+    DqStep* dq_at;
+    __device__ __forceinline__ explicit DkdvWsSmem(uint8_t* smem) {
+        k = smem;
+        v = k + Tile::kKVBytes;
+        stage = v + Tile::kKVBytes;
+        stat = reinterpret_cast<float*>(stage + kStages * Tile::kStageBytes);
+        dk_stage = stage + kStages * Tile::kStageBytes + Tile::kStatRegion;
+        dv_stage = dk_stage + Tile::kKVBytes;
+        ds = dk_stage;
+        dq = ds + 2 * Tile::kDsBytes;
+        bars = reinterpret_cast<uint64_t*>(smem + Tile::kBarOffset);
+        kv_full = bars;
+        kv_empty = bars + 1;
+        item_w = reinterpret_cast<int*>(bars + 2 + 2 * kStages);
+        dq_full = bars + 3 + 2 * kStages;
+        dq_empty = dq_full + Tile::kDqBuffers * kNCWG;
+        dq_at = reinterpret_cast<DqStep*>(dq_empty + Tile::kDqBuffers * kNCWG);
+    }
+    __device__ __forceinline__ uint64_t* stage_full(int s) const { return bars + 2 + 2 * s; }
+    __device__ __forceinline__ uint64_t* stage_empty(int s) const { return bars + 3 + 2 * s; }
+    __device__ __forceinline__ uint8_t* q_tile(int s) const { return stage + s * Tile::kStageBytes; }
+    __device__ __forceinline__ uint8_t* do_tile(int s) const { return stage + s * Tile::kStageBytes + Tile::kQBytes; }
+    __device__ __forceinline__ float* lse2_tile(int s) const {
+        if constexpr (Tile::kAtomicDq) return stat + s * 2 * kBlockM;
+        else return reinterpret_cast<float*>(stage + s * Tile::kStageBytes + 2 * Tile::kQBytes);
+    }
+};
+// The work items of the dK/dV kernels: (key block, head), rank 0 = key block 0, the longest item; ordered_dq: the
+// shortest first (see the dQ writer)
+template <class Tile>
+struct DkdvWsWalk {
+    int T, NH, Tp, num_bh, num_n_blocks, num_items, m_blocks, section_heads;
+    bool snake, ordered_dq;
+    __device__ __forceinline__ DkdvWsWalk(const AttentionBackwardParams& p, int section_heads_, bool ordered_dq_)
+        : T(p.T), NH(p.NH), Tp(bwd_padded_T(p.T)), num_bh(p.B * p.NH), num_n_blocks(ceil_div(p.T, Tile::kBlockN)),
+          num_items(num_n_blocks * num_bh), m_blocks(ceil_div(p.T, Tile::kBlockM)), section_heads(section_heads_),
+          snake(section_heads_ >= num_bh), ordered_dq(ordered_dq_) {}
+    __device__ __forceinline__ int key_block_of(int rank) const { return Tile::kAtomicDq && ordered_dq ? num_n_blocks - 1 - rank : rank; }
+};
+
+// The dK/dV kernel's producer (one thread): per item its K, V once, then a ring of stages of Q, dO (TMA) and their
+// rows' lse2, D (1-D bulk copies of kBlockM floats: rows padded to kBwdRowPad, always in bounds)
+template <class Tile, bool kDynamic>
+__device__ __forceinline__ void dkdv_ws_producer(const DkdvWsSmem<Tile>& sm, const HopperBackwardTmaMaps& maps,
+                                                 const DkdvWsWalk<Tile>& walk, const BackwardScratch& sc) {
+    constexpr int HS = Tile::kHeadSize, kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
+    const int NH = walk.NH, Tp = walk.Tp, num_bh = walk.num_bh, num_n_blocks = walk.num_n_blocks, num_items = walk.num_items;
+    const int m_blocks = walk.m_blocks, section_heads = walk.section_heads;
+    const bool snake = walk.snake;
+    uint8_t *k_smem = sm.k, *v_smem = sm.v;
+    uint64_t *kv_full = sm.kv_full, *kv_empty = sm.kv_empty;
+    int* item_w = sm.item_w;
+    auto key_block_of = [&](int rank) { return walk.key_block_of(rank); };
+    auto stage_full = [&](int s) { return sm.stage_full(s); };
+    auto stage_empty = [&](int s) { return sm.stage_empty(s); };
+    int stage_iter = 0, item_iter = 0;
+    auto next_item = [&](int round) { return kDynamic ? persistent_claim(kCounterDkdv) : persistent_work(round, snake); };
+    int w = persistent_work(0, snake);
+    for (; w < num_items; w = next_item(++item_iter)) {
+        const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
+        const int n_block = key_block_of(item.rank), bh = item.bh, b = bh / NH, h = bh % NH;
+        const int n_start = n_block * kBlockN;
+        mbar_wait(kv_empty, (item_iter & 1) ^ 1);
+        if constexpr (kDynamic) *item_w = w;   // the consumers read it once kv_full completes
+        mbar_arrive_expect_tx(kv_full, 2 * Tile::kKVBytes);
+        tma_load_tile<HS, kBlockN>(k_smem, &maps.k, kv_full, h, n_start, b);
+        tma_load_tile<HS, kBlockN>(v_smem, &maps.v, kv_full, h, n_start, b);
+        for (int m_block = n_start / kBlockM; m_block < m_blocks; m_block++, stage_iter++) {
+            const int s = stage_iter % kStages, phase = (stage_iter / kStages) & 1;
+            mbar_wait(stage_empty(s), phase ^ 1);
+            mbar_arrive_expect_tx(stage_full(s), 2 * Tile::kQBytes + Tile::kStatBytes);
+            tma_load_tile<HS, kBlockM>(sm.q_tile(s), &maps.q, stage_full(s), h, m_block * kBlockM, b);
+            tma_load_tile<HS, kBlockM>(sm.do_tile(s), &maps.dout, stage_full(s), h, m_block * kBlockM, b);
+            bulk_load(sm.lse2_tile(s), sc.lse2 + (size_t)bh * Tp + m_block * kBlockM, kBlockM * 4, stage_full(s));
+            bulk_load(sm.lse2_tile(s) + kBlockM, sc.dpsum + (size_t)bh * Tp + m_block * kBlockM, kBlockM * 4, stage_full(s));
+        }
+    }
+    if constexpr (kDynamic) persistent_stop(kv_full, kv_empty, item_w, item_iter, w, kCounterDkdv);
+}
+
+// The dK/dV kernel's dQ writer (atomic dQ; one thread of the producer warpgroup): reduce-adds each round's dQ buffers
+// (one per consumer warpgroup, both halves of one step's dQ) into dq_accum and hands them back once the TMA has read
+// them, so the consumers never wait for a reduce; a query block < 0 is the consumers' stop.
+// ordered_dq: the adds into a query block go in a fixed order, so the fp32 sums are the same every run: from the
+// diagonal key block down. Query block m has key blocks 0 .. n_max(m) = the one holding its last row; key block n
+// waits until dq_order (head, query block) = n_max - n and counts itself once its adds have completed. The items go
+// shortest first (key_block_of), so key block n + 1 of the head was taken before n, by a running CTA whose writer goes
+// through its steps in order: no deadlock. And it started at query block 2n + 2, two steps ahead of n on every query
+// block, so n rarely waits (in key order from block 0, the items of a head that start together wait for each other in
+// a chain). The cost is the tail of shortest-first: the last items are the longest.
+template <class Tile>
+__device__ __forceinline__ void dkdv_ws_dq_writer(const DkdvWsSmem<Tile>& sm, const HopperBackwardTmaMaps& maps,
+                                                  const DkdvWsWalk<Tile>& walk, const BackwardScratch& sc, bool ordered_dq) {
+    constexpr int HS = Tile::kHeadSize, kNCWG = Tile::kNCWG, kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN;
+    const int T = walk.T;
+    uint8_t* dq_smem = sm.dq;
+    uint64_t *dq_full = sm.dq_full, *dq_empty = sm.dq_empty;
+    const DqStep* dq_at = sm.dq_at;
+    for (int round = 0; ; round++) {
+        const int buf = round % Tile::kDqBuffers;
+        for (int c = 0; c < kNCWG; c++) mbar_wait(&dq_full[buf * kNCWG + c], (round / Tile::kDqBuffers) & 1);
+        const DqStep at = dq_at[buf * kNCWG];   // the same step in every warpgroup's buffer
+        if (at.m_block < 0) break;
+        int* order = sc.dq_order + (size_t)at.bh * ceil_div(T, kDqOrderRows) + at.m_block;
+        if (ordered_dq) {
+            const int turn = (at.m_block * kBlockM + kBlockM - 1) / kBlockN - at.n_block;
+            while (dq_order_load(order) != turn) {}
+            fence_proxy_async_global();   // the TMA's adds come after those the acquire saw
+        }
+        for (int c = 0; c < kNCWG; c++)
+            #pragma unroll
+            for (int box = 0; box < HS / 64; box++)
+                tma_reduce_add_3d(&maps.dq_accum, dq_smem + (buf * kNCWG + c) * Tile::kDqBytes + box * Tile::kDqBoxBytes,
+                                  c * HS / 2 + 32 * box, at.m_block * kBlockM, at.bh);
+        bulk_commit();
+        bulk_wait_read<0>();
+        for (int c = 0; c < kNCWG; c++) mbar_arrive(&dq_empty[buf * kNCWG + c]);
+        if (ordered_dq) { bulk_wait<0>(); dq_order_release(order); }
+    }
+    bulk_wait<0>();   // every reduce has landed before the CTA exits
+}
+#endif
+
 // ordered_dq (atomic dQ): the key blocks of a head add into each query block's dQ in a fixed order (deterministic)
 template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kDynamic = false>
 __global__ void __launch_bounds__(HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>::kThreads, 1)
@@ -2414,31 +2554,16 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     constexpr int kDT = HS / 8;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    uint8_t* k_smem = smem;
-    uint8_t* v_smem = k_smem + Tile::kKVBytes;
-    uint8_t* stage_smem = v_smem + Tile::kKVBytes;                       // [kStages] Q, dO, lse2, D
-    float* stat_smem = reinterpret_cast<float*>(stage_smem + kStages * Tile::kStageBytes);   // atomic dQ: [kStages] lse2, D
-    uint8_t* dk_stage = stage_smem + kStages * Tile::kStageBytes + Tile::kStatRegion;      // dK, dV staging, swizzle<HS>
-    uint8_t* dv_stage = dk_stage + Tile::kKVBytes;
-    uint8_t* ds_smem = dk_stage;                                         // atomic dQ: [2] dS^T, then [kNCWG] dQ
-    uint8_t* dq_smem = ds_smem + 2 * Tile::kDsBytes;
-    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Tile::kBarOffset);   // pairs (full, empty): K/V, then stages
-    uint64_t* kv_full = bars;
-    uint64_t* kv_empty = bars + 1;
-    auto stage_full = [&](int s) { return bars + 2 + 2 * s; };
-    auto stage_empty = [&](int s) { return bars + 3 + 2 * s; };
-    int* item_w = reinterpret_cast<int*>(bars + 2 + 2 * kStages);   // kDynamic: the item's index, with its K/V
-    // atomic dQ: dQ buffer (buffer, warpgroup) = slot buffer * kNCWG + cwg; full: its 128 threads have staged it,
-    // empty: the writer's reduce-add has read it; dq_at: where it goes
-    uint64_t* dq_full = bars + 3 + 2 * kStages;
-    uint64_t* dq_empty = dq_full + Tile::kDqBuffers * kNCWG;
-    DqStep* dq_at = reinterpret_cast<DqStep*>(dq_empty + Tile::kDqBuffers * kNCWG);
-    auto q_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes; };
-    auto do_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes + Tile::kQBytes; };
-    auto lse2_tile = [&](int s) {
-        if constexpr (kAtomicDq) return stat_smem + s * 2 * kBlockM;
-        else return reinterpret_cast<float*>(stage_smem + s * Tile::kStageBytes + 2 * Tile::kQBytes);
-    };
+    const DkdvWsSmem<Tile> sm(smem);
+    uint8_t *k_smem = sm.k, *v_smem = sm.v, *dk_stage = sm.dk_stage, *dv_stage = sm.dv_stage, *ds_smem = sm.ds, *dq_smem = sm.dq;
+    uint64_t *bars = sm.bars, *kv_full = sm.kv_full, *kv_empty = sm.kv_empty, *dq_full = sm.dq_full, *dq_empty = sm.dq_empty;
+    int* item_w = sm.item_w;
+    DqStep* dq_at = sm.dq_at;
+    auto stage_full = [&](int s) { return sm.stage_full(s); };
+    auto stage_empty = [&](int s) { return sm.stage_empty(s); };
+    auto q_tile = [&](int s) { return sm.q_tile(s); };
+    auto do_tile = [&](int s) { return sm.do_tile(s); };
+    auto lse2_tile = [&](int s) { return sm.lse2_tile(s); };
     // every consumer thread arrives on an empty barrier: the threads read lse2 and D with ordinary loads, and each
     // thread's own release-arrive is what orders its reads before the producer's next bulk copy into the stage
     if (threadIdx.x == 0) {
@@ -2452,74 +2577,18 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     pdl_wait_prerequisites();
     pdl_launch_dependents();
 
-    const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T), num_bh = p.B * p.NH;
-    const int num_n_blocks = ceil_div(T, kBlockN), num_items = num_n_blocks * num_bh, m_blocks = ceil_div(T, kBlockM);
-    const bool snake = section_heads >= num_bh;   // see persistent_work
+    const DkdvWsWalk<Tile> walk(p, section_heads, ordered_dq);
+    const int T = walk.T, NH = walk.NH, num_bh = walk.num_bh, num_n_blocks = walk.num_n_blocks, num_items = walk.num_items;
+    const int m_blocks = walk.m_blocks;
+    const bool snake = walk.snake;
     const int wg = threadIdx.x / 128;
     const BackwardScratch sc = backward_scratch(p);
-    // rank 0 = key block 0, the longest item; ordered_dq: the shortest first (see the dQ writer)
-    auto key_block_of = [&](int rank) { return kAtomicDq && ordered_dq ? num_n_blocks - 1 - rank : rank; };
+    auto key_block_of = [&](int rank) { return walk.key_block_of(rank); };
 
     if (wg == 0) {   // ---- producer
         setmaxnreg_dec<Tile::kProducerRegs>();
-        if (threadIdx.x == 0) {
-            int stage_iter = 0, item_iter = 0;
-            auto next_item = [&](int round) { return kDynamic ? persistent_claim(kCounterDkdv) : persistent_work(round, snake); };
-            int w = persistent_work(0, snake);
-            for (; w < num_items; w = next_item(++item_iter)) {
-                const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
-                const int n_block = key_block_of(item.rank), bh = item.bh, b = bh / NH, h = bh % NH;
-                const int n_start = n_block * kBlockN;
-                mbar_wait(kv_empty, (item_iter & 1) ^ 1);
-                if constexpr (kDynamic) *item_w = w;   // the consumers read it once kv_full completes
-                mbar_arrive_expect_tx(kv_full, 2 * Tile::kKVBytes);
-                tma_load_tile<HS, kBlockN>(k_smem, &maps.k, kv_full, h, n_start, b);
-                tma_load_tile<HS, kBlockN>(v_smem, &maps.v, kv_full, h, n_start, b);
-                for (int m_block = n_start / kBlockM; m_block < m_blocks; m_block++, stage_iter++) {
-                    const int s = stage_iter % kStages, phase = (stage_iter / kStages) & 1;
-                    mbar_wait(stage_empty(s), phase ^ 1);
-                    mbar_arrive_expect_tx(stage_full(s), 2 * Tile::kQBytes + Tile::kStatBytes);
-                    tma_load_tile<HS, kBlockM>(q_tile(s), &maps.q, stage_full(s), h, m_block * kBlockM, b);
-                    tma_load_tile<HS, kBlockM>(do_tile(s), &maps.dout, stage_full(s), h, m_block * kBlockM, b);
-                    bulk_load(lse2_tile(s), sc.lse2 + (size_t)bh * Tp + m_block * kBlockM, kBlockM * 4, stage_full(s));
-                    bulk_load(lse2_tile(s) + kBlockM, sc.dpsum + (size_t)bh * Tp + m_block * kBlockM, kBlockM * 4, stage_full(s));
-                }
-            }
-            if constexpr (kDynamic) persistent_stop(kv_full, kv_empty, item_w, item_iter, w, kCounterDkdv);
-        } else if (kAtomicDq && threadIdx.x == 32) {
-            // the dQ writer: reduce-adds each round's dQ buffers (one per consumer warpgroup, both halves of one
-            // step's dQ) into dq_accum and hands them back once the TMA has read them, so the consumers never wait
-            // for a reduce; a query block < 0 is the consumers' stop.
-            // ordered_dq: the adds into a query block go in a fixed order, so the fp32 sums are the same every run:
-            // from the diagonal key block down. Query block m has key blocks 0 .. n_max(m) = the one holding its
-            // last row; key block n waits until dq_order (head, query block) = n_max - n and counts itself once its
-            // adds have completed. The items go shortest first (key_block_of), so key block n + 1 of the head was
-            // taken before n, by a running CTA whose writer goes through its steps in order: no deadlock. And it
-            // started at query block 2n + 2, two steps ahead of n on every query block, so n rarely waits (in key
-            // order from block 0, the items of a head that start together wait for each other in a chain, 40% slower). The cost is the tail of shortest-first: the last items are the longest.
-            for (int round = 0; ; round++) {
-                const int buf = round % Tile::kDqBuffers;
-                for (int c = 0; c < kNCWG; c++) mbar_wait(&dq_full[buf * kNCWG + c], (round / Tile::kDqBuffers) & 1);
-                const DqStep at = dq_at[buf * kNCWG];   // the same step in every warpgroup's buffer
-                if (at.m_block < 0) break;
-                int* order = sc.dq_order + (size_t)at.bh * ceil_div(T, kDqOrderRows) + at.m_block;
-                if (ordered_dq) {
-                    const int turn = (at.m_block * kBlockM + kBlockM - 1) / kBlockN - at.n_block;
-                    while (dq_order_load(order) != turn) {}
-                    fence_proxy_async_global();   // the TMA's adds come after those the acquire saw
-                }
-                for (int c = 0; c < kNCWG; c++)
-                    #pragma unroll
-                    for (int box = 0; box < HS / 64; box++)
-                        tma_reduce_add_3d(&maps.dq_accum, dq_smem + (buf * kNCWG + c) * Tile::kDqBytes + box * Tile::kDqBoxBytes,
-                                          c * HS / 2 + 32 * box, at.m_block * kBlockM, at.bh);
-                bulk_commit();
-                bulk_wait_read<0>();
-                for (int c = 0; c < kNCWG; c++) mbar_arrive(&dq_empty[buf * kNCWG + c]);
-                if (ordered_dq) { bulk_wait<0>(); dq_order_release(order); }
-            }
-            bulk_wait<0>();   // every reduce has landed before the CTA exits
-        }
+        if (threadIdx.x == 0) dkdv_ws_producer<Tile, kDynamic>(sm, maps, walk, sc);
+        else if (kAtomicDq && threadIdx.x == 32) dkdv_ws_dq_writer<Tile>(sm, maps, walk, sc, ordered_dq);
         return;
     }
 
