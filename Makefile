@@ -2,6 +2,9 @@
 #
 #   make                      train_gpt2cu, test_gpt2cu, profile_gpt2cu and the dev/cuda binaries
 #   make test                 CPU tests everywhere; GPU tests too where a GPU is present. Ends "N passed, N failed".
+#                             On a GPU: the shipped attention on the full validation set, one config of every other
+#                             variant, test_gpt2cu and a 20-step d12 run (meant to stay under 3 minutes on an H100).
+#   make test-all             the same, but every attention variant on every config (over 5.5 minutes on an H100)
 #   make GPU_ARCH=90a ...     build for one arch (default: the GPU found by nvidia-smi, else "80 90a")
 #   make regs                 ptxas register/smem report for src/attention.cuh
 #
@@ -27,7 +30,7 @@ TRAIN_DEPS := train_gpt2.cu $(wildcard src/*.cuh src/*.h)
 DEV_CUDA := dev/cuda/attention_forward dev/cuda/attention_backward
 CPU_TESTS := tests/test_cpu
 
-.PHONY: all dev test test_cpu test_gpu regs clean
+.PHONY: all dev test test-all regs clean
 
 all: train_gpt2cu test_gpt2cu profile_gpt2cu dev $(CPU_TESTS)
 
@@ -54,6 +57,9 @@ regs:
 
 test: all
 	@bash scripts/run_tests.sh
+
+test-all: all
+	@bash scripts/run_tests.sh --all
 
 clean:
 	rm -f train_gpt2cu test_gpt2cu profile_gpt2cu $(DEV_CUDA) $(CPU_TESTS)

@@ -2,6 +2,7 @@
 # One call on a GPU machine: build, validate and time what changed, print a short table last.
 #   bash scripts/device_run.sh fwd bwd sanitize sass anchor      (attention: validate, time, check, anchors)
 #   bash scripts/device_run.sh tests train                       (make test; training throughput and loss curve)
+#   bash scripts/device_run.sh testsall                          (make test-all: every attention variant on every config)
 #   bash scripts/device_run.sh profile                           (ncu on one d12 step, B=64 T=1024: kernel and phase tables)
 #   bash scripts/device_run.sh ncu                               (ncu limiter sections of the shipped Hopper attention kernels)
 #   NO_BUILD=1 bash scripts/device_run.sh anchor fwd0 bwd0 ...   (binaries built here and carried: no make on the device)
@@ -45,6 +46,7 @@ for section in "$@"; do
     gputests) bash scripts/run_tests.sh > "$OUT/run_tests.log" 2>&1; echo "run_tests.sh (binaries as carried) rc=$?"; grep -E "^(FAIL|failed)|passed, |overall okay|step +20|val loss" "$OUT/run_tests.log" | tail -12 ;;
     smi)      nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv,noheader ;;
     tests)    make -j8 GPU_ARCH=90a test > "$OUT/make_test.log" 2>&1; echo "make test rc=$?"; grep -E "^(FAIL|failed)|passed, |overall okay" "$OUT/make_test.log" | tail -20 ;;
+    testsall) make -j8 GPU_ARCH=90a test-all > "$OUT/make_test_all.log" 2>&1; echo "make test-all rc=$?"; grep -E "^(FAIL|failed)|passed, |overall okay" "$OUT/make_test_all.log" | tail -20 ;;
     train)    R=dev/data/gpt2_ref   # written by the test_gpt2cu step of make test
               ./train_gpt2cu -e d12 -b 64 -t 1024 -x 40 -v 0 -s 0 > "$OUT/tput.log" 2>&1; echo "train_gpt2cu d12 B=64 T=1024 rc=$?"; grep -E "attention|gelu|average|step +40" "$OUT/tput.log"
               python3 scripts/train_gpt2.py --bench -x 30 --bench_skip 10 > "$OUT/bench_pt.log" 2>&1; echo "pytorch compile bench rc=$?"; tail -2 "$OUT/bench_pt.log" | cut -c1-200

@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# flashgpt's test runner (what `make test` calls). Runs the CPU tests everywhere and, where a GPU
-# is present, the GPU tests too; every test binary is built by `make` before this runs.
+# flashgpt's test runner (what `make test` and `make test-all` call). Runs the CPU tests everywhere and,
+# where a GPU is present, the GPU tests too; every test binary is built by `make` before this runs.
+#   bash scripts/run_tests.sh         the shipped attention on the full validation set, one config of each other variant
+#   bash scripts/run_tests.sh --all   every variant on every config (make test-all)
 # Ends with one line "N passed, N failed" and exits non-zero if anything failed.
 set -u
 cd "$(dirname "$0")/.."
+TEST_ALL=0   # read by scripts/gpu_tests.sh
+for arg in "$@"; do
+    case $arg in
+    --all) TEST_ALL=1 ;;
+    *)     echo "usage: bash scripts/run_tests.sh [--all]"; exit 2 ;;
+    esac
+done
 passed=0; failed=0; failed_names=()
 
 # CPU tests: one PASS/FAIL line per test

@@ -4,43 +4,33 @@ reference backward, itself checked against the CPU fp64 reference) with the Flas
 deterministic ones also bit-for-bit across two runs, then timed.
 
   make dev/cuda/attention_backward && ./dev/cuda/attention_backward 4          (variant 4, default shape)
-  ./dev/cuda/attention_backward all --check                                    (every variant, validation set)
+  ./dev/cuda/attention_backward all --check                                    (every variant and config, validation set)
+  ./dev/cuda/attention_backward all --check --first-config                     (each variant's first config, as make test)
   ./dev/cuda/attention_backward all -b 64 -t 1024 -n 12 -d 64                  (the GPT-2 124M training shape)
-  ./dev/cuda/attention_backward 0,3,4 -b 1 -t 4096 -n 12 -d 64                 (a list of variants)
+  ./dev/cuda/attention_backward 0 --shapes bench --schedule static --pdl 0     (A/B of the Hopper schedule and launches)
 
-Variants, with bwd ms / TF/s at B=64 NH=12 T=1024 HS=64 (H200, 2026-11-21; commit 98d5c03 for 0 and 5, with PyTorch's
-FlashAttention-2 bwd at 1.897 ms / 135.8 and cuDNN at 1.264 / 203.9 in that call; 6e27659 for 2-4; all shapes in
-dev/cuda/README.md; bwd FLOPs = 2.5 * 4*B*NH*T*T*HS/2):
-  0  what src/attention.cuh ships (variant 6 on Hopper, 7 /ordered at HS 128 from       1.246 / 206.8 (then v5)
-     T = 8192, or 7 at HS 128 with FLASHGPT_ATTN_NONDETERMINISTIC=1; elsewhere 4,
-     or 8 with that variable)
+Variants (one file each in backward_variants/; measured figures in dev/cuda/README.md):
+  0  what src/attention.cuh ships: deterministic, variant 6 on Hopper (7 /ordered at HS 128 from T = 8192),
+     4 elsewhere; with FLASHGPT_ATTN_NONDETERMINISTIC=1, 7 at HS 128 on Hopper and 8 off Hopper
   1  naive: one warp per query row (dQ) / key row (dK, dV), fp32 (the GPU reference, writing bf16)
-  2  materialized: permute, cuBLAS recompute of att, softmax backward, cuBLAS GEMMs,    8.808 / 29.3
-     unpermute (llm.c without cuDNN; the baseline)
-  3  FlashAttention-2 fused: one kernel per K/V tile, dK/dV in registers, dQ by fp32   1.714 / 150.3 (128x64/8w)
-     red.global.add (non-deterministic)
-  4  split: a dK/dV kernel per key block + a dQ kernel per query block, no atomics    1.719 / 149.9 (best config)
-     (deterministic)
-  5  variant 4 on Hopper wgmma (sm_90a, HS 64 and 128), deterministic                 1.269 / 203.1 (kv64x128+q64x128)
-  6  variant 5 with TMA loads and warp specialisation (producer + 2 consumer warpgroups, H100, same call: 1.125 / 229.1
-     persistent); what src ships on sm_90 since 054a36c                                (v5 best 1.401, cuDNN 1.452)
-  7  variant 6's dK/dV kernel with atomic dQ (dS^T through shared memory, TMA          H100: 1.094 / 235.6
-     reduce-add into fp32 by a writer warp; non-deterministic; src's HS 128 path       (v0 1.034, cuDNN 1.438)
-     with FLASHGPT_ATTN_NONDETERMINISTIC=1 since the twelfth session: 5.59 ms at
-     4x16x8192x128 against the split's 6.09; /pipe: each dQ a step late, under the
-     next softmax: 1.074 against v0's 0.974, sixth session; /ordered: the adds
-     into each query block in a fixed order, deterministic, 5.93-6.03 ms there,
-     shipped at HS 128 from T = 8192, thirteenth session)
-  8  variant 3 with wider warp tiles (4 x 2 warps of 32 x 32, 128-key blocks; HS 128      H100: 1.517 / 169.9
-     P^T / dS^T through shared memory), two barriers a stage: the non-deterministic     (FA2 2.073, same call,
-     opt-in off Hopper since the seventh session                                         eighth session)
+  2  materialized: permute, cuBLAS recompute of att, softmax backward, cuBLAS GEMMs, unpermute (llm.c without
+     cuDNN; the baseline)
+  3  FlashAttention-2 fused: one kernel per K/V tile, dK/dV in registers, dQ by fp32 red.global.add
+     (non-deterministic)
+  4  split: a dK/dV kernel per key block + a dQ kernel per query block, no atomics (deterministic)
+  5  variant 4 on Hopper wgmma (sm_90a, HS 64 and 128), deterministic
+  6  variant 5 with TMA loads and warp specialisation (producer + 2 consumer warpgroups, persistent)
+  7  variant 6's dK/dV kernel with dQ too (5 GEMMs), reduce-added into fp32 by a TMA writer warp; "/ordered" adds
+     in a fixed order (deterministic)
+  8  variant 3 with wider warp tiles (4 x 2 warps of 32 x 32, 128-key blocks; HS 128 P^T / dS^T through shared
+     memory), two barriers a stage
 
 Every variant must pass every shape at x1 and x8. The naive bf16 computation of the rule rounds the scores,
 P, dP, dS and the outputs to bf16 and takes P from its own bf16 forward, as PyTorch's bf16 autograd would.
 
 Inputs: qkv (B, T, 3, NH, HS) bf16 randn * scale, dout (B, T, NH, HS) bf16 randn; out and lse come from the GPU
 reference forward. Output dqkv (B, T, 3, NH, HS) bf16. RESULT lines also give fwd+bwd TFLOP/s with the shipped
-forward timed in the same run (fwd+bwd FLOPs = 3.5 * fwd).
+forward timed in the same run (fwd+bwd FLOPs = 3.5 * fwd; bwd FLOPs = 2.5 * 4*B*NH*T*T*HS/2).
 */
 #include "dev/cuda/common.h"
 #include "dev/cuda/backward_variants/00_shipped.cuh"

@@ -3,25 +3,20 @@ Causal attention forward: every variant validated (out AND lse) against the GPU 
 (itself checked against the CPU fp64 reference), then timed.
 
   make dev/cuda/attention_forward && ./dev/cuda/attention_forward 3          (variant 3, default shape)
-  ./dev/cuda/attention_forward all --check                                   (every variant, validation set)
+  ./dev/cuda/attention_forward all --check                                   (every variant and config, validation set)
+  ./dev/cuda/attention_forward all --check --first-config                    (each variant's first config, as make test)
   ./dev/cuda/attention_forward all --shapes bench                            (the benchmark shapes)
   ./dev/cuda/attention_forward 0 -b 64 -t 1024 -n 12 -d 64 --scale 8
 
-Variants, with ms / TF/s at B=64 NH=12 T=1024 HS=64 (H200, 2026-11-21; commit 98d5c03 for 0 and 4, with PyTorch's
-FlashAttention-2 at 0.497 ms / 207.4 and cuDNN at 0.347 / 296.6 in that call; bd3b985 for 2 and 3; all shapes and
-the HS 128 figures in dev/cuda/README.md):
-  0  what src/attention.cuh ships (variant 5 on Hopper, HS 64 and 128; this figure    0.349 / 295.6
-     is variant 4's, shipped until b6ae92a; the H100 figures of 0 are in README.md)
-  1  naive: one warp per query row, fp32 (the GPU reference, writing bf16)            399.9 / 0.3 (commit 64b4063)
-  2  materialized: permute, cuBLAS q k^T, causal softmax, cuBLAS att v, unpermute      2.636 / 39.1
-     (llm.c without cuDNN; the baseline)
-  3  FlashAttention-2 on mma.sync: cp.async double buffer, swizzled smem, Q in          0.470 / 219.5 (128x64/4w)
-     registers (HS 64); tile sweep (the portable path)                                 HS 128: 353.6 TF/s (128x48/4w)
-  4  Hopper wgmma (sm_90a, HS 64/128): variant 3's loop with warpgroup MMAs straight  0.348 / 296.4 (128x128/2wg)
-     from shared memory; "/ovl" configs overlap P V with the next softmax (FA3)        0.345 / 299.2 (128x64/2wg/ovl)
-  5  Hopper, warp-specialised: TMA producer warpgroup, 2-3 consumer warpgroups        H100, commit b6ae92a, same call:
-     (setmaxnreg), mbarrier ring, ping-pong, persistent (what src ships on sm_90)      v5 0.370 / 278.6 (192x128/3wg/pp)
-                                                                                      v4 0.389 / 265.0, cuDNN 0.320
+Variants (one file each in forward_variants/; measured figures in dev/cuda/README.md):
+  0  what src/attention.cuh ships: variant 5's kernel on Hopper, variant 3's elsewhere
+  1  naive: one warp per query row, fp32 (the GPU reference, writing bf16)
+  2  materialized: permute, cuBLAS q k^T, causal softmax, cuBLAS att v, unpermute (llm.c without cuDNN; the baseline)
+  3  FlashAttention-2 on mma.sync: cp.async double buffer, swizzled smem, Q in registers; tile sweep (the portable path)
+  4  Hopper wgmma (sm_90a): variant 3's loop with warpgroup MMAs straight from shared memory; "/ovl" configs overlap
+     P V with the next softmax (FA3)
+  5  Hopper, warp-specialised: TMA producer warpgroup, 2-3 consumer warpgroups (setmaxnreg), mbarrier ring,
+     ping-pong, persistent; "/c2" CTA pairs share K/V by TMA multicast (what src ships on sm_90a)
 FLOPs: 4*B*NH*T*T*HS/2 (causal).
 
 qkv is (B, T, 3, NH, HS) bf16; out (B, T, NH, HS) bf16; lse (B, NH, T) fp32.

@@ -5,16 +5,12 @@ the Q tiles at or below the diagonal with dK, dV in registers (S^T / dP^T with k
 dS^T feed dV and dK straight from the accumulators), dS^T staged in swizzled shared memory for
 dQ += dS K, added to the fp32 accumulator with red.global.add; a post-pass dQ * scale -> bf16 into dqkv.
 5 GEMMs per tile pair; the dQ summation order varies run to run (not bit-reproducible).
-Kernels: attention_backward_dkdv_kernel<.., kAtomicDq=true> in src/attention.cuh.
-Configs: kBlockN keys x kBlockM queries / warps (16 keys per warp).
-Last run (H200, 2026-11-21, on bd0434e + uncommitted backward); max error ratio to the naive bf16 error over the validation set 1.00:
+Kernels: attention_backward_dkdv_kernel<.., kAtomicDq=true> in src/attention.cuh. Configs: kBlockN keys x kBlockM
+queries / warps (16 keys per warp). Superseded by variant 8 (its 16-key warps load 0.6 ldmatrix.x4 per MMA); src
+runs 64x64/4w under FLASHGPT_ATTN_NONDETERMINISTIC=1 only where variant 8's shared memory does not fit.
+Last run (H200, 2026-11-21, on bd0434e + uncommitted backward; max error ratio to the naive bf16 error 1.00):
   RESULT attention_backward 3 cfg=128x64/8w B=64 NH=12 T=1024 HS=64 ms_med=1.6280 ms_min=1.6226 tflops=158.3 speedup_vs_2=5.30 fwd_bwd_tflops=172.1
-  RESULT attention_backward 3 cfg=64x64/4w B=8 NH=12 T=1024 HS=64 ms_med=0.2083 ms_min=0.2073 tflops=154.6 speedup_vs_2=5.03 fwd_bwd_tflops=164.7
   RESULT attention_backward 3 cfg=128x64/8w B=1 NH=12 T=16384 HS=64 ms_med=4.8923 ms_min=4.8507 tflops=210.7 speedup_vs_2=11.91 fwd_bwd_tflops=226.8
-Faster than variant 4 at every shape measured (src/attention.cuh header has the table). Superseded by variant 8
-(seventh session, H100, call 3, bwd ms, 3 -> 8: 1.724 -> 1.516, 0.219 -> 0.203, 1.318 -> 1.123, 4.795 -> 3.998,
-11.30 -> 10.99 at HS 128): its 16-key warps load 0.6 ldmatrix.x4 per MMA; ncu at 1x12x16384 (call 1): L1 71% busy,
-tensor pipe 33%, 8.71 M cycles against FlashAttention-2's kernel's 6.63 M.
 */
 #pragma once
 
