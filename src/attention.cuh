@@ -41,82 +41,6 @@ struct AttentionForwardParams {
 constexpr float kLog2e = 1.4426950408889634f;
 
 // ----------------------------------------------------------------------------
-// tile helpers of the mma.sync kernels: fragments, swizzle, cp.async tile loads
-
-// two fp32 m16n8 accumulator tiles (n8 tiles 2kk, 2kk+1 of one m16 row) in bf16 = the A fragment of k16 step kk
-__device__ __forceinline__ void accum_tiles_to_a_frag(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
-    a[0] = pack_bf16x2(lo[0], lo[1]);
-    a[1] = pack_bf16x2(lo[2], lo[3]);
-    a[2] = pack_bf16x2(hi[0], hi[1]);
-    a[3] = pack_bf16x2(hi[2], hi[3]);
-}
-
-// out (kMT m16 tiles x kDT n8 tiles) += A B, A = the fp32 accumulator tiles `in` (kMT x kNT, the m16n8 layout)
-// in bf16: in tiles 2kk, 2kk+1 are exactly the A fragment of k step kk, so P (forward) or dS (dQ) never touches
-// shared memory. B comes from a [k][n] tile by ldmatrix.trans: b_addr(kk, dp) addresses n tiles 2dp, 2dp+1.
-template <int kMT, int kNT, int kDT, class BAddr>
-__device__ __forceinline__ void mma_accum_times_tile(float (&out)[kMT][kDT][4], const float (&in)[kMT][kNT][4], BAddr b_addr) {
-    #pragma unroll
-    for (int kk = 0; kk < kNT / 2; kk++) {
-        uint32_t a[kMT][4];
-        #pragma unroll
-        for (int mt = 0; mt < kMT; mt++) accum_tiles_to_a_frag(a[mt], in[mt][2 * kk], in[mt][2 * kk + 1]);
-        #pragma unroll
-        for (int dp = 0; dp < kDT / 2; dp++) {
-            uint32_t b[4];
-            ldmatrix_x4_trans(b, b_addr(kk, dp));
-            #pragma unroll
-            for (int mt = 0; mt < kMT; mt++) {
-                mma_bf16_16816(out[mt][2 * dp], a[mt], b[0], b[1]);
-                mma_bf16_16816(out[mt][2 * dp + 1], a[mt], b[2], b[3]);
-            }
-        }
-    }
-}
-
-// Byte offset of 16-byte chunk `chunk` of row `row` in a tile whose rows hold HS bf16. The chunk index
-// is XORed with row % 8, so the 8 row addresses of one ldmatrix (same chunk, 8 consecutive rows) hit 8
-// different bank groups instead of one: the 128-byte swizzle, which TMA/wgmma use too.
-template <int HS>
-__device__ __forceinline__ int swizzle(int row, int chunk) {
-    return row * (HS * 2) + ((chunk ^ (row & 7)) << 4);
-}
-
-// Copy rows [row0, row0 + rows) of one head's (T, HS) slice of a strided tensor into a swizzled tile;
-// rows past T are zero-filled: a zero K row gives a finite score that the causal mask removes, a zero
-// V row contributes nothing, whereas garbage could be NaN and 0 * NaN = NaN.
-template <int HS, int kThreads>
-__device__ __forceinline__ void load_tile_async(uint8_t* tile, const floatX* src, size_t row_stride, int row0, int rows, int T) {
-    constexpr int kChunks = HS / 8;
-    for (int c = threadIdx.x; c < rows * kChunks; c += kThreads) {
-        int r = c / kChunks, ch = c % kChunks, t = row0 + r;
-        bool valid = t < T;
-        cp_async_16(smem_addr(tile + swizzle<HS>(r, ch)), src + (size_t)(valid ? t : 0) * row_stride + ch * 8, valid);
-    }
-}
-
-// The same copy for a tile of kRows rows with the per-thread address math done once: thread i always
-// copies chunk i % kChunks of rows i / kChunks + k * kRowStep, so its swizzled smem offset is a constant
-// stride apart (kRowStep is a multiple of 8, the swizzle period) and its global pointer steps by
-// kRowStep rows. load_tile_async's generic loop makes the compiler hoist one 64-bit pointer per copy out
-// of the forward's K/V loop, which costs ~20 registers the HS 128 kernels with 32 rows per warp lack.
-template <int HS, int kThreads, int kRows>
-__device__ __forceinline__ void load_tile_rows_async(uint8_t* tile, const floatX* src, size_t row_stride, int row0, int T) {
-    constexpr int kChunks = HS / 8, kRowStep = kThreads / kChunks;
-    static_assert(kThreads % kChunks == 0 && kRowStep % 8 == 0 && kRows % kRowStep == 0, "tile rows must split evenly");
-    const int r = threadIdx.x / kChunks, ch = threadIdx.x % kChunks;
-    const uint32_t dst = smem_addr(tile + swizzle<HS>(r, ch));
-    const int rows_left = T - row0 - r;   // rows this thread may read: k * kRowStep < rows_left
-    const floatX* row_src = src + (size_t)(row0 + r) * row_stride + ch * 8;
-    #pragma unroll
-    for (int k = 0; k < kRows / kRowStep; k++) {
-        const bool valid = k * kRowStep < rows_left;
-        cp_async_16(dst + k * kRowStep * HS * 2, valid ? row_src : src, valid);
-        row_src += kRowStep * row_stride;
-    }
-}
-
-// ----------------------------------------------------------------------------
 // forward kernel (sm_80+ mma.sync)
 //
 // Fragments of mma.m16n8k16 (g = lane / 4, t = lane % 4): an S accumulator tile holds rows g and g + 8,
@@ -339,34 +263,6 @@ attention_forward_kernel(const AttentionForwardParams p) {
     }
 }
 
-// Launch kKernel (a __global__ taking its arguments by value) with smem_bytes of dynamic shared memory,
-// raising the kernel's limit on its first launch (above 48 KB a kernel must opt in). One static flag per kernel.
-// early_start (sm_90+, programmatic dependent launch): the kernel may start while the one before it in the stream
-// still runs, once every CTA of that one has executed griddepcontrol.launch_dependents (see pdl_* below).
-template <auto kKernel, class... Args>
-void launch_with_smem_ex(dim3 grid, int threads, int smem_bytes, cudaStream_t stream, bool early_start, const Args&... args) {
-    static bool smem_set = false;
-    if (!smem_set) {
-        cudaCheck(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-        smem_set = true;
-    }
-    cudaLaunchConfig_t config = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    config.gridDim = grid;
-    config.blockDim = dim3(threads);
-    config.dynamicSmemBytes = smem_bytes;
-    config.stream = stream;
-    config.attrs = attr;
-    config.numAttrs = early_start ? 1 : 0;
-    cudaCheck(cudaLaunchKernelEx(&config, kKernel, args...));
-}
-template <auto kKernel, class... Args>
-void launch_with_smem(dim3 grid, int threads, int smem_bytes, cudaStream_t stream, const Args&... args) {
-    launch_with_smem_ex<kKernel>(grid, threads, smem_bytes, stream, false, args...);
-}
-
 template <int HS, int kWarpTilesM, int kNWarps, int kBlockN>
 void launch_attention_forward(const AttentionForwardParams& p, cudaStream_t stream) {
     using Tile = ForwardTile<HS, kWarpTilesM, kNWarps, kBlockN>;
@@ -375,65 +271,8 @@ void launch_attention_forward(const AttentionForwardParams& p, cudaStream_t stre
 }
 
 // ----------------------------------------------------------------------------
-// forward kernel, Hopper (sm_90a): wgmma
-//
-// The same FA2 loop, but each warpgroup (4 warps) owns 64 query rows and issues warpgroup-wide
-// asynchronous MMAs: S = Q K^T with both operands read straight from shared memory, and O += P V with
-// P from registers and V read transposed (MN-major) from shared memory. The wgmma m64nN accumulator
-// layout is the mma.sync one repeated N/8 times, so the softmax is the same code. Loads stay cp.async,
-// double buffered. HS 64 and 128.
-//
-// Shared-memory layout (swizzle_wgmma below). wgmma's 128-byte swizzle works on 128-byte rows: 8-row
-// atoms of 1024 bytes, 16-byte chunk c of row r stored at chunk c ^ (r % 8). For HS 64 that is exactly
-// swizzle<64>. An HS 128 row is 256 bytes, two atoms wide, so a Q, K or V tile of R rows is stored as
-// two column blocks of (R, 64) bf16, one after the other (R * 128 bytes each), each in the HS 64
-// layout; the mma.sync kernels keep their swizzle<128> (256-byte rows). Descriptors:
-//   Q, K (K-major): head dims 16ks..16ks+15 live in block ks / 4, at +32 * (ks % 4) bytes inside the
-//     atom row; SBO = 1024 (8 rows x 128 bytes), LBO unused.
-//   V (MN-major, N = head dims): keys 16j..16j+15 start at +16j * 128 bytes of a block, SBO = 1024
-//     (next 8 keys), LBO = distance to the next 64 head dims = the next block (R * 128 bytes), so
-//     either one n64 wgmma per block or, with kPvN128, one n128 wgmma with LBO = R * 128.
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// d (m64 x N) (+)= A B^T contracted over the head dimension: A = 64 rows of a swizzle_wgmma tile of kRowsA rows
-// (desc_a: its first row), B = a swizzle_wgmma tile of N rows; k16 step ks reads column block ks / 4 at +32 bytes
-// per step inside the 128-byte atom (descriptor units: 16 bytes). kScaleD0 = 0: the first step overwrites d.
-// kRowsB: the rows of B's tile (B = its first N rows)
-template <int HS, int N, int kRowsA, int kScaleD0 = 1, int kRowsB = N>
-__device__ __forceinline__ void wgmma_ss_over_hs(float (&d)[N / 2], uint64_t desc_a, const uint8_t* tile_b) {
-    wgmma_ss_m64k16<N, kScaleD0>(d, desc_a, wgmma_desc(tile_b));
-    #pragma unroll
-    for (int ks = 1; ks < HS / 16; ks++)
-        wgmma_ss_m64k16<N>(d, desc_a + (ks / 4) * (kRowsA * 128 / 16) + 2 * (ks % 4), wgmma_desc(tile_b + (ks / 4) * kRowsB * 128 + 32 * (ks % 4)));
-}
-// d (m64 x nHS) += A (64 x 16, bf16 registers) * B (16 x HS): rows 16j..16j+15 of an MN-major swizzle_wgmma
-// tile of kRows rows (16 rows of 128 bytes into each column block): the forward's P V, the backward's dV, dK, dQ.
-// HS 128: one n128 wgmma over both column blocks (LBO = the distance between them, kRows * 128 bytes) into the
-// accumulator's two halves [0, 32) and [32, 64), as two n64 wgmmas would write them
-template <int HS, int kRows>
-__device__ __forceinline__ void wgmma_rs_m64k16_trans_b(float (&d)[HS / 2], const uint32_t (&a)[4], const uint8_t* tile, int j) {
-    if constexpr (HS == 64) wgmma_rs_m64n64k16_trans_b(d, a, wgmma_desc(tile + j * 16 * 128));
-    else wgmma_rs_m64n128k16_trans_b(d, a, wgmma_desc(tile + j * 16 * 128, /*lbo_bytes=*/kRows * 128));
-}
-#endif  // __CUDA_ARCH_FEAT_SM90_ALL
-
-// Byte offset of 16-byte chunk `chunk` (0 .. HS/8 - 1) of row `row` in a wgmma tile of kRows rows:
-// HS / 64 column blocks of (kRows, 64) bf16, each in the swizzle<64> layout (see above). HS 64: swizzle<64>.
-template <int kRows>
-__device__ __forceinline__ int swizzle_wgmma(int row, int chunk) {
-    return (chunk >> 3) * (kRows * 128) + swizzle<64>(row, chunk & 7);
-}
-
-// the accumulator columns 16j..16j+15 of an m64nN tile (register groups 2j, 2j+1) as the bf16 A fragment of k step j
-__device__ __forceinline__ void accum_to_a_frag(uint32_t (&a)[4], const float* acc, int j) {
-    a[0] = pack_bf16x2(acc[8 * j + 0], acc[8 * j + 1]);
-    a[1] = pack_bf16x2(acc[8 * j + 2], acc[8 * j + 3]);
-    a[2] = pack_bf16x2(acc[8 * j + 4], acc[8 * j + 5]);
-    a[3] = pack_bf16x2(acc[8 * j + 6], acc[8 * j + 7]);
-}
-
-// Shared by the two Hopper forward kernels: one thread's rows g and g + 8 of a warpgroup's m64 x kBlockN
-// S tile (s[4 * i + e]: key column 8i + 2tq + e % 2, row g + 8 (e / 2), the wgmma accumulator layout).
+// Hopper (sm_90a) forward helpers: one thread's rows g and g + 8 of a warpgroup's m64 x kBlockN S tile
+// (s[4 * i + e]: key column 8i + 2tq + e % 2, row g + 8 (e / 2), the wgmma accumulator layout).
 
 // causal mask on a tile that crosses this warp's diagonal; row0 = the warp's first query row, key0 = the tile's first key
 template <int kNT>
@@ -1042,40 +881,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
-// 1 if this binary carries sm_90a code for the GPU in hand (a GPU_ARCH=80 build running on an H100 does not)
-__global__ void hopper_path_probe_kernel(int* compiled) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    *compiled = 1;
-#else
-    *compiled = 0;
-#endif
-}
-
-inline bool hopper_path_available() {
-    static int available = -1;
-    if (available < 0) {
-        available = 0;
-        if (device_props().major == 9) {
-            int* d_flag;
-            cudaCheck(cudaMalloc(&d_flag, sizeof(int)));
-            hopper_path_probe_kernel<<<1, 1>>>(d_flag);
-            cudaCheck(cudaGetLastError());
-            cudaCheck(cudaMemcpy(&available, d_flag, sizeof(int), cudaMemcpyDeviceToHost));
-            cudaCheck(cudaFree(d_flag));
-        }
-    }
-    return available == 1;
-}
-
-// A (B, T, NH, HS) bf16 tensor whose rows (fixed b, t) are row_elems apart, as a 4-D tensor map (HS, NH, T, B):
-// boxes of 64 head dims x 1 head x box_rows rows x 1 batch, 128-byte swizzle, rows past T read as zeros.
 // Q, K, V of the fused (B, T, 3, NH, HS) activation: base qkv + {0, 1, 2} * NH * HS, row_elems 3 * NH * HS.
-inline CUtensorMap bthd_tensor_map(const floatX* base, size_t row_elems, int B, int T, int NH, int HS, int box_rows) {
-    const cuuint64_t dims[4] = {(cuuint64_t)HS, (cuuint64_t)NH, (cuuint64_t)T, (cuuint64_t)B};
-    const cuuint64_t strides[3] = {(cuuint64_t)HS * 2, (cuuint64_t)row_elems * 2, (cuuint64_t)T * row_elems * 2};
-    const cuuint32_t box[4] = {64, 1, (cuuint32_t)box_rows, 1};
-    return swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, base, dims, strides, box);
-}
 inline CUtensorMap qkv_tensor_map(const floatX* qkv, int which, int B, int T, int NH, int HS, int box_rows) {
     return bthd_tensor_map(qkv + (size_t)which * NH * HS, 3 * (size_t)NH * HS, B, T, NH, HS, box_rows);
 }
@@ -1101,25 +907,8 @@ void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStr
                     kCluster, Tile::kBlockM, p.T);
             exit(EXIT_FAILURE);
         }
-        cudaLaunchConfig_t config = {};
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = kCluster; attr[0].val.clusterDim.y = 1; attr[0].val.clusterDim.z = 1;
-        config.blockDim = dim3(Tile::kThreads);
-        config.dynamicSmemBytes = kSmemBytes;
-        config.stream = stream;
-        config.attrs = attr;
-        config.numAttrs = 1;
-        static int max_clusters = 0;   // how many clusters fit on the GPU at once (GPCs may leave SMs unpaired)
-        if (!max_clusters) {
-            cudaCheck(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-            config.gridDim = dim3(kCluster * (device_props().multiProcessorCount / kCluster));
-            cudaCheck(cudaOccupancyMaxActiveClusters(&max_clusters, kKernel, &config));
-            if (max_clusters < 1) { fprintf(stderr, "attention: no %d-CTA cluster of the forward fits this GPU\n", kCluster); exit(EXIT_FAILURE); }
-        }
         const int num_items = p.B * p.NH * num_m_blocks / kCluster;
-        config.gridDim = dim3(kCluster * std::min(num_items, max_clusters));
-        cudaCheck(cudaLaunchKernelEx(&config, kKernel, p, maps, section_heads));
+        launch_persistent_clusters<kKernel, kCluster>(num_items, Tile::kThreads, kSmemBytes, stream, p, maps, section_heads);
     }
 }
 
@@ -2057,20 +1846,25 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
 }
 
 // ----------------------------------------------------------------------------
-// Hopper (sm_90a) backward, HS 64 and 128: the split path's two kernels on wgmma. Same math, same scratch,
-// same preprocess; every GEMM is a warpgroup MMA reading its shared operands straight from the 128-byte-swizzled
-// tiles (the forward's swizzle_wgmma layout: HS / 64 column blocks of (rows, 64)), and the GEMMs whose A operand
-// is a softmax-shaped accumulator (P^T, dS^T, dS) take it from registers: the m64nN accumulator layout
-// converted to bf16 is the A-fragment layout.
-//   dkdv: a warpgroup owns 64 keys. S^T = K Q^T and dP^T = V dO^T (SS, K-major both), then dV += P^T dO and
-//         dK += dS^T Q (RS, dO and Q read MN-major). P^T's exponentials run while dP^T is still in flight.
-//   dq:   a warpgroup owns 64 query rows. S = Q K^T, dP = dO V^T (SS), dQ += dS K (RS, K read MN-major).
-// Descriptors, as in the forward: the SS GEMMs contract over HS in k16 steps ks, head dims 16ks.. living in
-// column block ks / 4 at +32 * (ks % 4) bytes; the RS GEMMs contract over 16 rows (queries or keys) per k step,
-// +16 * 128 bytes into a column block, and give HS-wide outputs as one wgmma (wgmma_rs_m64k16_trans_b: n128 at HS
-// 128, both column blocks through the descriptor's LBO). The epilogues stage dK, dV, dQ in swizzle<HS> rows (each warp its own
-// 16 rows, read back by the same warp) once every wgmma is done, so the two layouts never meet.
-// Deterministic like the mma.sync split path: every output written once, in a fixed order.
+// Hopper (sm_90a) backward, HS 64 and 128: the split's two kernels on wgmma, warp-specialised as the forward is.
+// Same math, scratch and preprocess as the mma.sync path. Every GEMM is a warpgroup MMA reading its shared operands
+// straight from swizzle_wgmma tiles; the GEMMs whose A operand is a softmax-shaped accumulator (P^T, dS^T, dS) take
+// it from registers (the m64nN accumulator in bf16 is the A-fragment layout).
+//   dkdv: item = (key block of 64 * kNCWG keys, b, h), key block 0 (most query tiles) first; a warpgroup owns 64 keys.
+//         S^T = K Q^T, dP^T = V dO^T (SS), then dV += P^T dO, dK += dS^T Q (RS, dO and Q read MN-major); P^T's
+//         exponentials run while dP^T is in flight. K, V load once per item; a ring of kStages stages of Q, dO
+//         (tensor maps) and lse2, D (1-D bulk copies of kBlockM floats, padded rows: always in bounds).
+//   dq:   item = (query block of 64 * kNCWG rows, b, h), the longest first; a warpgroup owns 64 query rows.
+//         S = Q K^T, dP = dO V^T (SS), dQ += dS K (RS, K read MN-major). Q, dO load once per item; a ring of
+//         kStages (K, V) stages; the row statistics come from global memory.
+// Warpgroup 0 (24 registers) has one thread issue every load; the consumer warpgroups (setmaxnreg) hand each stage
+// back by mbarrier arrives once their wgmmas are done (one per warp in dq; one per thread in dkdv, whose threads
+// also read the stage's statistics with ordinary loads), with no CTA-wide barrier in the loop. The epilogues stage
+// dK, dV, dQ in swizzle<HS> rows of their own shared memory (each warp its own 16 rows), so the producer may load
+// the next item meanwhile. Deterministic: every output written once, by one warp, in a fixed order.
+// The item's fixed operands stay in shared memory, read by every step's SS wgmmas: held as register A fragments
+// (RS wgmmas), ptxas 13.0 miscompiles the dK/dV kernel (it packs P^T and dS^T into the registers of K's and V's
+// fragments, which the next step's wgmmas still read).
 
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -2265,24 +2059,6 @@ __device__ __forceinline__ void dq_hopper_epilogue(const AttentionBackwardParams
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-// ----------------------------------------------------------------------------
-// Hopper backward, warp-specialised (sm_90a): the two kernels above with the forward's TMA producer scheme.
-// Warpgroup 0 (24 registers) has one thread issue every load with TMA; kNCWG consumer warpgroups (setmaxnreg) run
-// the same steps (dkdv_hopper_step, dq_hopper_step) with no CTA-wide barrier in the loop: a stage is handed back
-// by mbarrier arrives once the consumers' wgmmas are done (one per warp in dq; one per thread in dkdv, whose
-// threads also read the stage with ordinary loads). Persistent (persistent_item), longest work first.
-//   dkdv: item = (key block of 64 * kNCWG keys, b, h), key block 0 (most query tiles) first. K, V loaded once per
-//         item (kv_full / kv_empty); a ring of kStages stages of Q, dO (tensor maps, kBlockM rows) and lse2, D
-//         (1-D bulk copies of kBlockM floats: rows padded to kBwdRowPad, always in bounds).
-//   dq:   item = (query block of 64 * kNCWG rows, b, h), the last (longest) first. Q, dO loaded once per item
-//         (qo_full / qo_empty); a ring of kStages (K, V) stages. The row statistics come from global memory.
-// Outputs are staged in their own shared memory, so the producer may load the next item while the consumers store.
-// Still deterministic: every output written once, by one warp, in a fixed order.
-// The item's fixed operands (K, V in dkdv; Q, dO in dq) stay in shared memory, read by every step's SS wgmmas. Held
-// as register A fragments instead (RS wgmmas, slot handed back at once), ptxas 13.0 miscompiles them: in the dK/dV
-// kernel it packs P^T and dS^T into the very registers that hold K's and V's fragments, which the next step's wgmmas
-// still read (dev/cuda/README.md).
-
 // dq_accum: the atomic path's fp32 (B * NH, T, HS) accumulator, as a 3-D tensor map for TMA reduce-adds
 struct HopperBackwardTmaMaps { CUtensorMap q, k, v, dout, dq_accum; };
 
@@ -2331,12 +2107,6 @@ struct HopperBackwardQWsTile {
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// a (rows, HS) tile of the tensor map at rows row0.. of head h, batch b: HS / 64 TMA boxes, one per column block
-template <int HS, int kRows>
-__device__ __forceinline__ void tma_load_tile(uint8_t* tile, const CUtensorMap* map, uint64_t* bar, int h, int row0, int b) {
-    #pragma unroll
-    for (int c = 0; c < HS / 64; c++) tma_load_4d(tile + c * kRows * 128, map, bar, 64 * c, h, row0, b);
-}
 // atomic dQ: this warpgroup's dS^T A fragments (j: queries 16j.., register r: key warp_row0 + g + 8 (r % 2), queries
 // 16j + 8 (r / 2) + 2tq, +1) into its key rows of the (keys, kBlockM queries) bf16 dS^T tile, 128-byte swizzle
 template <int kBlockM>
@@ -2379,11 +2149,6 @@ __device__ __forceinline__ int persistent_item_index(uint64_t* full, const int* 
         return __shfl_sync(0xffffffffu, w, 0);
     }
     else return persistent_work(round, snake);
-}
-// n / 2 (full, empty) pairs: full completes on the producer's arrive + its TMA bytes, empty on empty_count arrivals
-__device__ __forceinline__ void init_mbarriers(uint64_t* bars, int n, int empty_count) {
-    for (int i = 0; i < n; i += 2) { mbar_init(&bars[i], 1); mbar_init(&bars[i + 1], empty_count); }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 #endif
 

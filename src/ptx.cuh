@@ -1,16 +1,22 @@
 /*
-Thin wrappers over the PTX instructions the attention kernels use, and the driver call that builds TMA tensor maps.
-Nothing here knows about attention: tile layouts, schedules and the algorithm live in attention.cuh.
+The hardware layer under the attention kernels: thin wrappers over the PTX instructions they use, the shared-memory
+tile layouts those instructions want, and the host side (kernel launches, the sm_90a probe, TMA tensor maps).
+The algorithm (tile shapes, schedules, softmax, masks) lives in attention.cuh.
 
   sm_80+   cp.async, ldmatrix, mma.sync m16n8k16 (bf16 -> fp32), ex2.approx, red.global.add
-  sm_90a   wgmma (descriptors, fences, commit/wait, the m64nNk16 shapes in use), TMA loads and reduce-adds,
-           1-D bulk copies, mbarriers, clusters (multicast, remote arrive/store), named barriers, setmaxnreg,
-           programmatic dependent launch; reg_fence / schedule_pin to steer ptxas around asynchronous MMAs
-  host     cuTensorMapEncodeTiled, looked up from the driver at run time
+  tiles    the 128-byte swizzle (mma.sync tiles and wgmma's column blocks), cp.async tile loads with zero-filled
+           rows past T, mma.sync and wgmma accumulator fragments reused as A operands
+  sm_90a   wgmma (descriptors, fences, commit/wait, the m64nNk16 shapes in use, products over a swizzled tile), TMA
+           loads and reduce-adds, 1-D bulk copies, mbarriers, clusters (multicast, remote arrive/store), named
+           barriers, setmaxnreg, programmatic dependent launch; reg_fence / schedule_pin to steer ptxas around
+           asynchronous MMAs
+  host     launch_with_smem (dynamic shared memory, programmatic dependent launch), launch_persistent_clusters,
+           hopper_path_available, cuTensorMapEncodeTiled looked up from the driver at run time, BTHD tensor maps
 
 The sm_90a wrappers exist only where the compiler targets sm_90a (__CUDA_ARCH_FEAT_SM90_ALL).
 */
 #pragma once
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cuda.h>           // CUtensorMap (types only: the driver entry point is fetched at run time)
@@ -61,6 +67,103 @@ __device__ __forceinline__ void red_add_f32x2(float* p, float a, float b) {
 #else
     asm volatile("red.global.add.f32 [%0], %1;\n red.global.add.f32 [%0+4], %2;\n" :: "l"(p), "f"(a), "f"(b) : "memory");
 #endif
+}
+
+// ----------------------------------------------------------------------------
+// tile layouts: the 128-byte swizzle, cp.async tile loads, products of mma.sync accumulator fragments
+
+// two fp32 m16n8 accumulator tiles (n8 tiles 2kk, 2kk+1 of one m16 row) in bf16 = the A fragment of k16 step kk
+__device__ __forceinline__ void accum_tiles_to_a_frag(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
+    a[0] = pack_bf16x2(lo[0], lo[1]);
+    a[1] = pack_bf16x2(lo[2], lo[3]);
+    a[2] = pack_bf16x2(hi[0], hi[1]);
+    a[3] = pack_bf16x2(hi[2], hi[3]);
+}
+
+// out (kMT m16 tiles x kDT n8 tiles) += A B, A = the fp32 accumulator tiles `in` (kMT x kNT, the m16n8 layout)
+// in bf16: in tiles 2kk, 2kk+1 are exactly the A fragment of k step kk, so P (forward) or dS (dQ) never touches
+// shared memory. B comes from a [k][n] tile by ldmatrix.trans: b_addr(kk, dp) addresses n tiles 2dp, 2dp+1.
+template <int kMT, int kNT, int kDT, class BAddr>
+__device__ __forceinline__ void mma_accum_times_tile(float (&out)[kMT][kDT][4], const float (&in)[kMT][kNT][4], BAddr b_addr) {
+    #pragma unroll
+    for (int kk = 0; kk < kNT / 2; kk++) {
+        uint32_t a[kMT][4];
+        #pragma unroll
+        for (int mt = 0; mt < kMT; mt++) accum_tiles_to_a_frag(a[mt], in[mt][2 * kk], in[mt][2 * kk + 1]);
+        #pragma unroll
+        for (int dp = 0; dp < kDT / 2; dp++) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, b_addr(kk, dp));
+            #pragma unroll
+            for (int mt = 0; mt < kMT; mt++) {
+                mma_bf16_16816(out[mt][2 * dp], a[mt], b[0], b[1]);
+                mma_bf16_16816(out[mt][2 * dp + 1], a[mt], b[2], b[3]);
+            }
+        }
+    }
+}
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile whose rows hold HS bf16. The chunk index
+// is XORed with row % 8, so the 8 row addresses of one ldmatrix (same chunk, 8 consecutive rows) hit 8
+// different bank groups instead of one: the 128-byte swizzle, which TMA/wgmma use too.
+template <int HS>
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+    return row * (HS * 2) + ((chunk ^ (row & 7)) << 4);
+}
+
+// Copy rows [row0, row0 + rows) of one head's (T, HS) slice of a strided tensor into a swizzled tile;
+// rows past T are zero-filled: a zero K row gives a finite score that the causal mask removes, a zero
+// V row contributes nothing, whereas garbage could be NaN and 0 * NaN = NaN.
+template <int HS, int kThreads>
+__device__ __forceinline__ void load_tile_async(uint8_t* tile, const floatX* src, size_t row_stride, int row0, int rows, int T) {
+    constexpr int kChunks = HS / 8;
+    for (int c = threadIdx.x; c < rows * kChunks; c += kThreads) {
+        int r = c / kChunks, ch = c % kChunks, t = row0 + r;
+        bool valid = t < T;
+        cp_async_16(smem_addr(tile + swizzle<HS>(r, ch)), src + (size_t)(valid ? t : 0) * row_stride + ch * 8, valid);
+    }
+}
+
+// The same copy for a tile of kRows rows with the per-thread address math done once: thread i always
+// copies chunk i % kChunks of rows i / kChunks + k * kRowStep, so its swizzled smem offset is a constant
+// stride apart (kRowStep is a multiple of 8, the swizzle period) and its global pointer steps by
+// kRowStep rows. load_tile_async's generic loop makes the compiler hoist one 64-bit pointer per copy out
+// of the forward's K/V loop, which costs ~20 registers the HS 128 kernels with 32 rows per warp lack.
+template <int HS, int kThreads, int kRows>
+__device__ __forceinline__ void load_tile_rows_async(uint8_t* tile, const floatX* src, size_t row_stride, int row0, int T) {
+    constexpr int kChunks = HS / 8, kRowStep = kThreads / kChunks;
+    static_assert(kThreads % kChunks == 0 && kRowStep % 8 == 0 && kRows % kRowStep == 0, "tile rows must split evenly");
+    const int r = threadIdx.x / kChunks, ch = threadIdx.x % kChunks;
+    const uint32_t dst = smem_addr(tile + swizzle<HS>(r, ch));
+    const int rows_left = T - row0 - r;   // rows this thread may read: k * kRowStep < rows_left
+    const floatX* row_src = src + (size_t)(row0 + r) * row_stride + ch * 8;
+    #pragma unroll
+    for (int k = 0; k < kRows / kRowStep; k++) {
+        const bool valid = k * kRowStep < rows_left;
+        cp_async_16(dst + k * kRowStep * HS * 2, valid ? row_src : src, valid);
+        row_src += kRowStep * row_stride;
+    }
+}
+
+// wgmma tiles. wgmma's 128-byte swizzle works on 128-byte rows: 8-row atoms of 1024 bytes, 16-byte chunk c of row r
+// stored at chunk c ^ (r % 8), which for HS 64 is exactly swizzle<64>. A 256-byte HS 128 row is two atoms wide, so a
+// tile of R rows is stored as HS / 64 column blocks of (R, 64) bf16, one after the other (R * 128 bytes each), each in
+// the HS 64 layout. Descriptors: K-major operands (contracted over HS) find head dims 16ks.. in block ks / 4 at
+// +32 * (ks % 4) bytes, SBO = 1024 (8 rows), LBO unused; MN-major operands (contracted over rows) find rows 16j.. at
+// +16j * 128 bytes of a block, SBO = 1024, LBO = R * 128 (the next 64 head dims), so HS 128 is one n128 wgmma.
+// Byte offset of 16-byte chunk `chunk` (0 .. HS/8 - 1) of row `row` in a wgmma tile of kRows rows:
+// HS / 64 column blocks of (kRows, 64) bf16, each in the swizzle<64> layout (see above). HS 64: swizzle<64>.
+template <int kRows>
+__device__ __forceinline__ int swizzle_wgmma(int row, int chunk) {
+    return (chunk >> 3) * (kRows * 128) + swizzle<64>(row, chunk & 7);
+}
+
+// the accumulator columns 16j..16j+15 of an m64nN tile (register groups 2j, 2j+1) as the bf16 A fragment of k step j
+__device__ __forceinline__ void accum_to_a_frag(uint32_t (&a)[4], const float* acc, int j) {
+    a[0] = pack_bf16x2(acc[8 * j + 0], acc[8 * j + 1]);
+    a[1] = pack_bf16x2(acc[8 * j + 2], acc[8 * j + 3]);
+    a[2] = pack_bf16x2(acc[8 * j + 4], acc[8 * j + 5]);
+    a[3] = pack_bf16x2(acc[8 * j + 6], acc[8 * j + 7]);
 }
 
 // ----------------------------------------------------------------------------
@@ -272,10 +375,120 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 // at most N of this thread's bulk groups still read shared memory / still run
 template <int N> __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(N) : "memory"); }
 template <int N> __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" :: "n"(N) : "memory"); }
+
+// wgmma and TMA over the swizzled tiles above
+// d (m64 x N) (+)= A B^T contracted over the head dimension: A = 64 rows of a swizzle_wgmma tile of kRowsA rows
+// (desc_a: its first row), B = a swizzle_wgmma tile of N rows; k16 step ks reads column block ks / 4 at +32 bytes
+// per step inside the 128-byte atom (descriptor units: 16 bytes). kScaleD0 = 0: the first step overwrites d.
+// kRowsB: the rows of B's tile (B = its first N rows)
+template <int HS, int N, int kRowsA, int kScaleD0 = 1, int kRowsB = N>
+__device__ __forceinline__ void wgmma_ss_over_hs(float (&d)[N / 2], uint64_t desc_a, const uint8_t* tile_b) {
+    wgmma_ss_m64k16<N, kScaleD0>(d, desc_a, wgmma_desc(tile_b));
+    #pragma unroll
+    for (int ks = 1; ks < HS / 16; ks++)
+        wgmma_ss_m64k16<N>(d, desc_a + (ks / 4) * (kRowsA * 128 / 16) + 2 * (ks % 4), wgmma_desc(tile_b + (ks / 4) * kRowsB * 128 + 32 * (ks % 4)));
+}
+// d (m64 x nHS) += A (64 x 16, bf16 registers) * B (16 x HS): rows 16j..16j+15 of an MN-major swizzle_wgmma
+// tile of kRows rows (16 rows of 128 bytes into each column block): the forward's P V, the backward's dV, dK, dQ.
+// HS 128: one n128 wgmma over both column blocks (LBO = the distance between them, kRows * 128 bytes) into the
+// accumulator's two halves [0, 32) and [32, 64), as two n64 wgmmas would write them
+template <int HS, int kRows>
+__device__ __forceinline__ void wgmma_rs_m64k16_trans_b(float (&d)[HS / 2], const uint32_t (&a)[4], const uint8_t* tile, int j) {
+    if constexpr (HS == 64) wgmma_rs_m64n64k16_trans_b(d, a, wgmma_desc(tile + j * 16 * 128));
+    else wgmma_rs_m64n128k16_trans_b(d, a, wgmma_desc(tile + j * 16 * 128, /*lbo_bytes=*/kRows * 128));
+}
+// a (rows, HS) tile of the tensor map at rows row0.. of head h, batch b: HS / 64 TMA boxes, one per column block
+template <int HS, int kRows>
+__device__ __forceinline__ void tma_load_tile(uint8_t* tile, const CUtensorMap* map, uint64_t* bar, int h, int row0, int b) {
+    #pragma unroll
+    for (int c = 0; c < HS / 64; c++) tma_load_4d(tile + c * kRows * 128, map, bar, 64 * c, h, row0, b);
+}
+// n / 2 (full, empty) pairs: full completes on the producer's arrive + its TMA bytes, empty on empty_count arrivals
+__device__ __forceinline__ void init_mbarriers(uint64_t* bars, int n, int empty_count) {
+    for (int i = 0; i < n; i += 2) { mbar_init(&bars[i], 1); mbar_init(&bars[i + 1], empty_count); }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // ----------------------------------------------------------------------------
-// host: TMA tensor maps
+// host: launches, the sm_90a probe, TMA tensor maps
+
+// Launch kKernel (a __global__ taking its arguments by value) with smem_bytes of dynamic shared memory,
+// raising the kernel's limit on its first launch (above 48 KB a kernel must opt in). One static flag per kernel.
+// early_start (sm_90+, programmatic dependent launch): the kernel may start while the one before it in the stream
+// still runs, once every CTA of that one has executed griddepcontrol.launch_dependents (pdl_launch_dependents above).
+template <auto kKernel, class... Args>
+void launch_with_smem_ex(dim3 grid, int threads, int smem_bytes, cudaStream_t stream, bool early_start, const Args&... args) {
+    static bool smem_set = false;
+    if (!smem_set) {
+        cudaCheck(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+        smem_set = true;
+    }
+    cudaLaunchConfig_t config = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    config.gridDim = grid;
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = smem_bytes;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = early_start ? 1 : 0;
+    cudaCheck(cudaLaunchKernelEx(&config, kKernel, args...));
+}
+template <auto kKernel, class... Args>
+void launch_with_smem(dim3 grid, int threads, int smem_bytes, cudaStream_t stream, const Args&... args) {
+    launch_with_smem_ex<kKernel>(grid, threads, smem_bytes, stream, false, args...);
+}
+
+// Launch kKernel as a persistent grid of clusters of kCluster CTAs: min(clusters_wanted, the clusters that fit on the
+// GPU at once), counted once per kernel (GPCs may leave SMs unpaired, so it can be fewer than SMs / kCluster)
+template <auto kKernel, int kCluster, class... Args>
+void launch_persistent_clusters(int clusters_wanted, int threads, int smem_bytes, cudaStream_t stream, const Args&... args) {
+    cudaLaunchConfig_t config = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kCluster; attr[0].val.clusterDim.y = 1; attr[0].val.clusterDim.z = 1;
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = smem_bytes;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    static int max_clusters = 0;
+    if (!max_clusters) {
+        cudaCheck(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+        config.gridDim = dim3(kCluster * (device_props().multiProcessorCount / kCluster));
+        cudaCheck(cudaOccupancyMaxActiveClusters(&max_clusters, kKernel, &config));
+        if (max_clusters < 1) { fprintf(stderr, "attention: no %d-CTA cluster of this kernel fits the GPU\n", kCluster); exit(EXIT_FAILURE); }
+    }
+    config.gridDim = dim3(kCluster * std::min(clusters_wanted, max_clusters));
+    cudaCheck(cudaLaunchKernelEx(&config, kKernel, args...));
+}
+
+// 1 if this binary carries sm_90a code for the GPU in hand (a GPU_ARCH=80 build running on an H100 does not)
+__global__ void hopper_path_probe_kernel(int* compiled) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    *compiled = 1;
+#else
+    *compiled = 0;
+#endif
+}
+
+inline bool hopper_path_available() {
+    static int available = -1;
+    if (available < 0) {
+        available = 0;
+        if (device_props().major == 9) {
+            int* d_flag;
+            cudaCheck(cudaMalloc(&d_flag, sizeof(int)));
+            hopper_path_probe_kernel<<<1, 1>>>(d_flag);
+            cudaCheck(cudaGetLastError());
+            cudaCheck(cudaMemcpy(&available, d_flag, sizeof(int), cudaMemcpyDeviceToHost));
+            cudaCheck(cudaFree(d_flag));
+        }
+    }
+    return available == 1;
+}
 
 // cuTensorMapEncodeTiled from the driver, looked up once at run time (no link dependency on libcuda)
 inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
@@ -306,4 +519,13 @@ inline CUtensorMap swizzled_tensor_map(CUtensorMapDataType type, int rank, const
         exit(EXIT_FAILURE);
     }
     return map;
+}
+
+// A (B, T, NH, HS) bf16 tensor whose rows (fixed b, t) are row_elems apart, as a 4-D tensor map (HS, NH, T, B):
+// boxes of 64 head dims x 1 head x box_rows rows x 1 batch, 128-byte swizzle, rows past T read as zeros.
+inline CUtensorMap bthd_tensor_map(const floatX* base, size_t row_elems, int B, int T, int NH, int HS, int box_rows) {
+    const cuuint64_t dims[4] = {(cuuint64_t)HS, (cuuint64_t)NH, (cuuint64_t)T, (cuuint64_t)B};
+    const cuuint64_t strides[3] = {(cuuint64_t)HS * 2, (cuuint64_t)row_elems * 2, (cuuint64_t)T * row_elems * 2};
+    const cuuint32_t box[4] = {64, 1, (cuuint32_t)box_rows, 1};
+    return swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, base, dims, strides, box);
 }
