@@ -3,6 +3,7 @@
 #   bash scripts/device_run.sh fwd bwd sanitize sass anchor      (attention: validate, time, check, anchors)
 #   bash scripts/device_run.sh tests train                       (make test; training throughput and loss curve)
 #   bash scripts/device_run.sh testsall                          (make test-all: every attention variant on every config)
+#   bash scripts/device_run.sh tests checkall                    (make all and make test, timed; then all --check of both harnesses)
 #   bash scripts/device_run.sh profile                           (ncu on one d12 step, B=64 T=1024: kernel and phase tables)
 #   bash scripts/device_run.sh ncu                               (ncu limiter sections of the shipped Hopper attention kernels)
 #   NO_BUILD=1 bash scripts/device_run.sh anchor fwd0 bwd0 ...   (binaries built here and carried: no make on the device)
@@ -45,7 +46,13 @@ for section in "$@"; do
               done ;;
     gputests) bash scripts/run_tests.sh > "$OUT/run_tests.log" 2>&1; echo "run_tests.sh (binaries as carried) rc=$?"; grep -E "^(FAIL|failed)|passed, |overall okay|step +20|val loss" "$OUT/run_tests.log" | tail -12 ;;
     smi)      nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv,noheader ;;
-    tests)    make -j8 GPU_ARCH=90a test > "$OUT/make_test.log" 2>&1; echo "make test rc=$?"; grep -E "^(FAIL|failed)|passed, |overall okay" "$OUT/make_test.log" | tail -20 ;;
+    tests)    t0=$SECONDS; make -j16 GPU_ARCH=90a all > "$OUT/make_all.log" 2>&1; echo "make all rc=$? in $((SECONDS - t0)) s"
+              t0=$SECONDS; make -j16 GPU_ARCH=90a test > "$OUT/make_test.log" 2>&1; echo "make test rc=$? in $((SECONDS - t0)) s (built)"
+              grep -E "^(FAIL|failed)|passed, |overall okay" "$OUT/make_test.log" | tail -20 ;;
+    checkall) for h in forward backward; do
+                  t0=$SECONDS; ./dev/cuda/attention_$h all --check > "$OUT/${h}_all_check.log" 2>&1
+                  echo "attention_$h all --check rc=$? in $((SECONDS - t0)) s"; grep -E "FAIL|passed" "$OUT/${h}_all_check.log" | tail -4
+              done ;;
     testsall) make -j8 GPU_ARCH=90a test-all > "$OUT/make_test_all.log" 2>&1; echo "make test-all rc=$?"; grep -E "^(FAIL|failed)|passed, |overall okay" "$OUT/make_test_all.log" | tail -20 ;;
     train)    R=dev/data/gpt2_ref   # written by the test_gpt2cu step of make test
               ./train_gpt2cu -e d12 -b 64 -t 1024 -x 40 -v 0 -s 0 > "$OUT/tput.log" 2>&1; echo "train_gpt2cu d12 B=64 T=1024 rc=$?"; grep -E "attention|gelu|average|step +40" "$OUT/tput.log"

@@ -1,15 +1,13 @@
 # GPU tests, sourced by scripts/run_tests.sh where a GPU is present; each run_gpu line is one test.
-# attention, on the small validation shapes (no benchmark). make test: the shipped path (variant 0) on every
-# shape at x1 and x8, the backward's determinism check included, then each other variant on its first config
-# only. make test-all (TEST_ALL=1): every variant on every config. A new variant goes into both lists below.
+# attention, on the validation shapes (no benchmark). make test: every variant's first config in one run per harness,
+# which covers the shipped path (variant 0, one config) on every shape at x1 and x8, the backward's determinism check
+# included; make test-all (TEST_ALL=1): every config of every variant.
 if [ "${TEST_ALL:-0}" = 1 ]; then
     run_gpu "attention_forward all --check" ./dev/cuda/attention_forward all --check
     run_gpu "attention_backward all --check" ./dev/cuda/attention_backward all --check
 else
-    run_gpu "attention_forward 0 --check" ./dev/cuda/attention_forward 0 --check
-    run_gpu "attention_backward 0 --check" ./dev/cuda/attention_backward 0 --check
-    run_gpu "attention_forward 1-5 --check --first-config" ./dev/cuda/attention_forward 1,2,3,4,5 --check --first-config
-    run_gpu "attention_backward 1-8 --check --first-config" ./dev/cuda/attention_backward 1,2,3,4,5,6,7,8 --check --first-config
+    run_gpu "attention_forward all --check --first-config" ./dev/cuda/attention_forward all --check --first-config
+    run_gpu "attention_backward all --check --first-config" ./dev/cuda/attention_backward all --check --first-config
 fi
 # training: test_gpt2cu against the PyTorch reference (written once into dev/data/gpt2_ref by scripts/train_gpt2.py),
 # then a short d12 run. Both read tiny Shakespeare's token shards (the reference's 10 steps too), prepared once

@@ -37,8 +37,9 @@ fi
 run_gpu() {
     local name="$1"; shift
     echo "=== $name: $*"
-    if "$@"; then passed=$((passed + 1)); echo "PASS: $name"
-    else failed=$((failed + 1)); failed_names+=("$name"); echo "FAIL: $name"; fi
+    local t0=$SECONDS
+    if "$@"; then passed=$((passed + 1)); echo "PASS: $name ($((SECONDS - t0)) s)"
+    else failed=$((failed + 1)); failed_names+=("$name"); echo "FAIL: $name ($((SECONDS - t0)) s)"; fi
 }
 if nvidia-smi -L >/dev/null 2>&1; then
     source scripts/gpu_tests.sh

@@ -37,6 +37,7 @@ Command line shared by the dev binaries:
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 #include <cublas_v2.h>
 #include "src/attention.cuh"
@@ -139,9 +140,24 @@ inline double attention_forward_flops(const Shape& s) {   // causal: half of 4*B
 // ----------------------------------------------------------------------------
 // host <-> device helpers
 
+// randn * scale in bf16, on every core: chunk c (1M elements) draws from its own generator, seeded by one draw of rng
+// and c, so the values depend on the seed alone, not on the thread count (a 64x12x1024 qkv is 150M draws)
 inline void fill_randn_bf16(std::vector<floatX>& h, float scale, std::mt19937_64& rng) {
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    for (auto& x : h) x = __float2bfloat16(dist(rng) * scale);
+    constexpr size_t kChunk = 1 << 20;
+    const uint64_t base = rng();
+    const size_t chunks = (h.size() + kChunk - 1) / kChunk;
+    auto fill_chunks = [&](size_t first, size_t step) {
+        for (size_t c = first; c < chunks; c += step) {
+            std::mt19937_64 chunk_rng(base + 0x9E3779B97F4A7C15ull * (c + 1));
+            std::normal_distribution<float> dist(0.0f, 1.0f);
+            for (size_t i = c * kChunk; i < std::min(h.size(), (c + 1) * kChunk); i++) h[i] = __float2bfloat16(dist(chunk_rng) * scale);
+        }
+    };
+    const size_t threads = std::min<size_t>(chunks, std::max(1u, std::thread::hardware_concurrency()));
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < threads; t++) pool.emplace_back(fill_chunks, t, threads);
+    fill_chunks(0, threads);
+    for (std::thread& t : pool) t.join();
 }
 inline std::vector<float> to_float(const std::vector<floatX>& h) {
     std::vector<float> f(h.size());
