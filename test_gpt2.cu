@@ -20,7 +20,9 @@ random init, B=4 T=64, in brackets):
   grads:  per tensor, max |diff| <= tol * max |ref|, tol 2% (3% for the layernorms); llm.c allows
           thr + 7.9% of |ref| per element, thr up to 0.5                       [0.24% .. 1.0%]
   AdamW:  one update against a CPU fp32 evaluation of the same formula (with weight decay and
-          clipping): m, v within 1e-6 relative, master weights within 1e-3 of a step (lr)
+          clipping): m, v within 1e-6 relative, master weights within 1e-3 of a step (lr); the bf16
+          weights bit-equal to the master rounded stochastically with the kernel's hash, 45-55% of
+          the inexact ones rounded up and 15-35% not to nearest (stochastic rounding: 50% and 25%)
   10 steps: steps 0 and 1 within 1e-3 of PyTorch's loss [1.2e-4, 2.5e-4]. Later steps are not
           comparable step by step: Adam's first update is lr * sign(g) for every weight, so weights
           whose gradient is within bf16 noise of zero move a full step in either direction, and
@@ -255,7 +257,11 @@ int main(int argc, char** argv) {
         float clip = m.grad_norm > 1.0f ? 1.0f / m.grad_norm : 1.0f;
         double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
         double max_m = 0, max_v = 0, err_m = 0, err_v = 0, err_p = 0;
-        bool params_rounded = true;
+        // the bf16 weights: the master rounded stochastically with the kernel's random bits (reproduced here), so
+        // each is one of the master's two bf16 neighbours, and about half of them differ from round-to-nearest
+        const uint32_t seed = hash_u32(m.rounding_seed ^ hash_u32((uint32_t)t));
+        bool params_rounded = m.stochastic_rounding == 1;
+        size_t rounded_up = 0, not_nearest = 0, inexact = 0;
         size_t off = 0;
         for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
             float decay = parameter_gets_weight_decay(k) ? wd : 0.0f;
@@ -265,16 +271,27 @@ int main(int argc, char** argv) {
                 double pi = p0[i] - lr * ((mi / bc1) / (sqrt(vi / bc2) + eps) + decay * p0[i]);
                 max_m = fmax(max_m, fabs(mi)); max_v = fmax(max_v, fabs(vi));
                 err_m = fmax(err_m, fabs(m1[i] - mi)); err_v = fmax(err_v, fabs(v1[i] - vi)); err_p = fmax(err_p, fabs(p1[i] - pi));
-                floatX rounded = __float2bfloat16(p1[i]);
+                floatX rounded = round_bf16_stochastic(p1[i], hash_u32((uint32_t)i ^ hash_u32(seed + (uint32_t)(i >> 32))));
                 params_rounded &= bitwise_equal(&params1[i], &rounded, sizeof(floatX));
+                floatX nearest = __float2bfloat16(p1[i]);
+                float w = __bfloat162float(params1[i]);
+                inexact += w != p1[i];
+                rounded_up += fabsf(w) > fabsf(p1[i]);
+                not_nearest += !bitwise_equal(&params1[i], &nearest, sizeof(floatX));
             }
             off += m.param_sizes[k];
         }
         double rel_m = err_m / max_m, rel_v = err_v / max_v, rel_p = err_p / lr;
         printf("m: rel err %.2e (%.0f%% of 1e-6), v: rel err %.2e (%.0f%% of 1e-6), master: err %.2e of a step (%.0f%% of 1e-3), "
                "bf16 weights %s\n", rel_m, 100 * rel_m / 1e-6, rel_v, 100 * rel_v / 1e-6, rel_p, 100 * rel_p / 1e-3,
-               params_rounded ? "= master rounded" : "NOT the rounded master");
+               params_rounded ? "= master rounded stochastically" : "NOT the master rounded stochastically");
+        // stochastic rounding rounds up (away from zero) about half the inexact weights, a quarter of them against
+        // round-to-nearest; a kernel that rounds to nearest or always down fails these bounds
+        const double up = (double)rounded_up / inexact, off_nearest = (double)not_nearest / inexact;
+        printf("stochastic rounding: %zu of %zu inexact weights rounded up (%.3f, must be 0.45-0.55), %.3f not to nearest "
+               "(must be 0.15-0.35)\n", rounded_up, inexact, up, off_nearest);
         check(rel_m <= 1e-6 && rel_v <= 1e-6 && rel_p <= 1e-3 && params_rounded, "AdamW update");
+        check(inexact > n / 2 && up > 0.45 && up < 0.55 && off_nearest > 0.15 && off_nearest < 0.35, "stochastic rounding");
         gpt2_free(&m);
     }
 

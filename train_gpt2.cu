@@ -108,6 +108,8 @@ typedef struct {
     float* v_memory;            // AdamW second moment (num_parameters)
     float* master_weights;      // fp32 copy of the weights, or null (-w 0)
     int use_master_weights;
+    int stochastic_rounding;    // bf16 weights after an update: 1 stochastic (the default, as llm.c), 0 to nearest
+    uint32_t rounding_seed;     // stochastic rounding's random bits hash (rounding_seed, step, element)
     // activations, allocated for B, T (smaller B, T may run through the same buffers)
     int B, T;
     int recompute;              // 0, 1 (GELU), 2 (GELU + layernorms)
@@ -213,6 +215,8 @@ void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, int gelu_fusi
     model->recompute = recompute;
     model->gelu_fusion = gelu_fusion;
     model->use_master_weights = use_master_weights;
+    model->stochastic_rounding = 1;
+    model->rounding_seed = 0;
     size_t N = (size_t)B * T, L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
     size_t n = model->num_parameters;
 
@@ -500,7 +504,8 @@ void gpt2_update(GPT2* model, float learning_rate, float beta1, float beta2, flo
         table.weight_decay[i] = parameter_gets_weight_decay(i) ? weight_decay : 0.0f;
     }
     adamw_update(model->params_memory, model->master_weights, model->grads_memory, model->m_memory, model->v_memory,
-                 model->num_parameters, table, model->norm, max_norm, learning_rate, beta1, beta2, t, eps, main_stream);
+                 model->num_parameters, table, model->norm, max_norm, learning_rate, beta1, beta2, t, eps,
+                 model->stochastic_rounding, hash_u32(model->rounding_seed ^ hash_u32((uint32_t)t)), main_stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -714,6 +719,8 @@ int main(int argc, char** argv) {
     else if (from_file) gpt2_build_from_checkpoint(&model, cfg.load_filename);
     else gpt2_build_from_random(&model, model_config, (uint32_t)cfg.seed);
     gpt2_allocate_state(&model, cfg.B, cfg.T, cfg.recompute, cfg.gelu_fusion, cfg.use_master_weights);
+    model.stochastic_rounding = cfg.stochastic_rounding;
+    model.rounding_seed = (uint32_t)cfg.seed;
     int start_step = 0;
     if (resume_step >= 0) {
         std::string state_path = checkpoint_state_path(cfg.output_log_dir, resume_step, cfg.process_rank);
@@ -746,8 +753,8 @@ int main(int argc, char** argv) {
            grad_accum_steps, train_num_batches, start_step);
     printf("| lr %g, warmup %d, %s decay to %g x lr, weight decay %g, grad clip %g\n", cfg.learning_rate,
            cfg.warmup_iterations, cfg.lr_scheduler_type, cfg.final_learning_rate_frac, cfg.weight_decay, cfg.grad_clip);
-    printf("| recompute %d, gelu fusion %d, master weights %d, seed %d, output %s\n", cfg.recompute, cfg.gelu_fusion,
-           cfg.use_master_weights, cfg.seed, cfg.output_log_dir ? cfg.output_log_dir : "none");
+    printf("| recompute %d, gelu fusion %d, master weights %d, stochastic rounding %d, seed %d, output %s\n", cfg.recompute,
+           cfg.gelu_fusion, cfg.use_master_weights, cfg.stochastic_rounding, cfg.seed, cfg.output_log_dir ? cfg.output_log_dir : "none");
     printf("| MFU counts 6*N + 6*L*C*T = %.1f MFLOP per token (llm.c's formula; nanoGPT's 12*L*C*T differs)\n", flops_per_token / 1e6);
     print_memory_use(&model);
     printf("+-----------------------------------------------------------------------\n");

@@ -139,6 +139,7 @@ typedef struct {
     int recompute;                    // -r  0 none, 1 recompute GELU, 2 GELU + layernorms
     int zero_stage;                   // -z  only 0 (single GPU)
     int use_master_weights;           // -w
+    int stochastic_rounding;          // -sr 1: bf16 weights rounded stochastically from the update (llm.c), 0: to nearest
     int gelu_fusion;                  // -ge 0 separate GELU kernels, 1 GELU in the matmul epilogue (fwd), 2 fwd + bwd
     int overfit_single_batch;         // -a
     int shuffle;                      // -sf shuffle the training data (default 1 unless -a 1)
@@ -176,6 +177,7 @@ inline void train_config_defaults(TrainConfig* c) {
     c->recompute = 1;
     c->zero_stage = 0;
     c->use_master_weights = 1;
+    c->stochastic_rounding = 1;
     c->gelu_fusion = -1;  // -1: per GPU, resolved once the GPU is known (gelu_fusion_default)
     c->overfit_single_batch = 0;
     c->shuffle = -1;  // -1: decided in train_config_check (1 unless overfitting one batch)
@@ -220,6 +222,7 @@ inline const char* train_usage() {
         "  -r <int>    recompute: 0 none, 1 GELU, 2 GELU + layernorm (default = 1)\n"
         "  -z <int>    ZeRO stage (only 0: single GPU)\n"
         "  -w <int>    keep fp32 master weights (default = 1)\n"
+        "  -sr <int>   round the bf16 weights stochastically after each update, 0: to nearest (default = 1)\n"
         "  -ge <int>   GELU fusion into cuBLASLt: 0 off, 1 forward, 2 forward + backward (default = 2 on sm_90+, else 0)\n"
         "  -a <int>    overfit a single batch (default = 0)\n"
         "  -sf <int>   shuffle the training data (default = 1, 0 with -a 1)\n"
@@ -282,6 +285,7 @@ inline std::string train_config_parse(TrainConfig* c, int argc, char** argv) {
         else if (!strcmp(f, "r")) ok = parse_int_arg(v, &c->recompute);
         else if (!strcmp(f, "z")) ok = parse_int_arg(v, &c->zero_stage);
         else if (!strcmp(f, "w")) ok = parse_int_arg(v, &c->use_master_weights);
+        else if (!strcmp(f, "sr")) ok = parse_int_arg(v, &c->stochastic_rounding);
         else if (!strcmp(f, "ge")) ok = parse_int_arg(v, &c->gelu_fusion);
         else if (!strcmp(f, "a")) ok = parse_int_arg(v, &c->overfit_single_batch);
         else if (!strcmp(f, "sf")) ok = parse_int_arg(v, &c->shuffle);
@@ -313,6 +317,7 @@ inline std::string train_config_check(TrainConfig* c) {
     if (c->recompute < 0 || c->recompute > 2) return strfmt("-r %d: recompute must be 0, 1 or 2", c->recompute);
     if (c->gelu_fusion < -1 || c->gelu_fusion > 2) return strfmt("-ge %d: gelu fusion must be 0, 1 or 2", c->gelu_fusion);
     if (c->use_master_weights != 0 && c->use_master_weights != 1) return "-w must be 0 or 1";
+    if (c->stochastic_rounding != 0 && c->stochastic_rounding != 1) return "-sr must be 0 or 1";
     if (c->hellaswag_eval != 0) return "-h 1: HellaSwag eval is not supported yet";
     if (c->resume && c->output_log_dir == nullptr) return "-y 1 needs -o <dir> (the checkpoints to resume from)";
     if (c->checkpoint_every > 0 && c->output_log_dir == nullptr) return "-n needs -o <dir> to write checkpoints into";
