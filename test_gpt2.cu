@@ -260,7 +260,7 @@ int main(int argc, char** argv) {
         double max_m = 0, max_v = 0, err_m = 0, err_v = 0, err_p = 0;
         // the bf16 weights: the master rounded stochastically with the kernel's random bits (reproduced here), so
         // each is one of the master's two bf16 neighbours, and about half of them differ from round-to-nearest
-        const uint32_t seed = hash_u32(m.rounding_seed ^ hash_u32((uint32_t)t));
+        const uint32_t step_seed = adamw_step_seed(m.rounding_seed, t);
         bool params_rounded = m.stochastic_rounding == 1;
         size_t rounded_up = 0, not_nearest = 0, inexact = 0;
         size_t off = 0;
@@ -272,7 +272,7 @@ int main(int argc, char** argv) {
                 double pi = p0[i] - lr * ((mi / bc1) / (sqrt(vi / bc2) + eps) + decay * p0[i]);
                 max_m = fmax(max_m, fabs(mi)); max_v = fmax(max_v, fabs(vi));
                 err_m = fmax(err_m, fabs(m1[i] - mi)); err_v = fmax(err_v, fabs(v1[i] - vi)); err_p = fmax(err_p, fabs(p1[i] - pi));
-                floatX rounded = round_bf16_stochastic(p1[i], hash_u32((uint32_t)i ^ hash_u32(seed + (uint32_t)(i >> 32))));
+                floatX rounded = round_bf16_stochastic(p1[i], rounding_bits(step_seed, i));
                 params_rounded &= bitwise_equal(&params1[i], &rounded, sizeof(floatX));
                 floatX nearest = __float2bfloat16(p1[i]);
                 float w = __bfloat162float(params1[i]);

@@ -505,7 +505,7 @@ void gpt2_update(GPT2* model, float learning_rate, float beta1, float beta2, flo
     }
     adamw_update(model->params_memory, model->master_weights, model->grads_memory, model->m_memory, model->v_memory,
                  model->num_parameters, table, model->norm, max_norm, learning_rate, beta1, beta2, t, eps,
-                 model->stochastic_rounding, hash_u32(model->rounding_seed ^ hash_u32((uint32_t)t)), main_stream);
+                 model->stochastic_rounding, model->rounding_seed, main_stream);
 }
 
 // ----------------------------------------------------------------------------

@@ -24,6 +24,12 @@ __host__ __device__ inline uint32_t hash_u32(uint32_t x) {
     return x;
 }
 
+// the random bits of stochastic rounding: element i of the update whose step seed is adamw_step_seed(seed, t)
+__host__ __device__ inline uint32_t rounding_bits(uint32_t step_seed, size_t i) {
+    return hash_u32((uint32_t)i ^ hash_u32(step_seed + (uint32_t)(i >> 32)));
+}
+inline uint32_t adamw_step_seed(uint32_t seed, int t) { return hash_u32(seed ^ hash_u32((uint32_t)t)); }
+
 // x rounded to one of its two bf16 neighbours, up (away from zero) with probability = the dropped 16 bits / 2^16:
 // adding 16 random bits below the kept ones and truncating does exactly that. Infinity and NaN pass through.
 __host__ __device__ inline floatX round_bf16_stochastic(float x, uint32_t random) {
@@ -45,7 +51,7 @@ typedef struct {
 __global__ void adamw_kernel(floatX* params, float* master, const floatX* grads, float* m_memory, float* v_memory,
                              size_t n, AdamWTensorTable table, const float* norm, float max_norm,
                              float learning_rate, float beta1, float beta2, float beta1_correction,
-                             float beta2_correction, float eps, bool stochastic_rounding, uint32_t seed) {
+                             float beta2_correction, float eps, bool stochastic_rounding, uint32_t step_seed) {
     float clip_scale = 1.0f;
     if (max_norm > 0.0f) {
         float gn = *norm;
@@ -63,8 +69,7 @@ __global__ void adamw_kernel(floatX* params, float* master, const floatX* grads,
         float p = master ? master[i] : __bfloat162float(params[i]);
         float update = (m / beta1_correction) / (sqrtf(v / beta2_correction) + eps) + wd * p;
         p -= learning_rate * update;
-        params[i] = stochastic_rounding ? round_bf16_stochastic(p, hash_u32((uint32_t)i ^ hash_u32(seed + (uint32_t)(i >> 32))))
-                                        : __float2bfloat16(p);
+        params[i] = stochastic_rounding ? round_bf16_stochastic(p, rounding_bits(step_seed, i)) : __float2bfloat16(p);
         if (master) master[i] = p;
     }
 }
@@ -79,6 +84,6 @@ void adamw_update(floatX* params, float* master, const floatX* grads, float* m_m
     int num_blocks = std::min((int)ceil_div(n, (size_t)block_size), device_props().multiProcessorCount * 8);
     adamw_kernel<<<num_blocks, block_size, 0, stream>>>(params, master, grads, m_memory, v_memory, n, table, norm, max_norm,
                                                         learning_rate, beta1, beta2, beta1_correction, beta2_correction, eps,
-                                                        stochastic_rounding, seed);
+                                                        stochastic_rounding, adamw_step_seed(seed, t));
     cudaCheck(cudaGetLastError());
 }

@@ -61,9 +61,8 @@ __device__ inline float block_reduce_max(float v, float* shared) {
 // Second stage of the deterministic column reductions (bias and layernorm weight gradients):
 // partials (num_partials, num_outputs, C) fp32 -> out_k[c] += sum over partials, in a fixed order.
 // grid (ceil(C/32), num_outputs), block (32, 32): threadIdx.x owns one column (a warp reads 128 contiguous
-// bytes), threadIdx.y sums partials y, y + 32, y + 64, ... and the 32 row sums are added in order. One thread
-// per column walking all ~1000 partials (the first version) was latency bound: 44 us a call, 3.2 ms of a d12
-// B=64 step on an H200 (profile/ncu_step.sh, 2026-11-21).
+// bytes), threadIdx.y sums partials y, y + 32, y + 64, ... and the 32 row sums are added in order: one thread
+// per column walking all ~1000 partials alone is latency bound.
 
 #define REDUCE_PARTIALS_ROWS 32
 

@@ -99,8 +99,8 @@ void fused_residual_layernorm_forward(floatX* residual, floatX* out, float* mean
 // dinp (N,C) +=; partials (gridDim.x, 2, C) = per-block (dw, db); dout/inp (N,C); weight (C); mean/rstd (N)
 // dynamic shared memory: (LN_BWD_WARPS, 2, C) floats. Channel c + k of a lane's 8-channel chunk c sits at
 // k * C/8 + c/8 (ln_bwd_slot), so for each k the 32 lanes touch 32 consecutive words: no bank conflict. With
-// the plain layout (c + k) every access was an 8-way conflict, and the per-row dw/db read-modify-writes made
-// the kernel shared-memory bound: 246 us a call, 6.2 ms of a d12 B=64 step on an H200 (profile/, 2026-11-21).
+// the plain layout (c + k) every access is an 8-way conflict, and the per-row dw/db read-modify-writes make the
+// kernel shared-memory bound.
 __device__ __forceinline__ int ln_bwd_slot(int channel, int C) { return (channel % X128_SIZE) * (C / X128_SIZE) + channel / X128_SIZE; }
 
 __global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
