@@ -1,26 +1,32 @@
 /*
-flashgpt fused causal self-attention: forward and backward, bf16 in/out, fp32 accumulation.
+flashgpt fused flash attention: forward and backward, bf16 in/out, fp32 accumulation.
 
-  forward   out = softmax(scale * Q K^T, causal) V,  scale = 1/sqrt(HS)
-            qkv  (B, T, 3, NH, HS) bf16, read in place (the fused QKV matmul output, no permutes)
-            out  (B, T, NH, HS)    bf16
-            lse  (B, NH, T)        fp32, the natural log of sum_j exp(scale * q_t . k_j) over the
-                                   causal row: the only thing the backward needs besides out
-  backward  recomputes P = exp(scale * Q K^T - lse) tile by tile (never stores T x T), writes
-            dqkv (B, T, 3, NH, HS) bf16 in place.
+  forward   out = softmax(scale * Q K^T + mask) V
+            q (B, T, NH, HS), k and v (B, Tk, NH_kv, HS), out (B, T, NH, HS): any batch / row / head strides
+            (multiples of 8 elements, head dim contiguous), so GPT-2's fused QKV activation (B, T, 3, NH, HS), BTHD
+            and BHTD tensors are all read and written in place, with no permutes
+            lse (B, NH, T) fp32, the natural log of each row's softmax denominator: all the backward needs besides out
+            mask: causal or not; causal with T != Tk aligned bottom-right (query i sees keys j <= i + Tk - T, as
+            FlashAttention 2.1+ and cuDNN); a row that sees no key gets O = 0 and LSE = -inf
+            GQA / MQA: query head h reads key/value head h / (NH / NH_kv)
+  backward  recomputes P = exp(scale * Q K^T - lse) tile by tile (never stores T x Tk) and writes dq, dk, dv (with GQA
+            dk, dv summed over each group of query heads, in a fixed order: deterministic)
 
-Forward loop order is FlashAttention-2's: one CTA per (Q tile of kBlockM rows, b, h); each warp
-owns 16 * kWarpTilesM query rows and walks the K/V tiles from the diagonal down to key 0, keeping
-O, the row max and the row sum in registers (online softmax, normalised once at the end). The
-longest Q tiles (the last ones, causal) are launched first.
+  attention_forward(const AttentionForwardParams&, stream), attention_backward(const AttentionBackwardParams&, stream);
+  attention_unsupported_reason() / attention_backward_unsupported_reason() say why a call is refused. GPT-2's calls
+  (fused QKV, causal, scale 1/sqrt(HS)) are thin wrappers: attention_forward(out, lse, qkv, B, T, NH, HS, stream).
 
-Paths: sm_80+ mma.sync (m16n8k16 bf16, ldmatrix, cp.async double buffering, 128-byte swizzled
-shared memory); on Hopper, when the binary carries sm_90a code, the forward and the backward run
-the same loops on wgmma, warp-specialised: a producer warpgroup issues TMA loads (tensor maps read
-Q, K, V in place from the fused buffer) into mbarrier rings, consumer warpgroups (setmaxnreg) do the
-math, persistent CTAs take the longest tiles first; the forward's consumers ping-pong their GEMMs.
-Head sizes 64 and 128, any T >= 1, any B * NH.
-attention_unsupported_reason() says why anything else is refused.
+Forward loop order is FlashAttention-2's: one CTA per (Q tile of kBlockM rows, b, h); each warp owns 16 * kWarpTilesM
+query rows and walks the K/V tiles from the last visible one down to key 0, keeping O, the row max and the row sum in
+registers (online softmax, normalised once at the end). The longest Q tiles (the last ones, causal) are launched first.
+
+Paths: sm_80+ mma.sync (m16n8k16 bf16, ldmatrix, cp.async double buffering, 128-byte swizzled shared memory), every
+head dim (32, 64, 96, 128, 256; the backward up to 128); on Hopper, when the binary carries sm_90a code, head dims 64
+and 128 run the same loops on wgmma, warp-specialised: a producer warpgroup issues TMA loads (tensor maps over the
+strided tensors) into mbarrier rings, consumer warpgroups (setmaxnreg) do the math, persistent CTAs take the longest
+tiles first; the forward's consumers ping-pong their GEMMs. Causal self-attention without GQA (GPT-2's family) runs
+kernels compiled for it (kGeneral false: the diagonal and Tk constants to the compiler); every other call the general
+copies of the same kernels.
 */
 #pragma once
 #include <cmath>
@@ -31,14 +37,46 @@ attention_unsupported_reason() says why anything else is refused.
 // ----------------------------------------------------------------------------
 // parameters: one struct per direction, shared with the dev/cuda harness
 
+// A bf16 tensor of (batch, sequence, head, head dim) with its head dim contiguous: element (b, t, h, d) at
+// base[b * batch + t * row + h * head + d]. Strides in elements; every one a multiple of 8 (16-byte rows).
+struct AttentionStrides { long long batch, row, head; };
+
+// (B, T, NH, HS) contiguous (BTHD), and the fused QKV activation (B, T, 3, NH, HS): Q at qkv, K at qkv + NH * HS,
+// V at qkv + 2 * NH * HS, each with these strides
+inline AttentionStrides bthd_strides(int T, int NH, int HS) { return {(long long)T * NH * HS, (long long)NH * HS, HS}; }
+inline AttentionStrides fused_qkv_strides(int T, int NH, int HS) { return {3LL * T * NH * HS, 3LL * NH * HS, HS}; }
+
+// Query i (of T) sees key j (of Tk) iff j < Tk and, when causal, j <= i + Tk - T: the causal diagonal aligned
+// bottom-right, as FlashAttention 2.1+ and cuDNN (T = Tk: the usual j <= i). Rows that see no key (causal, T > Tk)
+// get O = 0 and LSE = -inf, and contribute no gradient.
 struct AttentionForwardParams {
-    const floatX* qkv;   // (B, T, 3, NH, HS)
-    floatX* out;         // (B, T, NH, HS)
-    float* lse;          // (B, NH, T)
-    int B, T, NH, HS;
+    const floatX *q, *k, *v;      // (B, T, NH, HS), (B, Tk, NH_kv, HS), (B, Tk, NH_kv, HS)
+    floatX* out;                  // (B, T, NH, HS)
+    float* lse;                   // (B, NH, T) contiguous, natural log
+    AttentionStrides q_st, k_st, v_st, o_st;
+    int B, T, Tk, NH, NH_kv, HS;  // query head h reads key/value head h / (NH / NH_kv) (GQA; MQA: NH_kv = 1)
+    bool causal;
+    float scale;                  // softmax(scale * Q K^T)
 };
 
+// the keys of query row i must satisfy key <= i + diag: Tk - T when causal, no limit (past Tk) otherwise
+__host__ __device__ inline int attention_diagonal(const AttentionForwardParams& p) { return p.causal ? p.Tk - p.T : (1 << 30); }
+
+// GPT-2's causal self-attention on the fused QKV activation, out (B, T, NH, HS), scale 1/sqrt(HS)
+inline AttentionForwardParams fused_qkv_forward_params(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS) {
+    const AttentionStrides qkv_st = fused_qkv_strides(T, NH, HS);
+    return {qkv, qkv + (size_t)NH * HS, qkv + 2 * (size_t)NH * HS, out, lse, qkv_st, qkv_st, qkv_st, bthd_strides(T, NH, HS),
+            B, T, T, NH, NH, HS, true, 1.0f / std::sqrt((float)HS)};
+}
+
 constexpr float kLog2e = 1.4426950408889634f;
+
+// Key tiles of kBlockN a query block whose last row is last_row walks: up to its last visible key, at least one (a
+// block that sees no key walks one tile, fully masked, and writes O = 0, LSE = -inf)
+__host__ __device__ inline int attention_key_blocks(int last_row, int diag, int Tk, int kBlockN) {
+    const long long last_key = (long long)last_row + diag < Tk - 1 ? (long long)last_row + diag : Tk - 1;
+    return last_key < 0 ? 1 : (int)(last_key / kBlockN) + 1;
+}
 
 // ----------------------------------------------------------------------------
 // forward kernel (sm_80+ mma.sync)
@@ -57,7 +95,8 @@ struct ForwardTile {
     static constexpr int kSmemBytes = kBlockM * HS * 2 + 2 * 2 * kTileBytes;
 };
 
-template <int HS, int kWarpTilesM, int kNWarps, int kBlockN>
+// kGeneral false: causal self-attention without GQA only (Tk = T, the diagonal 0: constants to the compiler)
+template <int HS, int kWarpTilesM, int kNWarps, int kBlockN, bool kGeneral = false>
 __global__ void __launch_bounds__(kNWarps * 32)
 attention_forward_kernel(const AttentionForwardParams p) {
     using Tile = ForwardTile<HS, kWarpTilesM, kNWarps, kBlockN>;
@@ -73,30 +112,30 @@ attention_forward_kernel(const AttentionForwardParams p) {
     uint8_t* q_smem = smem;                              // (kBlockM, HS), later O staging
     uint8_t* kv_smem = smem + kBlockM * HS * 2;          // [stage][K, V] (kBlockN, HS) each
 
-    const int T = p.T, NH = p.NH;
-    const int b = blockIdx.x / NH, h = blockIdx.x % NH;
+    const int T = p.T, Tk = kGeneral ? p.Tk : T, NH = p.NH, diag = kGeneral ? attention_diagonal(p) : 0;
+    const int b = blockIdx.x / NH, h = blockIdx.x % NH, h_kv = kGeneral ? h / (NH / p.NH_kv) : h;
     const int m_block = gridDim.y - 1 - blockIdx.y;      // longest (last) Q tiles first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
-    const size_t row_stride = 3 * (size_t)NH * HS;      // between consecutive t in qkv
-    const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
-    const floatX* k_gl = q_gl + NH * HS;
-    const floatX* v_gl = q_gl + 2 * NH * HS;
+    const floatX* q_gl = p.q + b * p.q_st.batch + h * p.q_st.head;
+    const floatX* k_gl = p.k + b * p.k_st.batch + h_kv * p.k_st.head;
+    const floatX* v_gl = p.v + b * p.v_st.batch + h_kv * p.v_st.head;
     const int m_start = m_block * kBlockM;
     const int warp_row0 = warp * 16 * kMT;               // first row of this warp inside the tile
-    // causal: keys up to the last row of this tile, and never past T
-    const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
+    const int n_blocks = kGeneral ? attention_key_blocks(m_start + kBlockM - 1, diag, Tk, kBlockN)
+                                  : min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
     auto k_tile = [&](int stage) { return kv_smem + stage * 2 * Tile::kTileBytes; };
     auto v_tile = [&](int stage) { return kv_smem + stage * 2 * Tile::kTileBytes + Tile::kTileBytes; };
 
     // one K or V tile; HS 128 needs the lean loader to fit 32 rows per warp in 255 registers
-    auto load_kv_tile = [&](uint8_t* tile, const floatX* src, int row0) {
-        if constexpr (HS == 128) load_tile_rows_async<HS, kThreads, kBlockN>(tile, src, row_stride, row0, T);
-        else load_tile_async<HS, kThreads>(tile, src, row_stride, row0, kBlockN, T);
+    auto load_kv_tile = [&](uint8_t* tile, const floatX* src, int row_stride, int row0) {
+        if constexpr (HS == 128) load_tile_rows_async<HS, kThreads, kBlockN>(tile, src, row_stride, row0, Tk);
+        else load_tile_async<HS, kThreads>(tile, src, row_stride, row0, kBlockN, Tk);
     };
-    load_tile_async<HS, kThreads>(q_smem, q_gl, row_stride, m_start, kBlockM, T);
-    load_kv_tile(k_tile(0), k_gl, (n_blocks - 1) * kBlockN);
-    load_kv_tile(v_tile(0), v_gl, (n_blocks - 1) * kBlockN);
+    load_tile_async<HS, kThreads>(q_smem, q_gl, p.q_st.row, m_start, kBlockM, T);
+    const int k_row = (int)p.k_st.row, v_row = (int)p.v_st.row;   // < 2^31 (attention_unsupported_reason): one register each
+    load_kv_tile(k_tile(0), k_gl, k_row, (n_blocks - 1) * kBlockN);
+    load_kv_tile(v_tile(0), v_gl, v_row, (n_blocks - 1) * kBlockN);
     cp_async_commit();
 
     // ldmatrix row addresses. For Q (A operand) and V (transposed B), lane l points at row
@@ -136,14 +175,14 @@ attention_forward_kernel(const AttentionForwardParams p) {
         row_sum[mt][0] = row_sum[mt][1] = 0.0f;
     }
     // softmax in base 2 with the scale folded in: exp(scale * (s - m)) = exp2(s * c - m * c)
-    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
+    const float scale_log2 = p.scale * kLog2e;
 
     for (int it = 0; it < n_blocks; it++) {
         const int n_block = n_blocks - 1 - it;     // diagonal (masked) tiles first
         const int stage = it & 1;
         if (it + 1 < n_blocks) {                   // prefetch the next K/V tile into the other stage
-            load_kv_tile(k_tile(stage ^ 1), k_gl, (n_block - 1) * kBlockN);
-            load_kv_tile(v_tile(stage ^ 1), v_gl, (n_block - 1) * kBlockN);
+            load_kv_tile(k_tile(stage ^ 1), k_gl, k_row, (n_block - 1) * kBlockN);
+            load_kv_tile(v_tile(stage ^ 1), v_gl, v_row, (n_block - 1) * kBlockN);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -158,7 +197,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
                 for (int ks = 0; ks < kKS; ks++) load_q_frag(q_frag[kQInRegs ? mt : 0][kQInRegs ? ks : 0], mt, ks);
         }
         // a warp whose rows all lie above this K tile has nothing to do here (every key masked)
-        const bool warp_active = n_block * kBlockN <= m_start + warp_row0 + 16 * kMT - 1;
+        const bool warp_active = n_block * kBlockN <= m_start + warp_row0 + 16 * kMT - 1 + diag;
         if (warp_active) {
             // S = Q K^T  (kMT*16 x kBlockN per warp)
             float s[kMT][kNT][4];
@@ -186,8 +225,8 @@ attention_forward_kernel(const AttentionForwardParams p) {
                     }
                 }
             }
-            // causal mask, only on tiles that cross this warp's diagonal
-            if (n_block * kBlockN + kBlockN - 1 > m_start + warp_row0) {
+            // mask (the causal diagonal, keys past Tk), only on tiles that cross this warp's limits
+            if (n_block * kBlockN + kBlockN - 1 > (kGeneral ? min(m_start + warp_row0 + diag, Tk - 1) : m_start + warp_row0)) {
                 #pragma unroll
                 for (int mt = 0; mt < kMT; mt++)
                     #pragma unroll
@@ -196,7 +235,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
                         for (int e = 0; e < 4; e++) {
                             int row = m_start + warp_row0 + mt * 16 + g + 8 * (e / 2);
                             int key = n_block * kBlockN + nt * 8 + 2 * tq + (e % 2);
-                            if (key > row) s[mt][nt][e] = -INFINITY;
+                            if (key > row + diag || (kGeneral && key >= Tk)) s[mt][nt][e] = -INFINITY;
                         }
             }
             // online softmax: new row max, rescale O and the sum by alpha, P = exp2(s*c - m*c)
@@ -234,7 +273,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
 
     // epilogue: O /= l, LSE = m * scale + log(l); O goes through shared memory for 16-byte stores.
     // Each warp stages only its own rows (whose Q it alone read), so a __syncwarp suffices.
-    const float scale = rsqrtf((float)HS);
+    const float scale = p.scale;
     #pragma unroll
     for (int mt = 0; mt < kMT; mt++)
         #pragma unroll
@@ -254,19 +293,23 @@ attention_forward_kernel(const AttentionForwardParams p) {
         }
     __syncwarp();
     constexpr int kChunks = HS / 8;
-    floatX* out_gl = p.out + ((size_t)b * T * NH + h) * HS;
+    floatX* out_gl = p.out + b * p.o_st.batch + h * p.o_st.head;
     for (int c = lane; c < 16 * kMT * kChunks; c += 32) {
         int row = warp_row0 + c / kChunks, ch = c % kChunks;
         if (m_start + row < T)
-            *reinterpret_cast<uint4*>(out_gl + (size_t)(m_start + row) * NH * HS + ch * 8) =
+            *reinterpret_cast<uint4*>(out_gl + (m_start + row) * p.o_st.row + ch * 8) =
                 *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
     }
 }
 
-template <int HS, int kWarpTilesM, int kNWarps, int kBlockN>
+template <int HS, int kWarpTilesM, int kNWarps, int kBlockN, bool kGeneral = false>
 void launch_attention_forward(const AttentionForwardParams& p, cudaStream_t stream) {
     using Tile = ForwardTile<HS, kWarpTilesM, kNWarps, kBlockN>;
-    launch_with_smem<attention_forward_kernel<HS, kWarpTilesM, kNWarps, kBlockN>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
+    if (!kGeneral && !(p.causal && p.T == p.Tk && p.NH == p.NH_kv)) {
+        fprintf(stderr, "attention: this forward kernel runs causal self-attention without GQA only\n");
+        exit(EXIT_FAILURE);
+    }
+    launch_with_smem<attention_forward_kernel<HS, kWarpTilesM, kNWarps, kBlockN, kGeneral>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
                          Tile::kThreads, Tile::kSmemBytes, stream, p);
 }
 
@@ -274,14 +317,17 @@ void launch_attention_forward(const AttentionForwardParams& p, cudaStream_t stre
 // Hopper (sm_90a) forward helpers: one thread's rows g and g + 8 of a warpgroup's m64 x kBlockN S tile
 // (s[4 * i + e]: key column 8i + 2tq + e % 2, row g + 8 (e / 2), the wgmma accumulator layout).
 
-// causal mask on a tile that crosses this warp's diagonal; row0 = the warp's first query row, key0 = the tile's first key
-template <int kNT>
-__device__ __forceinline__ void causal_mask_tile(float (&s)[kNT * 4], int row0, int key0, int g, int tq) {
+// mask on a tile that crosses this warp's limits: key > row + diag or (kKeyBound) key >= Tk; lim0 = the warp's first
+// query row + diag, key0 = the tile's first key. Causal self-attention needs no key bound: row + 0 < T = Tk.
+template <int kNT, bool kKeyBound = true>
+__device__ __forceinline__ void mask_tile(float (&s)[kNT * 4], int lim0, int key0, int Tk, int g, int tq) {
     #pragma unroll
     for (int i = 0; i < kNT; i++)
         #pragma unroll
-        for (int e = 0; e < 4; e++)
-            if (key0 + i * 8 + 2 * tq + (e % 2) > row0 + g + 8 * (e / 2)) s[4 * i + e] = -INFINITY;
+        for (int e = 0; e < 4; e++) {
+            const int key = key0 + i * 8 + 2 * tq + (e % 2);
+            if (key > lim0 + g + 8 * (e / 2) || (kKeyBound && key >= Tk)) s[4 * i + e] = -INFINITY;
+        }
 }
 
 // online softmax, as in the mma.sync kernel: new row max (quad shuffles), P = exp2(s * c - m * c) in place,
@@ -321,7 +367,7 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
                                                         uint8_t* q_smem, int b, int h, int m_start, int warp_row0) {
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const int T = p.T, NH = p.NH;
-    const float scale = rsqrtf((float)HS);
+    const float scale = p.scale;
     __syncwarp();   // a persistent kernel comes back here: this warp's reads of its previous O rows are done
     #pragma unroll
     for (int half = 0; half < 2; half++) {
@@ -336,16 +382,16 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
         for (int dt = 0; dt < HS / 8; dt++) {
             const uint32_t o2 = pack_bf16x2(o_acc[4 * dt + 2 * half] * inv_l, o_acc[4 * dt + 2 * half + 1] * inv_l);
             if constexpr (kStaged) *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) = o2;
-            else if ((unsigned)(m_start + row) < (unsigned)T) *reinterpret_cast<uint32_t*>(p.out + (((size_t)b * T + m_start + row) * NH + h) * HS + dt * 8 + 2 * tq) = o2;
+            else if ((unsigned)(m_start + row) < (unsigned)T) *reinterpret_cast<uint32_t*>(p.out + b * p.o_st.batch + (m_start + row) * p.o_st.row + h * p.o_st.head + dt * 8 + 2 * tq) = o2;
         }
     }
     if constexpr (!kStaged) return;
     __syncwarp();
-    floatX* out_gl = p.out + ((size_t)b * T * NH + h) * HS;
+    floatX* out_gl = p.out + b * p.o_st.batch + h * p.o_st.head;
     for (int c = lane; c < 16 * (HS / 8); c += 32) {
         int row = warp_row0 + c / (HS / 8), ch = c % (HS / 8);
         if ((unsigned)(m_start + row) < (unsigned)T)
-            *reinterpret_cast<uint4*>(out_gl + (size_t)(m_start + row) * NH * HS + ch * 8) =
+            *reinterpret_cast<uint4*>(out_gl + (m_start + row) * p.o_st.row + ch * 8) =
                 *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
     }
 }
@@ -509,16 +555,23 @@ struct ForwardWsSmem {
 // 3 consumer warpgroups) they are counted back from T: a ragged block is then the first (rows below 0 load as zeros,
 // see nothing and are not stored), a one-tile item, instead of the last, the longest, whose every tile two of the
 // three warpgroups would compute for nothing.
-template <int kBlockM, int kBlockN, int kCluster>
+template <int kBlockM, int kBlockN, int kCluster, bool kGeneral>
 struct ForwardWsWalk {
-    int T, NH, num_bh, num_m_blocks, num_ranks, num_items, section_heads, cta_rank;
+    int T, Tk, NH, group, diag, num_bh, num_m_blocks, num_ranks, num_items, section_heads, cta_rank;
     bool snake;   // see persistent_work
+    // !kGeneral (CTA pairs too): causal with T = Tk (see the dispatch), Tk and the diagonal constants to the compiler
+    static constexpr bool kSelfCausal = !kGeneral || kCluster > 1;
     __device__ __forceinline__ ForwardWsWalk(const AttentionForwardParams& p, int section_heads_)
-        : T(p.T), NH(p.NH), num_bh(p.B * p.NH), num_m_blocks(ceil_div(p.T, kBlockM)), num_ranks(num_m_blocks / kCluster),
-          num_items(num_ranks * num_bh), section_heads(section_heads_), cta_rank(kCluster > 1 ? cluster_cta_rank() : 0),
-          snake(section_heads_ >= num_bh) {}
+        : T(p.T), Tk(kSelfCausal ? p.T : p.Tk), NH(p.NH), group(p.NH / p.NH_kv), diag(kSelfCausal ? 0 : attention_diagonal(p)), num_bh(p.B * p.NH),
+          num_m_blocks(ceil_div(p.T, kBlockM)), num_ranks(num_m_blocks / kCluster), num_items(num_ranks * num_bh),
+          section_heads(section_heads_), cta_rank(kCluster > 1 ? cluster_cta_rank() : 0), snake(section_heads_ >= num_bh) {}
     __device__ __forceinline__ int block_start(int m_block) const {
         return kBlockM != kBlockN ? T - (num_m_blocks - m_block) * kBlockM : m_block * kBlockM;
+    }
+    // the K/V tiles of the item whose upper query block starts at m_start (see attention_key_blocks)
+    __device__ __forceinline__ int key_blocks(int m_start) const {
+        if constexpr (kSelfCausal) return min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
+        else return attention_key_blocks(m_start + kBlockM - 1, diag, Tk, kBlockN);
     }
     __device__ __forceinline__ int work(int round) const {   // the round-robin walk's item of round `round`
         return persistent_work(round, snake, (int)blockIdx.x / kCluster, (int)gridDim.x / kCluster);
@@ -528,12 +581,12 @@ struct ForwardWsWalk {
 // The producer (one thread): per work item, its Q into the next Q slot, then its K/V walk into the ring, the diagonal
 // tile first; with kDynamic the items past the first round are claimed (by rank 0 of a pair, which hands each index
 // to rank 1), and an index past the items tells the consumers to stop.
-template <class Tile, int kCluster, bool kDynamic>
+template <class Tile, int kCluster, bool kDynamic, bool kGeneral>
 __device__ __forceinline__ void forward_ws_producer(const ForwardWsSmem<Tile>& sm, const HopperTmaMaps& maps,
-                                                    const ForwardWsWalk<Tile::kBlockM, Tile::kBlockN, kCluster>& walk) {
+                                                    const ForwardWsWalk<Tile::kBlockM, Tile::kBlockN, kCluster, kGeneral>& walk) {
     constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
     constexpr int kCB = Tile::kHeadSize / 64;   // 64-column blocks of a tile (swizzle_wgmma): one TMA box each
-    const int T = walk.T, NH = walk.NH, cta_rank = walk.cta_rank, num_items = walk.num_items;
+    const int NH = walk.NH, cta_rank = walk.cta_rank, num_items = walk.num_items;
     uint8_t *q_smem = sm.q, *k_smem = sm.k, *v_smem = sm.v;
     uint64_t *q_full = sm.q_full, *q_empty = sm.q_empty, *k_full = sm.k_full, *k_empty = sm.k_empty;
     uint64_t *v_full = sm.v_full, *v_empty = sm.v_empty, *hand_full = sm.hand_full, *hand_empty = sm.hand_empty;
@@ -543,9 +596,9 @@ __device__ __forceinline__ void forward_ws_producer(const ForwardWsSmem<Tile>& s
         auto load_item = [&](int w, int tile_iter) {   // its Q into slot tile_iter % kQSlots, then its K/V walk
             const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
             const int m_top = num_m_blocks - 1 - kCluster * item.rank;   // the item's upper block: its walk is the ring's
-            const int m_block = m_top - cta_rank, b = item.bh / NH, h = item.bh % NH;
+            const int m_block = m_top - cta_rank, b = item.bh / NH, h = item.bh % NH, h_kv = h / walk.group;
             const int m_start = walk.block_start(m_block);
-            const int n_blocks = min(ceil_div(walk.block_start(m_top) + kBlockM, kBlockN), ceil_div(T, kBlockN));
+            const int n_blocks = walk.key_blocks(walk.block_start(m_top));
             const int qslot = tile_iter % Tile::kQSlots;
             mbar_wait(&q_empty[qslot], ((tile_iter / Tile::kQSlots) & 1) ^ 1);   // the slot's last S has read Q
             mbar_arrive_expect_tx(&q_full[qslot], Tile::kQBytes);
@@ -558,15 +611,15 @@ __device__ __forceinline__ void forward_ws_producer(const ForwardWsSmem<Tile>& s
                 mbar_arrive_expect_tx(&k_full[slot], Tile::kTileBytes);   // with kCluster 2: half from the peer
                 for (int c = 0; c < kCB; c++) {
                     uint8_t* dst = k_smem + slot * Tile::kTileBytes + c * kBlockN * 128;
-                    if constexpr (kCluster == 1) tma_load_4d(dst, &maps.k, &k_full[slot], 64 * c, h, key0, b);
-                    else if (c == cta_rank) tma_load_4d_multicast(dst, &maps.k, &k_full[slot], 0x3, 64 * c, h, key0, b);
+                    if constexpr (kCluster == 1) tma_load_4d(dst, &maps.k, &k_full[slot], 64 * c, h_kv, key0, b);
+                    else if (c == cta_rank) tma_load_4d_multicast(dst, &maps.k, &k_full[slot], 0x3, 64 * c, h_kv, key0, b);
                 }
                 mbar_wait(&v_empty[slot], phase ^ 1);
                 mbar_arrive_expect_tx(&v_full[slot], Tile::kTileBytes);
                 for (int c = 0; c < kCB; c++) {
                     uint8_t* dst = v_smem + slot * Tile::kTileBytes + c * kBlockN * 128;
-                    if constexpr (kCluster == 1) tma_load_4d(dst, &maps.v, &v_full[slot], 64 * c, h, key0, b);
-                    else if (c == cta_rank) tma_load_4d_multicast(dst, &maps.v, &v_full[slot], 0x3, 64 * c, h, key0, b);
+                    if constexpr (kCluster == 1) tma_load_4d(dst, &maps.v, &v_full[slot], 64 * c, h_kv, key0, b);
+                    else if (c == cta_rank) tma_load_4d_multicast(dst, &maps.v, &v_full[slot], 0x3, 64 * c, h_kv, key0, b);
                 }
             }
         };
@@ -604,14 +657,14 @@ __device__ __forceinline__ void forward_ws_producer(const ForwardWsSmem<Tile>& s
 
 // A consumer warpgroup (cwg: query rows 64 cwg .. 64 cwg + 63 of each block): per work item, the intra-warpgroup
 // overlap loop over its K/V tiles, then the epilogue.
-template <class Tile, bool kPingPong, int kCluster, bool kDynamic>
+template <class Tile, bool kPingPong, int kCluster, bool kDynamic, bool kGeneral>
 __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams& p, const ForwardWsSmem<Tile>& sm,
-                                                    const ForwardWsWalk<Tile::kBlockM, Tile::kBlockN, kCluster>& walk, int cwg) {
+                                                    const ForwardWsWalk<Tile::kBlockM, Tile::kBlockN, kCluster, kGeneral>& walk, int cwg) {
     constexpr int HS = Tile::kHeadSize, kNCWG = Tile::kNCWG, kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
     constexpr int kNT = kBlockN / 8;      // n8 column groups of S per thread
     constexpr int kPS = kBlockN / 16;     // k16 steps of P V
     constexpr int kDT = HS / 8;           // n8 column groups of O
-    const int T = walk.T, NH = walk.NH, cta_rank = walk.cta_rank, num_items = walk.num_items;
+    const int Tk = walk.Tk, NH = walk.NH, diag = walk.diag, cta_rank = walk.cta_rank, num_items = walk.num_items;
     const int num_m_blocks = walk.num_m_blocks, num_ranks = walk.num_ranks, num_bh = walk.num_bh, section_heads = walk.section_heads;
     uint8_t *q_smem = sm.q, *k_smem = sm.k, *v_smem = sm.v, *o_smem = sm.o;
     uint64_t *q_full = sm.q_full, *q_empty = sm.q_empty, *k_full = sm.k_full, *k_empty = sm.k_empty;
@@ -620,7 +673,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
     const int warp_row0 = cwg * 64 + (warp % 4) * 16;   // this warp's 16 rows of the tile
-    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
+    const float scale_log2 = p.scale * kLog2e;
     uint64_t q_desc;   // this warpgroup's rows of column block 0 of the work item's Q slot
 
     // kHalfDiag: with kBlockM = kBlockN an item's first tile is its diagonal block, whose right half (keys
@@ -735,13 +788,15 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
             const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
             const int m_block = num_m_blocks - 1 - kCluster * item.rank - cta_rank, b = item.bh / NH, h = item.bh % NH;
             const int m_start = walk.block_start(m_block);
-            const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
+            const int n_blocks = walk.key_blocks(m_start);
             const int qslot = tile_iter % Tile::kQSlots;
             bool has_next = false;
             if constexpr (!kDynamic) has_next = item_of(tile_iter + 1) < num_items;
             auto softmax = [&](int j) {   // on tile j (loop order): P_j (fp32) in s, row statistics, alpha
                 const int key0 = (n_blocks - 1 - j) * kBlockN;
-                if (key0 + kBlockN - 1 > m_start + warp_row0) causal_mask_tile<kNT>(s, m_start + warp_row0, key0, g, tq);
+                constexpr bool kKeyBound = !std::remove_reference_t<decltype(walk)>::kSelfCausal;
+                if (key0 + kBlockN - 1 > (kKeyBound ? min(m_start + warp_row0 + diag, Tk - 1) : m_start + warp_row0 + diag))
+                    mask_tile<kNT, kKeyBound>(s, m_start + warp_row0 + diag, key0, Tk, g, tq);
                 online_softmax_tile<kNT>(s, row_max, row_sum, alpha, scale_log2);
             };
             #pragma unroll
@@ -755,7 +810,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
             release_kv(&k_empty[kv_iter % kStages]);
             if (n_blocks == 1) release(&q_empty[qslot]);
             if constexpr (half_diag) {   // the left half: keys m_start .. m_start + 63
-                causal_mask_tile<kNT / 2>(s_left, m_start + warp_row0, m_start, g, tq);
+                mask_tile<kNT / 2, false>(s_left, m_start + warp_row0, m_start, Tk, g, tq);
                 online_softmax_tile<kNT / 2>(s_left, row_max, row_sum, alpha, scale_log2);
                 #pragma unroll
                 for (int i = 0; i < kPS; i++) {
@@ -824,7 +879,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
         }
         wgmma_wait<0>();   // the dummy S_0
     };
-    if (kHalfDiag && cwg == 0) consumer(std::true_type{});
+    if (kHalfDiag && cwg == 0 && diag == 0) consumer(std::true_type{});   // causal, T = Tk
     else consumer(std::false_type{});
 }
 
@@ -838,7 +893,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
 // for and releases without computing). Needs an even number of query blocks (the launcher checks).
 // kDynamic: items past the first round claimed from a counter (see persistent_claim); in a pair rank 0 claims and
 // hands each index to rank 1 through its shared memory.
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false>
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false, bool kGeneral = false>
 __global__ void __launch_bounds__(HopperWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
 attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_constant__ HopperTmaMaps maps, int section_heads) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -865,38 +920,43 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
     }
     if constexpr (kCluster > 1) cluster_sync();   // the peer's barriers exist before anything reaches them
     else __syncthreads();
-    const ForwardWsWalk<kBlockM, kBlockN, kCluster> walk(p, section_heads);
+    const ForwardWsWalk<kBlockM, kBlockN, kCluster, kGeneral> walk(p, section_heads);
     const int wg = threadIdx.x / 128;
     if (wg == 0) {   // ---- producer
         setmaxnreg_dec<Tile::kProducerRegs>();
-        if (threadIdx.x == 0) forward_ws_producer<Tile, kCluster, kDynamic>(sm, maps, walk);
+        if (threadIdx.x == 0) forward_ws_producer<Tile, kCluster, kDynamic, kGeneral>(sm, maps, walk);
         if constexpr (kCluster > 1) cluster_sync();   // matches the consumers' (see the end)
         return;
     }
 
     // ---- consumers
     setmaxnreg_inc<Tile::kConsumerRegs>();
-    forward_ws_consumer<Tile, kPingPong, kCluster, kDynamic>(p, sm, walk, /*cwg=*/wg - 1);
+    forward_ws_consumer<Tile, kPingPong, kCluster, kDynamic, kGeneral>(p, sm, walk, /*cwg=*/wg - 1);
     if constexpr (kCluster > 1) cluster_sync();   // no CTA leaves while its peer may still arrive on its barriers
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
-// Q, K, V of the fused (B, T, 3, NH, HS) activation: base qkv + {0, 1, 2} * NH * HS, row_elems 3 * NH * HS.
-inline CUtensorMap qkv_tensor_map(const floatX* qkv, int which, int B, int T, int NH, int HS, int box_rows) {
-    return bthd_tensor_map(qkv + (size_t)which * NH * HS, 3 * (size_t)NH * HS, B, T, NH, HS, box_rows);
+inline CUtensorMap attention_tensor_map(const floatX* base, const AttentionStrides& st, int B, int T, int NH, int HS, int box_rows) {
+    return bthd_tensor_map(base, st.row, st.head, st.batch, B, T, NH, HS, box_rows);
 }
 
 // kCluster 2: pairs of CTAs (thread-block clusters, launched with cudaLaunchKernelEx), as many pairs as fit at once
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false>
+// kGeneral: any call (non-causal, T != Tk); otherwise causal self-attention only (T = Tk, checked here)
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false, bool kGeneral = false>
 void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStream_t stream) {
     using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages>;
-    constexpr auto kKernel = attention_forward_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kPingPong, kCluster, kDynamic>;
+    constexpr auto kKernel = attention_forward_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kPingPong, kCluster, kDynamic, kGeneral>;
+    static_assert(!kGeneral || kCluster == 1, "CTA pairs walk the causal diagonal of self-attention");
+    if (!kGeneral && !(p.causal && p.T == p.Tk)) {
+        fprintf(stderr, "attention: this forward kernel runs causal self-attention only (T = Tk)\n");
+        exit(EXIT_FAILURE);
+    }
     constexpr int kSmemBytes = Tile::kSmemBytes + (kDynamic ? Tile::kDynamicBytes : 0);
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
-    const HopperTmaMaps maps{qkv_tensor_map(p.qkv, 0, p.B, p.T, p.NH, HS, Tile::kBlockM),
-                             qkv_tensor_map(p.qkv, 1, p.B, p.T, p.NH, HS, kBlockN),
-                             qkv_tensor_map(p.qkv, 2, p.B, p.T, p.NH, HS, kBlockN)};
-    const int num_m_blocks = ceil_div(p.T, Tile::kBlockM), section_heads = persistent_section_heads(p.B * p.NH, p.T, HS);
+    const HopperTmaMaps maps{attention_tensor_map(p.q, p.q_st, p.B, p.T, p.NH, HS, Tile::kBlockM),
+                             attention_tensor_map(p.k, p.k_st, p.B, p.Tk, p.NH_kv, HS, kBlockN),
+                             attention_tensor_map(p.v, p.v_st, p.B, p.Tk, p.NH_kv, HS, kBlockN)};
+    const int num_m_blocks = ceil_div(p.T, Tile::kBlockM), section_heads = persistent_section_heads(p.B * p.NH, p.Tk, HS);
     if constexpr (kCluster == 1) {
         const int num_items = p.B * p.NH * num_m_blocks;
         launch_with_smem<kKernel>(dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads,
@@ -915,71 +975,105 @@ void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStr
 // ----------------------------------------------------------------------------
 // public API
 
-// nullptr if the shape runs on this GPU, else the reason it does not
-inline const char* attention_unsupported_reason(int B, int T, int NH, int HS) {
-    if (HS != 64 && HS != 128) return "head size (C / NH) must be 64 or 128";
-    if (B < 1 || T < 1 || NH < 1) return "B, T and NH must be at least 1";
-    if ((long long)B * NH > 2147483647LL) return "B * NH too large for the grid";
-    if (ceil_div(T, 64) > 65535) return "T too large for the grid";
+// nullptr if the call runs on this GPU, else the reason it does not
+inline const char* attention_unsupported_reason(const AttentionForwardParams& p) {
+    if (p.HS != 32 && p.HS != 64 && p.HS != 96 && p.HS != 128 && p.HS != 256) return "head dim must be 32, 64, 96, 128 or 256";
+    if (p.B < 1 || p.T < 1 || p.Tk < 1 || p.NH < 1 || p.NH_kv < 1) return "B, T, Tk, NH and NH_kv must be at least 1";
+    if (p.NH % p.NH_kv != 0) return "the query heads NH must be a multiple of the key/value heads NH_kv";
+    if ((long long)p.B * p.NH > 2147483647LL) return "B * NH too large for the grid";
+    if (ceil_div(p.T, 64) > 65535) return "T too large for the grid";
+    for (const AttentionStrides& st : {p.q_st, p.k_st, p.v_st, p.o_st}) {
+        if (st.batch % 8 || st.row % 8 || st.head % 8) return "every batch, row and head stride must be a multiple of 8 elements (16 bytes)";
+        if (st.row >= (1LL << 31)) return "row strides must be below 2^31 elements";
+    }
+    for (const void* ptr : {(const void*)p.q, (const void*)p.k, (const void*)p.v, (const void*)p.out})
+        if ((uintptr_t)ptr % 16) return "Q, K, V and O must be 16-byte aligned";
     if (device_props().major < 8) return "needs compute capability 8.0 or newer (bf16 tensor cores)";
     return nullptr;
 }
+// GPT-2's shape (fused QKV, causal, scale 1/sqrt(HS))
+inline const char* attention_unsupported_reason(int B, int T, int NH, int HS) {
+    if (HS != 64 && HS != 128) return "head size (C / NH) must be 64 or 128";
+    return attention_unsupported_reason(fused_qkv_forward_params(nullptr, nullptr, nullptr, B, T, NH, HS));
+}
 
-inline void attention_check_supported(int B, int T, int NH, int HS) {
-    const char* why = attention_unsupported_reason(B, T, NH, HS);
-    if (why) {
-        fprintf(stderr, "attention: unsupported shape B=%d T=%d NH=%d HS=%d: %s\n", B, T, NH, HS, why);
-        exit(EXIT_FAILURE);
-    }
+inline void attention_exit_unsupported(const char* what, int B, int T, int Tk, int NH, int NH_kv, int HS, const char* why) {
+    fprintf(stderr, "attention %s: unsupported call B=%d T=%d Tk=%d NH=%d NH_kv=%d HS=%d: %s\n", what, B, T, Tk, NH, NH_kv, HS, why);
+    exit(EXIT_FAILURE);
 }
 
 // Dispatch (tiles chosen by dev/cuda/attention_forward's sweeps, see dev/cuda/README.md):
-//   Hopper with sm_90a code in the binary -> the warp-specialised TMA kernel (attention_forward_hopper_ws_kernel)
-//   otherwise                             -> the mma.sync kernel: HS 64 128x64 tiles, HS 128 128x48 (4 warps of 32
-//                                            rows: the largest key tile with no spill at 255 registers)
+//   Hopper with sm_90a code in the binary, HS 64 or 128 -> the warp-specialised TMA kernel (attention_forward_hopper_ws_kernel)
+//   otherwise -> the mma.sync kernel: HS 64 128x64 tiles, HS 128 128x48 (4 warps of 32 rows: the largest key tile with no
+//                spill at 255 registers); HS 32 128x64, HS 96 128x64, HS 256 64x32 (16 rows a warp: O alone is 128 registers)
 inline bool attention_forward_uses_hopper(int HS) { return (HS == 64 || HS == 128) && hopper_path_available(); }
 
 inline const char* attention_forward_path_name(int HS) {
     if (attention_forward_uses_hopper(HS))
         return HS == 64 ? "flash forward, wgmma+TMA sm90a, warp-specialised, 192x128 tiles / 3 consumer warpgroups (128x128 / 2 with few tiles), 3 stages (HS=64)"
-                        : "flash forward, wgmma+TMA sm90a, warp-specialised, 128x128 tiles, 2 consumer warpgroups, CTA pairs sharing K/V where the blocks pair up, items claimed at T >= 4096 (HS=128)";
-    return HS == 64 ? "flash forward, mma.sync sm80, 128x64 tiles, 4 warps (HS=64)"
-                    : "flash forward, mma.sync sm80, 128x48 tiles, 4 warps (HS=128)";
+                        : "flash forward, wgmma+TMA sm90a, warp-specialised, 128x128 tiles, 2 consumer warpgroups, CTA pairs sharing K/V where the blocks pair up (causal, T = Tk), items claimed at T >= 4096 (HS=128)";
+    switch (HS) {
+        case 64: return "flash forward, mma.sync sm80, 128x64 tiles, 4 warps (HS=64)";
+        case 128: return "flash forward, mma.sync sm80, 128x48 tiles, 4 warps (HS=128)";
+        case 256: return "flash forward, mma.sync sm80, 64x32 tiles, 4 warps (HS=256)";
+        default: return "flash forward, mma.sync sm80, 128x64 tiles, 4 warps (HS=32, 96)";
+    }
 }
 
-inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
-    attention_check_supported(B, T, NH, HS);
-    AttentionForwardParams p{qkv, out, lse, B, T, NH, HS};
+// out = softmax(scale * Q K^T, masks) V and lse, for any call attention_unsupported_reason() accepts
+inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stream) {
+    if (const char* why = attention_unsupported_reason(p)) attention_exit_unsupported("forward", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
+    const int HS = p.HS, T = p.T;
+    const bool self_causal_mha = p.causal && p.Tk == T && p.NH == p.NH_kv;   // GPT-2's family: the kernels compiled for it
     if (attention_forward_uses_hopper(HS)) {
         // Warp-specialised TMA kernel, ping-pong on. HS 64: 3 consumer warpgroups (192-row blocks: a third less K/V
         // traffic per FLOP, a third warpgroup's softmax to hide the GEMMs behind) from 128K query rows (B * NH * T,
         // about 5 such blocks per SM), else 2 (128 rows); a 3-deep K/V ring for both, since each item's first S is
         // issued early.
-        if (HS == 64 && (long)B * NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true>(p, stream);
-        else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true>(p, stream);
+        // Causal self-attention (GPT-2) runs kernels compiled for it (kGeneral false: no key bound, the diagonal a
+        // constant), everything else the general copies of the same kernels.
+        const bool self_causal = p.causal && p.Tk == T;
+        const bool big = (long)p.B * p.NH * T >= 128 * 1024;
+        if (HS == 64 && big && self_causal) launch_attention_forward_hopper_ws<64, 3, 128, 3, true>(p, stream);
+        else if (HS == 64 && big) launch_attention_forward_hopper_ws<64, 3, 128, 3, true, 1, false, true>(p, stream);
+        else if (HS == 64 && self_causal) launch_attention_forward_hopper_ws<64, 2, 128, 3, true>(p, stream);
+        else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true>(p, stream);
         // HS 128: pairs of CTAs share each K/V tile by TMA multicast where the 128-row query blocks pair up (an even
-        // count), which halves the K/V traffic out of L2. At T >= 4096 the pairs claim their items (claimed_schedule).
-        else if (ceil_div(T, 128) % 2 == 0 && claimed_schedule(T)) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2, true>(p, stream);
-        else if (ceil_div(T, 128) % 2 == 0) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2>(p, stream);
-        else launch_attention_forward_hopper_ws<128, 2, 128, 2, true>(p, stream);
+        // count) on the causal diagonal (T = Tk: the pair's walk is its upper block's), which halves the K/V traffic
+        // out of L2. At T >= 4096 the pairs claim their items (claimed_schedule).
+        else if (self_causal && ceil_div(T, 128) % 2 == 0 && claimed_schedule(T)) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2, true>(p, stream);
+        else if (self_causal && ceil_div(T, 128) % 2 == 0) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2>(p, stream);
+        else if (self_causal) launch_attention_forward_hopper_ws<128, 2, 128, 2, true>(p, stream);
+        else launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true>(p, stream);
     }
-    else if (HS == 64) launch_attention_forward<64, 2, 4, 64>(p, stream);
-    else launch_attention_forward<128, 2, 4, 48>(p, stream);
+    else if (HS == 64 && self_causal_mha) launch_attention_forward<64, 2, 4, 64>(p, stream);
+    else if (HS == 128 && self_causal_mha) launch_attention_forward<128, 2, 4, 48>(p, stream);
+    else if (HS == 64) launch_attention_forward<64, 2, 4, 64, true>(p, stream);
+    else if (HS == 128) launch_attention_forward<128, 2, 4, 48, true>(p, stream);
+    else if (HS == 32) launch_attention_forward<32, 2, 4, 64, true>(p, stream);
+    else if (HS == 96) launch_attention_forward<96, 2, 4, 64, true>(p, stream);
+    else launch_attention_forward<256, 1, 4, 32, true>(p, stream);
+}
+
+// GPT-2: causal self-attention on the fused QKV activation
+inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
+    if (const char* why = attention_unsupported_reason(B, T, NH, HS)) attention_exit_unsupported("forward", B, T, T, NH, NH, HS, why);
+    attention_forward(fused_qkv_forward_params(out, lse, qkv, B, T, NH, HS), stream);
 }
 
 // ============================================================================
 // BACKWARD (below this line)
 
 /*
-Backward: dqkv (B, T, 3, NH, HS) from dout (B, T, NH, HS), the forward's out and lse, and qkv.
+Backward: dq, dk, dv from dout, the forward's out and lse, and q, k, v (the forward's layouts and strides).
   D = rowsum(dout * out); P = exp(scale * Q K^T - lse); dV = P^T dO; dP = dO V^T; dS = P * (dP - D);
   dQ = scale * dS K; dK = scale * dS^T Q                     (FA2 paper section 3.1.2)
 Kernels (sm_80+ mma.sync, the forward's fragments, swizzle and cp.async loads):
   preprocess  D ("dpsum") and lse2 = lse * log2(e) into scratch, padded to a multiple of kBwdRowPad rows per
               head: padded rows get D = 0 and lse2 = +inf, so their P is exactly 0 and no kernel needs a
               row-bounds check on them. Zeroes the fp32 dQ accumulator when the atomic path runs.
-  dkdv        one CTA per (key block of kBlockN = 16 * kMT * warps keys, b, h); each warp owns 16 * kMT keys. It walks
-              the query tiles at or below the diagonal computing S^T = K Q^T and dP^T = V dO^T with the keys as
+  dkdv        one CTA per (key block of kBlockN = 16 * kMT * warps keys, b, key/value head); each warp owns 16 * kMT
+              keys. It walks the query tiles that see its keys (with GQA those of each query head of the group) computing S^T = K Q^T and dP^T = V dO^T with the keys as
               the MMA rows, so P^T and dS^T come out of the accumulators already in the A-fragment layout of
               dV += P^T dO and dK += dS^T Q (FA3's "swapAB"): dK and dV stay in registers for the whole walk.
               With kAtomicDq it also stages dS^T in shared memory and adds dQ += dS K into an fp32 accumulator
@@ -989,7 +1083,7 @@ Kernels (sm_80+ mma.sync, the forward's fragments, swizzle and cp.async loads):
   fused       one kernel per 128-key block with wider warp tiles than dkdv (see its
               header). The atomic path runs it with dQ (FA2's 5 GEMMs, less shared-memory traffic); the split
               path runs it without (kDq = false), in place of dkdv, next to the dq kernel.
-  postprocess (atomic path) the fp32 dQ accumulator * scale -> bf16 into dqkv.
+  postprocess (atomic path) the fp32 dQ accumulator * scale -> bf16 into dq.
 Paths: "split" (deterministic, bit-identical run to run: the training default) and "atomic" (opt-in:
 FLASHGPT_ATTN_NONDETERMINISTIC=1 or attention_backward_nondeterministic() = true): the fused kernel where its shared
 memory fits, else the dkdv kernel's atomic mode. The atomic path is faster at every shape measured (its grid is key
@@ -999,17 +1093,33 @@ On Hopper with sm_90a code in the binary, the split path runs on the warp-specia
 below), and the atomic one, at HS 128 only, is the warp-specialised dK/dV kernel with atomic dQ
 (attention_backward_atomic_hopper_ws). At HS 128 from T = 8192 the default is that kernel with its dQ adds in a fixed
 order, deterministic (attention_backward_ordered_dq). dev/cuda/README.md has the measurements behind each choice.
+The fused and atomic kernels serve causal self-attention without GQA (GPT-2's family); every other call runs the split.
 */
 
+// The forward's call (q, k, v, out, lse, shape, causal, scale) plus dout and the three gradients, each with its
+// strides (dq like q, dk and dv like k and v; they may be one fused buffer as in GPT-2)
 struct AttentionBackwardParams {
-    floatX* dqkv;          // (B, T, 3, NH, HS), fully overwritten
-    void* scratch;         // attention_backward_scratch_bytes(B, T, NH, HS) bytes
-    const floatX* dout;    // (B, T, NH, HS)
-    const floatX* qkv;     // (B, T, 3, NH, HS)
-    const floatX* out;     // (B, T, NH, HS), the forward's output
-    const float* lse;      // (B, NH, T), the forward's natural-log LSE
-    int B, T, NH, HS;
+    floatX *dq, *dk, *dv;         // fully overwritten; with GQA dK, dV are summed over each group of query heads
+    void* scratch;                // attention_backward_scratch_bytes(p) bytes
+    const floatX* dout;           // (B, T, NH, HS)
+    const floatX *q, *k, *v;
+    const floatX* out;            // the forward's output
+    const float* lse;             // (B, NH, T) contiguous, the forward's natural-log LSE
+    AttentionStrides q_st, k_st, v_st, o_st, do_st, dq_st, dk_st, dv_st;
+    int B, T, Tk, NH, NH_kv, HS;
+    bool causal;
+    float scale;
 };
+__host__ __device__ inline int attention_diagonal(const AttentionBackwardParams& p) { return p.causal ? p.Tk - p.T : (1 << 30); }
+
+// GPT-2: dqkv (B, T, 3, NH, HS) from dout (B, T, NH, HS)
+inline AttentionBackwardParams fused_qkv_backward_params(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv,
+                                                         const floatX* out, const float* lse, int B, int T, int NH, int HS) {
+    const AttentionStrides qkv_st = fused_qkv_strides(T, NH, HS), bthd = bthd_strides(T, NH, HS);
+    const size_t part = (size_t)NH * HS;
+    return {dqkv, dqkv + part, dqkv + 2 * part, scratch, dout, qkv, qkv + part, qkv + 2 * part, out, lse,
+            qkv_st, qkv_st, qkv_st, bthd, bthd, qkv_st, qkv_st, qkv_st, B, T, T, NH, NH, HS, true, 1.0f / std::sqrt((float)HS)};
+}
 
 // lse2 / dpsum rows per head are padded to this (the largest query tile), so tiles never read past them
 constexpr int kBwdRowPad = 128;
@@ -1032,25 +1142,27 @@ inline size_t attention_backward_scratch_bytes_for(int B, int T, int NH, int HS,
 }
 
 // ----------------------------------------------------------------------------
-// preprocess: dpsum = rowsum(dout * out), lse2 = lse * log2(e); HS / 8 threads per row, 16 bytes each
+// preprocess: dpsum = rowsum(dout * out), lse2 = lse * log2(e); a power of two of lanes per row (the shuffle reduction
+// needs it: 16 at HS 96, HS / 8 otherwise), 16 bytes each
+template <int HS> __host__ __device__ constexpr int preprocess_lanes() { return HS == 96 ? 16 : HS / 8; }
 
 template <int HS>
 __global__ void attention_backward_preprocess_kernel(const AttentionBackwardParams p, bool zero_dq) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     pdl_launch_dependents();   // the Hopper dK/dV kernel may get ready meanwhile (it waits for this grid's results)
 #endif
-    constexpr int kLanes = HS / 8;
+    constexpr int kLanes = preprocess_lanes<HS>();
     const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T);
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t row = idx / kLanes;                 // (b * NH + h) * Tp + t
     const int chunk = idx % kLanes;
     const int bh = row / Tp, t = row % Tp, b = bh / NH, h = bh % NH;
-    const bool valid = row < (size_t)p.B * NH * Tp && t < T;
+    const bool valid = row < (size_t)p.B * NH * Tp && t < T && chunk < HS / 8;
     BackwardScratch sc = backward_scratch(p);
     float sum = 0.0f;
     if (valid) {
-        const size_t off = (((size_t)b * T + t) * NH + h) * HS + chunk * 8;
-        uint4 o = *reinterpret_cast<const uint4*>(p.out + off), d = *reinterpret_cast<const uint4*>(p.dout + off);
+        const uint4 o = *reinterpret_cast<const uint4*>(p.out + b * p.o_st.batch + t * p.o_st.row + h * p.o_st.head + chunk * 8);
+        const uint4 d = *reinterpret_cast<const uint4*>(p.dout + b * p.do_st.batch + t * p.do_st.row + h * p.do_st.head + chunk * 8);
         const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&o);
         const __nv_bfloat162* d2 = reinterpret_cast<const __nv_bfloat162*>(&d);
         #pragma unroll
@@ -1074,7 +1186,7 @@ __global__ void attention_backward_preprocess_kernel(const AttentionBackwardPara
     }
 }
 
-// postprocess (atomic path): dq (bf16, in dqkv) = scale * dq_accum (B*NH, T, HS) fp32; 8 elements per thread
+// postprocess (atomic path): dq (bf16) = scale * dq_accum (B*NH, T, HS) fp32; 8 elements per thread
 template <int HS>
 __global__ void attention_backward_postprocess_kernel(const AttentionBackwardParams p) {
     constexpr int kChunks = HS / 8;
@@ -1083,12 +1195,12 @@ __global__ void attention_backward_postprocess_kernel(const AttentionBackwardPar
     const int chunk = idx % kChunks;
     const size_t r = idx / kChunks;                  // (b * NH + h) * T + t
     const int t = r % p.T, bh = r / p.T, b = bh / p.NH, h = bh % p.NH;
-    const float scale = rsqrtf((float)HS);
+    const float scale = p.scale;
     const float4* acc = reinterpret_cast<const float4*>(backward_scratch(p).dq_accum + r * HS + chunk * 8);
     float4 x = acc[0], y = acc[1];
     uint4 packed = make_uint4(pack_bf16x2(x.x * scale, x.y * scale), pack_bf16x2(x.z * scale, x.w * scale),
                               pack_bf16x2(y.x * scale, y.y * scale), pack_bf16x2(y.z * scale, y.w * scale));
-    *reinterpret_cast<uint4*>(p.dqkv + (((size_t)b * p.T + t) * 3 * p.NH + h) * HS + chunk * 8) = packed;
+    *reinterpret_cast<uint4*>(p.dq + b * p.dq_st.batch + t * p.dq_st.row + h * p.dq_st.head + chunk * 8) = packed;
 }
 
 // ----------------------------------------------------------------------------
@@ -1193,14 +1305,14 @@ __device__ __forceinline__ void backward_dv_dk(float (&dv_acc)[kMT][HS / 8][4], 
 }
 
 // epilogue: dK *= scale; dK, dV (the warp's keys x kDT * 8 columns from col0) -> bf16, staged in the warp's own rows
-// of the K/V tiles (swizzle<HS>; free once every warp is past the last barrier) for 16-byte stores into dqkv
-// (dk_gl: dK of key 0 of the head; dV is NH * HS further)
+// of the K/V tiles (swizzle<HS>; free once every warp is past the last barrier) for 16-byte stores
+// (dk_gl, dv_gl: key 0 of the head; Tk keys)
 template <int HS, int kMT, int kDT>
 __device__ __forceinline__ void backward_store_dk_dv(const float (&dk_acc)[kMT][kDT][4], const float (&dv_acc)[kMT][kDT][4],
-                                                     uint8_t* k_smem, uint8_t* v_smem, floatX* dk_gl, size_t row_stride,
-                                                     int NH, int T, int n_start, int warp_row0, int col0, int lane) {
+                                                     uint8_t* k_smem, uint8_t* v_smem, floatX* dk_gl, long long dk_row,
+                                                     floatX* dv_gl, long long dv_row, float scale, int Tk, int n_start,
+                                                     int warp_row0, int col0, int lane) {
     const int g = lane / 4, tq = lane % 4;
-    const float scale = rsqrtf((float)HS);
     #pragma unroll
     for (int mt = 0; mt < kMT; mt++)
         #pragma unroll
@@ -1217,9 +1329,9 @@ __device__ __forceinline__ void backward_store_dk_dv(const float (&dk_acc)[kMT][
     __syncwarp();
     for (int c = lane; c < 16 * kMT * kDT; c += 32) {
         const int row = warp_row0 + c / kDT, ch = col0 / 8 + c % kDT, t = n_start + row;
-        if (t < T) {
-            *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + ch * 8) = *reinterpret_cast<const uint4*>(k_smem + swizzle<HS>(row, ch));
-            *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + NH * HS + ch * 8) = *reinterpret_cast<const uint4*>(v_smem + swizzle<HS>(row, ch));
+        if (t < Tk) {
+            *reinterpret_cast<uint4*>(dk_gl + t * dk_row + ch * 8) = *reinterpret_cast<const uint4*>(k_smem + swizzle<HS>(row, ch));
+            *reinterpret_cast<uint4*>(dv_gl + t * dv_row + ch * 8) = *reinterpret_cast<const uint4*>(v_smem + swizzle<HS>(row, ch));
         }
     }
 }
@@ -1258,38 +1370,40 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
     auto do_tile = [&](int s) { return stage_smem + s * Tile::kStageBytes + Tile::kQBytes; };
     auto lse2_tile = [&](int s) { return reinterpret_cast<float*>(stage_smem + s * Tile::kStageBytes + 2 * Tile::kQBytes); };
 
-    const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T);
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    // one CTA per (key block, b, key/value head): with GQA it walks the query blocks of every query head of its group,
+    // head by head, so dK and dV are summed in registers in a fixed order and written once
+    const int T = p.T, Tk = p.Tk, NH = p.NH, Tp = bwd_padded_T(T), diag = attention_diagonal(p), group = NH / p.NH_kv;
+    const int b = blockIdx.x / p.NH_kv, h_kv = blockIdx.x % p.NH_kv;
     const int n_block = blockIdx.y;                     // block 0 has the most query tiles: launched first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
-    const size_t row_stride = 3 * (size_t)NH * HS;     // between consecutive t in qkv / dqkv
-    const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
-    const floatX* k_gl = q_gl + NH * HS;
-    const floatX* v_gl = q_gl + 2 * NH * HS;
-    const floatX* do_gl = p.dout + ((size_t)b * T * NH + h) * HS;
+    const floatX* k_gl = p.k + b * p.k_st.batch + h_kv * p.k_st.head;
+    const floatX* v_gl = p.v + b * p.v_st.batch + h_kv * p.v_st.head;
     const BackwardScratch sc = backward_scratch(p);
-    const float* lse2_gl = sc.lse2 + (size_t)bh * Tp;
-    const float* dpsum_gl = sc.dpsum + (size_t)bh * Tp;
     const int n_start = n_block * kBlockN;
     const int warp_row0 = warp * 16 * kMT;              // this warp's first key row inside the tile
     const int warp_key0 = n_start + warp_row0;          // ... and as a key index
-    const int m_first = n_start / kBlockM;              // first query tile with a query >= some key here
+    // the first query block with a query that sees a key here (query i sees key j iff j <= i + diag)
+    const int m_first = max(n_start - diag, 0) / kBlockM;
     const int m_blocks = ceil_div(T, kBlockM);
+    const int head_steps = max(m_blocks - m_first, 0), steps = group * head_steps;
+    auto step_bh = [&](int i) { return b * NH + h_kv * group + i / head_steps; };   // the step's query head (b * NH + h)
+    auto step_m_block = [&](int i) { return m_first + i % head_steps; };
 
-    auto load_stage = [&](int s, int m_block) {
-        load_tile_async<HS, kThreads>(q_tile(s), q_gl, row_stride, m_block * kBlockM, kBlockM, T);
-        load_tile_async<HS, kThreads>(do_tile(s), do_gl, (size_t)NH * HS, m_block * kBlockM, kBlockM, T);
+    auto load_stage = [&](int s, int i) {
+        const int bh = step_bh(i), h = bh % NH, m_block = step_m_block(i);
+        load_tile_async<HS, kThreads>(q_tile(s), p.q + b * p.q_st.batch + h * p.q_st.head, p.q_st.row, m_block * kBlockM, kBlockM, T);
+        load_tile_async<HS, kThreads>(do_tile(s), p.dout + b * p.do_st.batch + h * p.do_st.head, p.do_st.row, m_block * kBlockM, kBlockM, T);
         // lse2 then dpsum, kBlockM floats each; the padding keeps these in bounds and 16-byte aligned
         for (int c = threadIdx.x; c < kBlockM / 2; c += kThreads) {
-            const int which = c / (kBlockM / 4), i = c % (kBlockM / 4);
-            const float* src = (which ? dpsum_gl : lse2_gl) + m_block * kBlockM + 4 * i;
-            cp_async_16(smem_addr(lse2_tile(s) + which * kBlockM + 4 * i), src, true);
+            const int which = c / (kBlockM / 4), j = c % (kBlockM / 4);
+            const float* src = (which ? sc.dpsum : sc.lse2) + (size_t)bh * Tp + m_block * kBlockM + 4 * j;
+            cp_async_16(smem_addr(lse2_tile(s) + which * kBlockM + 4 * j), src, true);
         }
     };
-    load_tile_async<HS, kThreads>(k_smem, k_gl, row_stride, n_start, kBlockN, T);
-    load_tile_async<HS, kThreads>(v_smem, v_gl, row_stride, n_start, kBlockN, T);
-    load_stage(0, m_first);
+    load_tile_async<HS, kThreads>(k_smem, k_gl, p.k_st.row, n_start, kBlockN, Tk);
+    load_tile_async<HS, kThreads>(v_smem, v_gl, p.v_st.row, n_start, kBlockN, Tk);
+    if (steps > 0) load_stage(0, 0);
     cp_async_commit();
 
     float dk_acc[kMT][kDT][4], dv_acc[kMT][kDT][4];
@@ -1299,12 +1413,12 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
         for (int dt = 0; dt < kDT; dt++)
             #pragma unroll
             for (int e = 0; e < 4; e++) dk_acc[mt][dt][e] = dv_acc[mt][dt][e] = 0.0f;
-    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
+    const float scale_log2 = p.scale * kLog2e;
 
-    for (int m_block = m_first; m_block < m_blocks; m_block++) {
-        const int stage = (m_block - m_first) & 1;
-        if (m_block + 1 < m_blocks) {                   // prefetch the next Q/dO tile into the other stage
-            load_stage(stage ^ 1, m_block + 1);
+    for (int i = 0; i < steps; i++) {
+        const int stage = i & 1, m_block = step_m_block(i);
+        if (i + 1 < steps) {                            // prefetch the next Q/dO tile into the other stage
+            load_stage(stage ^ 1, i + 1);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -1320,10 +1434,11 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
         // S^T = K Q^T and dP^T = V dO^T: 16 * kMT keys x kBlockM queries per warp
         float st[kMT][kQT][4], dpt[kMT][kQT][4];
         backward_st_dpt<HS, kMT, kQT>(st, dpt, k_smem, v_smem, q_s, do_s, warp_row0, 0, lane);
-        // P^T = exp2(S^T * c - lse2[query]), 0 where key > query; dS^T = P^T * (dP^T - D[query]).
-        // Only tiles where some key of this warp exceeds some query need the mask.
-        const bool need_mask = warp_key0 + 16 * kMT - 1 > m_start;
-        backward_p_ds<kMT, kQT>(st, dpt, lse2_s, dpsum_s, 0, need_mask, warp_key0, m_start, scale_log2, lane);
+        // P^T = exp2(S^T * c - lse2[query]), 0 where key > query + diag; dS^T = P^T * (dP^T - D[query]). Only tiles
+        // where some key of this warp exceeds some query's limit need the mask (keys past Tk need none: their rows
+        // of dK, dV are not stored).
+        const bool need_mask = warp_key0 + 16 * kMT - 1 > m_start + diag;
+        backward_p_ds<kMT, kQT>(st, dpt, lse2_s, dpsum_s, 0, need_mask, warp_key0, m_start + diag, scale_log2, lane);
         if constexpr (kAtomicDq) {   // dS^T (bf16) to shared memory, [key][query], for dQ = dS K below
             #pragma unroll
             for (int mt = 0; mt < kMT; mt++)
@@ -1364,7 +1479,7 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
             for (int half = 0; half < 2; half++) {
                 const int t = m_start + 16 * mt + g + 8 * half;
                 if (t < T) {
-                    float* acc = sc.dq_accum + ((size_t)bh * T + t) * HS + part * kPartDT * 8 + 2 * tq;
+                    float* acc = sc.dq_accum + ((size_t)step_bh(i) * T + t) * HS + part * kPartDT * 8 + 2 * tq;
                     #pragma unroll
                     for (int dt = 0; dt < kPartDT; dt++) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -1380,8 +1495,8 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
         __syncthreads();   // every warp is done with this stage (and dS^T) before the next prefetch / store overwrites it
     }
 
-    backward_store_dk_dv<HS, kMT, kDT>(dk_acc, dv_acc, k_smem, v_smem, p.dqkv + (size_t)b * T * row_stride + NH * HS + h * HS,
-                                       row_stride, NH, T, n_start, warp_row0, 0, lane);
+    backward_store_dk_dv<HS, kMT, kDT>(dk_acc, dv_acc, k_smem, v_smem, p.dk + b * p.dk_st.batch + h_kv * p.dk_st.head, p.dk_st.row,
+                                       p.dv + b * p.dv_st.batch + h_kv * p.dv_st.head, p.dv_st.row, p.scale, Tk, n_start, warp_row0, 0, lane);
 }
 
 // ----------------------------------------------------------------------------
@@ -1414,24 +1529,23 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
     auto k_tile = [&](int s) { return kv_smem + s * 2 * Tile::kTileBytes; };
     auto v_tile = [&](int s) { return kv_smem + s * 2 * Tile::kTileBytes + Tile::kTileBytes; };
 
-    const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T);
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int T = p.T, Tk = p.Tk, NH = p.NH, Tp = bwd_padded_T(T), diag = attention_diagonal(p);
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, h_kv = h / (NH / p.NH_kv);
     const int m_block = gridDim.y - 1 - blockIdx.y;     // longest (last) query tiles first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
-    const size_t row_stride = 3 * (size_t)NH * HS;
-    const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
-    const floatX* k_gl = q_gl + NH * HS;
-    const floatX* v_gl = q_gl + 2 * NH * HS;
-    const floatX* do_gl = p.dout + ((size_t)b * T * NH + h) * HS;
+    const floatX* q_gl = p.q + b * p.q_st.batch + h * p.q_st.head;
+    const floatX* k_gl = p.k + b * p.k_st.batch + h_kv * p.k_st.head;
+    const floatX* v_gl = p.v + b * p.v_st.batch + h_kv * p.v_st.head;
+    const floatX* do_gl = p.dout + b * p.do_st.batch + h * p.do_st.head;
     const int m_start = m_block * kBlockM;
     const int warp_row0 = warp * 16 * kMT;              // first row of this warp inside the tile
-    const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
+    const int n_blocks = attention_key_blocks(m_start + kBlockM - 1, diag, Tk, kBlockN);
 
-    load_tile_async<HS, kThreads>(q_smem, q_gl, row_stride, m_start, kBlockM, T);
-    load_tile_async<HS, kThreads>(do_smem, do_gl, (size_t)NH * HS, m_start, kBlockM, T);
-    load_tile_async<HS, kThreads>(k_tile(0), k_gl, row_stride, (n_blocks - 1) * kBlockN, kBlockN, T);
-    load_tile_async<HS, kThreads>(v_tile(0), v_gl, row_stride, (n_blocks - 1) * kBlockN, kBlockN, T);
+    load_tile_async<HS, kThreads>(q_smem, q_gl, p.q_st.row, m_start, kBlockM, T);
+    load_tile_async<HS, kThreads>(do_smem, do_gl, p.do_st.row, m_start, kBlockM, T);
+    load_tile_async<HS, kThreads>(k_tile(0), k_gl, p.k_st.row, (n_blocks - 1) * kBlockN, kBlockN, Tk);
+    load_tile_async<HS, kThreads>(v_tile(0), v_gl, p.v_st.row, (n_blocks - 1) * kBlockN, kBlockN, Tk);
     cp_async_commit();
 
     // this thread's rows (mt*16 + g, + 8): lse2 and D from the (padded) scratch
@@ -1451,14 +1565,14 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
     for (int mt = 0; mt < kMT; mt++)
         #pragma unroll
         for (int dt = 0; dt < kDT; dt++) dq_acc[mt][dt][0] = dq_acc[mt][dt][1] = dq_acc[mt][dt][2] = dq_acc[mt][dt][3] = 0.0f;
-    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
+    const float scale_log2 = p.scale * kLog2e;
 
     for (int it = 0; it < n_blocks; it++) {
         const int n_block = n_blocks - 1 - it;     // diagonal (masked) tile first
         const int stage = it & 1;
         if (it + 1 < n_blocks) {                   // prefetch the next K/V tile into the other stage
-            load_tile_async<HS, kThreads>(k_tile(stage ^ 1), k_gl, row_stride, (n_block - 1) * kBlockN, kBlockN, T);
-            load_tile_async<HS, kThreads>(v_tile(stage ^ 1), v_gl, row_stride, (n_block - 1) * kBlockN, kBlockN, T);
+            load_tile_async<HS, kThreads>(k_tile(stage ^ 1), k_gl, p.k_st.row, (n_block - 1) * kBlockN, kBlockN, Tk);
+            load_tile_async<HS, kThreads>(v_tile(stage ^ 1), v_gl, p.v_st.row, (n_block - 1) * kBlockN, kBlockN, Tk);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -1477,7 +1591,7 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                 }
         }
         // a warp whose rows all lie above this K tile has nothing to do here (every key masked)
-        if (n_block * kBlockN <= m_start + warp_row0 + 16 * kMT - 1) {
+        if (n_block * kBlockN <= m_start + warp_row0 + 16 * kMT - 1 + diag) {
             const uint8_t* k_s = k_tile(stage);
             const uint8_t* v_s = v_tile(stage);
             float s[kMT][kNT][4], dp[kMT][kNT][4];
@@ -1503,9 +1617,9 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                         mma_bf16_16816(dp[mt][2 * np + 1], do_frag[mt][ks], vb[2], vb[3]);
                     }
                 }
-            // P = exp2(S * c - lse2), 0 where key > query (only on tiles crossing this warp's diagonal);
-            // dS = P * (dP - D)
-            const bool need_mask = n_block * kBlockN + kBlockN - 1 > m_start + warp_row0;
+            // P = exp2(S * c - lse2), 0 where key > query + diag or key >= Tk (only on tiles crossing this warp's
+            // limits); dS = P * (dP - D)
+            const bool need_mask = n_block * kBlockN + kBlockN - 1 > min(m_start + warp_row0 + diag, Tk - 1);
             #pragma unroll
             for (int mt = 0; mt < kMT; mt++)
                 #pragma unroll
@@ -1513,8 +1627,8 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                     #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         float x = s[mt][nt][e] * scale_log2 - row_lse2[mt][e / 2];
-                        if (need_mask && n_block * kBlockN + nt * 8 + 2 * tq + (e % 2) > m_start + warp_row0 + mt * 16 + g + 8 * (e / 2))
-                            x = -INFINITY;
+                        const int key = n_block * kBlockN + nt * 8 + 2 * tq + (e % 2);
+                        if (need_mask && (key > m_start + warp_row0 + mt * 16 + g + 8 * (e / 2) + diag || key >= Tk)) x = -INFINITY;
                         dp[mt][nt][e] = fast_exp2(x) * (dp[mt][nt][e] - row_dpsum[mt][e / 2]);
                     }
             // dQ += dS K (K is [key][d])
@@ -1527,7 +1641,7 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
     }
 
     // epilogue: dQ * scale -> bf16, staged in this warp's own Q rows (only it read them) for 16-byte stores
-    const float scale = rsqrtf((float)HS);
+    const float scale = p.scale;
     #pragma unroll
     for (int mt = 0; mt < kMT; mt++)
         #pragma unroll
@@ -1540,11 +1654,11 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
         }
     __syncwarp();
     constexpr int kChunks = HS / 8;
-    floatX* dq_gl = p.dqkv + (size_t)b * T * row_stride + h * HS;
+    floatX* dq_gl = p.dq + b * p.dq_st.batch + h * p.dq_st.head;
     for (int c = lane; c < 16 * kMT * kChunks; c += 32) {
         const int row = warp_row0 + c / kChunks, ch = c % kChunks;
         if (m_start + row < T)
-            *reinterpret_cast<uint4*>(dq_gl + (size_t)(m_start + row) * row_stride + ch * 8) =
+            *reinterpret_cast<uint4*>(dq_gl + (m_start + row) * p.dq_st.row + ch * 8) =
                 *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
     }
 }
@@ -1626,11 +1740,10 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
     const int wk = warp % kWarpsK, wq = warp / kWarpsK;  // the warp's key slice and query slice (or column half)
-    const size_t row_stride = 3 * (size_t)NH * HS;     // between consecutive t in qkv / dqkv
-    const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
-    const floatX* k_gl = q_gl + NH * HS;
-    const floatX* v_gl = q_gl + 2 * NH * HS;
-    const floatX* do_gl = p.dout + ((size_t)b * T * NH + h) * HS;
+    const floatX* q_gl = p.q + b * p.q_st.batch + h * p.q_st.head;   // causal self-attention, NH_kv = NH (see dispatch)
+    const floatX* k_gl = p.k + b * p.k_st.batch + h * p.k_st.head;
+    const floatX* v_gl = p.v + b * p.v_st.batch + h * p.v_st.head;
+    const floatX* do_gl = p.dout + b * p.do_st.batch + h * p.do_st.head;
     const BackwardScratch sc = backward_scratch(p);
     const float* lse2_gl = sc.lse2 + (size_t)bh * Tp;
     const float* dpsum_gl = sc.dpsum + (size_t)bh * Tp;
@@ -1642,8 +1755,8 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
     const int m_blocks = ceil_div(T, kBlockM);
 
     auto load_stage = [&](int s, int m_block) {
-        load_tile_rows_async<HS, kThreads, kBlockM>(q_tile(s), q_gl, row_stride, m_block * kBlockM, T);
-        load_tile_rows_async<HS, kThreads, kBlockM>(do_tile(s), do_gl, (size_t)NH * HS, m_block * kBlockM, T);
+        load_tile_rows_async<HS, kThreads, kBlockM>(q_tile(s), q_gl, p.q_st.row, m_block * kBlockM, T);
+        load_tile_rows_async<HS, kThreads, kBlockM>(do_tile(s), do_gl, p.do_st.row, m_block * kBlockM, T);
         // lse2 then dpsum, kBlockM floats each; the padding keeps these in bounds and 16-byte aligned
         for (int c = threadIdx.x; c < kBlockM / 2; c += kThreads) {
             const int which = c / (kBlockM / 4), i = c % (kBlockM / 4);
@@ -1651,8 +1764,8 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
             cp_async_16(smem_addr(lse2_tile(s) + which * kBlockM + 4 * i), src, true);
         }
     };
-    load_tile_async<HS, kThreads>(k_smem, k_gl, row_stride, n_start, kBlockN, T);
-    load_tile_async<HS, kThreads>(v_smem, v_gl, row_stride, n_start, kBlockN, T);
+    load_tile_async<HS, kThreads>(k_smem, k_gl, p.k_st.row, n_start, kBlockN, T);
+    load_tile_async<HS, kThreads>(v_smem, v_gl, p.v_st.row, n_start, kBlockN, T);
     #pragma unroll
     for (int s = 0; s < Tile::kStages - 1; s++) {   // one commit group per stage, empty past the end
         if (m_first + s < m_blocks) load_stage(s, m_first + s);
@@ -1666,7 +1779,7 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
         for (int dt = 0; dt < kDT; dt++)
             #pragma unroll
             for (int e = 0; e < 4; e++) dk_acc[mt][dt][e] = dv_acc[mt][dt][e] = 0.0f;
-    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
+    const float scale_log2 = p.scale * kLog2e;
 
     for (int m_block = m_first; m_block < m_blocks; m_block++) {
         const int stage = (m_block - m_first) % Tile::kStages;
@@ -1841,8 +1954,9 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
                 dv_acc[mt][dt][0] += c.x; dv_acc[mt][dt][1] += c.y; dv_acc[mt][dt][2] += c.z; dv_acc[mt][dt][3] += c.w;
             }
     }
-    backward_store_dk_dv<HS, kMT, kDT>(dk_acc, dv_acc, k_smem, v_smem, p.dqkv + (size_t)b * T * row_stride + NH * HS + h * HS,
-                                       row_stride, NH, T, n_start, warp_row0, acc_col0, lane);
+    backward_store_dk_dv<HS, kMT, kDT>(dk_acc, dv_acc, k_smem, v_smem, p.dk + b * p.dk_st.batch + h * p.dk_st.head, p.dk_st.row,
+                                       p.dv + b * p.dv_st.batch + h * p.dv_st.head, p.dv_st.row, p.scale, T, n_start, warp_row0,
+                                       acc_col0, lane);
 }
 
 // ----------------------------------------------------------------------------
@@ -1890,11 +2004,10 @@ __device__ __forceinline__ void issue_s_dp(float (&s)[N / 2], float (&dp)[N / 2]
 template <int HS, int kBlockM>
 __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)[kBlockM / 2], uint32_t (&pa)[kBlockM / 16][4],
                                           uint32_t (&dsa)[kBlockM / 16][4], const float* lse2_s, const float* dpsum_s,
-                                          int n_start, int m_start, int warp_row0) {
+                                          int n_start, int m_start, int warp_row0, float scale_log2) {
     constexpr int kQT = kBlockM / 8;      // n8 column groups of S^T (queries)
     constexpr int kQS = kBlockM / 16;     // k16 steps of dV, dK (over queries)
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
     wgmma_wait<1>();   // S^T is ready; dP^T may still be running
     // P^T = exp2(S^T * c - lse2[query]), 0 where key > query (only where this warp's keys cross the tile)
     const bool need_mask = n_start + warp_row0 + 15 > m_start;
@@ -1938,25 +2051,23 @@ __device__ __forceinline__ void dkdv_issue_dv_dk(float (&dk_acc)[HS / 2], float 
 template <int HS, int kBlockM, int kBlockN>
 __device__ __forceinline__ void dkdv_hopper_step(float (&dk_acc)[HS / 2], float (&dv_acc)[HS / 2], uint64_t k_desc, uint64_t v_desc,
                                                  const uint8_t* q_s, const uint8_t* do_s, const float* lse2_s, const float* dpsum_s,
-                                                 int n_start, int m_start, int warp_row0) {
+                                                 int n_start, int m_start, int warp_row0, float scale_log2) {
     float st[kBlockM / 2], dpt[kBlockM / 2];
     uint32_t pa[kBlockM / 16][4], dsa[kBlockM / 16][4];
     issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_s, do_s);
-    dkdv_p_ds<HS, kBlockM>(st, dpt, pa, dsa, lse2_s, dpsum_s, n_start, m_start, warp_row0);
+    dkdv_p_ds<HS, kBlockM>(st, dpt, pa, dsa, lse2_s, dpsum_s, n_start, m_start, warp_row0, scale_log2);
     dkdv_issue_dv_dk<HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_s, do_s);
     wgmma_wait<0>();
 }
 
 // dK *= scale; dK, dV -> bf16, staged in this warp's own 16 rows of dk_stage / dv_stage (swizzle<HS>: 256-byte rows at
-// HS 128, not the column blocks; each warp reads back only what it wrote), then 16-byte stores into dqkv
+// HS 128, not the column blocks; each warp reads back only what it wrote), then 16-byte stores into dk, dv
 template <int HS>
 __device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardParams& p, const float (&dk_acc)[HS / 2], const float (&dv_acc)[HS / 2],
                                                      uint8_t* dk_stage, uint8_t* dv_stage, int b, int h, int n_start, int warp_row0) {
     constexpr int kDT = HS / 8;
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    const int T = p.T, NH = p.NH;
-    const size_t row_stride = 3 * (size_t)NH * HS;
-    const float scale = rsqrtf((float)HS);
+    const float scale = p.scale;
     __syncwarp();   // a persistent kernel comes back here: this warp's reads of its previous rows are done
     #pragma unroll
     for (int half = 0; half < 2; half++) {
@@ -1970,12 +2081,13 @@ __device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardPara
         }
     }
     __syncwarp();
-    floatX* dk_gl = p.dqkv + (size_t)b * T * row_stride + NH * HS + h * HS;
+    floatX* dk_gl = p.dk + b * p.dk_st.batch + h * p.dk_st.head;   // h: the key/value head
+    floatX* dv_gl = p.dv + b * p.dv_st.batch + h * p.dv_st.head;
     for (int c = lane; c < 16 * kDT; c += 32) {
         const int row = warp_row0 + c / kDT, ch = c % kDT, t = n_start + row;
-        if (t < T) {
-            *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + ch * 8) = *reinterpret_cast<const uint4*>(dk_stage + swizzle<HS>(row, ch));
-            *reinterpret_cast<uint4*>(dk_gl + (size_t)t * row_stride + NH * HS + ch * 8) = *reinterpret_cast<const uint4*>(dv_stage + swizzle<HS>(row, ch));
+        if (t < p.Tk) {
+            *reinterpret_cast<uint4*>(dk_gl + t * p.dk_st.row + ch * 8) = *reinterpret_cast<const uint4*>(dk_stage + swizzle<HS>(row, ch));
+            *reinterpret_cast<uint4*>(dv_gl + t * p.dv_st.row + ch * 8) = *reinterpret_cast<const uint4*>(dv_stage + swizzle<HS>(row, ch));
         }
     }
 }
@@ -1987,12 +2099,13 @@ __device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardPara
 // wait for S, P; wait for dP, dS; give dS as bf16 A fragments
 template <int HS, int kBlockN>
 __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBlockN / 2], uint32_t (&dsa)[kBlockN / 16][4],
-                                        const float (&row_lse2)[2], const float (&row_dpsum)[2], int n_block, int m_start, int warp_row0) {
+                                        const float (&row_lse2)[2], const float (&row_dpsum)[2], int n_block, int m_start, int warp_row0,
+                                        float scale_log2, int diag = 0, int Tk = 1 << 30) {
     constexpr int kNT = kBlockN / 8;      // n8 column groups of S (keys)
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
     wgmma_wait<1>();   // S is ready; dP may still be running
-    const bool need_mask = n_block * kBlockN + kBlockN - 1 > m_start + warp_row0;
+    // keys past a row's limit (key > row + diag, key >= Tk) masked; causal self-attention: diag 0, no key bound
+    const bool need_mask = n_block * kBlockN + kBlockN - 1 > min(m_start + warp_row0 + diag, Tk - 1);
     #pragma unroll 1
     for (unsigned once = 0; once < schedule_pin(); once++)   // see schedule_pin
     #pragma unroll
@@ -2000,7 +2113,8 @@ __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBl
         #pragma unroll
         for (int e = 0; e < 4; e++) {
             float x = s[4 * i + e] * scale_log2 - row_lse2[e / 2];
-            if (need_mask && n_block * kBlockN + i * 8 + 2 * tq + (e % 2) > m_start + warp_row0 + g + 8 * (e / 2)) x = -INFINITY;
+            const int key = n_block * kBlockN + i * 8 + 2 * tq + (e % 2);
+            if (need_mask && (key > m_start + warp_row0 + g + 8 * (e / 2) + diag || key >= Tk)) x = -INFINITY;
             s[4 * i + e] = fast_exp2(x);
         }
     wgmma_wait<0>();   // dP
@@ -2022,24 +2136,24 @@ __device__ __forceinline__ void dq_issue_dq(float (&dq_acc)[HS / 2], const uint3
 // the whole step; returns with every wgmma complete
 template <int HS, int kBlockM, int kBlockN>
 __device__ __forceinline__ void dq_hopper_step(float (&dq_acc)[HS / 2], uint64_t q_desc, uint64_t do_desc, const uint8_t* k_s, const uint8_t* v_s,
-                                               const float (&row_lse2)[2], const float (&row_dpsum)[2], int n_block, int m_start, int warp_row0) {
+                                               const float (&row_lse2)[2], const float (&row_dpsum)[2], int n_block, int m_start, int warp_row0,
+                                               float scale_log2, int diag = 0, int Tk = 1 << 30) {
     float s[kBlockN / 2], dp[kBlockN / 2];
     uint32_t dsa[kBlockN / 16][4];
     issue_s_dp<HS, kBlockN, kBlockM>(s, dp, q_desc, do_desc, k_s, v_s);
-    dq_p_ds<HS, kBlockN>(s, dp, dsa, row_lse2, row_dpsum, n_block, m_start, warp_row0);
+    dq_p_ds<HS, kBlockN>(s, dp, dsa, row_lse2, row_dpsum, n_block, m_start, warp_row0, scale_log2, diag, Tk);
     dq_issue_dq<HS, kBlockN>(dq_acc, dsa, k_s);
     wgmma_wait<0>();
 }
 
-// dQ * scale -> bf16, staged in this warp's own 16 rows of `stage` (swizzle<HS>), then 16-byte stores into dqkv
+// dQ * scale -> bf16, staged in this warp's own 16 rows of `stage` (swizzle<HS>), then 16-byte stores into dq
 template <int HS>
 __device__ __forceinline__ void dq_hopper_epilogue(const AttentionBackwardParams& p, const float (&dq_acc)[HS / 2], uint8_t* stage,
                                                    int b, int h, int m_start, int warp_row0) {
     constexpr int kDT = HS / 8;
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    const int T = p.T, NH = p.NH;
-    const size_t row_stride = 3 * (size_t)NH * HS;
-    const float scale = rsqrtf((float)HS);
+    const int T = p.T;
+    const float scale = p.scale;
     __syncwarp();   // as in dkdv_hopper_epilogue
     #pragma unroll
     for (int half = 0; half < 2; half++) {
@@ -2050,11 +2164,11 @@ __device__ __forceinline__ void dq_hopper_epilogue(const AttentionBackwardParams
                 pack_bf16x2(dq_acc[4 * dt + 2 * half] * scale, dq_acc[4 * dt + 2 * half + 1] * scale);
     }
     __syncwarp();
-    floatX* dq_gl = p.dqkv + (size_t)b * T * row_stride + h * HS;
+    floatX* dq_gl = p.dq + b * p.dq_st.batch + h * p.dq_st.head;
     for (int c = lane; c < 16 * kDT; c += 32) {
         const int row = warp_row0 + c / kDT, ch = c % kDT;
         if (m_start + row < T)
-            *reinterpret_cast<uint4*>(dq_gl + (size_t)(m_start + row) * row_stride + ch * 8) = *reinterpret_cast<const uint4*>(stage + swizzle<HS>(row, ch));
+            *reinterpret_cast<uint4*>(dq_gl + (m_start + row) * p.dq_st.row + ch * 8) = *reinterpret_cast<const uint4*>(stage + swizzle<HS>(row, ch));
     }
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -2213,15 +2327,22 @@ struct DkdvWsSmem {
 };
 // The work items of the dK/dV kernels: (key block, head), rank 0 = key block 0, the longest item; ordered_dq: the
 // shortest first (see the dQ writer)
+// An item's heads are (b, key/value head): with GQA its steps walk the query blocks of each query head of the group in
+// turn, so dK and dV sum the group in registers. kGeneral false: causal self-attention, no GQA (the group, the
+// diagonal and Tk = T constants to the compiler).
 template <class Tile>
 struct DkdvWsWalk {
-    int T, NH, Tp, num_bh, num_n_blocks, num_items, m_blocks, section_heads;
+    int T, Tk, NH, NH_kv, group, diag, Tp, num_bh, num_n_blocks, num_items, m_blocks, section_heads;
     bool snake, ordered_dq;
-    __device__ __forceinline__ DkdvWsWalk(const AttentionBackwardParams& p, int section_heads_, bool ordered_dq_)
-        : T(p.T), NH(p.NH), Tp(bwd_padded_T(p.T)), num_bh(p.B * p.NH), num_n_blocks(ceil_div(p.T, Tile::kBlockN)),
+    template <bool kGeneral>
+    __device__ __forceinline__ DkdvWsWalk(const AttentionBackwardParams& p, int section_heads_, bool ordered_dq_, std::bool_constant<kGeneral>)
+        : T(p.T), Tk(kGeneral ? p.Tk : p.T), NH(p.NH), NH_kv(kGeneral ? p.NH_kv : p.NH), group(kGeneral ? p.NH / p.NH_kv : 1),
+          diag(kGeneral ? attention_diagonal(p) : 0), Tp(bwd_padded_T(p.T)), num_bh(p.B * NH_kv), num_n_blocks(ceil_div(Tk, Tile::kBlockN)),
           num_items(num_n_blocks * num_bh), m_blocks(ceil_div(p.T, Tile::kBlockM)), section_heads(section_heads_),
           snake(section_heads_ >= num_bh), ordered_dq(ordered_dq_) {}
     __device__ __forceinline__ int key_block_of(int rank) const { return Tile::kAtomicDq && ordered_dq ? num_n_blocks - 1 - rank : rank; }
+    // the first query block with a query that sees a key of the block starting at n_start (query i sees key j iff j <= i + diag)
+    __device__ __forceinline__ int first_query_block(int n_start) const { return max(n_start - diag, 0) / Tile::kBlockM; }
 };
 
 // The dK/dV kernel's producer (one thread): per item its K, V once, then a ring of stages of Q, dO (TMA) and their
@@ -2244,21 +2365,23 @@ __device__ __forceinline__ void dkdv_ws_producer(const DkdvWsSmem<Tile>& sm, con
     int w = persistent_work(0, snake);
     for (; w < num_items; w = next_item(++item_iter)) {
         const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
-        const int n_block = key_block_of(item.rank), bh = item.bh, b = bh / NH, h = bh % NH;
+        const int n_block = key_block_of(item.rank), b = item.bh / walk.NH_kv, h_kv = item.bh % walk.NH_kv;
         const int n_start = n_block * kBlockN;
         mbar_wait(kv_empty, (item_iter & 1) ^ 1);
         if constexpr (kDynamic) *item_w = w;   // the consumers read it once kv_full completes
         mbar_arrive_expect_tx(kv_full, 2 * Tile::kKVBytes);
-        tma_load_tile<HS, kBlockN>(k_smem, &maps.k, kv_full, h, n_start, b);
-        tma_load_tile<HS, kBlockN>(v_smem, &maps.v, kv_full, h, n_start, b);
-        for (int m_block = n_start / kBlockM; m_block < m_blocks; m_block++, stage_iter++) {
+        tma_load_tile<HS, kBlockN>(k_smem, &maps.k, kv_full, h_kv, n_start, b);
+        tma_load_tile<HS, kBlockN>(v_smem, &maps.v, kv_full, h_kv, n_start, b);
+        for (int h = h_kv * walk.group; h < (h_kv + 1) * walk.group; h++)
+        for (int m_block = walk.first_query_block(n_start); m_block < m_blocks; m_block++, stage_iter++) {
             const int s = stage_iter % kStages, phase = (stage_iter / kStages) & 1;
+            const size_t bh = (size_t)b * NH + h;
             mbar_wait(stage_empty(s), phase ^ 1);
             mbar_arrive_expect_tx(stage_full(s), 2 * Tile::kQBytes + Tile::kStatBytes);
             tma_load_tile<HS, kBlockM>(sm.q_tile(s), &maps.q, stage_full(s), h, m_block * kBlockM, b);
             tma_load_tile<HS, kBlockM>(sm.do_tile(s), &maps.dout, stage_full(s), h, m_block * kBlockM, b);
-            bulk_load(sm.lse2_tile(s), sc.lse2 + (size_t)bh * Tp + m_block * kBlockM, kBlockM * 4, stage_full(s));
-            bulk_load(sm.lse2_tile(s) + kBlockM, sc.dpsum + (size_t)bh * Tp + m_block * kBlockM, kBlockM * 4, stage_full(s));
+            bulk_load(sm.lse2_tile(s), sc.lse2 + bh * Tp + m_block * kBlockM, kBlockM * 4, stage_full(s));
+            bulk_load(sm.lse2_tile(s) + kBlockM, sc.dpsum + bh * Tp + m_block * kBlockM, kBlockM * 4, stage_full(s));
         }
     }
     if constexpr (kDynamic) persistent_stop(kv_full, kv_empty, item_w, item_iter, w, kCounterDkdv);
@@ -2308,7 +2431,7 @@ __device__ __forceinline__ void dkdv_ws_dq_writer(const DkdvWsSmem<Tile>& sm, co
 #endif
 
 // ordered_dq (atomic dQ): the key blocks of a head add into each query block's dQ in a fixed order (deterministic)
-template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kDynamic = false>
+template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kDynamic = false, bool kGeneral = false>
 __global__ void __launch_bounds__(HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>::kThreads, 1)
 attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps,
                                          int section_heads, bool ordered_dq) {
@@ -2342,7 +2465,8 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     pdl_wait_prerequisites();
     pdl_launch_dependents();
 
-    const DkdvWsWalk<Tile> walk(p, section_heads, ordered_dq);
+    static_assert(!(kGeneral && kAtomicDq), "the atomic dQ runs causal self-attention only");
+    const DkdvWsWalk<Tile> walk(p, section_heads, ordered_dq, std::bool_constant<kGeneral>{});
     const int T = walk.T, NH = walk.NH, num_bh = walk.num_bh, num_n_blocks = walk.num_n_blocks, num_items = walk.num_items;
     const int m_blocks = walk.m_blocks;
     const bool snake = walk.snake;
@@ -2371,7 +2495,8 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     auto item_of = [&](int round) { return persistent_item_index<kDynamic>(kv_full, item_w, round, snake); };
     for (int w = item_of(item_iter); w < num_items; w = item_of(++item_iter)) {
         const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
-        const int n_block = key_block_of(item.rank), bh = item.bh, b = bh / NH, h = bh % NH;
+        const int n_block = key_block_of(item.rank), b = item.bh / walk.NH_kv, h_kv = item.bh % walk.NH_kv;
+        const int bh = b * NH + h_kv;   // the atomic dQ's query head (kAtomicDq: no GQA)
         const int n_start = n_block * kBlockN;
         #pragma unroll
         for (int i = 0; i < kDT * 4; i++) dk_acc[i] = dv_acc[i] = 0.0f;
@@ -2398,11 +2523,14 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
         };
         mbar_wait(kv_full, item_iter & 1);
         if constexpr (!kAtomicDq) {
-            for (int m_block = n_start / kBlockM; m_block < m_blocks; m_block++, stage_iter++) {
+            for (int hq = 0; hq < walk.group; hq++)   // the group's query heads, as the producer loads them
+            for (int m_block = walk.first_query_block(n_start); m_block < m_blocks; m_block++, stage_iter++) {
                 const int s = stage_iter % kStages;
                 mbar_wait(stage_full(s), (stage_iter / kStages) & 1);
+                // the mask compares key > query + diag: queries offset by the diagonal
                 dkdv_hopper_step<HS, kBlockM, kBlockN>(dk_acc, dv_acc, k_desc, v_desc, q_tile(s), do_tile(s), lse2_tile(s),
-                                                       lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
+                                                       lse2_tile(s) + kBlockM, n_start, m_block * kBlockM + walk.diag, warp_row0,
+                                                       p.scale * kLog2e);
                 mbar_arrive(stage_empty(s));
             }
         } else {
@@ -2416,7 +2544,8 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                 float st[kBlockM / 2], dpt[kBlockM / 2];
                 uint32_t pa[kBlockM / 16][4], dsa[kBlockM / 16][4];
                 issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_tile(s), do_tile(s));
-                dkdv_p_ds<HS, kBlockM>(st, dpt, pa, dsa, lse2_tile(s), lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0);
+                dkdv_p_ds<HS, kBlockM>(st, dpt, pa, dsa, lse2_tile(s), lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0,
+                                       p.scale * kLog2e);
                 dkdv_issue_dv_dk<HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_tile(s), do_tile(s));
                 uint8_t* ds = ds_buf(stage_iter);
                 store_ds_t<kBlockM>(ds, dsa, warp_row0);
@@ -2436,7 +2565,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                 mbar_wait(&dq_empty[(i % Tile::kDqBuffers) * kNCWG + cwg], (i / Tile::kDqBuffers) & 1);
             named_barrier_sync(1, 128 * kNCWG);
         }
-        dkdv_hopper_epilogue<HS>(p, dk_acc, dv_acc, dk_stage, dv_stage, b, h, n_start, warp_row0);
+        dkdv_hopper_epilogue<HS>(p, dk_acc, dv_acc, dk_stage, dv_stage, b, h_kv, n_start, warp_row0);
         if constexpr (kAtomicDq) named_barrier_sync(1, 128 * kNCWG);   // ... and both have read it back
     }
     if constexpr (kAtomicDq) {   // the writer's stop, in the next dQ buffer
@@ -2449,7 +2578,8 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false>
+// kGeneral false: causal self-attention without GQA (the diagonal a constant, no key bound)
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false, bool kGeneral = false>
 __global__ void __launch_bounds__(HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
 attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps,
                                        int section_heads) {
@@ -2476,8 +2606,13 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
     __syncthreads();
 
     const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T), num_bh = p.B * p.NH;
+    const int Tk = kGeneral ? p.Tk : T, diag = kGeneral ? attention_diagonal(p) : 0, group = kGeneral ? p.NH / p.NH_kv : 1;
     const int num_m_blocks = ceil_div(T, kBlockM), num_items = num_m_blocks * num_bh;
     const bool snake = section_heads >= num_bh;   // see persistent_work
+    auto key_blocks = [&](int m_start) {   // the K/V tiles a query block walks
+        if constexpr (kGeneral) return attention_key_blocks(m_start + kBlockM - 1, diag, Tk, kBlockN);
+        else return min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
+    };
     const int wg = threadIdx.x / 128;
 
     if (wg == 0) {   // ---- producer
@@ -2488,9 +2623,9 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
             int w = persistent_work(0, snake);
             for (; w < num_items; w = next_item(++item_iter)) {
                 const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
-                const int m_block = num_m_blocks - 1 - item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
+                const int m_block = num_m_blocks - 1 - item.rank, bh = item.bh, b = bh / NH, h = bh % NH, h_kv = h / group;
                 const int m_start = m_block * kBlockM;
-                const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
+                const int n_blocks = key_blocks(m_start);
                 mbar_wait(qo_empty, (item_iter & 1) ^ 1);
                 if constexpr (kDynamic) *item_w = w;   // the consumers read it once qo_full completes
                 mbar_arrive_expect_tx(qo_full, 2 * Tile::kQBytes);
@@ -2501,8 +2636,8 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
                     const int key0 = (n_blocks - 1 - i) * kBlockN;
                     mbar_wait(kv_empty(s), phase ^ 1);
                     mbar_arrive_expect_tx(kv_full(s), 2 * Tile::kTileBytes);
-                    tma_load_tile<HS, kBlockN>(k_tile(s), &maps.k, kv_full(s), h, key0, b);
-                    tma_load_tile<HS, kBlockN>(v_tile(s), &maps.v, kv_full(s), h, key0, b);
+                    tma_load_tile<HS, kBlockN>(k_tile(s), &maps.k, kv_full(s), h_kv, key0, b);
+                    tma_load_tile<HS, kBlockN>(v_tile(s), &maps.v, kv_full(s), h_kv, key0, b);
                 }
             }
             if constexpr (kDynamic) persistent_stop(qo_full, qo_empty, item_w, item_iter, w, kCounterDq);
@@ -2526,7 +2661,7 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
         const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
         const int m_block = num_m_blocks - 1 - item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
         const int m_start = m_block * kBlockM;
-        const int n_blocks = min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
+        const int n_blocks = key_blocks(m_start);
         float row_lse2[2], row_dpsum[2];   // rows g, g + 8 of this warp (padded: in bounds)
         #pragma unroll
         for (int half = 0; half < 2; half++) {
@@ -2541,7 +2676,7 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
             const int s = kv_iter % kStages;
             mbar_wait(kv_full(s), (kv_iter / kStages) & 1);
             dq_hopper_step<HS, kBlockM, kBlockN>(dq_acc, q_desc, do_desc, k_tile(s), v_tile(s), row_lse2, row_dpsum,
-                                                 n_blocks - 1 - i, m_start, warp_row0);
+                                                 n_blocks - 1 - i, m_start, warp_row0, p.scale * kLog2e, diag, kGeneral ? Tk : 1 << 30);
             release(kv_empty(s));
         }
         release(qo_empty);
@@ -2557,7 +2692,7 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
 
 template <int HS>
 void launch_attention_backward_preprocess(const AttentionBackwardParams& p, bool zero_dq, cudaStream_t stream) {
-    const size_t threads = (size_t)p.B * p.NH * bwd_padded_T(p.T) * (HS / 8);
+    const size_t threads = (size_t)p.B * p.NH * bwd_padded_T(p.T) * preprocess_lanes<HS>();
     attention_backward_preprocess_kernel<HS><<<(unsigned)ceil_div(threads, (size_t)256), 256, 0, stream>>>(p, zero_dq);
     cudaCheck(cudaGetLastError());
 }
@@ -2572,7 +2707,7 @@ void launch_attention_backward_postprocess(const AttentionBackwardParams& p, cud
 template <int HS, int kNWarps, int kMT, int kBlockM, bool kAtomicDq>
 void launch_attention_backward_dkdv(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = BackwardKVTile<HS, kNWarps, kMT, kBlockM, kAtomicDq>;
-    launch_with_smem<attention_backward_dkdv_kernel<HS, kNWarps, kMT, kBlockM, kAtomicDq>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockN)),
+    launch_with_smem<attention_backward_dkdv_kernel<HS, kNWarps, kMT, kBlockM, kAtomicDq>>(dim3(p.B * p.NH_kv, ceil_div(p.Tk, Tile::kBlockN)),
                          Tile::kThreads, Tile::kSmemBytes, stream, p);
 }
 
@@ -2585,17 +2720,22 @@ void launch_attention_backward_dq(const AttentionBackwardParams& p, cudaStream_t
 
 // Q, dO with boxes of q_rows rows, K, V with boxes of kv_rows rows
 inline HopperBackwardTmaMaps backward_tma_maps(const AttentionBackwardParams& p, int q_rows, int kv_rows) {
-    return {qkv_tensor_map(p.qkv, 0, p.B, p.T, p.NH, p.HS, q_rows), qkv_tensor_map(p.qkv, 1, p.B, p.T, p.NH, p.HS, kv_rows),
-            qkv_tensor_map(p.qkv, 2, p.B, p.T, p.NH, p.HS, kv_rows),
-            bthd_tensor_map(p.dout, (size_t)p.NH * p.HS, p.B, p.T, p.NH, p.HS, q_rows)};
+    return {attention_tensor_map(p.q, p.q_st, p.B, p.T, p.NH, p.HS, q_rows), attention_tensor_map(p.k, p.k_st, p.B, p.Tk, p.NH_kv, p.HS, kv_rows),
+            attention_tensor_map(p.v, p.v_st, p.B, p.Tk, p.NH_kv, p.HS, kv_rows),
+            attention_tensor_map(p.dout, p.do_st, p.B, p.T, p.NH, p.HS, q_rows)};
 }
 
 // early_start: launched to overlap the preprocess's tail (programmatic dependent launch)
-template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kDynamic = false>
+// kGeneral false: causal self-attention without GQA only (checked here)
+template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kDynamic = false, bool kGeneral = false>
 void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false,
                                               bool ordered_dq = false) {
     using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>;
-    const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockN);
+    if (!kGeneral && !(p.causal && p.T == p.Tk && p.NH == p.NH_kv)) {
+        fprintf(stderr, "attention: this backward kernel runs causal self-attention without GQA only\n");
+        exit(EXIT_FAILURE);
+    }
+    const int num_items = p.B * p.NH_kv * ceil_div(p.Tk, Tile::kBlockN);
     HopperBackwardTmaMaps maps = backward_tma_maps(p, kBlockM, Tile::kBlockN);
     if (kAtomicDq) {   // dq_accum (B * NH, T, HS) fp32 as (HS, T, B * NH), boxes of 32 columns x kBlockM rows
         const cuuint64_t dims[3] = {(cuuint64_t)HS, (cuuint64_t)p.T, (cuuint64_t)p.B * p.NH};
@@ -2603,19 +2743,23 @@ void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, 
         const cuuint32_t box[3] = {32, (cuuint32_t)kBlockM, 1};
         maps.dq_accum = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, backward_scratch(p).dq_accum, dims, strides, box);
     }
-    launch_with_smem_ex<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kDynamic>>(
+    launch_with_smem_ex<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kDynamic, kGeneral>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p, maps,
-        persistent_section_heads(p.B * p.NH, p.T, HS), ordered_dq);
+        persistent_section_heads(p.B * p.NH_kv, p.T * (p.NH / p.NH_kv), HS), ordered_dq);
 }
 
 // early_start: launched to overlap the dK/dV kernel before it (programmatic dependent launch)
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false>
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false, bool kGeneral = false>
 void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false) {
     using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>;
+    if (!kGeneral && !(p.causal && p.T == p.Tk && p.NH == p.NH_kv)) {
+        fprintf(stderr, "attention: this backward kernel runs causal self-attention without GQA only\n");
+        exit(EXIT_FAILURE);
+    }
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockM);
-    launch_with_smem_ex<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kDynamic>>(
+    launch_with_smem_ex<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kDynamic, kGeneral>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p,
-        backward_tma_maps(p, Tile::kBlockM, kBlockN), persistent_section_heads(p.B * p.NH, p.T, HS));
+        backward_tma_maps(p, Tile::kBlockM, kBlockN), persistent_section_heads(p.B * p.NH, p.Tk, HS));
 }
 
 // atomic path: preprocess (+ zero dq_accum), dK/dV with red.global.add of dQ, dQ convert. Non-deterministic.
@@ -2662,16 +2806,17 @@ void attention_backward_split(const AttentionBackwardParams& p, cudaStream_t str
 
 // the same split, warp-specialised: dK/dV with kKVWG consumer warpgroups (64 keys each) and kKVBlockM-query
 // stages, dQ with kQWG consumer warpgroups (64 query rows each) and kQBlockN-key stages; kStages-deep rings
-template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages>
+// kGeneral: any call (non-causal, T != Tk, GQA); otherwise causal self-attention without GQA
+template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages, bool kGeneral = false>
 void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
     const bool early = backward_early_start();
     if (claimed_schedule(p.T)) {
-        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, true>(p, stream, early);
-        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, true>(p, stream, early);
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, true, kGeneral>(p, stream, early);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, true, kGeneral>(p, stream, early);
     } else {
-        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages>(p, stream, early);
-        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages>(p, stream, early);
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, kGeneral>(p, stream, early);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, kGeneral>(p, stream, early);
     }
 }
 
@@ -2699,6 +2844,13 @@ inline bool& attention_backward_nondeterministic() {
     return flag;
 }
 
+// GPT-2's shape family: causal self-attention (T = Tk) without GQA, head dims 64 and 128. It runs on the kernels
+// tuned for it (any strides); every other call on the general copies of the Hopper split (HS 64, 128 on sm_90a) or
+// on the split mma.sync kernels, which take everything.
+inline bool attention_backward_self_causal(const AttentionBackwardParams& p) {
+    return p.causal && p.T == p.Tk && p.NH == p.NH_kv && (p.HS == 64 || p.HS == 128);
+}
+
 // the backward runs on wgmma on Hopper, both head sizes (when the binary carries sm_90a code)
 inline bool attention_backward_uses_hopper(int /*HS*/) { return hopper_path_available(); }
 
@@ -2707,9 +2859,13 @@ inline bool attention_backward_uses_hopper(int /*HS*/) { return hopper_path_avai
 // 2 GEMMs it saves
 inline bool attention_backward_ordered_dq(int T, int HS) { return HS == 128 && T >= 8192 && attention_backward_uses_hopper(HS); }
 
-inline size_t attention_backward_scratch_bytes(int B, int T, int NH, int HS) {
-    const bool with_dq_accum = attention_backward_nondeterministic() || attention_backward_ordered_dq(T, HS);
-    return attention_backward_scratch_bytes_for(B, T, NH, HS, with_dq_accum);
+inline size_t attention_backward_scratch_bytes(const AttentionBackwardParams& p) {
+    const bool tuned = attention_backward_self_causal(p);
+    const bool with_dq_accum = tuned && (attention_backward_nondeterministic() || attention_backward_ordered_dq(p.T, p.HS));
+    return attention_backward_scratch_bytes_for(p.B, p.T, p.NH, p.HS, with_dq_accum);
+}
+inline size_t attention_backward_scratch_bytes(int B, int T, int NH, int HS) {   // GPT-2
+    return attention_backward_scratch_bytes(fused_qkv_backward_params(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, B, T, NH, HS));
 }
 
 // The fused kernel's shared memory (163 KB at HS 64, 193.5 KB at HS 128) against this GPU's per-block limit (H100
@@ -2737,11 +2893,34 @@ inline const char* attention_backward_path_name(int HS) {
     return "flash backward, mma.sync sm80, split deterministic: dK/dV 64 keys x 32 queries 4 warps + dQ 4 warps (the fused kernel's shared memory does not fit)";
 }
 
-inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
-                               const float* lse, int B, int T, int NH, int HS, cudaStream_t stream) {
-    attention_check_supported(B, T, NH, HS);
-    AttentionBackwardParams p{dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS};
-    if (attention_backward_uses_hopper(HS)) {
+// nullptr if the call runs on this GPU, else the reason it does not
+inline const char* attention_backward_unsupported_reason(const AttentionBackwardParams& p) {
+    const AttentionForwardParams f{p.q, p.k, p.v, nullptr, nullptr, p.q_st, p.k_st, p.v_st, p.o_st, p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, p.causal, p.scale};
+    if (const char* why = attention_unsupported_reason(f)) return why;
+    if (p.HS == 256) return "the backward at head dim 256 is not implemented (its dK and dV accumulators alone fill a warp's registers)";
+    for (const AttentionStrides& st : {p.do_st, p.dq_st, p.dk_st, p.dv_st})
+        if (st.batch % 8 || st.row % 8 || st.head % 8) return "every batch, row and head stride must be a multiple of 8 elements (16 bytes)";
+    for (const void* ptr : {(const void*)p.out, (const void*)p.dout, (const void*)p.dq, (const void*)p.dk, (const void*)p.dv})
+        if ((uintptr_t)ptr % 16) return "O, dO, dQ, dK and dV must be 16-byte aligned";
+    return nullptr;
+}
+
+// dq, dk, dv for any call attention_backward_unsupported_reason() accepts; deterministic unless
+// attention_backward_nondeterministic() is set (which only GPT-2's shape family uses)
+inline void attention_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
+    if (const char* why = attention_backward_unsupported_reason(p)) attention_exit_unsupported("backward", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
+    const int HS = p.HS, T = p.T;
+    if (!attention_backward_self_causal(p) && (HS == 64 || HS == 128) && attention_backward_uses_hopper(HS)) {
+        // the warp-specialised split's general copies (GQA: each dK/dV item sums its group's query heads)
+        if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true>(p, stream);
+        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true>(p, stream);
+    } else if (!attention_backward_self_causal(p)) {
+        // general: preprocess, the dK/dV kernel (GQA: each CTA sums its group's query heads), the dQ kernel
+        if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64>(p, stream);
+        else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(p, stream);
+        else if (HS == 96) attention_backward_split<96, 4, 1, 32, 4, 1, 32>(p, stream);
+        else attention_backward_split<128, 4, 1, 32, 4, 1, 32>(p, stream);
+    } else if (attention_backward_uses_hopper(HS)) {
         // warp-specialised split, 2 consumer warpgroups: dev variant 6's best configs, HS 64 kv128x128+q128x128, HS 128
         // kv128x64+q128x64. Non-deterministic at HS 128: the 5-GEMM kernel with atomic dQ (dev variant 7); at HS 64 it
         // loses to the split, which runs there either way.
@@ -2762,4 +2941,11 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
         else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(p, stream);
         else attention_backward_split<128, 4, 1, 32, 4, 1, 32>(p, stream);
     }
+}
+
+// GPT-2: dqkv (B, T, 3, NH, HS) from dout (B, T, NH, HS); scratch: attention_backward_scratch_bytes(B, T, NH, HS)
+inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
+                               const float* lse, int B, int T, int NH, int HS, cudaStream_t stream) {
+    if (const char* why = attention_unsupported_reason(B, T, NH, HS)) attention_exit_unsupported("backward", B, T, T, NH, NH, HS, why);
+    attention_backward(fused_qkv_backward_params(dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS), stream);
 }

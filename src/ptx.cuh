@@ -106,9 +106,16 @@ __device__ __forceinline__ void mma_accum_times_tile(float (&out)[kMT][kDT][4], 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile whose rows hold HS bf16. The chunk index
 // is XORed with row % 8, so the 8 row addresses of one ldmatrix (same chunk, 8 consecutive rows) hit 8
 // different bank groups instead of one: the 128-byte swizzle, which TMA/wgmma use too.
+// Rows of 64 bytes (HS 32) pair up in 128 bytes, so the XOR takes row / 2; a 192-byte row (HS 96) is a 128-byte
+// part as above and a 64-byte part swizzled like HS 32's rows.
 template <int HS>
 __device__ __forceinline__ int swizzle(int row, int chunk) {
-    return row * (HS * 2) + ((chunk ^ (row & 7)) << 4);
+    if constexpr (HS % 64 == 0) return row * (HS * 2) + ((chunk ^ (row & 7)) << 4);
+    else if constexpr (HS == 32) return row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4);
+    else {
+        static_assert(HS == 96, "head dims: multiples of 64, 32 and 96");
+        return row * 192 + ((chunk < 8 ? chunk ^ (row & 7) : 8 + ((chunk - 8) ^ ((row >> 1) & 3))) << 4);
+    }
 }
 
 // Copy rows [row0, row0 + rows) of one head's (T, HS) slice of a strided tensor into a swizzled tile;
@@ -521,11 +528,13 @@ inline CUtensorMap swizzled_tensor_map(CUtensorMapDataType type, int rank, const
     return map;
 }
 
-// A (B, T, NH, HS) bf16 tensor whose rows (fixed b, t) are row_elems apart, as a 4-D tensor map (HS, NH, T, B):
-// boxes of 64 head dims x 1 head x box_rows rows x 1 batch, 128-byte swizzle, rows past T read as zeros.
-inline CUtensorMap bthd_tensor_map(const floatX* base, size_t row_elems, int B, int T, int NH, int HS, int box_rows) {
+// A (B, T, NH, HS) bf16 tensor with the head dim contiguous and the other strides in elements (multiples of 8: TMA
+// needs 16-byte strides), as a 4-D tensor map (HS, NH, T, B): boxes of 64 head dims x 1 head x box_rows rows x
+// 1 batch, 128-byte swizzle, rows past T read as zeros.
+inline CUtensorMap bthd_tensor_map(const floatX* base, long long row_stride, long long head_stride, long long batch_stride,
+                                   int B, int T, int NH, int HS, int box_rows) {
     const cuuint64_t dims[4] = {(cuuint64_t)HS, (cuuint64_t)NH, (cuuint64_t)T, (cuuint64_t)B};
-    const cuuint64_t strides[3] = {(cuuint64_t)HS * 2, (cuuint64_t)row_elems * 2, (cuuint64_t)T * row_elems * 2};
+    const cuuint64_t strides[3] = {(cuuint64_t)head_stride * 2, (cuuint64_t)row_stride * 2, (cuuint64_t)batch_stride * 2};
     const cuuint32_t box[4] = {64, 1, (cuuint32_t)box_rows, 1};
     return swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, base, dims, strides, box);
 }

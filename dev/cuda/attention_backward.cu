@@ -91,7 +91,7 @@ struct Buffers {   // one set of device tensors for a shape
         // every variant gets the largest scratch (the atomic path's, with the fp32 dQ accumulator)
         scratch = device_alloc<uint8_t>(attention_backward_scratch_bytes_for(s.B, s.T, s.NH, s.HS, /*with_dq_accum=*/true));
     }
-    AttentionBackwardParams params(const Shape& s) const { return {dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.NH, s.HS}; }
+    AttentionBackwardParams params(const Shape& s) const { return fused_qkv_backward_params(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.NH, s.HS); }
     void free_all() {
         cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(out));
         cudaCheck(cudaFree(dqkv)); cudaCheck(cudaFree(lse)); cudaCheck(cudaFree(scratch));

@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
                         continue;
                     }
                     printf("variant %d (%s) cfg %s\n", v->number, v->name, cfg_name);
-                    AttentionForwardParams p{buf.qkv, buf.out, buf.lse, s.B, s.T, s.NH, s.HS};
+                    AttentionForwardParams p = fused_qkv_forward_params(buf.out, buf.lse, buf.qkv, s.B, s.T, s.NH, s.HS);
                     poison(buf.out, n_out * 2); poison(buf.lse, n_lse * 4);
                     v->launch(p, cfg, stream);
                     cudaCheck(cudaGetLastError());
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
                 if (v->slow && args.bench_shapes) continue;                  // the naive variant: validated, not timed
                 Timing tm = time_kernel([&](int i) {
                     Buffers& b = sets[i % sets.size()];
-                    v->launch(AttentionForwardParams{b.qkv, b.out, b.lse, s.B, s.T, s.NH, s.HS}, cfg, stream);
+                    v->launch(fused_qkv_forward_params(b.out, b.lse, b.qkv, s.B, s.T, s.NH, s.HS), cfg, stream);
                 }, v->slow ? 3 : args.repeats, stream, v->slow ? 1 : 3);
                 if (v->number == kBaselineVariant) baseline_ms = tm.median_ms;
                 rows.push_back({v->number, cfg_name, s, -1.0f, true, tm.median_ms, tm.min_ms});

@@ -10,5 +10,5 @@ Last measured (H100, 2026-11-24, binaries of 4ebbd77, two rounds, ms_med): 64x12
 #pragma once
 
 void attention_backward0(const AttentionBackwardParams& p, int config, cudaStream_t stream) {
-    attention_backward(p.dqkv, p.scratch, p.dout, p.qkv, p.out, p.lse, p.B, p.T, p.NH, p.HS, stream);
+    attention_backward(p, stream);
 }

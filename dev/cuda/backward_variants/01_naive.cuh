@@ -9,5 +9,5 @@ Last run (H200, 2026-11-21, on bd0434e + uncommitted backward):
 #pragma once
 
 void attention_backward1(const AttentionBackwardParams& p, int config, cudaStream_t stream) {
-    reference_backward<false, floatX>(p.dqkv, (float*)p.scratch, p.dout, p.qkv, p.out, p.lse, Shape{p.B, p.T, p.NH, p.HS}, stream);
+    reference_backward<false, floatX>(p.dq, (float*)p.scratch, p.dout, p.q, p.out, p.lse, Shape{p.B, p.T, p.NH, p.HS}, stream);
 }

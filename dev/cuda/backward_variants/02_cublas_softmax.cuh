@@ -55,7 +55,7 @@ void attention_backward2(const AttentionBackwardParams& p, int config, cudaStrea
     const int block = 256;
     const float one = 1.0f, zero = 0.0f, scale = rsqrtf((float)HS);
     const long long sT = (long long)T * HS, sA = (long long)T * T;
-    permute_qkv_kernel<<<ceil_div(n, (size_t)block), block, 0, stream>>>(q, k, v, p.qkv, B, T, NH, HS);
+    permute_qkv_kernel<<<ceil_div(n, (size_t)block), block, 0, stream>>>(q, k, v, p.q, B, T, NH, HS);
     permute_bthd_kernel<<<ceil_div(n, (size_t)block), block, 0, stream>>>(dout, p.dout, B, T, NH, HS);
     cudaCheck(cudaGetLastError());
     cublasCheck(cublasSetStream(cublas_handle(), stream));
@@ -79,6 +79,6 @@ void attention_backward2(const AttentionBackwardParams& p, int config, cudaStrea
     // dK (T x HS) = scale dS^T q: column-major dK^T = q^T dS
     cublasCheck(cublasGemmStridedBatchedEx(cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, &scale,
         q, CUDA_R_16BF, HS, sT, datt, CUDA_R_16BF, T, sA, &zero, dk, CUDA_R_16BF, HS, sT, B * NH, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    unpermute_dqkv_kernel<<<ceil_div(n, (size_t)block), block, 0, stream>>>(p.dqkv, dq, dk, dv, B, T, NH, HS);
+    unpermute_dqkv_kernel<<<ceil_div(n, (size_t)block), block, 0, stream>>>(p.dq, dq, dk, dv, B, T, NH, HS);
     cudaCheck(cudaGetLastError());
 }

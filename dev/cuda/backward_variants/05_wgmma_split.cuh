@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dkd
     const int n_block = blockIdx.y;                       // block 0 has the most query tiles: launched first
     const int warp = threadIdx.x / 32, wg = threadIdx.x / 128;
     const size_t row_stride = 3 * (size_t)NH * HS;
-    const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
+    const floatX* q_gl = p.q + (size_t)b * T * row_stride + h * HS;
     const floatX* k_gl = q_gl + NH * HS;
     const floatX* v_gl = q_gl + 2 * NH * HS;
     const floatX* do_gl = p.dout + ((size_t)b * T * NH + h) * HS;
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dkd
         // the first query tile): a branch around the wgmmas makes ptxas serialise them (C7520), and a fully
         // masked tile just gives P = 0.
         dkdv_hopper_step<HS, kBlockM, kBlockN>(dk_acc, dv_acc, k_desc, v_desc, q_tile(stage), do_tile(stage), lse2_tile(stage),
-                                               lse2_tile(stage) + kBlockM, n_start, m_block * kBlockM, warp_row0);
+                                               lse2_tile(stage) + kBlockM, n_start, m_block * kBlockM, warp_row0, p.scale * kLog2e);
         __syncthreads();   // every warpgroup is done with this stage before the next prefetch overwrites it
     }
     // the loop's last __syncthreads came after every warpgroup's last wgmma: K and V are dead, stage dK, dV there
@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
     const int g = lane / 4;
     const size_t row_stride = 3 * (size_t)NH * HS;
-    const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
+    const floatX* q_gl = p.q + (size_t)b * T * row_stride + h * HS;
     const floatX* k_gl = q_gl + NH * HS;
     const floatX* v_gl = q_gl + 2 * NH * HS;
     const floatX* do_gl = p.dout + ((size_t)b * T * NH + h) * HS;
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_
         // no warpgroup skips the tile even when all its 64 rows lie above it (the first tile, with 2
         // warpgroups): see the dK/dV kernel
         dq_hopper_step<HS, kBlockM, kBlockN>(dq_acc, q_desc, do_desc, k_tile(stage), v_tile(stage), row_lse2, row_dpsum,
-                                             n_block, m_start, warp_row0);
+                                             n_block, m_start, warp_row0, p.scale * kLog2e);
         __syncthreads();
     }
     // every wgmma is done (the loop's last barrier): stage dQ in Q's shared memory

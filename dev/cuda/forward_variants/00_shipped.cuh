@@ -11,5 +11,5 @@ Last measured (H100, 2026-11-24, binaries of 4ebbd77, two rounds, ms_med; dev/cu
 #pragma once
 
 void attention_forward0(const AttentionForwardParams& p, int config, cudaStream_t stream) {
-    attention_forward(p.out, p.lse, p.qkv, p.B, p.T, p.NH, p.HS, stream);
+    attention_forward(p, stream);
 }

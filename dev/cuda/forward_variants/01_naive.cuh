@@ -9,5 +9,5 @@ Last run (H200, 2026-11-21, commit 64b4063):
 #pragma once
 
 void attention_forward1(const AttentionForwardParams& p, int config, cudaStream_t stream) {
-    reference_forward<false, floatX>(p.out, p.lse, p.qkv, Shape{p.B, p.T, p.NH, p.HS}, stream);
+    reference_forward<false, floatX>(p.out, p.lse, p.q, Shape{p.B, p.T, p.NH, p.HS}, stream);
 }

@@ -53,7 +53,7 @@ void attention_forward2(const AttentionForwardParams& p, int config, cudaStream_
     floatX* ws = (floatX*)harness_workspace((4 * n + (size_t)B * NH * T * T) * sizeof(floatX));
     floatX *q = ws, *k = q + n, *v = k + n, *out_perm = v + n, *att = out_perm + n;
     const int block = 256;
-    permute_qkv_kernel<<<ceil_div(n, (size_t)block), block, 0, stream>>>(q, k, v, p.qkv, B, T, NH, HS);
+    permute_qkv_kernel<<<ceil_div(n, (size_t)block), block, 0, stream>>>(q, k, v, p.q, B, T, NH, HS);
     cudaCheck(cudaGetLastError());
     cublasCheck(cublasSetStream(cublas_handle(), stream));
     const float one = 1.0f, zero = 0.0f;

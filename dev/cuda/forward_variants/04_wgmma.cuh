@@ -50,7 +50,7 @@ attention_forward_hopper_kernel(const AttentionForwardParams p) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
     const int g = lane / 4, tq = lane % 4;
     const size_t row_stride = 3 * (size_t)NH * HS;
-    const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
+    const floatX* q_gl = p.q + (size_t)b * T * row_stride + h * HS;
     const floatX* k_gl = q_gl + NH * HS;
     const floatX* v_gl = q_gl + 2 * NH * HS;
     const int m_start = m_block * kBlockM;
@@ -104,7 +104,7 @@ attention_forward_hopper_kernel(const AttentionForwardParams p) {
             wgmma_commit();
             wgmma_wait_all();
             if (n_block * kBlockN + kBlockN - 1 > m_start + warp_row0)   // causal mask on diagonal tiles
-                causal_mask_tile<kNT>(s, m_start + warp_row0, n_block * kBlockN, g, tq);
+                mask_tile<kNT>(s, m_start + warp_row0, n_block * kBlockN, p.T, g, tq);
             float alpha[2];
             online_softmax_tile<kNT>(s, row_max, row_sum, alpha, scale_log2);
             #pragma unroll
@@ -224,7 +224,7 @@ attention_forward_hopper_overlap_kernel(const AttentionForwardParams p) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
     const int g = lane / 4, tq = lane % 4;
     const size_t row_stride = 3 * (size_t)NH * HS;
-    const floatX* q_gl = p.qkv + (size_t)b * T * row_stride + h * HS;
+    const floatX* q_gl = p.q + (size_t)b * T * row_stride + h * HS;
     const floatX* k_gl = q_gl + NH * HS;
     const floatX* v_gl = q_gl + 2 * NH * HS;
     const int m_start = m_block * kBlockM;
@@ -285,7 +285,7 @@ attention_forward_hopper_overlap_kernel(const AttentionForwardParams p) {
     auto softmax = [&](int j) {
         const int n_block = n_blocks - 1 - j;
         if (n_block * kBlockN + kBlockN - 1 > m_start + warp_row0)   // causal mask on diagonal tiles
-            causal_mask_tile<kNT>(s, m_start + warp_row0, n_block * kBlockN, g, tq);
+            mask_tile<kNT>(s, m_start + warp_row0, n_block * kBlockN, p.T, g, tq);
         online_softmax_tile<kNT>(s, row_max, row_sum, alpha, scale_log2);
     };
     auto pack_p = [&]() {
