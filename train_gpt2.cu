@@ -18,6 +18,7 @@ profile/profile_gpt2.cu include this file and run exactly the training code.
 #include "utils.h"            // defines: fopenCheck, freadCheck, fwriteCheck, mallocCheck, strfmt, exit_on_error
 #include "rand.h"             // defines: mt19937_init, mt19937_normal_fill, mt19937_permutation, random_f32
 #include "config.h"           // defines: GPT2Config, TrainConfig, train_config_parse/check, fill_in_parameter_sizes
+#include "memory_plan.h"      // defines: fill_in_activation_sizes, MemoryPlan, memory_plan, memory_plan_largest_B
 #include "dataloader.h"       // defines: DataLoader, dataloader_init, dataloader_next_batch, dataloader_seek
 #include "tokenizer.h"        // defines: Tokenizer, tokenizer_init, tokenizer_decode, safe_printf
 #include "schedulers.h"       // defines: LearningRateScheduler, get_learning_rate
@@ -115,7 +116,7 @@ typedef struct {
     int recompute;              // 0, 1 (GELU), 2 (GELU + layernorms)
     int gelu_fusion;            // 0, 1 (forward), 2 (forward + backward) into the cuBLASLt epilogue
     ActivationTensors acts;
-    size_t activation_bytes;
+    MemoryPlan memory_plan;     // what gpt2_allocate_state allocates, in src/memory_plan.h's terms
     // backward buffers
     floatX* dresidual;          // (N, C) gradient of the residual stream
     floatX* dbtc;               // (N, C)
@@ -207,7 +208,26 @@ void gpt2_build_from_checkpoint(GPT2* model, const char* path) {
     free(tmp);
 }
 
+// the kernels' scratch at (B, T), the memory plan's ScratchBytesFn: the attention backward's statistics (and its
+// fp32 dQ accumulator where the path uses one); the fp32 partial sums of the column reductions and the grad norm
+size_t gpt2_attention_scratch_bytes(const GPT2Config& c, int B, int T) {
+    return attention_backward_scratch_bytes(B, T, c.num_heads, c.channels / c.num_heads);
+}
+size_t gpt2_reduce_scratch_floats(const GPT2Config& c, int B, int T) {
+    int N = B * T, C = c.channels;
+    return std::max({layernorm_backward_scratch_floats(N, C), bias_backward_scratch_floats(N, C),
+                     bias_backward_scratch_floats(N, 3 * C), bias_backward_scratch_floats(N, 4 * C), (size_t)GLOBAL_NORM_BLOCKS});
+}
+size_t gpt2_scratch_bytes(const GPT2Config& c, int B, int T) {
+    return gpt2_attention_scratch_bytes(c, B, T) + gpt2_reduce_scratch_floats(c, B, T) * sizeof(float);
+}
+
+// a device pointer of the activation table and the element size its type implies
+struct DeviceSlot { void** ptr; size_t elem_bytes; };
+template <class T> DeviceSlot device_slot(T*& p) { return {(void**)&p, sizeof(T)}; }
+
 // Everything that depends on B, T and the run options: activations, grads, optimizer state.
+// The sizes are src/memory_plan.h's, so the plan printed at start is what this allocates.
 void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, int gelu_fusion, int use_master_weights) {
     const GPT2Config& c = model->config;
     model->B = B;
@@ -217,7 +237,8 @@ void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, int gelu_fusi
     model->use_master_weights = use_master_weights;
     model->stochastic_rounding = 1;
     model->rounding_seed = 0;
-    size_t N = (size_t)B * T, L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+    model->memory_plan = memory_plan(c, B, T, recompute, use_master_weights, gpt2_scratch_bytes);
+    size_t N = (size_t)B * T;
     size_t n = model->num_parameters;
 
     cudaCheck(cudaMalloc(&model->grads_memory, n * sizeof(floatX)));
@@ -239,46 +260,30 @@ void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, int gelu_fusi
         free(tmpf);
     }
 
-    // activations: one cudaMalloc each (16-byte alignment for the vector loads and cuBLASLt)
+    // activations and backward buffers: one cudaMalloc each (16-byte alignment for the vector loads and cuBLASLt),
+    // in fill_in_activation_sizes' order
     ActivationTensors& a = model->acts;
-    size_t ln_copies = recompute >= 2 ? 1 : L, gelu_copies = recompute >= 1 ? 1 : L;
-    size_t total = 0;
-    auto alloc_bf16 = [&](floatX** p, size_t count) { cudaCheck(cudaMalloc(p, count * sizeof(floatX))); total += count * sizeof(floatX); };
-    auto alloc_f32 = [&](float** p, size_t count) { cudaCheck(cudaMalloc(p, count * sizeof(float))); total += count * sizeof(float); };
-    alloc_bf16(&a.encoded, N * C);
-    alloc_bf16(&a.ln1, ln_copies * N * C);
-    alloc_f32(&a.ln1_mean, L * N);
-    alloc_f32(&a.ln1_rstd, L * N);
-    alloc_bf16(&a.qkv, L * N * 3 * C);
-    alloc_bf16(&a.atty, L * N * C);
-    alloc_f32(&a.lse, L * B * NH * T);
-    alloc_bf16(&a.residual2, L * N * C);
-    alloc_bf16(&a.ln2, ln_copies * N * C);
-    alloc_f32(&a.ln2_mean, L * N);
-    alloc_f32(&a.ln2_rstd, L * N);
-    alloc_bf16(&a.fch, L * N * 4 * C);
-    alloc_bf16(&a.fch_gelu, gelu_copies * N * 4 * C);
-    alloc_bf16(&a.residual3, L * N * C);
-    alloc_bf16(&a.lnf, N * C);
-    alloc_f32(&a.lnf_mean, N);
-    alloc_f32(&a.lnf_rstd, N);
-    alloc_f32(&a.losses, N);
-    alloc_bf16(&a.output, N * Vp);
-    alloc_bf16(&a.scratch, N * C);
-    alloc_bf16(&model->dresidual, N * C);
-    alloc_bf16(&model->dbtc, N * C);
-    alloc_bf16(&model->dbt4c, N * 4 * C);
-    size_t attention_scratch = attention_backward_scratch_bytes(B, T, c.num_heads, c.channels / c.num_heads);
+    DeviceSlot slots[] = {device_slot(a.encoded), device_slot(a.ln1), device_slot(a.ln1_mean), device_slot(a.ln1_rstd),
+                          device_slot(a.qkv), device_slot(a.atty), device_slot(a.lse), device_slot(a.residual2),
+                          device_slot(a.ln2), device_slot(a.ln2_mean), device_slot(a.ln2_rstd), device_slot(a.fch),
+                          device_slot(a.fch_gelu), device_slot(a.residual3), device_slot(a.lnf), device_slot(a.lnf_mean),
+                          device_slot(a.lnf_rstd), device_slot(a.losses), device_slot(a.output), device_slot(a.scratch),
+                          device_slot(model->dresidual), device_slot(model->dbtc), device_slot(model->dbt4c)};
+    static_assert(sizeof(slots) / sizeof(slots[0]) == NUM_ACTIVATION_TENSORS, "one device pointer per activation tensor");
+    TensorSize sizes[NUM_ACTIVATION_TENSORS];
+    fill_in_activation_sizes(sizes, c, B, T, recompute);
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
+        if (slots[i].elem_bytes != sizes[i].elem_bytes)
+            exit_on_error(strfmt("activation %s: the table says %zu-byte elements, its pointer %zu", ACTIVATION_NAMES[i],
+                                 sizes[i].elem_bytes, slots[i].elem_bytes));
+        cudaCheck(cudaMalloc(slots[i].ptr, sizes[i].bytes()));
+    }
+    size_t attention_scratch = gpt2_attention_scratch_bytes(c, B, T);
     cudaCheck(cudaMalloc(&model->attention_scratch, std::max(attention_scratch, (size_t)16)));
-    total += attention_scratch;
-    size_t reduce_floats = std::max({layernorm_backward_scratch_floats(N, C), bias_backward_scratch_floats(N, C),
-                                     bias_backward_scratch_floats(N, 3 * C), bias_backward_scratch_floats(N, 4 * C),
-                                     (size_t)GLOBAL_NORM_BLOCKS});
-    alloc_f32(&model->reduce_scratch, reduce_floats);
-    model->activation_bytes = total;
+    cudaCheck(cudaMalloc(&model->reduce_scratch, gpt2_reduce_scratch_floats(c, B, T) * sizeof(float)));
 
-    // inputs
-    size_t bucket_ints = 2 * N + 1 + N;
+    // inputs (input_bytes in the plan)
+    size_t bucket_ints = token_bucket_ints(N);
     cudaCheck(cudaMalloc(&model->inputs, N * sizeof(int)));
     cudaCheck(cudaMalloc(&model->targets, N * sizeof(int)));
     cudaCheck(cudaMalloc(&model->buckets, bucket_ints * sizeof(int)));
@@ -632,14 +637,39 @@ float gpt2_validation_loss(GPT2* model, DataLoader* loader, int max_batches) {
     return loss;
 }
 
-void print_memory_use(const GPT2* model) {
-    size_t n = model->num_parameters;
-    double mib = 1024.0 * 1024.0;
+// device memory in use (by every process on the GPU), and the GPU's total
+size_t device_used_bytes(size_t* total_bytes = nullptr) {
+    size_t free_bytes, total;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total));
+    if (total_bytes) *total_bytes = total;
+    return total - free_bytes;
+}
+
+// Prints the memory plan of the run's flags against the free device memory: call it after common_start (the CUDA
+// context and the cuBLASLt workspace exist) and before the model allocates anything. Returns "" if B fits, else
+// the error that names the largest B that does.
+std::string print_memory_plan(const GPT2Config& config, const TrainConfig& cfg) {
     size_t free_bytes, total_bytes;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
-    printf("| memory: params %.0f MiB, grads %.0f MiB, AdamW m+v %.0f MiB, master weights %.0f MiB, activations %.0f MiB\n",
-           n * 2 / mib, n * 2 / mib, n * 8 / mib, model->use_master_weights ? n * 4 / mib : 0.0, model->activation_bytes / mib);
-    printf("| device memory in use: %.0f MiB of %.0f MiB\n", (total_bytes - free_bytes) / mib, total_bytes / mib);
+    size_t budget = memory_budget(free_bytes);
+    MemoryPlan plan = memory_plan(config, cfg.B, cfg.T, cfg.recompute, cfg.use_master_weights, gpt2_scratch_bytes);
+    int largest_B = memory_plan_largest_B(config, cfg.T, cfg.recompute, cfg.use_master_weights, gpt2_scratch_bytes, budget);
+    int largest_B_r2 = cfg.recompute < 2 ? memory_plan_largest_B(config, cfg.T, 2, cfg.use_master_weights, gpt2_scratch_bytes, budget) : -1;
+    printf("+-----------------------------------------------------------------------\n");
+    printf("%s", memory_plan_report(plan, config, free_bytes, largest_B).c_str());
+    return memory_plan_check(plan, free_bytes, largest_B, largest_B_r2);
+}
+
+// after gpt2_allocate_state: the plan's parts, and what the device has in use now
+void print_memory_use(const GPT2* model, size_t used_before_model) {
+    const MemoryPlan& p = model->memory_plan;
+    size_t total_bytes, used = device_used_bytes(&total_bytes);
+    printf("| memory: params %s, grads %s, AdamW m+v %s, master weights %s, activations %s (%s a sequence), "
+           "scratch %s, inputs %s\n", mib_str(p.param_bytes).c_str(), mib_str(p.grad_bytes).c_str(), mib_str(p.adamw_bytes).c_str(),
+           mib_str(p.master_bytes).c_str(), mib_str(p.activation_bytes).c_str(), mib_str(p.per_sequence_bytes).c_str(),
+           mib_str(p.scratch_bytes).c_str(), mib_str(p.input_bytes).c_str());
+    printf("| device memory in use: %s of %s (%s before the model + the plan's %s)\n", mib_str(used).c_str(),
+           mib_str(total_bytes).c_str(), mib_str(used_before_model).c_str(), mib_str(p.total_bytes()).c_str());
 }
 
 void common_start() {
@@ -690,6 +720,13 @@ int main(int argc, char** argv) {
     }
     exit_on_error(train_config_check_model(cfg, model_config));
     int C = model_config.channels, NH = model_config.num_heads;
+    if (cfg.memory_plan_only) {  // -pm 1: the plan for these flags, whether or not B fits; no data is read
+        common_start();
+        std::string fit = print_memory_plan(model_config, cfg);
+        printf("+-----------------------------------------------------------------------\n%s%s", fit.c_str(), fit.empty() ? "" : "\n");
+        common_free();
+        return 0;
+    }
 
     // data (every shard is validated here, before anything is written)
     DataLoader train_loader, val_loader;
@@ -712,8 +749,10 @@ int main(int argc, char** argv) {
     std::string tok_err = tokenizer_init(&tokenizer, "gpt2_tokenizer.bin");
     if (!tok_err.empty()) printf("warning: %s; samples print token ids\n", tok_err.c_str());
 
-    // GPU and model
+    // GPU and model; a B that does not fit stops here, before any allocation of the model
     common_start();
+    size_t used_before_model = device_used_bytes();
+    exit_on_error(print_memory_plan(model_config, cfg));
     GPT2 model;
     if (resume_step >= 0) gpt2_build_from_checkpoint(&model, resume_model.c_str());
     else if (from_file) gpt2_build_from_checkpoint(&model, cfg.load_filename);
@@ -756,7 +795,7 @@ int main(int argc, char** argv) {
     printf("| recompute %d, gelu fusion %d, master weights %d, stochastic rounding %d, seed %d, output %s\n", cfg.recompute,
            cfg.gelu_fusion, cfg.use_master_weights, cfg.stochastic_rounding, cfg.seed, cfg.output_log_dir ? cfg.output_log_dir : "none");
     printf("| MFU counts 6*N + 6*L*C*T = %.1f MFLOP per token (llm.c's formula; nanoGPT's 12*L*C*T differs)\n", flops_per_token / 1e6);
-    print_memory_use(&model);
+    print_memory_use(&model, used_before_model);
     printf("+-----------------------------------------------------------------------\n");
 
     OutlierDetector loss_outliers, norm_outliers;
@@ -811,6 +850,12 @@ int main(int argc, char** argv) {
     }
     if (timed_steps > 0) printf("average over %d steps: %.2f ms/step, %.0f tok/s\n", timed_steps, 1000 * total_time / timed_steps,
                                 (double)cfg.total_batch_size * timed_steps / total_time);
+    // nothing is freed during training, so this is the run's peak; the remainder is what the plan does not count
+    size_t total_bytes, used_after = device_used_bytes(&total_bytes);
+    printf("device memory in use after the last step: %s of %s (before the model %s, plan %s, unplanned %+.1f MiB)\n",
+           mib_str(used_after).c_str(), mib_str(total_bytes).c_str(), mib_str(used_before_model).c_str(),
+           mib_str(model.memory_plan.total_bytes()).c_str(),
+           ((double)used_after - (double)used_before_model - (double)model.memory_plan.total_bytes()) / 1048576.0);
 
     dataloader_free(&train_loader);
     if (run_val) dataloader_free(&val_loader);

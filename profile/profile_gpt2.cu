@@ -2,20 +2,31 @@
 One complete training step of GPT-2 d12 (random init, random tokens) under NVTX ranges per phase
 and per layer, for nsys / ncu. Includes train_gpt2.cu (TESTING), so it profiles the training code.
 
-  make profile_gpt2cu && ./profile_gpt2cu [B=24] [T=1024]
+  make profile_gpt2cu && ./profile_gpt2cu [B=24] [T=1024] [--timeline step.csv]
   nsys profile -t cuda,nvtx -o gpt2_step ./profile_gpt2cu
   ncu --set full --import-source yes -o gpt2_step ./profile_gpt2cu      (needs GPU perf-counter permission)
   bash profile/ncu_step.sh 64 1024      (per-kernel and per-phase tables; see profile/README.md)
 The first step (cuBLASLt heuristics, lazy module loading) is a warmup; the profiled one is between
 cudaProfilerStart/Stop, so `nsys --capture-range=cudaProfilerApi` records only it.
+--timeline FILE records the profiled step with CUPTI (profile/timeline.h: every kernel, memcpy and memset
+with its GPU start and end, nothing serialised) and writes it as CSV for profile/step_timeline.py, which
+draws it; that is the route where nsys does not run.
 */
 #define TESTING
 #include "../train_gpt2.cu"
 #include <cuda_profiler_api.h>
+#include "timeline.h"         // defines: timeline_start, timeline_stop (CUPTI activity records -> CSV)
 
 int main(int argc, char** argv) {
-    int B = argc > 1 ? atoi(argv[1]) : 24;
-    int T = argc > 2 ? atoi(argv[2]) : 1024;
+    std::vector<const char*> positional;
+    const char* timeline_path = nullptr;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--timeline") && i + 1 < argc) timeline_path = argv[++i];
+        else if (argv[i][0] == '-') exit_on_error(strfmt("unknown argument '%s'; usage: ./profile_gpt2cu [B] [T] [--timeline FILE]", argv[i]));
+        else positional.push_back(argv[i]);
+    }
+    int B = positional.size() > 0 ? atoi(positional[0]) : 24;
+    int T = positional.size() > 1 ? atoi(positional[1]) : 1024;
     common_start();
     GPT2Config config;
     exit_on_error(parse_model_descriptor("d12", &config));
@@ -33,6 +44,7 @@ int main(int argc, char** argv) {
     cudaCheck(cudaEventCreate(&start));
     cudaCheck(cudaEventCreate(&stop));
     for (int step = 0; step < 2; step++) {
+        if (step == 1 && timeline_path) exit_on_error(timeline_start());
         if (step == 1) { cudaCheck(cudaProfilerStart()); cudaCheck(cudaEventRecord(start, main_stream)); }
         NvtxRange step_range("step", step);
         gpt2_zero_grad(&model);
@@ -43,9 +55,11 @@ int main(int argc, char** argv) {
         if (step == 1) { cudaCheck(cudaEventRecord(stop, main_stream)); cudaCheck(cudaProfilerStop()); }
         cudaCheck(cudaStreamSynchronize(main_stream));
     }
+    if (timeline_path) exit_on_error(timeline_stop(timeline_path));
     float ms;
     cudaCheck(cudaEventElapsedTime(&ms, start, stop));
-    printf("d12 B=%d T=%d: one step %.2f ms, %.0f tok/s, loss %.4f, norm %.4f\n", B, T, ms, B * T / (ms / 1000), model.mean_loss, model.grad_norm);
+    printf("d12 B=%d T=%d: one step %.2f ms%s, %.0f tok/s, loss %.4f, norm %.4f\n", B, T, ms, timeline_path ? " (traced by CUPTI)" : "",
+           B * T / (ms / 1000), model.mean_loss, model.grad_norm);
     gpt2_free(&model);
     common_free();
     return 0;

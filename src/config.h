@@ -148,6 +148,7 @@ typedef struct {
     float skip_update_gradz;          // -sg 0 = off
     int num_processes;                // -pn
     int process_rank;                 // -pr
+    int memory_plan_only;             // -pm 1: print the memory plan (src/memory_plan.h) and exit
 } TrainConfig;
 
 inline void train_config_defaults(TrainConfig* c) {
@@ -186,6 +187,7 @@ inline void train_config_defaults(TrainConfig* c) {
     c->skip_update_gradz = 0.0f;
     c->num_processes = 1;
     c->process_rank = 0;
+    c->memory_plan_only = 0;
 }
 
 // -ge -1 (the default): GELU fused into the cuBLASLt epilogues on Hopper, where it measured faster (d12 B=64
@@ -230,7 +232,8 @@ inline const char* train_usage() {
         "  -sl <float> skip the update if the loss z-score exceeds this (default = 0, off)\n"
         "  -sg <float> skip the update if the grad-norm z-score exceeds this (default = 0, off)\n"
         "  -pn <int>   number of processes (only 1 in this build)\n"
-        "  -pr <int>   rank of this process (only 0 in this build)\n";
+        "  -pr <int>   rank of this process (only 0 in this build)\n"
+        "  -pm <int>   1: print the memory plan (bytes per sequence, total, largest B that fits) and exit (default = 0)\n";
 }
 
 // strict number parsing: the whole argument must be a number
@@ -294,6 +297,7 @@ inline std::string train_config_parse(TrainConfig* c, int argc, char** argv) {
         else if (!strcmp(f, "sg")) ok = parse_float_arg(v, &c->skip_update_gradz);
         else if (!strcmp(f, "pn")) ok = parse_int_arg(v, &c->num_processes);
         else if (!strcmp(f, "pr")) ok = parse_int_arg(v, &c->process_rank);
+        else if (!strcmp(f, "pm")) ok = parse_int_arg(v, &c->memory_plan_only);
         else if (!strcmp(f, "f")) { int ignored; ok = parse_int_arg(v, &ignored); }  // llm.c's tf32 switch: bf16-only here
         else return strfmt("unknown flag '%s'", flag);
         if (!ok) return strfmt("flag %s: '%s' is not a valid number", flag, v);
@@ -318,6 +322,7 @@ inline std::string train_config_check(TrainConfig* c) {
     if (c->gelu_fusion < -1 || c->gelu_fusion > 2) return strfmt("-ge %d: gelu fusion must be 0, 1 or 2", c->gelu_fusion);
     if (c->use_master_weights != 0 && c->use_master_weights != 1) return "-w must be 0 or 1";
     if (c->stochastic_rounding != 0 && c->stochastic_rounding != 1) return "-sr must be 0 or 1";
+    if (c->memory_plan_only != 0 && c->memory_plan_only != 1) return "-pm must be 0 or 1";
     if (c->hellaswag_eval != 0) return "-h 1: HellaSwag eval is not supported yet";
     if (c->resume && c->output_log_dir == nullptr) return "-y 1 needs -o <dir> (the checkpoints to resume from)";
     if (c->checkpoint_every > 0 && c->output_log_dir == nullptr) return "-n needs -o <dir> to write checkpoints into";

@@ -52,6 +52,14 @@ TEST(config_rejects_bad_arguments) {
     CHECK(parse(&c, {"-y", "1"}).find("needs -o") != std::string::npos);
     CHECK(parse(&c, {"-pn", "2"}).find("one process") != std::string::npos);
     CHECK(parse(&c, {"-h", "1"}).find("HellaSwag") != std::string::npos);
+    CHECK(parse(&c, {"-pm", "2"}).find("-pm must be 0 or 1") != std::string::npos);
+}
+
+TEST(config_memory_plan_flag) {
+    TrainConfig c;
+    CHECK(parse(&c, {}) == "" && c.memory_plan_only == 0);
+    CHECK(parse(&c, {"-e", "d48", "-b", "16", "-pm", "1"}) == "" && c.memory_plan_only == 1 && c.B == 16);
+    CHECK(strstr(train_usage(), "-pm <int>") != nullptr);
 }
 
 TEST(config_checks_against_the_model) {
