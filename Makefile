@@ -7,6 +7,8 @@
 #   make test-all             the same, but every attention variant on every config
 #   make GPU_ARCH=90a ...     build for one arch (default: the GPU found by nvidia-smi, else "80 90a")
 #   make regs                 ptxas register/smem report for src/attention.cuh
+#   make lib                  libflashgpt_attention.so: the attention behind a C interface (src/attention_capi.h), for
+#                             python/flashgpt_attention.py; not part of `all`, built by `make test` where a GPU is present
 #
 # sm_80 gets the portable mma.sync path; sm_90a also gets the Hopper (wgmma/TMA) path.
 
@@ -26,11 +28,22 @@ NVCC_FLAGS := -DGIT_COMMIT=\"$(GIT_COMMIT)\" -O3 --use_fast_math -std=c++17 --th
 NVCC_LDLIBS := -lcublas -lcublasLt
 CXX_FLAGS := -O2 -std=c++17 -Wall -I. -Isrc
 
-TRAIN_DEPS := train_gpt2.cu $(wildcard src/*.cuh src/*.h)
-DEV_CUDA := dev/cuda/attention_forward dev/cuda/attention_backward
-CPU_TESTS := tests/test_cpu
+# CUPTI, for profile_gpt2cu --timeline (profile/timeline.h opens libcupti at run time): the toolkit keeps cupti.h
+# in include/ or extras/CUPTI/include/, and libcupti in one of these folders. Not found: --timeline says so.
+CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(realpath $(shell command -v $(NVCC) 2>/dev/null))))
+CUPTI_HEADER := $(firstword $(wildcard $(CUDA_HOME)/extras/CUPTI/include/cupti.h $(CUDA_HOME)/include/cupti.h $(CUDA_HOME)/targets/*/include/cupti.h))
+CUPTI_LIBRARY := $(firstword $(wildcard $(CUDA_HOME)/extras/CUPTI/lib64/libcupti.so $(CUDA_HOME)/lib64/libcupti.so $(CUDA_HOME)/targets/*/lib/libcupti.so $(CUDA_HOME)/lib/libcupti.so))
+CUPTI_FLAGS := $(if $(CUPTI_HEADER),-I$(dir $(CUPTI_HEADER))) $(if $(CUPTI_LIBRARY),-DCUPTI_LIBRARY=\"$(CUPTI_LIBRARY)\")
 
-.PHONY: all dev test test-all regs clean
+TRAIN_DEPS := train_gpt2.cu $(wildcard src/*.cuh src/*.h)
+DEV_CUDA := dev/cuda/attention_forward dev/cuda/attention_backward dev/cuda/attention_general
+CPU_TESTS := tests/test_cpu
+LIB := libflashgpt_attention.so
+# make test builds the library only where a GPU is present (its Python test needs one; elsewhere it would only add
+# build time): `make lib` builds it anywhere
+TEST_LIB := $(if $(DETECTED_CC),lib)
+
+.PHONY: all dev lib test test-all regs clean
 
 all: train_gpt2cu test_gpt2cu profile_gpt2cu dev $(CPU_TESTS)
 
@@ -40,13 +53,20 @@ train_gpt2cu: $(TRAIN_DEPS)
 test_gpt2cu: test_gpt2.cu $(TRAIN_DEPS)
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
 
-profile_gpt2cu: profile/profile_gpt2.cu $(TRAIN_DEPS)
-	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
+profile_gpt2cu: profile/profile_gpt2.cu profile/timeline.h $(TRAIN_DEPS)
+	$(NVCC) $(NVCC_FLAGS) $(CUPTI_FLAGS) $< $(NVCC_LDLIBS) -ldl -o $@
 
 dev: $(DEV_CUDA)
 
 dev/cuda/%: dev/cuda/%.cu dev/cuda/common.h dev/cuda/reference.h $(wildcard src/*.cuh src/*.h) $(wildcard dev/cuda/forward_variants/*.cuh dev/cuda/backward_variants/*.cuh)
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
+
+# shared library: symbols hidden except the C interface's (FLASHGPT_API), the static cudart's too (--exclude-libs);
+# --no-undefined makes a missing symbol a link error here rather than a load error in Python
+lib: $(LIB)
+
+$(LIB): src/attention_capi.cu $(wildcard src/*.cuh src/*.h)
+	$(NVCC) $(NVCC_FLAGS) -shared -Xcompiler -fPIC,-fvisibility=hidden -Xlinker --no-undefined,--exclude-libs,ALL $< -o $@
 
 # CPU tests are plain C++ (no CUDA runtime), so they run on any machine
 tests/test_cpu: $(wildcard tests/*.cpp tests/*.h) dev/cuda/reference.h $(wildcard src/*.h)
@@ -55,11 +75,11 @@ tests/test_cpu: $(wildcard tests/*.cpp tests/*.h) dev/cuda/reference.h $(wildcar
 regs:
 	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -c dev/cuda/attention_forward.cu -o /dev/null
 
-test: all
+test: all $(TEST_LIB)
 	@bash scripts/run_tests.sh
 
-test-all: all
+test-all: all $(TEST_LIB)
 	@bash scripts/run_tests.sh --all
 
 clean:
-	rm -f train_gpt2cu test_gpt2cu profile_gpt2cu $(DEV_CUDA) $(CPU_TESTS)
+	rm -f train_gpt2cu test_gpt2cu profile_gpt2cu $(DEV_CUDA) $(CPU_TESTS) $(LIB)

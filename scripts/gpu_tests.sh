@@ -9,6 +9,13 @@ else
     run_gpu "attention_forward all --check --first-config" ./dev/cuda/attention_forward all --check --first-config
     run_gpu "attention_backward all --check --first-config" ./dev/cuda/attention_backward all --check --first-config
 fi
+# python/flashgpt_attention.py (libflashgpt_attention.so through ctypes; make test builds the library here) against
+# PyTorch's SDPA: out and q/k/v gradients by FlashAttention's rule, a nanoGPT attention block's loss and gradients
+if python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    run_gpu "python flash_attention vs SDPA" python3 tests/test_python_attention.py
+else
+    echo "no torch with CUDA: tests/test_python_attention.py skipped"
+fi
 # training: test_gpt2cu against the PyTorch reference (written once into dev/data/gpt2_ref by scripts/train_gpt2.py),
 # then a short d12 run. Both read tiny Shakespeare's token shards (the reference's 10 steps too), prepared once
 # here first (if that fails, both tests fail on the missing files).

@@ -15,6 +15,19 @@ for arg in "$@"; do
 done
 passed=0; failed=0; failed_names=()
 
+# tiny Shakespeare's token shards, which the tokenizer's full-corpus CPU test compares against (the GPU tests read
+# them too): written once by the prep script, only where its inputs are on disk (it would try to download them)
+shard_dir=dev/data/tinyshakespeare
+if [ ! -f $shard_dir/tiny_shakespeare_val.bin ] || [ ! -f $shard_dir/tiny_shakespeare_train.bin ]; then
+    for d in ../shared/data shared/data; do
+        if [ -f $d/tinyshakespeare.txt ] && [ -f $d/gpt2.tiktoken ] && command -v python3 >/dev/null; then
+            python3 scripts/prepro_tinyshakespeare.py --text $d/tinyshakespeare.txt --ranks $d/gpt2.tiktoken > /dev/null ||
+                echo "scripts/prepro_tinyshakespeare.py failed: the tokenizer's full-corpus test is skipped"
+            break
+        fi
+    done
+fi
+
 # CPU tests: one PASS/FAIL line per test
 cpu_out=$(./tests/test_cpu 2>&1); echo "$cpu_out"
 p=$(grep -c '^PASS: ' <<<"$cpu_out"); f=$(grep -c '^FAIL: ' <<<"$cpu_out")
@@ -22,15 +35,30 @@ passed=$((passed + p)); failed=$((failed + f))
 [ "$p" -gt 0 ] || { failed=$((failed + 1)); failed_names+=("test_cpu ran nothing"); }
 while read -r name; do [ -n "$name" ] && failed_names+=("$name"); done < <(grep '^FAIL: ' <<<"$cpu_out" | sed 's/^FAIL: //')
 
-# Python CPU tests (profile/ncu_table.py on a fixture CSV): the same PASS/FAIL lines
-if command -v python3 >/dev/null; then
-    py_out=$(python3 tests/test_ncu_table.py 2>&1); echo "$py_out"
+# Python CPU tests (profile/ncu_table.py on a fixture CSV, profile/step_timeline.py on a synthetic step): the same
+# PASS/FAIL lines (SKIP lines, for what the machine lacks, are not counted)
+for py_test in tests/test_ncu_table.py tests/test_step_timeline.py; do
+    if ! command -v python3 >/dev/null; then echo "no python3: $py_test skipped"; continue; fi
+    py_out=$(python3 "$py_test" 2>&1); echo "$py_out"
     p=$(grep -c '^PASS: ' <<<"$py_out"); f=$(grep -c '^FAIL: ' <<<"$py_out")
     passed=$((passed + p)); failed=$((failed + f))
-    [ "$p" -gt 0 ] || { failed=$((failed + 1)); failed_names+=("test_ncu_table.py ran nothing"); }
+    [ "$p" -gt 0 ] || { failed=$((failed + 1)); failed_names+=("$(basename "$py_test") ran nothing"); }
     while read -r name; do [ -n "$name" ] && failed_names+=("$name"); done < <(grep '^FAIL: ' <<<"$py_out" | sed 's/^FAIL: //')
+done
+
+# libflashgpt_attention.so, where it is built (make lib; make test builds it where a GPU is present): it exports the
+# functions src/attention_capi.h declares and nothing else
+lib=libflashgpt_attention.so
+if [ -f $lib ]; then
+    exported=$(nm -D --defined-only $lib | awk '{print $3}' | sort | tr '\n' ' ')
+    declared=$(grep -o 'flashgpt_attention_[a-z_]*(' src/attention_capi.h | tr -d '(' | sort -u | tr '\n' ' ')
+    if [ "$exported" = "$declared" ]; then passed=$((passed + 1)); echo "PASS: $lib exports src/attention_capi.h's functions"
+    else
+        failed=$((failed + 1)); failed_names+=("$lib exports")
+        echo "FAIL: $lib exports [$exported], src/attention_capi.h declares [$declared]"
+    fi
 else
-    echo "no python3: tests/test_ncu_table.py skipped"
+    echo "$lib not built (make lib): its export check skipped"
 fi
 
 # GPU tests: each command is one test, judged by its exit code

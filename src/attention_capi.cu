@@ -1,0 +1,129 @@
+/*
+libflashgpt_attention.so: src/attention.cuh's general attention behind the C interface of src/attention_capi.h.
+
+  make lib        builds ./libflashgpt_attention.so (the same flags and archs as every other target)
+
+Each call checks what src/attention.cuh would refuse (attention_unsupported_reason and the backward's), plus what only
+a foreign caller gets wrong (null pointers, a small scratch, another device), and returns the reason instead of
+letting attention_forward / attention_backward exit the process. After the launches it returns cudaGetLastError's
+message, if any. CUDA failures inside src/attention.cuh's own cudaCheck calls (a failed launch, say) still exit, as
+they do in train_gpt2cu.
+*/
+#include "attention_capi.h"
+#include <mutex>
+#include "attention.cuh"
+
+#ifndef GIT_COMMIT
+#define GIT_COMMIT "unknown"
+#endif
+
+namespace {
+
+// src/attention.cuh keeps its one-time setup in plain statics (the device properties, the sm_90a probe, each kernel's
+// shared-memory opt-in), and PyTorch runs the backward on its own thread, so the calls take turns
+std::mutex g_call_mutex;
+// those statics hold for one device: the first one a call ran on
+int g_device = -1;
+// messages with numbers in them, valid until the calling thread's next call
+thread_local char g_message[256];
+
+// nullptr when the current device can run the kernels
+const char* device_problem() {
+    int device = -1, major = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (err != cudaSuccess) {
+        cudaGetLastError();   // a failed query leaves its error pending: the caller gets it here instead
+        return cudaGetErrorString(err);
+    }
+    if (g_device < 0) g_device = device;
+    if (device != g_device) {
+        snprintf(g_message, sizeof(g_message), "libflashgpt_attention runs on one device per process: device %d was used "
+                 "first, this call is on device %d", g_device, device);
+        return g_message;
+    }
+    return nullptr;
+}
+
+// cudaGetLastError's message after the launches, nullptr if none
+const char* launch_problem() {
+    const cudaError_t err = cudaGetLastError();
+    return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+AttentionStrides strides_of(const long long* s) { return {s[0], s[1], s[2]}; }
+
+}  // namespace
+
+extern "C" {
+
+const char* flashgpt_attention_forward(const void* q, const void* k, const void* v, void* out, float* lse,
+                                       const long long* q_strides, const long long* k_strides,
+                                       const long long* v_strides, const long long* o_strides,
+                                       int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
+                                       void* stream) {
+    if (!q || !k || !v || !out || !lse) return "q, k, v, out and lse must not be null";
+    if (!q_strides || !k_strides || !v_strides || !o_strides) return "every stride array must have 3 elements (not null)";
+    std::lock_guard<std::mutex> lock(g_call_mutex);
+    if (const char* why = device_problem()) return why;
+    AttentionForwardParams p{};
+    p.q = (const floatX*)q; p.k = (const floatX*)k; p.v = (const floatX*)v;
+    p.out = (floatX*)out; p.lse = lse;
+    p.q_st = strides_of(q_strides); p.k_st = strides_of(k_strides); p.v_st = strides_of(v_strides); p.o_st = strides_of(o_strides);
+    p.B = B; p.T = T; p.Tk = Tk; p.NH = NH; p.NH_kv = NH_kv; p.HS = HS;
+    p.causal = causal != 0;
+    p.scale = scale;
+    if (const char* why = attention_unsupported_reason(p)) return why;
+    attention_forward(p, (cudaStream_t)stream);
+    return launch_problem();
+}
+
+size_t flashgpt_attention_backward_scratch_bytes(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal) {
+    if (B < 1 || T < 1 || Tk < 1 || NH < 1 || NH_kv < 1 || HS < 1) return 0;
+    std::lock_guard<std::mutex> lock(g_call_mutex);
+    if (device_problem()) return 0;
+    AttentionBackwardParams p{};
+    p.B = B; p.T = T; p.Tk = Tk; p.NH = NH; p.NH_kv = NH_kv; p.HS = HS;
+    p.causal = causal != 0;
+    return attention_backward_scratch_bytes(p);
+}
+
+const char* flashgpt_attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q,
+                                        const void* k, const void* v, const void* out, const float* lse,
+                                        const long long* dq_strides, const long long* dk_strides,
+                                        const long long* dv_strides, const long long* do_strides,
+                                        const long long* q_strides, const long long* k_strides,
+                                        const long long* v_strides, const long long* o_strides,
+                                        int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
+                                        void* scratch, size_t scratch_bytes, void* stream) {
+    if (!dq || !dk || !dv || !dout || !q || !k || !v || !out || !lse) return "dq, dk, dv, dout, q, k, v, out and lse must not be null";
+    if (!dq_strides || !dk_strides || !dv_strides || !do_strides || !q_strides || !k_strides || !v_strides || !o_strides)
+        return "every stride array must have 3 elements (not null)";
+    if (!scratch || (uintptr_t)scratch % 16) return "scratch must be device memory, 16-byte aligned";
+    std::lock_guard<std::mutex> lock(g_call_mutex);
+    if (const char* why = device_problem()) return why;
+    AttentionBackwardParams p{};
+    p.dq = (floatX*)dq; p.dk = (floatX*)dk; p.dv = (floatX*)dv;
+    p.scratch = scratch;
+    p.dout = (const floatX*)dout;
+    p.q = (const floatX*)q; p.k = (const floatX*)k; p.v = (const floatX*)v;
+    p.out = (const floatX*)out; p.lse = lse;
+    p.q_st = strides_of(q_strides); p.k_st = strides_of(k_strides); p.v_st = strides_of(v_strides); p.o_st = strides_of(o_strides);
+    p.do_st = strides_of(do_strides); p.dq_st = strides_of(dq_strides); p.dk_st = strides_of(dk_strides); p.dv_st = strides_of(dv_strides);
+    p.B = B; p.T = T; p.Tk = Tk; p.NH = NH; p.NH_kv = NH_kv; p.HS = HS;
+    p.causal = causal != 0;
+    p.scale = scale;
+    if (const char* why = attention_backward_unsupported_reason(p)) return why;
+    const size_t needed = attention_backward_scratch_bytes(p);
+    if (scratch_bytes < needed) {
+        snprintf(g_message, sizeof(g_message), "scratch has %zu bytes, this call needs %zu "
+                 "(flashgpt_attention_backward_scratch_bytes)", scratch_bytes, needed);
+        return g_message;
+    }
+    attention_backward(p, (cudaStream_t)stream);
+    return launch_problem();
+}
+
+const char* flashgpt_attention_version(void) { return GIT_COMMIT; }
+
+}  // extern "C"

@@ -1,0 +1,61 @@
+/*
+C interface of libflashgpt_attention.so (`make lib`): src/attention.cuh's general forward and backward behind plain C
+types, for callers that are not C++ (python/flashgpt_attention.py loads it with ctypes).
+
+Tensors are bf16 on the current CUDA device, each with its head dim contiguous and three strides in elements,
+(batch, row, head): element (b, t, h, d) of a (B, T, H, HS) tensor lives at base[b * s[0] + t * s[1] + h * s[2] + d],
+so BTHD, BHTD, a view into a fused QKV buffer and so on all pass without a copy. Every stride must be a multiple of 8
+and every pointer 16-byte aligned.
+
+  q (B, T, NH, HS), k and v (B, Tk, NH_kv, HS), out (B, T, NH, HS), lse (B, NH, T) fp32 contiguous (natural log)
+  query head h reads key/value head h / (NH / NH_kv) (GQA; MQA: NH_kv = 1)
+  causal: query i sees key j iff j <= i + Tk - T (the diagonal aligned bottom-right; T = Tk: j <= i)
+  scale: softmax(scale * Q K^T), usually 1 / sqrt(HS)
+  stream: a cudaStream_t (nullptr: the legacy default stream)
+
+The calls return nullptr on success, else a message that says why: a call src/attention.cuh does not support (its
+attention_unsupported_reason), or a CUDA error. They never exit the process for an unsupported call. All calls must
+use one device per process (the first one used): the kernels' one-time setup is per process.
+*/
+#pragma once
+#include <stddef.h>
+
+#if defined(_WIN32)
+#define FLASHGPT_API __declspec(dllexport)
+#else
+#define FLASHGPT_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// out and lse from q, k, v
+FLASHGPT_API const char* flashgpt_attention_forward(const void* q, const void* k, const void* v, void* out, float* lse,
+                                                    const long long* q_strides, const long long* k_strides,
+                                                    const long long* v_strides, const long long* o_strides,
+                                                    int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
+                                                    void* stream);
+
+// bytes of device scratch flashgpt_attention_backward needs for this shape (0: the shape is refused, or no device;
+// the backward then says why)
+FLASHGPT_API size_t flashgpt_attention_backward_scratch_bytes(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal);
+
+// dq (like q), dk and dv (like k and v; with GQA summed over each group of query heads) from dout (like out) and the
+// forward's q, k, v, out and lse; all three gradients are overwritten. scratch: scratch_bytes >=
+// flashgpt_attention_backward_scratch_bytes() bytes of device memory, 16-byte aligned.
+FLASHGPT_API const char* flashgpt_attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q,
+                                                     const void* k, const void* v, const void* out, const float* lse,
+                                                     const long long* dq_strides, const long long* dk_strides,
+                                                     const long long* dv_strides, const long long* do_strides,
+                                                     const long long* q_strides, const long long* k_strides,
+                                                     const long long* v_strides, const long long* o_strides,
+                                                     int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
+                                                     void* scratch, size_t scratch_bytes, void* stream);
+
+// the git commit the library was built from
+FLASHGPT_API const char* flashgpt_attention_version(void);
+
+#ifdef __cplusplus
+}
+#endif
