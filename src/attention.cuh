@@ -973,6 +973,265 @@ void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStr
 }
 
 // ----------------------------------------------------------------------------
+// decoding (flash-decoding): a few new query rows against a long KV cache
+//
+// The forward kernels give each (query block, head) one CTA that walks every key: with T = 1 that is B * NH CTAs of
+// one row each, too few to stream a long cache at full bandwidth. Here one CTA takes (split, b, key/value head): the
+// R = T * NH / NH_kv query rows that read this key/value head (with GQA the group's heads share every K/V byte read),
+// padded to one m16 tile, against one split of the keys. Its 4 warps take 16 keys each of every 64-key stage of a
+// 3-deep cp.async ring and keep their own online softmax; at the end the CTA merges its warps. With one split it
+// writes O and LSE itself; otherwise each split leaves (O / l, LSE) in fp32 scratch and a second kernel combines the
+// splits, each weighted by exp(LSE_split - LSE). seqlens_k (optional, per sequence): the keys of sequence b are
+// 0 .. seqlens_k[b] - 1 of the cache, the last T of them the new tokens' (causal: query t sees keys <= t + len - T).
+constexpr int kDecodeRows = 16, kDecodeWarps = 4, kDecodeKeys = 64, kDecodeStages = 3;
+
+template <int HS>
+struct DecodeTile {
+    static constexpr int kThreads = 32 * kDecodeWarps;
+    static constexpr int kQBytes = kDecodeRows * HS * 2;
+    static constexpr int kStageBytes = 2 * kDecodeKeys * HS * 2;   // K then V, swizzle<HS>
+    static constexpr int kSmemBytes = kQBytes + kDecodeStages * kStageBytes;
+    // the warps' (row max, row sum, O) for the merge overlay the ring once the walk is done
+    static constexpr int kMergeFloats = kDecodeRows * (HS + 2);
+    static_assert(kDecodeWarps * kMergeFloats * 4 <= kDecodeStages * kStageBytes, "the warps' partials fit in the ring");
+};
+
+// the splits' partials: lse [split][row], o [split][row][HS] (row = (b * NH + h) * T + t), fp32
+struct DecodePartials { float* lse; float* o; };
+
+template <int HS>
+__global__ void __launch_bounds__(32 * kDecodeWarps)
+attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, int split_keys, DecodePartials part) {
+    using Tile = DecodeTile<HS>;
+    constexpr int kKS = HS / 16, kDT = HS / 8;
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    pdl_launch_dependents();   // the combine kernel's CTAs get ready (and wait) while the splits run
+#endif
+    extern __shared__ __align__(1024) uint8_t smem[];
+    uint8_t* q_smem = smem;                   // (16, HS): the R rows, zeros below
+    uint8_t* ring = smem + Tile::kQBytes;     // [stage][K, V] (64, HS)
+    const int split = blockIdx.x, num_splits = gridDim.x;
+    const int b = blockIdx.y / p.NH_kv, h_kv = blockIdx.y % p.NH_kv;
+    const int group = p.NH / p.NH_kv, T = p.T, R = group * T;   // row r: query head h_kv * group + r / T, token t = r % T
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const int keys = seqlens_k ? seqlens_k[b] : p.Tk;
+    const int key_begin = split * split_keys, key_end = min(key_begin + split_keys, keys);
+    const int stages = key_end > key_begin ? ceil_div(key_end - key_begin, kDecodeKeys) : 0;
+    const floatX* k_gl = p.k + b * p.k_st.batch + h_kv * p.k_st.head;
+    const floatX* v_gl = p.v + b * p.v_st.batch + h_kv * p.v_st.head;
+
+    for (int c = threadIdx.x; c < kDecodeRows * (HS / 8); c += Tile::kThreads) {
+        const int r = c / (HS / 8), ch = c % (HS / 8);
+        const bool valid = r < R;
+        const floatX* src = p.q + b * p.q_st.batch + (valid ? (r % T) * p.q_st.row + (h_kv * group + r / T) * p.q_st.head : 0) + ch * 8;
+        cp_async_16(smem_addr(q_smem + swizzle<HS>(r, ch)), src, valid);
+    }
+    auto load_stage = [&](int s) {   // keys key_begin + 64 s .. + 63 (zeros from key_end on) into slot s % kDecodeStages
+        uint8_t* slot = ring + (s % kDecodeStages) * Tile::kStageBytes;
+        const int row0 = key_begin + s * kDecodeKeys;
+        load_tile_async<HS, Tile::kThreads>(slot, k_gl, p.k_st.row, row0, kDecodeKeys, key_end);
+        load_tile_async<HS, Tile::kThreads>(slot + kDecodeKeys * HS * 2, v_gl, p.v_st.row, row0, kDecodeKeys, key_end);
+    };
+    #pragma unroll
+    for (int s = 0; s < kDecodeStages - 1; s++) {   // one commit group per stage, empty past the end (Q joins the first)
+        if (s < stages) load_stage(s);
+        cp_async_commit();
+    }
+
+    // this thread's rows g, g + 8: the last key each may see (-1: a padding row)
+    int last_key[2];
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int r = g + 8 * half;
+        last_key[half] = r >= R ? -1 : min(p.causal ? r % T + keys - T : keys - 1, key_end - 1);
+    }
+    const float scale_log2 = p.scale * kLog2e;
+    uint32_t q_frag[kKS][4];
+    float o_acc[kDT][4];
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+    #pragma unroll
+    for (int dt = 0; dt < kDT; dt++) o_acc[dt][0] = o_acc[dt][1] = o_acc[dt][2] = o_acc[dt][3] = 0.0f;
+
+    for (int s = 0; s < stages; s++) {
+        if (s + kDecodeStages - 1 < stages) load_stage(s + kDecodeStages - 1);
+        cp_async_commit();
+        cp_async_wait<kDecodeStages - 1>();
+        __syncthreads();   // stage s (and Q) visible to every warp
+        if (s == 0) {
+            #pragma unroll
+            for (int ks = 0; ks < kKS; ks++)
+                ldmatrix_x4(q_frag[ks], smem_addr(q_smem + swizzle<HS>(lane % 8 + 8 * ((lane / 8) % 2), 2 * ks + lane / 16)));
+        }
+        // this warp's 16 keys: rows 16 warp .. of the stage's tiles (a multiple of 8 rows keeps the swizzle phase)
+        const uint8_t* k_s = ring + (s % kDecodeStages) * Tile::kStageBytes + warp * 16 * HS * 2;
+        const uint8_t* v_s = k_s + kDecodeKeys * HS * 2;
+        const int key0 = key_begin + s * kDecodeKeys + warp * 16;
+        float sc[2][4] = {};
+        #pragma unroll
+        for (int ks = 0; ks < kKS; ks++) {
+            uint32_t kb[4];
+            ldmatrix_x4(kb, smem_addr(k_s + swizzle<HS>(lane % 8 + 8 * (lane / 16), 2 * ks + (lane / 8) % 2)));
+            mma_bf16_16816(sc[0], q_frag[ks], kb[0], kb[1]);
+            mma_bf16_16816(sc[1], q_frag[ks], kb[2], kb[3]);
+        }
+        #pragma unroll
+        for (int half = 0; half < 2; half++) {
+            float mx = row_max[half];
+            #pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+                #pragma unroll
+                for (int e = 2 * half; e < 2 * half + 2; e++) {
+                    if (key0 + nt * 8 + 2 * tq + (e % 2) > last_key[half]) sc[nt][e] = -INFINITY;
+                    mx = fmaxf(mx, sc[nt][e]);
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+            const float m_scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;   // as the forward: no -inf - -inf
+            const float alpha = fast_exp2(row_max[half] * scale_log2 - m_scaled);
+            row_max[half] = mx;
+            float sum = 0.0f;
+            #pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+                #pragma unroll
+                for (int e = 2 * half; e < 2 * half + 2; e++) { sc[nt][e] = fast_exp2(sc[nt][e] * scale_log2 - m_scaled); sum += sc[nt][e]; }
+            row_sum[half] = row_sum[half] * alpha + sum;
+            #pragma unroll
+            for (int dt = 0; dt < kDT; dt++) { o_acc[dt][2 * half] *= alpha; o_acc[dt][2 * half + 1] *= alpha; }
+        }
+        uint32_t pa[4];   // P (16 rows x the warp's 16 keys) in bf16: the A fragment of O += P V
+        accum_tiles_to_a_frag(pa, sc[0], sc[1]);
+        #pragma unroll
+        for (int dp = 0; dp < kDT / 2; dp++) {
+            uint32_t vb[4];
+            ldmatrix_x4_trans(vb, smem_addr(v_s + swizzle<HS>(lane % 8 + 8 * ((lane / 8) % 2), 2 * dp + lane / 16)));
+            mma_bf16_16816(o_acc[2 * dp], pa, vb[0], vb[1]);
+            mma_bf16_16816(o_acc[2 * dp + 1], pa, vb[2], vb[3]);
+        }
+        __syncthreads();   // every warp is done with the slot before it is refilled
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // merge the warps: each leaves its rows' max (scaled), sum and unnormalised O in the ring
+    float* merge = reinterpret_cast<float*>(ring);
+    float* mine = merge + warp * Tile::kMergeFloats;   // [16] max, [16] sum, [16][HS] O
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        float l = row_sum[half];
+        l += __shfl_xor_sync(0xffffffff, l, 1);
+        l += __shfl_xor_sync(0xffffffff, l, 2);
+        const int r = g + 8 * half;
+        if (tq == 0) { mine[r] = row_max[half] == -INFINITY ? -INFINITY : row_max[half] * scale_log2; mine[16 + r] = l; }
+        #pragma unroll
+        for (int dt = 0; dt < kDT; dt++)
+            *reinterpret_cast<float2*>(mine + 32 + r * HS + dt * 8 + 2 * tq) = make_float2(o_acc[dt][2 * half], o_acc[dt][2 * half + 1]);
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < R * (HS / 4); c += Tile::kThreads) {
+        const int r = c / (HS / 4), col = (c % (HS / 4)) * 4;
+        float m = -INFINITY;
+        #pragma unroll
+        for (int w = 0; w < kDecodeWarps; w++) m = fmaxf(m, merge[w * Tile::kMergeFloats + r]);
+        float l = 0.0f;
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (m != -INFINITY) {
+            #pragma unroll
+            for (int w = 0; w < kDecodeWarps; w++) {
+                const float* wm = merge + w * Tile::kMergeFloats;
+                const float f = fast_exp2(wm[r] - m);   // 0 for a warp that saw no key of this row
+                const float4 x = *reinterpret_cast<const float4*>(wm + 32 + r * HS + col);
+                l += f * wm[16 + r];
+                acc.x += f * x.x; acc.y += f * x.y; acc.z += f * x.z; acc.w += f * x.w;
+            }
+        }
+        const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+        const float lse = l > 0.0f ? (m + __log2f(l)) / kLog2e : -INFINITY;   // natural log
+        const int h = h_kv * group + r / T, t = r % T;
+        const size_t row = ((size_t)b * p.NH + h) * T + t;
+        if (num_splits == 1) {
+            floatX* dst = p.out + b * p.o_st.batch + t * p.o_st.row + h * p.o_st.head + col;
+            *reinterpret_cast<uint2*>(dst) = make_uint2(pack_bf16x2(acc.x * inv_l, acc.y * inv_l), pack_bf16x2(acc.z * inv_l, acc.w * inv_l));
+            if (p.lse && col == 0) p.lse[row] = lse;
+        } else {
+            *reinterpret_cast<float4*>(part.o + ((size_t)split * gridDim.y * R + row) * HS + col) =
+                make_float4(acc.x * inv_l, acc.y * inv_l, acc.z * inv_l, acc.w * inv_l);
+            if (col == 0) part.lse[(size_t)split * gridDim.y * R + row] = lse;
+        }
+    }
+}
+
+// O and LSE of each row from the splits' partials: weights exp(lse_split - lse), lse = log sum_split exp(lse_split)
+template <int HS>
+__global__ void attention_decode_combine_kernel(const AttentionForwardParams p, int num_splits, DecodePartials part) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    pdl_wait_prerequisites();   // launched early (programmatic dependent launch): the splits' partials are complete here
+#endif
+    const size_t rows = (size_t)p.B * p.NH * p.T;
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= rows * (HS / 4)) return;
+    const size_t row = idx / (HS / 4);
+    const int col = (int)(idx % (HS / 4)) * 4;
+    float m = -INFINITY;
+    for (int s = 0; s < num_splits; s++) m = fmaxf(m, part.lse[s * rows + row]);
+    float w_sum = 0.0f;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (m != -INFINITY) {
+        for (int s = 0; s < num_splits; s++) {
+            const float w = expf(part.lse[s * rows + row] - m);
+            const float4 x = *reinterpret_cast<const float4*>(part.o + (s * rows + row) * HS + col);
+            w_sum += w;
+            acc.x += w * x.x; acc.y += w * x.y; acc.z += w * x.z; acc.w += w * x.w;
+        }
+    }
+    const float inv = w_sum > 0.0f ? 1.0f / w_sum : 0.0f;
+    const int t = (int)(row % p.T), h = (int)(row / p.T % p.NH), b = (int)(row / ((size_t)p.T * p.NH));
+    floatX* dst = p.out + b * p.o_st.batch + t * p.o_st.row + h * p.o_st.head + col;
+    *reinterpret_cast<uint2*>(dst) = make_uint2(pack_bf16x2(acc.x * inv, acc.y * inv), pack_bf16x2(acc.z * inv, acc.w * inv));
+    if (p.lse && col == 0) p.lse[row] = w_sum > 0.0f ? m + logf(w_sum) : -INFINITY;
+}
+
+// the decode kernels run where the R = T * NH / NH_kv rows that share a key/value head fit one m16 tile, and the keys
+// are many enough that splitting them pays
+inline bool attention_decode_applies(const AttentionForwardParams& p) {
+    return (long long)p.T * (p.NH / p.NH_kv) <= kDecodeRows && p.Tk >= 2 * kDecodeKeys && (long long)p.B * p.NH_kv <= 65535;
+}
+
+// fp32 scratch for the splits' partials, grown as needed (the decode call owns it; one stream at a time)
+inline void* attention_decode_scratch(size_t bytes) {
+    static void* buf = nullptr;
+    static size_t capacity = 0;
+    if (bytes > capacity) {
+        if (buf) cudaCheck(cudaFree(buf));
+        cudaCheck(cudaMalloc(&buf, bytes));
+        capacity = bytes;
+    }
+    return buf;
+}
+
+template <int HS>
+void launch_attention_decode(const AttentionForwardParams& p, const int* seqlens_k, cudaStream_t stream) {
+    using Tile = DecodeTile<HS>;
+    // splits: about two CTAs per SM over all (b, key/value head), each split at least 4 stages of keys
+    const int kv_heads = p.B * p.NH_kv, sms = device_props().multiProcessorCount;
+    int splits = std::max(1, std::min(ceil_div(2 * sms, kv_heads), ceil_div(p.Tk, 4 * kDecodeKeys)));
+    const int split_keys = ceil_div(ceil_div(p.Tk, splits), kDecodeKeys) * kDecodeKeys;
+    splits = ceil_div(p.Tk, split_keys);
+    DecodePartials part{nullptr, nullptr};
+    if (splits > 1) {
+        const size_t rows = (size_t)p.B * p.NH * p.T;
+        float* buf = (float*)attention_decode_scratch(splits * rows * (HS + 1) * sizeof(float));
+        part = {buf, buf + splits * rows};
+    }
+    launch_with_smem<attention_decode_kernel<HS>>(dim3(splits, kv_heads), Tile::kThreads, Tile::kSmemBytes, stream, p, seqlens_k,
+                                                  split_keys, part);
+    if (splits > 1) {   // on sm_90a launched early, hiding its launch behind the splits' tail
+        const size_t threads = (size_t)p.B * p.NH * p.T * (HS / 4);
+        launch_with_smem_ex<attention_decode_combine_kernel<HS>>(dim3((unsigned)ceil_div(threads, (size_t)256)), 256, 0, stream,
+                                                                hopper_path_available(), p, splits, part);
+    }
+}
+
+// ----------------------------------------------------------------------------
 // public API
 
 // nullptr if the call runs on this GPU, else the reason it does not
@@ -1020,11 +1279,15 @@ inline const char* attention_forward_path_name(int HS) {
     }
 }
 
-// out = softmax(scale * Q K^T, masks) V and lse, for any call attention_unsupported_reason() accepts
+inline void attention_forward_kvcache(const AttentionForwardParams& p, const int* seqlens_k, cudaStream_t stream);
+
+// out = softmax(scale * Q K^T, masks) V and lse, for any call attention_unsupported_reason() accepts. A few query rows
+// against many keys (decoding) run the split-key kernels.
 inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stream) {
     if (const char* why = attention_unsupported_reason(p)) attention_exit_unsupported("forward", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
     const int HS = p.HS, T = p.T;
     const bool self_causal_mha = p.causal && p.Tk == T && p.NH == p.NH_kv;   // GPT-2's family: the kernels compiled for it
+    if (attention_decode_applies(p)) { attention_forward_kvcache(p, nullptr, stream); return; }
     if (attention_forward_uses_hopper(HS)) {
         // Warp-specialised TMA kernel, ping-pong on. HS 64: 3 consumer warpgroups (192-row blocks: a third less K/V
         // traffic per FLOP, a third warpgroup's softmax to hide the GEMMs behind) from 128K query rows (B * NH * T,
@@ -1059,6 +1322,24 @@ inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stre
 inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
     if (const char* why = attention_unsupported_reason(B, T, NH, HS)) attention_exit_unsupported("forward", B, T, T, NH, NH, HS, why);
     attention_forward(fused_qkv_forward_params(out, lse, qkv, B, T, NH, HS), stream);
+}
+
+// Decoding against a KV cache: p.k, p.v the caches (B, Tk, NH_kv, HS) with p.Tk their capacity, p.q the T new tokens'
+// queries; seqlens_k (device, B ints; nullptr: Tk each): sequence b's valid keys, the new tokens' included (causal:
+// query t sees keys <= t + seqlens_k[b] - T). p.lse may be nullptr. Runs the split-key kernels, which need
+// T * NH / NH_kv <= 16 (a prefill runs attention_forward).
+inline void attention_forward_kvcache(const AttentionForwardParams& p, const int* seqlens_k, cudaStream_t stream) {
+    const char* why = attention_unsupported_reason(p);
+    if (!why && (long long)p.T * (p.NH / p.NH_kv) > kDecodeRows) why = "the KV-cache path takes T * NH / NH_kv <= 16 query rows (a prefill runs attention_forward)";
+    if (!why && (long long)p.B * p.NH_kv > 65535) why = "B * NH_kv too large for the grid";
+    if (why) attention_exit_unsupported("forward (KV cache)", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
+    switch (p.HS) {
+        case 32: launch_attention_decode<32>(p, seqlens_k, stream); break;
+        case 64: launch_attention_decode<64>(p, seqlens_k, stream); break;
+        case 96: launch_attention_decode<96>(p, seqlens_k, stream); break;
+        case 128: launch_attention_decode<128>(p, seqlens_k, stream); break;
+        default: launch_attention_decode<256>(p, seqlens_k, stream); break;
+    }
 }
 
 // ============================================================================

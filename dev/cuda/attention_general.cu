@@ -20,10 +20,11 @@ struct GeneralCase {
     GeneralShape s;
     std::string layout;   // bthd, bhtd (each tensor its own buffer) or qkv (GPT-2's fused buffer: T = Tk, NH = NH_kv)
     bool bwd;
+    bool kv_lens;         // a KV cache with a different length per sequence (attention_forward_kvcache; forward only)
 };
 
 static GeneralCase parse_case(const std::string& arg) {
-    int b = 8, h = 12, hkv = -1, tq = 1024, tk = -1, d = 64, causal = 1, bwd = 1;
+    int b = 8, h = 12, hkv = -1, tq = 1024, tk = -1, d = 64, causal = 1, bwd = 1, kvlens = 0;
     double scale = 0.0;
     std::string layout = "bhtd";
     for (const std::string& kv : split_commas(arg)) {
@@ -33,7 +34,7 @@ static GeneralCase parse_case(const std::string& arg) {
         if (k == "b") b = atoi(v.c_str()); else if (k == "h") h = atoi(v.c_str()); else if (k == "hkv") hkv = atoi(v.c_str());
         else if (k == "tq") tq = atoi(v.c_str()); else if (k == "tk") tk = atoi(v.c_str()); else if (k == "d") d = atoi(v.c_str());
         else if (k == "causal") causal = atoi(v.c_str()); else if (k == "bwd") bwd = atoi(v.c_str());
-        else if (k == "scale") scale = atof(v.c_str()); else if (k == "layout") layout = v;
+        else if (k == "scale") scale = atof(v.c_str()); else if (k == "layout") layout = v; else if (k == "kvlens") kvlens = atoi(v.c_str());
         else { fprintf(stderr, "unknown case key '%s'\n", k.c_str()); exit(EXIT_FAILURE); }
     }
     if (hkv < 0) hkv = h;
@@ -41,7 +42,8 @@ static GeneralCase parse_case(const std::string& arg) {
     if (scale == 0.0) scale = 1.0 / std::sqrt((double)d);
     if (layout != "bthd" && layout != "bhtd" && layout != "qkv") { fprintf(stderr, "layout: bthd, bhtd or qkv\n"); exit(EXIT_FAILURE); }
     if (layout == "qkv" && (tk != tq || hkv != h)) { fprintf(stderr, "layout=qkv needs tk = tq and hkv = h\n"); exit(EXIT_FAILURE); }
-    return {{b, tq, tk, h, hkv, d, causal != 0, scale}, layout, bwd != 0};
+    if (kvlens) bwd = 0;
+    return {{b, tq, tk, h, hkv, d, causal != 0, scale}, layout, bwd != 0, kvlens != 0};
 }
 
 // the validation set: every feature of the general interface, ragged lengths, rows that see no key, tiny and large B*NH
@@ -58,9 +60,20 @@ static const char* kValidationCases[] = {
     "b=2,h=3,tq=129,d=64,layout=qkv,scale=0.3",     "b=2,h=4,tq=600,d=64",                // custom scale; BHTD self-causal
     "b=2,h=2,tq=1024,d=128",                        "b=1,h=1,tq=1,d=64",
     "b=64,h=16,tq=64,d=64,causal=0",
+    // decoding (the split-key kernels): KV lengths 1 to 131072, batch 1 to 64, GQA 32/8, T = 1 to 4, every head dim,
+    // and a cache with a different length per sequence
+    "b=1,h=32,hkv=8,tq=1,tk=1,d=128,causal=0,bwd=0",  "b=4,h=12,tq=1,tk=7,d=64,bwd=0",
+    "b=2,h=32,hkv=8,tq=1,tk=1000,d=128",               "b=1,h=32,hkv=8,tq=1,tk=32768,d=128,causal=0,bwd=0",
+    "b=1,h=32,hkv=8,tq=1,tk=131072,d=128,causal=0,bwd=0", "b=64,h=12,tq=1,tk=1024,d=64,causal=0,bwd=0",
+    "b=2,h=12,tq=2,tk=700,d=64",                       "b=3,h=8,hkv=2,tq=4,tk=300,d=64",
+    "b=2,h=4,tq=1,tk=257,d=32",                        "b=2,h=4,tq=1,tk=300,d=96,causal=0",
+    "b=2,h=2,tq=1,tk=600,d=256,bwd=0",                 "b=5,h=8,hkv=2,tq=1,tk=2000,d=128,kvlens=1",
+    "b=4,h=12,tq=3,tk=999,d=64,kvlens=1,layout=bthd",
 };
 // the benchmark cases of the general-attention issue (the anchor script runs the same strings)
 static const char* kBenchCases[] = {
+    "b=1,h=32,hkv=8,tq=1,tk=32768,d=128,causal=0,bwd=0", "b=64,h=12,tq=1,tk=1024,d=64,causal=0,bwd=0",
+    "b=1,h=32,hkv=8,tq=1,tk=131072,d=128,causal=0,bwd=0", "b=8,h=32,hkv=8,tq=1,tk=8192,d=128,causal=0,bwd=0",
     "b=8,h=12,tq=1024,d=64,causal=0",      "b=4,h=16,tq=8192,d=128,causal=0", "b=4,h=16,tq=4096,d=256,bwd=0",
     "b=4,h=32,hkv=8,tq=4096,d=128",        "b=8,h=12,tq=1024,tk=4096,d=64,causal=0",
     "b=8,h=12,tq=1024,d=32",               "b=8,h=12,tq=1024,d=96",            "b=4,h=16,tq=4096,d=64",
@@ -107,8 +120,15 @@ struct CaseBuffers {
     float* d_lse;
     void* d_scratch = nullptr;
     size_t scratch_bytes = 0;
+    std::vector<int> seqlens;   // kv_lens: sequence b's keys (at least T), on the device too
+    int* d_seqlens = nullptr;
     explicit CaseBuffers(const GeneralCase& c_) : c(c_) {
         const GeneralShape& s = c.s;
+        if (c.kv_lens) {
+            for (int b = 0; b < s.B; b++) seqlens.push_back(std::max(s.T, s.Tk - (b * 997) % s.Tk));
+            d_seqlens = device_alloc<int>(s.B);
+            to_device(d_seqlens, seqlens);
+        }
         q = layout_tensor(c.layout, s.B, s.T, s.NH, s.HS);
         kv = layout_tensor(c.layout, s.B, s.Tk, s.NH_kv, s.HS);
         o = layout_tensor(c.layout == "qkv" ? "bthd" : c.layout, s.B, s.T, s.NH, s.HS);
@@ -133,13 +153,16 @@ struct CaseBuffers {
         return {d_dq, d_dk + k_base, d_dv + v_base, d_scratch, d_dout, d_q, d_k + k_base, d_v + v_base, d_out, d_lse,
                 q.st, kv.st, kv.st, o.st, o.st, q.st, kv.st, kv.st, s.B, s.T, s.Tk, s.NH, s.NH_kv, s.HS, s.causal, (float)s.scale};
     }
-    size_t qkv_buffer_elems() const { return c.layout == "qkv" ? q.elems : 0; }
+    void forward(cudaStream_t stream) const {
+        if (c.kv_lens) attention_forward_kvcache(fwd(), d_seqlens, stream);
+        else attention_forward(fwd(), stream);
+    }
     void poison_grads() const {
         if (c.layout == "qkv") { poison(d_dq, q.elems * 2); return; }
         poison(d_dq, q.elems * 2); poison(d_dk, kv.elems * 2); poison(d_dv, kv.elems * 2);
     }
     void free_all() {
-        for (void* p : {(void*)d_out, (void*)d_dout, (void*)d_lse, d_scratch, (void*)d_q, (void*)d_dq}) if (p) cudaCheck(cudaFree(p));
+        for (void* p : {(void*)d_out, (void*)d_dout, (void*)d_lse, d_scratch, (void*)d_q, (void*)d_dq, (void*)d_seqlens}) if (p) cudaCheck(cudaFree(p));
         if (c.layout != "qkv") for (void* p : {(void*)d_k, (void*)d_v, (void*)d_dk, (void*)d_dv}) cudaCheck(cudaFree(p));
     }
 };
@@ -203,10 +226,20 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
     upload(bufs.d_dout, bufs.o, {{0, &dout}}, s.T, s.NH);
 
     std::vector<float> ref_out(nq), ref_lse(nlse), naive_out(nq);
-    attention_forward_cpu_general(ref_out.data(), ref_lse.data(), q.data(), k.data(), v.data(), s);
-    attention_forward_cpu_general(naive_out.data(), nullptr, q.data(), k.data(), v.data(), s, true);
+    if (c.kv_lens) {   // each sequence against its own first seqlens[b] keys
+        for (int b = 0; b < s.B; b++) {
+            GeneralShape sb = s;
+            sb.B = 1; sb.Tk = bufs.seqlens[b];
+            const size_t qo = (size_t)b * s.T * s.NH * s.HS, kv = (size_t)b * s.Tk * s.NH_kv * s.HS;
+            attention_forward_cpu_general(ref_out.data() + qo, ref_lse.data() + (size_t)b * s.NH * s.T, q.data() + qo, k.data() + kv, v.data() + kv, sb);
+            attention_forward_cpu_general(naive_out.data() + qo, nullptr, q.data() + qo, k.data() + kv, v.data() + kv, sb, true);
+        }
+    } else {
+        attention_forward_cpu_general(ref_out.data(), ref_lse.data(), q.data(), k.data(), v.data(), s);
+        attention_forward_cpu_general(naive_out.data(), nullptr, q.data(), k.data(), v.data(), s, true);
+    }
     poison(bufs.d_out, bufs.o.elems * 2); poison(bufs.d_lse, nlse * 4);
-    attention_forward(bufs.fwd(), stream);
+    bufs.forward(stream);
     cudaCheck(cudaGetLastError());
     cudaCheck(cudaStreamSynchronize(stream));
     int failed = 0;
@@ -269,6 +302,13 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(seed);
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
+    if (!check) {   // the HBM bandwidth decoding is judged against: a 1 GiB device-to-device copy (read + write)
+        const size_t bytes = 1ull << 30;
+        uint8_t *src = device_alloc<uint8_t>(bytes), *dst = device_alloc<uint8_t>(bytes);
+        const Timing tc = time_kernel([&](int) { cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream)); }, 10, stream);
+        printf("RESULT hbm_copy GB/s=%.0f (1 GiB device-to-device, read + write)\n", 2.0 * bytes / (tc.median_ms * 1e-3) / 1e9);
+        cudaCheck(cudaFree(src)); cudaCheck(cudaFree(dst));
+    }
     int passed = 0, failed = 0;
     std::vector<std::string> results;
     for (const GeneralCase& c : cases) {
@@ -286,8 +326,12 @@ int main(int argc, char** argv) {
         }
         if (!check) {
             const double flops = forward_flops(s);
-            const Timing tf = time_kernel([&](int) { attention_forward(bufs.fwd(), stream); }, repeats, stream);
+            const Timing tf = time_kernel([&](int) { bufs.forward(stream); }, repeats, stream);
             printf("RESULT attention_general %s fwd ms=%.4f tflops=%.1f", case_name(c).c_str(), tf.median_ms, flops / (tf.median_ms * 1e-3) / 1e12);
+            if (s.T * (s.NH / s.NH_kv) <= 16) {   // decoding: the K and V bytes read, as the anchor script counts them
+                const double kv_bytes = 2.0 * s.B * s.Tk * s.NH_kv * s.HS * 2;
+                printf(" kv_gbs=%.0f", kv_bytes / (tf.median_ms * 1e-3) / 1e9);
+            }
             if (c.bwd) {
                 const Timing tb = time_kernel([&](int) { attention_forward(bufs.fwd(), stream); attention_backward(bufs.bwd(), stream); }, repeats, stream);
                 printf(" fwd+bwd ms=%.4f tflops=%.1f", tb.median_ms, 3.5 * flops / (tb.median_ms * 1e-3) / 1e12);
