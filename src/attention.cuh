@@ -897,7 +897,7 @@ template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kClus
 __global__ void __launch_bounds__(HopperWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
 attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_constant__ HopperTmaMaps maps, int section_heads) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    static_assert(HS == 64 || HS == 128, "head size 64 or 128");
+    static_assert(HS == 64 || HS == 128 || HS == 256, "head dims 64, 128, 256");
     static_assert(kStages >= 2, "V_{j-1} and K_j are in flight together");
     static_assert(!kPingPong || kNCWG >= 2, "ping-pong needs two consumer warpgroups");
     using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages>;
@@ -1262,12 +1262,14 @@ inline void attention_exit_unsupported(const char* what, int B, int T, int Tk, i
 }
 
 // Dispatch (tiles chosen by dev/cuda/attention_forward's sweeps, see dev/cuda/README.md):
-//   Hopper with sm_90a code in the binary, HS 64 or 128 -> the warp-specialised TMA kernel (attention_forward_hopper_ws_kernel)
+//   Hopper with sm_90a code in the binary, HS 64, 128, 256 -> the warp-specialised TMA kernel (attention_forward_hopper_ws_kernel)
 //   otherwise -> the mma.sync kernel: HS 64 128x64 tiles, HS 128 128x48 (4 warps of 32 rows: the largest key tile with no
 //                spill at 255 registers); HS 32 128x64, HS 96 128x64, HS 256 64x32 (16 rows a warp: O alone is 128 registers)
-inline bool attention_forward_uses_hopper(int HS) { return (HS == 64 || HS == 128) && hopper_path_available(); }
+inline bool attention_forward_uses_hopper(int HS) { return (HS == 64 || HS == 128 || HS == 256) && hopper_path_available(); }
 
 inline const char* attention_forward_path_name(int HS) {
+    if (attention_forward_uses_hopper(HS) && HS == 256)
+        return "flash forward, wgmma+TMA sm90a, warp-specialised, 128x64 tiles, 2 consumer warpgroups, 2 stages (HS=256)";
     if (attention_forward_uses_hopper(HS))
         return HS == 64 ? "flash forward, wgmma+TMA sm90a, warp-specialised, 192x128 tiles / 3 consumer warpgroups (128x128 / 2 with few tiles), 3 stages (HS=64)"
                         : "flash forward, wgmma+TMA sm90a, warp-specialised, 128x128 tiles, 2 consumer warpgroups, CTA pairs sharing K/V where the blocks pair up (causal, T = Tk), items claimed at T >= 4096 (HS=128)";
@@ -1304,6 +1306,8 @@ inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stre
         // HS 128: pairs of CTAs share each K/V tile by TMA multicast where the 128-row query blocks pair up (an even
         // count) on the causal diagonal (T = Tk: the pair's walk is its upper block's), which halves the K/V traffic
         // out of L2. At T >= 4096 the pairs claim their items (claimed_schedule).
+        // HS 256: 64-key tiles (a 128-row Q block, two 32 KB K/V stages and O's 128 registers a thread fit)
+        else if (HS == 256) launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, false, true>(p, stream);
         else if (self_causal && ceil_div(T, 128) % 2 == 0 && claimed_schedule(T)) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2, true>(p, stream);
         else if (self_causal && ceil_div(T, 128) % 2 == 0) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2>(p, stream);
         else if (self_causal) launch_attention_forward_hopper_ws<128, 2, 128, 2, true>(p, stream);

@@ -399,10 +399,18 @@ __device__ __forceinline__ void wgmma_ss_over_hs(float (&d)[N / 2], uint64_t des
 // tile of kRows rows (16 rows of 128 bytes into each column block): the forward's P V, the backward's dV, dK, dQ.
 // HS 128: one n128 wgmma over both column blocks (LBO = the distance between them, kRows * 128 bytes) into the
 // accumulator's two halves [0, 32) and [32, 64), as two n64 wgmmas would write them
+// HS 256: two n128 wgmmas, column blocks 0-1 into d[0, 64) and 2-3 into d[64, 128) (where one n256 would put them)
 template <int HS, int kRows>
 __device__ __forceinline__ void wgmma_rs_m64k16_trans_b(float (&d)[HS / 2], const uint32_t (&a)[4], const uint8_t* tile, int j) {
     if constexpr (HS == 64) wgmma_rs_m64n64k16_trans_b(d, a, wgmma_desc(tile + j * 16 * 128));
-    else wgmma_rs_m64n128k16_trans_b(d, a, wgmma_desc(tile + j * 16 * 128, /*lbo_bytes=*/kRows * 128));
+    else if constexpr (HS == 128) wgmma_rs_m64n128k16_trans_b(d, a, wgmma_desc(tile + j * 16 * 128, /*lbo_bytes=*/kRows * 128));
+    else {
+        static_assert(HS == 256, "head dims 64, 128, 256");
+        float (&lo)[64] = *reinterpret_cast<float(*)[64]>(d);
+        float (&hi)[64] = *reinterpret_cast<float(*)[64]>(d + 64);
+        wgmma_rs_m64n128k16_trans_b(lo, a, wgmma_desc(tile + j * 16 * 128, /*lbo_bytes=*/kRows * 128));
+        wgmma_rs_m64n128k16_trans_b(hi, a, wgmma_desc(tile + 2 * kRows * 128 + j * 16 * 128, /*lbo_bytes=*/kRows * 128));
+    }
 }
 // a (rows, HS) tile of the tensor map at rows row0.. of head h, batch b: HS / 64 TMA boxes, one per column block
 template <int HS, int kRows>
