@@ -8,7 +8,7 @@ libflashgpt_attention.so and ctypes: no extension to build against PyTorch.
 
 q (B, H, T, D), k and v (B, H_kv, Tk, D): bf16 CUDA tensors, layout="bhtd" as F.scaled_dot_product_attention takes
 them; layout="bthd" takes (B, T, H, D) and (B, Tk, H_kv, D). out has q's shape (its memory is (B, T, H, D), so
-out.transpose(1, 2) is contiguous for "bhtd"). GQA / MQA when H_kv divides H. D 32, 64, 96, 128 (256: forward only).
+out.transpose(1, 2) is contiguous for "bhtd"). GQA / MQA when H_kv divides H. D 32, 64, 96, 128, 256.
 
 causal with T != Tk aligns the diagonal bottom-right (query i sees key j <= i + Tk - T, as FlashAttention 2.1+ does);
 SDPA's is_causal aligns it top-left. Rows that see no key (causal, T > Tk) give 0 and no gradient.

@@ -21,12 +21,12 @@ query rows and walks the K/V tiles from the last visible one down to key 0, keep
 registers (online softmax, normalised once at the end). The longest Q tiles (the last ones, causal) are launched first.
 
 Paths: sm_80+ mma.sync (m16n8k16 bf16, ldmatrix, cp.async double buffering, 128-byte swizzled shared memory), every
-head dim (32, 64, 96, 128, 256; the backward up to 128); on Hopper, when the binary carries sm_90a code, head dims 64
-and 128 run the same loops on wgmma, warp-specialised: a producer warpgroup issues TMA loads (tensor maps over the
+head dim (32, 64, 96, 128, 256); on Hopper, when the binary carries sm_90a code, head dims 64 and 128 (and the
+forward at 256) run the same loops on wgmma, warp-specialised: a producer warpgroup issues TMA loads (tensor maps over the
 strided tensors) into mbarrier rings, consumer warpgroups (setmaxnreg) do the math, persistent CTAs take the longest
 tiles first; the forward's consumers ping-pong their GEMMs. Causal self-attention without GQA (GPT-2's family) runs
 kernels compiled for it (kGeneral false: the diagonal and Tk constants to the compiler); every other call the general
-copies of the same kernels.
+copies of the same kernels. Decoding (a few query rows against a long KV cache) runs split-key kernels.
 */
 #pragma once
 #include <cmath>
@@ -1560,10 +1560,11 @@ __device__ __forceinline__ void backward_p_ds(float (&st)[kMT][kQT][4], float (&
 // k step kk; B fragments of d tiles 2dp, 2dp+1 by transposed loads of the [query][d] tiles. mma_accum_times_tile
 // twice (dV, then dK) would do the same, but the two interleaved share the address math: as two calls ptxas spilled
 // 4 more bytes in the fused kernel and took up to 7 more registers elsewhere.
-template <int HS, int kMT, int kQT>
-__device__ __forceinline__ void backward_dv_dk(float (&dv_acc)[kMT][HS / 8][4], float (&dk_acc)[kMT][HS / 8][4],
+// kCols < HS: only the head-dim columns col0 .. col0 + kCols - 1 of dV and dK (the accumulators hold those)
+template <int HS, int kMT, int kQT, int kCols = HS>
+__device__ __forceinline__ void backward_dv_dk(float (&dv_acc)[kMT][kCols / 8][4], float (&dk_acc)[kMT][kCols / 8][4],
                                                const float (&st)[kMT][kQT][4], const float (&dpt)[kMT][kQT][4],
-                                               const uint8_t* q_s, const uint8_t* do_s, int q0, int lane) {
+                                               const uint8_t* q_s, const uint8_t* do_s, int q0, int lane, int col0 = 0) {
     #pragma unroll
     for (int kk = 0; kk < kQT / 2; kk++) {
         uint32_t pa[kMT][4], dsa[kMT][4];
@@ -1573,11 +1574,11 @@ __device__ __forceinline__ void backward_dv_dk(float (&dv_acc)[kMT][HS / 8][4], 
             accum_tiles_to_a_frag(dsa[mt], dpt[mt][2 * kk], dpt[mt][2 * kk + 1]);
         }
         #pragma unroll
-        for (int dp = 0; dp < HS / 16; dp++) {
+        for (int dp = 0; dp < kCols / 16; dp++) {
             uint32_t dob[4], qb[4];
             const int qrow = q0 + 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2);
-            ldmatrix_x4_trans(dob, smem_addr(do_s + swizzle<HS>(qrow, 2 * dp + lane / 16)));
-            ldmatrix_x4_trans(qb, smem_addr(q_s + swizzle<HS>(qrow, 2 * dp + lane / 16)));
+            ldmatrix_x4_trans(dob, smem_addr(do_s + swizzle<HS>(qrow, col0 / 8 + 2 * dp + lane / 16)));
+            ldmatrix_x4_trans(qb, smem_addr(q_s + swizzle<HS>(qrow, col0 / 8 + 2 * dp + lane / 16)));
             #pragma unroll
             for (int mt = 0; mt < kMT; mt++) {
                 mma_bf16_16816(dv_acc[mt][2 * dp], pa[mt], dob[0], dob[1]);
@@ -1645,6 +1646,11 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
     constexpr int kBlockN = Tile::kBlockN, kThreads = Tile::kThreads;
     constexpr int kQT = kBlockM / 8;      // n8 tiles of S^T (queries)
     constexpr int kDT = HS / 8;           // n8 tiles of dK, dV
+    // HS 256: dK and dV of all 256 columns would fill the registers alone, so blockIdx.z takes half the columns (S^T
+    // and dP^T, over every column, are computed by both halves)
+    constexpr int kDSplit = HS > 128 ? 2 : 1, kAccDT = kDT / kDSplit;
+    static_assert(!kAtomicDq || kDSplit == 1, "the atomic dQ adds every column once");
+    const int col0 = blockIdx.z * (HS / kDSplit);
     static_assert(!kAtomicDq || kBlockM % 64 == 0, "dS^T rows must be a multiple of 128 bytes for the swizzle");
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* k_smem = smem;                                     // (kBlockN, HS), dK staging at the end
@@ -1691,11 +1697,11 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
     if (steps > 0) load_stage(0, 0);
     cp_async_commit();
 
-    float dk_acc[kMT][kDT][4], dv_acc[kMT][kDT][4];
+    float dk_acc[kMT][kAccDT][4], dv_acc[kMT][kAccDT][4];
     #pragma unroll
     for (int mt = 0; mt < kMT; mt++)
         #pragma unroll
-        for (int dt = 0; dt < kDT; dt++)
+        for (int dt = 0; dt < kAccDT; dt++)
             #pragma unroll
             for (int e = 0; e < 4; e++) dk_acc[mt][dt][e] = dv_acc[mt][dt][e] = 0.0f;
     const float scale_log2 = p.scale * kLog2e;
@@ -1734,7 +1740,7 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
                     *reinterpret_cast<uint32_t*>(ds_smem + swizzle<kBlockM>(row + 8, nt) + 4 * tq) = pack_bf16x2(dpt[mt][nt][2], dpt[mt][nt][3]);
                 }
         }
-        backward_dv_dk<HS, kMT, kQT>(dv_acc, dk_acc, st, dpt, q_s, do_s, 0, lane);   // dV += P^T dO, dK += dS^T Q
+        backward_dv_dk<HS, kMT, kQT, kAccDT * 8>(dv_acc, dk_acc, st, dpt, q_s, do_s, 0, lane, col0);   // dV += P^T dO, dK += dS^T Q
         if constexpr (kAtomicDq) {
             __syncthreads();   // all of dS^T is in shared memory before any warp reads it
             // dQ (kBlockM x HS) += dS K: warp -> (16-row m tile, slice of the d tiles)
@@ -1780,8 +1786,9 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
         __syncthreads();   // every warp is done with this stage (and dS^T) before the next prefetch / store overwrites it
     }
 
-    backward_store_dk_dv<HS, kMT, kDT>(dk_acc, dv_acc, k_smem, v_smem, p.dk + b * p.dk_st.batch + h_kv * p.dk_st.head, p.dk_st.row,
-                                       p.dv + b * p.dv_st.batch + h_kv * p.dv_st.head, p.dv_st.row, p.scale, Tk, n_start, warp_row0, 0, lane);
+    backward_store_dk_dv<HS, kMT, kAccDT>(dk_acc, dv_acc, k_smem, v_smem, p.dk + b * p.dk_st.batch + h_kv * p.dk_st.head, p.dk_st.row,
+                                          p.dv + b * p.dv_st.batch + h_kv * p.dv_st.head, p.dv_st.row, p.scale, Tk, n_start, warp_row0,
+                                          col0, lane);
 }
 
 // ----------------------------------------------------------------------------
@@ -1844,7 +1851,15 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
             row_lse2[mt][half] = sc.lse2[r];
             row_dpsum[mt][half] = sc.dpsum[r];
         }
-    uint32_t q_frag[kMT][kKS][4], do_frag[kMT][kKS][4];
+    // Q and dO fragments stay in registers for the whole walk up to HS 128; at HS 256 they would take 128 registers
+    // next to dQ's 128, so they are re-read from shared memory each k step
+    constexpr bool kFragsInRegs = HS <= 128;
+    uint32_t q_frag[kMT][kFragsInRegs ? kKS : 1][4], do_frag[kMT][kFragsInRegs ? kKS : 1][4];
+    auto load_frags = [&](uint32_t (&qf)[4], uint32_t (&df)[4], int mt, int ks) {
+        const int row = warp_row0 + mt * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+        ldmatrix_x4(qf, smem_addr(q_smem + swizzle<HS>(row, 2 * ks + lane / 16)));
+        ldmatrix_x4(df, smem_addr(do_smem + swizzle<HS>(row, 2 * ks + lane / 16)));
+    };
     float dq_acc[kMT][kDT][4];
     #pragma unroll
     for (int mt = 0; mt < kMT; mt++)
@@ -1865,15 +1880,11 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
         }
         __syncthreads();   // this stage's K/V (and Q, dO on the first pass) are visible to every warp
 
-        if (it == 0) {     // Q and dO fragments stay in registers for the whole walk
+        if (kFragsInRegs && it == 0) {   // Q and dO fragments stay in registers for the whole walk
             #pragma unroll
             for (int mt = 0; mt < kMT; mt++)
                 #pragma unroll
-                for (int ks = 0; ks < kKS; ks++) {
-                    const int row = warp_row0 + mt * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
-                    ldmatrix_x4(q_frag[mt][ks], smem_addr(q_smem + swizzle<HS>(row, 2 * ks + lane / 16)));
-                    ldmatrix_x4(do_frag[mt][ks], smem_addr(do_smem + swizzle<HS>(row, 2 * ks + lane / 16)));
-                }
+                for (int ks = 0; ks < kKS; ks++) load_frags(q_frag[mt][kFragsInRegs ? ks : 0], do_frag[mt][kFragsInRegs ? ks : 0], mt, ks);
         }
         // a warp whose rows all lie above this K tile has nothing to do here (every key masked)
         if (n_block * kBlockN <= m_start + warp_row0 + 16 * kMT - 1 + diag) {
@@ -1887,7 +1898,12 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                     #pragma unroll
                     for (int e = 0; e < 4; e++) s[mt][nt][e] = dp[mt][nt][e] = 0.0f;
             #pragma unroll
-            for (int ks = 0; ks < kKS; ks++)
+            for (int ks = 0; ks < kKS; ks++) {
+                uint32_t q_step[kFragsInRegs ? 1 : kMT][4], do_step[kFragsInRegs ? 1 : kMT][4];
+                if constexpr (!kFragsInRegs) {
+                    #pragma unroll
+                    for (int mt = 0; mt < kMT; mt++) load_frags(q_step[kFragsInRegs ? 0 : mt], do_step[kFragsInRegs ? 0 : mt], mt, ks);
+                }
                 #pragma unroll
                 for (int np = 0; np < kNT / 2; np++) {
                     uint32_t kb[4], vb[4];   // B fragments of key tiles 2np, 2np+1 (K, V are [key][d])
@@ -1896,12 +1912,15 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                     ldmatrix_x4(vb, smem_addr(v_s + swizzle<HS>(key, 2 * ks + (lane / 8) % 2)));
                     #pragma unroll
                     for (int mt = 0; mt < kMT; mt++) {
-                        mma_bf16_16816(s[mt][2 * np], q_frag[mt][ks], kb[0], kb[1]);
-                        mma_bf16_16816(s[mt][2 * np + 1], q_frag[mt][ks], kb[2], kb[3]);
-                        mma_bf16_16816(dp[mt][2 * np], do_frag[mt][ks], vb[0], vb[1]);
-                        mma_bf16_16816(dp[mt][2 * np + 1], do_frag[mt][ks], vb[2], vb[3]);
+                        const uint32_t (&qa)[4] = kFragsInRegs ? q_frag[mt][kFragsInRegs ? ks : 0] : q_step[kFragsInRegs ? 0 : mt];
+                        const uint32_t (&da)[4] = kFragsInRegs ? do_frag[mt][kFragsInRegs ? ks : 0] : do_step[kFragsInRegs ? 0 : mt];
+                        mma_bf16_16816(s[mt][2 * np], qa, kb[0], kb[1]);
+                        mma_bf16_16816(s[mt][2 * np + 1], qa, kb[2], kb[3]);
+                        mma_bf16_16816(dp[mt][2 * np], da, vb[0], vb[1]);
+                        mma_bf16_16816(dp[mt][2 * np + 1], da, vb[2], vb[3]);
                     }
                 }
+            }
             // P = exp2(S * c - lse2), 0 where key > query + diag or key >= Tk (only on tiles crossing this warp's
             // limits); dS = P * (dP - D)
             const bool need_mask = n_block * kBlockN + kBlockN - 1 > min(m_start + warp_row0 + diag, Tk - 1);
@@ -2992,7 +3011,7 @@ void launch_attention_backward_postprocess(const AttentionBackwardParams& p, cud
 template <int HS, int kNWarps, int kMT, int kBlockM, bool kAtomicDq>
 void launch_attention_backward_dkdv(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = BackwardKVTile<HS, kNWarps, kMT, kBlockM, kAtomicDq>;
-    launch_with_smem<attention_backward_dkdv_kernel<HS, kNWarps, kMT, kBlockM, kAtomicDq>>(dim3(p.B * p.NH_kv, ceil_div(p.Tk, Tile::kBlockN)),
+    launch_with_smem<attention_backward_dkdv_kernel<HS, kNWarps, kMT, kBlockM, kAtomicDq>>(dim3(p.B * p.NH_kv, ceil_div(p.Tk, Tile::kBlockN), HS > 128 ? 2 : 1),
                          Tile::kThreads, Tile::kSmemBytes, stream, p);
 }
 
@@ -3182,7 +3201,6 @@ inline const char* attention_backward_path_name(int HS) {
 inline const char* attention_backward_unsupported_reason(const AttentionBackwardParams& p) {
     const AttentionForwardParams f{p.q, p.k, p.v, nullptr, nullptr, p.q_st, p.k_st, p.v_st, p.o_st, p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, p.causal, p.scale};
     if (const char* why = attention_unsupported_reason(f)) return why;
-    if (p.HS == 256) return "the backward at head dim 256 is not implemented (its dK and dV accumulators alone fill a warp's registers)";
     for (const AttentionStrides& st : {p.do_st, p.dq_st, p.dk_st, p.dv_st})
         if (st.batch % 8 || st.row % 8 || st.head % 8) return "every batch, row and head stride must be a multiple of 8 elements (16 bytes)";
     for (const void* ptr : {(const void*)p.out, (const void*)p.dout, (const void*)p.dq, (const void*)p.dk, (const void*)p.dv})
@@ -3204,7 +3222,8 @@ inline void attention_backward(const AttentionBackwardParams& p, cudaStream_t st
         if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64>(p, stream);
         else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(p, stream);
         else if (HS == 96) attention_backward_split<96, 4, 1, 32, 4, 1, 32>(p, stream);
-        else attention_backward_split<128, 4, 1, 32, 4, 1, 32>(p, stream);
+        else if (HS == 128) attention_backward_split<128, 4, 1, 32, 4, 1, 32>(p, stream);
+        else attention_backward_split<256, 4, 1, 32, 4, 1, 32>(p, stream);   // dK/dV in two column halves (blockIdx.z)
     } else if (attention_backward_uses_hopper(HS)) {
         // warp-specialised split, 2 consumer warpgroups: dev variant 6's best configs, HS 64 kv128x128+q128x128, HS 128
         // kv128x64+q128x64. Non-deterministic at HS 128: the 5-GEMM kernel with atomic dQ (dev variant 7); at HS 64 it

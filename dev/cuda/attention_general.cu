@@ -56,7 +56,7 @@ static const char* kValidationCases[] = {
     "b=2,h=8,hkv=1,tq=150,d=64",                    "b=1,h=4,hkv=1,tq=64,tk=200,d=128,causal=0", // MQA
     "b=2,h=3,tq=333,d=32",                          "b=2,h=4,hkv=2,tq=130,d=32,causal=0",
     "b=2,h=3,tq=333,d=96",                          "b=2,h=2,tq=100,tk=170,d=96,causal=0",
-    "b=2,h=2,tq=200,d=256,bwd=0",                   "b=1,h=2,tq=70,tk=130,d=256,causal=0,bwd=0",
+    "b=2,h=2,tq=200,d=256",                         "b=1,h=2,tq=70,tk=130,d=256,causal=0",
     "b=2,h=3,tq=129,d=64,layout=qkv,scale=0.3",     "b=2,h=4,tq=600,d=64",                // custom scale; BHTD self-causal
     "b=2,h=2,tq=1024,d=128",                        "b=1,h=1,tq=1,d=64",
     "b=64,h=16,tq=64,d=64,causal=0",
@@ -67,14 +67,14 @@ static const char* kValidationCases[] = {
     "b=1,h=32,hkv=8,tq=1,tk=131072,d=128,causal=0,bwd=0", "b=64,h=12,tq=1,tk=1024,d=64,causal=0,bwd=0",
     "b=2,h=12,tq=2,tk=700,d=64",                       "b=3,h=8,hkv=2,tq=4,tk=300,d=64",
     "b=2,h=4,tq=1,tk=257,d=32",                        "b=2,h=4,tq=1,tk=300,d=96,causal=0",
-    "b=2,h=2,tq=1,tk=600,d=256,bwd=0",                 "b=5,h=8,hkv=2,tq=1,tk=2000,d=128,kvlens=1",
+    "b=2,h=2,tq=1,tk=600,d=256",                  "b=5,h=8,hkv=2,tq=1,tk=2000,d=128,kvlens=1",
     "b=4,h=12,tq=3,tk=999,d=64,kvlens=1,layout=bthd",
 };
 // the benchmark cases of the general-attention issue (the anchor script runs the same strings)
 static const char* kBenchCases[] = {
     "b=1,h=32,hkv=8,tq=1,tk=32768,d=128,causal=0,bwd=0", "b=64,h=12,tq=1,tk=1024,d=64,causal=0,bwd=0",
     "b=1,h=32,hkv=8,tq=1,tk=131072,d=128,causal=0,bwd=0", "b=8,h=32,hkv=8,tq=1,tk=8192,d=128,causal=0,bwd=0",
-    "b=8,h=12,tq=1024,d=64,causal=0",      "b=4,h=16,tq=8192,d=128,causal=0", "b=4,h=16,tq=4096,d=256,bwd=0",
+    "b=8,h=12,tq=1024,d=64,causal=0",      "b=4,h=16,tq=8192,d=128,causal=0", "b=4,h=16,tq=4096,d=256",
     "b=4,h=32,hkv=8,tq=4096,d=128",        "b=8,h=12,tq=1024,tk=4096,d=64,causal=0",
     "b=8,h=12,tq=1024,d=32",               "b=8,h=12,tq=1024,d=96",            "b=4,h=16,tq=4096,d=64",
     "b=4,h=16,tq=4096,d=128",
