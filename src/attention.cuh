@@ -1200,12 +1200,7 @@ inline bool attention_decode_applies(const AttentionForwardParams& p) {
 inline void* attention_decode_scratch(size_t bytes) {
     static void* buf = nullptr;
     static size_t capacity = 0;
-    if (bytes > capacity) {
-        if (buf) cudaCheck(cudaFree(buf));
-        cudaCheck(cudaMalloc(&buf, bytes));
-        capacity = bytes;
-    }
-    return buf;
+    return grow_device_buffer(buf, capacity, bytes);
 }
 
 template <int HS>

@@ -48,6 +48,17 @@ inline const cudaDeviceProp& device_props() {
     return props;
 }
 
+// A device buffer grown on demand (the old one freed, so no kernel may still use it): scratch whose size depends on
+// the call. `buf` and `capacity` are the caller's (static) state.
+inline void* grow_device_buffer(void*& buf, size_t& capacity, size_t bytes) {
+    if (bytes > capacity) {
+        if (buf) cudaCheck(cudaFree(buf));
+        cudaCheck(cudaMalloc(&buf, bytes));
+        capacity = bytes;
+    }
+    return buf;
+}
+
 // ----------------------------------------------------------------------------
 // NVTX range that closes at the end of the scope: NvtxRange r("attention_forward");
 

@@ -344,12 +344,7 @@ inline cublasHandle_t cublas_handle() {
 inline void* harness_workspace(size_t bytes) {
     static void* ptr = nullptr;
     static size_t size = 0;
-    if (bytes > size) {
-        if (ptr) cudaCheck(cudaFree(ptr));
-        cudaCheck(cudaMalloc(&ptr, bytes));
-        size = bytes;
-    }
-    return ptr;
+    return grow_device_buffer(ptr, size, bytes);
 }
 
 // ----------------------------------------------------------------------------

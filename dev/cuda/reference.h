@@ -160,34 +160,44 @@ struct GeneralShape { int B, T, Tk, NH, NH_kv, HS; bool causal; double scale; };
 
 inline int general_last_key(const GeneralShape& s, int i) { return s.causal ? std::min(s.Tk - 1, i + s.Tk - s.T) : s.Tk - 1; }
 
+// Row i of query head h, batch b: P[j] = softmax_j(scale * q_i . k_j) over the keys j <= last the row sees, rounded
+// like a naive bf16 implementation (the scores, then the probabilities) with round_like_bf16. Returns last (-1: no
+// key) and sets *lse (natural log; -inf without keys).
+inline int general_softmax_row(std::vector<double>& P, double* lse, const float* q, const float* k, const GeneralShape& s,
+                               int b, int h, int i, bool round_like_bf16) {
+    auto rnd = [&](double x) { return round_like_bf16 ? (double)round_to_bf16((float)x) : x; };
+    const int last = general_last_key(s, i), hk = h / (s.NH / s.NH_kv);
+    const float* qi = &q[bthd_index(b, i, h, 0, s.T, s.NH, s.HS)];
+    double row_max = -INFINITY, row_sum = 0.0;
+    for (int j = 0; j <= last; j++) {
+        const float* kj = &k[bthd_index(b, j, hk, 0, s.Tk, s.NH_kv, s.HS)];
+        double dot = 0.0;
+        for (int d = 0; d < s.HS; d++) dot += (double)qi[d] * (double)kj[d];
+        P[j] = rnd(dot * s.scale);
+        row_max = std::fmax(row_max, P[j]);
+    }
+    for (int j = 0; j <= last; j++) { P[j] = std::exp(P[j] - row_max); row_sum += P[j]; }
+    for (int j = 0; j <= last; j++) P[j] = rnd(P[j] / row_sum);
+    *lse = last < 0 ? -INFINITY : row_max + std::log(row_sum);
+    return last;
+}
+
 inline void attention_forward_cpu_general(float* out, float* lse, const float* q, const float* k, const float* v,
                                           const GeneralShape& s, bool round_like_bf16 = false) {
-    auto rnd = [&](double x) { return round_like_bf16 ? (double)round_to_bf16((float)x) : x; };
     std::vector<double> p(s.Tk), acc(s.HS);
-    const int group = s.NH / s.NH_kv;
     for (int b = 0; b < s.B; b++)
     for (int h = 0; h < s.NH; h++)
     for (int i = 0; i < s.T; i++) {
-        const float* qi = &q[bthd_index(b, i, h, 0, s.T, s.NH, s.HS)];
-        const int last = general_last_key(s, i), hk = h / group;
-        double row_max = -INFINITY, row_sum = 0.0;
-        for (int j = 0; j <= last; j++) {
-            const float* kj = &k[bthd_index(b, j, hk, 0, s.Tk, s.NH_kv, s.HS)];
-            double dot = 0.0;
-            for (int d = 0; d < s.HS; d++) dot += (double)qi[d] * (double)kj[d];
-            p[j] = rnd(dot * s.scale);
-            row_max = std::fmax(row_max, p[j]);
-        }
-        for (int j = 0; j <= last; j++) { p[j] = std::exp(p[j] - row_max); row_sum += p[j]; }
+        double row_lse;
+        const int last = general_softmax_row(p, &row_lse, q, k, s, b, h, i, round_like_bf16), hk = h / (s.NH / s.NH_kv);
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int j = 0; j <= last; j++) {
-            const double pj = rnd(p[j] / row_sum);
             const float* vj = &v[bthd_index(b, j, hk, 0, s.Tk, s.NH_kv, s.HS)];
-            for (int d = 0; d < s.HS; d++) acc[d] += pj * (double)vj[d];
+            for (int d = 0; d < s.HS; d++) acc[d] += p[j] * (double)vj[d];
         }
         float* o = &out[bthd_index(b, i, h, 0, s.T, s.NH, s.HS)];
-        for (int d = 0; d < s.HS; d++) o[d] = (float)rnd(acc[d]);
-        if (lse) lse[lse_index(b, h, i, s.T, s.NH)] = last < 0 ? -INFINITY : (float)(row_max + std::log(row_sum));
+        for (int d = 0; d < s.HS; d++) o[d] = round_like_bf16 ? round_to_bf16((float)acc[d]) : (float)acc[d];
+        if (lse) lse[lse_index(b, h, i, s.T, s.NH)] = (float)row_lse;
     }
 }
 
@@ -195,25 +205,15 @@ inline void attention_forward_cpu_general(float* out, float* lse, const float* q
 inline void attention_backward_cpu_general(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                                            const float* v, const GeneralShape& s, bool round_like_bf16 = false) {
     auto rnd = [&](double x) { return round_like_bf16 ? (double)round_to_bf16((float)x) : x; };
-    const int group = s.NH / s.NH_kv;
     std::vector<double> P(s.Tk), dS(s.Tk), acc_dk((size_t)s.B * s.Tk * s.NH_kv * s.HS, 0.0), acc_dv(acc_dk.size(), 0.0), dqi(s.HS);
     for (int b = 0; b < s.B; b++)
     for (int h = 0; h < s.NH; h++)
     for (int i = 0; i < s.T; i++) {
-        const int last = general_last_key(s, i), hk = h / group;
+        double row_lse, D = 0.0;
+        const int last = general_softmax_row(P, &row_lse, q, k, s, b, h, i, round_like_bf16), hk = h / (s.NH / s.NH_kv);
         const float* qi = &q[bthd_index(b, i, h, 0, s.T, s.NH, s.HS)];
         const float* doi = &dout[bthd_index(b, i, h, 0, s.T, s.NH, s.HS)];
-        double row_max = -INFINITY, row_sum = 0.0, D = 0.0;
         for (int j = 0; j <= last; j++) {
-            const float* kj = &k[bthd_index(b, j, hk, 0, s.Tk, s.NH_kv, s.HS)];
-            double dot = 0.0;
-            for (int d = 0; d < s.HS; d++) dot += (double)qi[d] * (double)kj[d];
-            P[j] = rnd(dot * s.scale);
-            row_max = std::fmax(row_max, P[j]);
-        }
-        for (int j = 0; j <= last; j++) { P[j] = std::exp(P[j] - row_max); row_sum += P[j]; }
-        for (int j = 0; j <= last; j++) {
-            P[j] = rnd(P[j] / row_sum);
             const float* vj = &v[bthd_index(b, j, hk, 0, s.Tk, s.NH_kv, s.HS)];
             double dp = 0.0;
             for (int d = 0; d < s.HS; d++) dp += (double)doi[d] * (double)vj[d];
