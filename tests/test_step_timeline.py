@@ -77,7 +77,7 @@ def write_csv(path, rows=STEP):
 
 
 def write_sqlite(path):
-    """the step as nsys exports it: ns on the session clock (offset T0), names in StringIds, runtime API calls
+    """the step as nsys exports it: ns on the trace clock (offset T0), names in StringIds, runtime API calls
     with host start times, NVTX push/pop ranges (eventType 59) on the launching thread"""
     T0, TID = 5_000_000_000, 1234
     db = sqlite3.connect(path)
