@@ -1,6 +1,6 @@
 # flashgpt build. Everything is nvcc + cuBLAS/cuBLASLt; no cuDNN anywhere.
 #
-#   make                      train_gpt2cu, test_gpt2cu, profile_gpt2cu and the dev/cuda binaries
+#   make                      train_gpt2cu, test_gpt2cu, profile_gpt2cu, generate_gpt2cu and the dev/cuda binaries
 #   make test                 CPU tests everywhere; GPU tests too where a GPU is present. Ends "N passed, N failed".
 #                             On a GPU: the shipped attention and the first config of every other variant on the
 #                             validation set, test_gpt2cu and a 20-step d12 run.
@@ -45,12 +45,16 @@ TEST_LIB := $(if $(DETECTED_CC),lib)
 
 .PHONY: all dev lib test test-all regs clean
 
-all: train_gpt2cu test_gpt2cu profile_gpt2cu dev $(CPU_TESTS)
+all: train_gpt2cu test_gpt2cu profile_gpt2cu generate_gpt2cu dev $(CPU_TESTS)
 
 train_gpt2cu: $(TRAIN_DEPS)
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
 
 test_gpt2cu: test_gpt2.cu $(TRAIN_DEPS)
+	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
+
+# text generation with the KV cache (includes train_gpt2.cu, as test_gpt2cu does)
+generate_gpt2cu: generate_gpt2.cu $(TRAIN_DEPS)
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
 
 profile_gpt2cu: profile/profile_gpt2.cu profile/timeline.h $(TRAIN_DEPS)
@@ -82,4 +86,4 @@ test-all: all $(TEST_LIB)
 	@bash scripts/run_tests.sh --all
 
 clean:
-	rm -f train_gpt2cu test_gpt2cu profile_gpt2cu $(DEV_CUDA) $(CPU_TESTS) $(LIB)
+	rm -f train_gpt2cu test_gpt2cu profile_gpt2cu generate_gpt2cu $(DEV_CUDA) $(CPU_TESTS) $(LIB)

@@ -1,8 +1,9 @@
 /*
 GPT-2 training in CUDA C++, bf16, on flashgpt's own fused flash attention (src/attention.cuh).
 One translation unit, in llm.c's shape: the model (parameters, activations, forward, backward,
-AdamW update, checkpoints) first, then main() behind #ifndef TESTING, so test_gpt2.cu and
-profile/profile_gpt2.cu include this file and run exactly the training code.
+AdamW update, checkpoints, inference with a KV cache) first, then main() behind #ifndef TESTING, so
+test_gpt2.cu, profile/profile_gpt2.cu and generate_gpt2.cu include this file and run exactly the
+training code.
 
   make train_gpt2cu && ./train_gpt2cu -e d12 -b 4 -t 1024 -x 100
 */
@@ -36,6 +37,8 @@ profile/profile_gpt2.cu include this file and run exactly the training code.
 #include "fused_classifier.cuh" // defines: fused_classifier, accumulate_loss
 #include "global_norm.cuh"    // defines: global_norm
 #include "adamw.cuh"          // defines: adamw_update
+#include "kvcache.cuh"        // defines: kv_cache_append, embed_newest_tokens, gather_newest_rows (incremental inference)
+#include "sampler.cuh"        // defines: sample_tokens (greedy, or top-k + temperature, on the GPU)
 
 static cudaStream_t main_stream;
 
@@ -580,45 +583,269 @@ TrainState gpt2_load_state(GPT2* model, const char* path, int num_processes, int
 }
 
 // ----------------------------------------------------------------------------
-// sampling: feed the sequence through the model with B=1 and draw each next token from the softmax
+// inference with a KV cache (src/kvcache.cuh): the prompts go through the normal forward once (prefill), which leaves
+// every layer's K and V in the caches; then each step runs the layers on each sequence's newest token only (B rows)
+// and attends over the cache. Sampling runs on the GPU (src/sampler.cuh), so a step needs nothing from the host and
+// the host reads back only the B sampled tokens.
 
-int sample_softmax(const float* logits, int n, float coin) {
-    float max_val = -INFINITY;
-    for (int i = 0; i < n; i++) max_val = fmaxf(max_val, logits[i]);
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += exp(logits[i] - max_val);
-    double cdf = 0.0, threshold = coin * sum;
-    for (int i = 0; i < n; i++) {
-        cdf += exp(logits[i] - max_val);
-        if (cdf > threshold) return i;
+typedef struct {
+    int B, Tp, Tmax;            // sequences, prefill rows per sequence (the longest prompt), cache capacity
+    int gelu_fusion;
+    SamplerSettings sampler;
+    // per layer K and V (null without a KV cache: the full-recompute path uses only the sampler state)
+    floatX* k_cache;            // (L, B, Tmax, NH, HS)
+    floatX* v_cache;            // (L, B, Tmax, NH, HS)
+    // one layer's activations for up to B * Tp rows (prefill); a decode step uses the first B rows
+    floatX* residual;           // (B*Tp, C) the residual stream, updated in place
+    floatX* ln;                 // (B*Tp, C) ln1, ln2, then lnf
+    float* ln_mean;             // (B*Tp)
+    float* ln_rstd;             // (B*Tp)
+    floatX* qkv;                // (B*Tp, 3C) = (B, Tp, 3, NH, HS)
+    floatX* atty;               // (B*Tp, C)
+    float* lse;                 // (B, NH, Tp) prefill attention's, unused after
+    floatX* scratch;            // (B*Tp, C) attproj / fcproj outputs before their residual add
+    floatX* fch;                // (B*Tp, 4C) pre-GELU
+    floatX* fch_gelu;           // (B*Tp, 4C)
+    floatX* lnf_newest;         // (B, C) lnf of each sequence's newest prompt token
+    int* prompt_tokens;         // (B, Tp)
+    // sampler state
+    floatX* logits;             // (B, Vp) of each sequence's newest token
+    int* history;               // (B, Tmax) prompt + generated tokens
+    int* lengths;               // (B) tokens so far per sequence: seqlens_k of the next decode step
+    int* next_tokens;           // (B) the tokens the last sampler call picked
+    int* next_pinned;           // (2, B) host copies of next_tokens, double-buffered
+    cudaEvent_t next_copied[2];
+    int use_graph;              // a decode step (+ sampling) replays as one CUDA graph
+    int eager_steps;            // decode steps run eagerly so far; the graph is captured after the first
+    cudaGraphExec_t decode_graph;
+} GPT2Inference;
+
+template <class T> void cuda_alloc(T** p, size_t n) { cudaCheck(cudaMalloc(p, std::max(n, (size_t)1) * sizeof(T))); }
+
+// B sequences, prompts of up to Tp tokens, Tmax positions in all (prompt + new tokens). kv_cache false: only the
+// sampler state (the full-recompute path runs gpt2_forward on the model's own activations).
+void gpt2_inference_allocate(GPT2Inference* inf, const GPT2Config& c, int B, int Tp, int Tmax, bool kv_cache,
+                             int gelu_fusion, const SamplerSettings& sampler, bool use_graph) {
+    memset(inf, 0, sizeof(*inf));
+    inf->B = B;
+    inf->Tp = Tp;
+    inf->Tmax = Tmax;
+    inf->gelu_fusion = gelu_fusion;
+    inf->sampler = sampler;
+    inf->use_graph = use_graph;
+    size_t L = c.num_layers, C = c.channels, NH = c.num_heads, N = (size_t)B * Tp;
+    if (kv_cache) {
+        cuda_alloc(&inf->k_cache, L * B * Tmax * C);
+        cuda_alloc(&inf->v_cache, L * B * Tmax * C);
+        cuda_alloc(&inf->residual, N * C);
+        cuda_alloc(&inf->ln, N * C);
+        cuda_alloc(&inf->ln_mean, N);
+        cuda_alloc(&inf->ln_rstd, N);
+        cuda_alloc(&inf->qkv, N * 3 * C);
+        cuda_alloc(&inf->atty, N * C);
+        cuda_alloc(&inf->lse, N * NH);
+        cuda_alloc(&inf->scratch, N * C);
+        cuda_alloc(&inf->fch, N * 4 * C);
+        cuda_alloc(&inf->fch_gelu, N * 4 * C);
+        cuda_alloc(&inf->lnf_newest, (size_t)B * C);
+        cuda_alloc(&inf->prompt_tokens, N);
     }
-    return n - 1;
+    cuda_alloc(&inf->logits, (size_t)B * c.padded_vocab_size);
+    cuda_alloc(&inf->history, (size_t)B * Tmax);
+    cuda_alloc(&inf->lengths, (size_t)B);
+    cuda_alloc(&inf->next_tokens, (size_t)B);
+    cudaCheck(cudaMallocHost(&inf->next_pinned, 2 * B * sizeof(int)));
+    for (int i = 0; i < 2; i++) cudaCheck(cudaEventCreateWithFlags(&inf->next_copied[i], cudaEventDisableTiming));
 }
 
+void gpt2_inference_free(GPT2Inference* inf) {
+    void* device_ptrs[] = {inf->k_cache, inf->v_cache, inf->residual, inf->ln, inf->ln_mean, inf->ln_rstd, inf->qkv,
+                           inf->atty, inf->lse, inf->scratch, inf->fch, inf->fch_gelu, inf->lnf_newest,
+                           inf->prompt_tokens, inf->logits, inf->history, inf->lengths, inf->next_tokens};
+    for (void* p : device_ptrs) cudaCheck(cudaFree(p));  // cudaFree(nullptr) is a no-op
+    cudaCheck(cudaFreeHost(inf->next_pinned));
+    for (int i = 0; i < 2; i++) cudaCheck(cudaEventDestroy(inf->next_copied[i]));
+    if (inf->decode_graph) cudaCheck(cudaGraphExecDestroy(inf->decode_graph));
+}
+
+// The layers on B * Tq rows; inf->residual holds the embeddings and ends with the residual stream, inf->ln with lnf.
+// The kernels are gpt2_forward's, so a row's arithmetic is the training forward's; only the attention differs:
+//   prefill (Tq = Tp): causal self-attention over the rows, and every row's k, v into cache slots 0..Tp-1
+//   decode (Tq = 1): each row's k, v into its sequence's slot lengths[b] - 1, then attention over the cache
+void gpt2_inference_layers(const GPT2* model, GPT2Inference* inf, int Tq, bool prefill) {
+    const GPT2Config& cfg = model->config;
+    const int L = cfg.num_layers, C = cfg.channels, NH = cfg.num_heads, HS = C / NH, B = inf->B, N = B * Tq;
+    const ParameterTensors& p = model->params;
+    const size_t cache_layer = (size_t)B * inf->Tmax * C;
+    layernorm_forward(inf->ln, inf->ln_mean, inf->ln_rstd, inf->residual, p.ln1w, p.ln1b, N, C, main_stream);
+    for (int l = 0; l < L; l++) {
+        NvtxRange layer_range(prefill ? "prefill layer" : "decode layer", l);
+        floatX* k_cache = inf->k_cache + l * cache_layer;
+        floatX* v_cache = inf->v_cache + l * cache_layer;
+        // qkv = ln1 @ qkvw^T + qkvb; k, v into the cache; attention
+        matmul_forward(inf->qkv, inf->ln, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, N, C, 3 * C, nullptr, main_stream);
+        if (prefill) {
+            kv_cache_append(k_cache, v_cache, inf->qkv, nullptr, B, Tq, inf->Tmax, C, main_stream);
+            attention_forward(inf->atty, inf->lse, inf->qkv, B, Tq, NH, HS, main_stream);
+        } else {
+            kv_cache_append(k_cache, v_cache, inf->qkv, inf->lengths, B, 1, inf->Tmax, C, main_stream);
+            AttentionForwardParams a;
+            a.q = inf->qkv;  // the Q part of the fused (B, 1, 3, NH, HS) qkv
+            a.k = k_cache;
+            a.v = v_cache;
+            a.out = inf->atty;
+            a.lse = nullptr;
+            a.q_st = fused_qkv_strides(1, NH, HS);
+            a.k_st = a.v_st = bthd_strides(inf->Tmax, NH, HS);
+            a.o_st = bthd_strides(1, NH, HS);
+            a.B = B; a.T = 1; a.Tk = inf->Tmax; a.NH = NH; a.NH_kv = NH; a.HS = HS;
+            a.causal = true;
+            a.scale = 1.0f / sqrtf((float)HS);
+            attention_forward_kvcache(a, inf->lengths, main_stream);
+        }
+        // x = x + attproj(atty) (in place); ln2 = layernorm(x)
+        matmul_forward(inf->scratch, inf->atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, N, C, C, nullptr, main_stream);
+        fused_residual_layernorm_forward(inf->residual, inf->ln, inf->ln_mean, inf->ln_rstd, inf->residual, inf->scratch,
+                                         p.ln2w + l * C, p.ln2b + l * C, N, C, main_stream);
+        // MLP, GELU fused into the matmul or not, as the training forward
+        if (inf->gelu_fusion >= 1) {
+            matmul_forward(inf->fch_gelu, inf->ln, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, N, C, 4 * C, inf->fch, main_stream);
+        } else {
+            matmul_forward(inf->fch, inf->ln, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, N, C, 4 * C, nullptr, main_stream);
+            gelu_forward(inf->fch_gelu, inf->fch, (size_t)N * 4 * C, main_stream);
+        }
+        matmul_forward(inf->scratch, inf->fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, N, 4 * C, C, nullptr, main_stream);
+        // x = x + mlp; the next layer's ln1, or lnf after the last layer
+        const floatX* ln_w = l + 1 < L ? p.ln1w + (l + 1) * C : p.lnfw;
+        const floatX* ln_b = l + 1 < L ? p.ln1b + (l + 1) * C : p.lnfb;
+        fused_residual_layernorm_forward(inf->residual, inf->ln, inf->ln_mean, inf->ln_rstd, inf->residual, inf->scratch,
+                                         ln_w, ln_b, N, C, main_stream);
+    }
+}
+
+// The sequences start over from the prompts (B, Tp) on the host, right-padded, and their lengths (B): history's
+// first Tp columns and lengths on the GPU.
+void gpt2_inference_start(GPT2Inference* inf, const int* prompts, const int* lengths) {
+    const int B = inf->B, Tp = inf->Tp;
+    cudaCheck(cudaMemcpy2DAsync(inf->history, inf->Tmax * sizeof(int), prompts, Tp * sizeof(int), Tp * sizeof(int), B,
+                                cudaMemcpyHostToDevice, main_stream));
+    cudaCheck(cudaMemcpyAsync(inf->lengths, lengths, B * sizeof(int), cudaMemcpyHostToDevice, main_stream));
+}
+
+// Prefill: the sequences start over from the prompts; the prompts through the layers fill the caches, and inf->logits
+// gets the logits of each sequence's last prompt token.
+void gpt2_prefill(GPT2* model, GPT2Inference* inf, const int* prompts, const int* lengths) {
+    NVTX_RANGE_FN();
+    const GPT2Config& cfg = model->config;
+    const int B = inf->B, Tp = inf->Tp, C = cfg.channels;
+    gpt2_inference_start(inf, prompts, lengths);
+    cudaCheck(cudaMemcpyAsync(inf->prompt_tokens, prompts, (size_t)B * Tp * sizeof(int), cudaMemcpyHostToDevice, main_stream));
+    encoder_forward(inf->residual, inf->prompt_tokens, model->params.wte, model->params.wpe, B, Tp, C, main_stream);
+    gpt2_inference_layers(model, inf, Tp, /*prefill=*/true);
+    // logits = lnf @ wte^T, for row lengths[b] - 1 of each sequence only
+    gather_newest_rows(inf->lnf_newest, inf->ln, inf->lengths, B, Tp, C, main_stream);
+    matmul_forward(inf->logits, inf->lnf_newest, model->params.wte, nullptr, B, C, cfg.padded_vocab_size, nullptr, main_stream);
+}
+
+// Decode: each sequence's newest token (history[b, lengths[b] - 1]) through the layers -> inf->logits
+void gpt2_decode(GPT2* model, GPT2Inference* inf) {
+    NVTX_RANGE_FN();
+    const GPT2Config& cfg = model->config;
+    const int B = inf->B, C = cfg.channels;
+    embed_newest_tokens(inf->residual, inf->history, inf->lengths, model->params.wte, model->params.wpe, B, inf->Tmax, C, main_stream);
+    gpt2_inference_layers(model, inf, 1, /*prefill=*/false);
+    matmul_forward(inf->logits, inf->ln, model->params.wte, nullptr, B, C, cfg.padded_vocab_size, nullptr, main_stream);
+}
+
+// inf->logits -> the next token of each sequence, appended to it (history, lengths) and in next_tokens
+void gpt2_sample_next(const GPT2* model, GPT2Inference* inf) {
+    sample_tokens(inf->next_tokens, inf->history, inf->lengths, inf->logits, inf->B, model->config.vocab_size,
+                  model->config.padded_vocab_size, inf->Tmax, inf->sampler, /*advance=*/true, main_stream);
+}
+
+// One decode step and its sampling. With use_graph the first step runs eagerly (lazy kernel loading, cuBLASLt's
+// heuristics, the decode attention's scratch, which it allocates on first use) and the second is captured as a CUDA
+// graph, which every later step replays: one launch instead of about ten per layer, and no host work per matmul.
+// Relaxed capture mode: cudaFuncSetAttribute and the like may run while the step is captured.
+void gpt2_decode_step(GPT2* model, GPT2Inference* inf) {
+    if (!inf->use_graph || inf->eager_steps < 1) {
+        gpt2_decode(model, inf);
+        gpt2_sample_next(model, inf);
+        inf->eager_steps++;
+        return;
+    }
+    if (!inf->decode_graph) {
+        cudaGraph_t graph;
+        cudaCheck(cudaStreamBeginCapture(main_stream, cudaStreamCaptureModeRelaxed));
+        gpt2_decode(model, inf);
+        gpt2_sample_next(model, inf);
+        cudaCheck(cudaStreamEndCapture(main_stream, &graph));
+        cudaCheck(cudaGraphInstantiate(&inf->decode_graph, graph, 0));
+        cudaCheck(cudaGraphDestroy(graph));
+    }
+    cudaCheck(cudaGraphLaunch(inf->decode_graph, main_stream));
+}
+
+double now_seconds() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// the copy of next_tokens into pinned slot i % 2, and the host's wait for it
+void gpt2_next_tokens_copy(GPT2Inference* inf, int i) {
+    cudaCheck(cudaMemcpyAsync(inf->next_pinned + (i % 2) * inf->B, inf->next_tokens, inf->B * sizeof(int),
+                              cudaMemcpyDeviceToHost, main_stream));
+    cudaCheck(cudaEventRecord(inf->next_copied[i % 2], main_stream));
+}
+const int* gpt2_next_tokens_wait(GPT2Inference* inf, int i) {
+    cudaCheck(cudaEventSynchronize(inf->next_copied[i % 2]));
+    return inf->next_pinned + (i % 2) * inf->B;
+}
+
+struct GenerateTimes { double prefill_s, decode_s; };
+
+// n new tokens for each of the B sequences: the first from the prefill's logits, then n - 1 decode steps. on_tokens(i,
+// tokens) gets the i-th new token of every sequence (B ints) as it arrives. The host reads step i's tokens after it
+// has queued step i + 1, so the GPU never waits for the host; the only host syncs are those reads. The prefill's time
+// ends when its token is on the host.
+template <class OnTokens>
+GenerateTimes gpt2_generate(GPT2* model, GPT2Inference* inf, const int* prompts, const int* lengths, int n, OnTokens on_tokens) {
+    NVTX_RANGE_FN();
+    double t0 = now_seconds();
+    gpt2_prefill(model, inf, prompts, lengths);
+    gpt2_sample_next(model, inf);
+    gpt2_next_tokens_copy(inf, 0);
+    on_tokens(0, gpt2_next_tokens_wait(inf, 0));
+    double t1 = now_seconds();
+    for (int i = 1; i < n; i++) {
+        gpt2_decode_step(model, inf);
+        gpt2_next_tokens_copy(inf, i);
+        if (i >= 2) on_tokens(i - 1, gpt2_next_tokens_wait(inf, i - 1));
+    }
+    if (n >= 2) on_tokens(n - 1, gpt2_next_tokens_wait(inf, n - 1));
+    return {t1 - t0, now_seconds() - t1};
+}
+
+// Training's periodic sample: gen_T - 1 tokens after <|endoftext|>, one sequence through the KV cache, drawn from
+// the whole softmax (temperature 1, no top-k). The coins' seed is drawn from model->rng_state, which checkpoints save.
 void gpt2_sample(GPT2* model, const Tokenizer* tokenizer, int gen_T) {
     const GPT2Config& cfg = model->config;
-    int NH = cfg.num_heads, HS = cfg.channels / NH, Vp = cfg.padded_vocab_size;
-    gen_T = std::min(gen_T, model->T);
-    std::vector<int> tokens(model->T, tokenizer->eot_token);
-    std::vector<floatX> row(Vp);
-    std::vector<float> logits(cfg.vocab_size);
+    gen_T = std::min(gen_T, cfg.max_seq_len);
+    if (gen_T < 2) return;
+    SamplerSettings sampler = {/*greedy=*/0, /*top_k=*/0, /*temperature=*/1.0f, random_u32(&model->rng_state)};
+    GPT2Inference inf;
+    gpt2_inference_allocate(&inf, cfg, /*B=*/1, /*Tp=*/1, /*Tmax=*/gen_T, /*kv_cache=*/true, model->gelu_fusion, sampler,
+                            /*use_graph=*/false);
+    const int prompt = tokenizer->eot_token, length = 1;
     printf("generating:\n---\n");
-    for (int t = 1; t < gen_T; t++) {
-        // run only as far as needed, in chunks of 64 positions, if the attention takes that length
-        int run_T = std::min(model->T, ceil_div(t, 64) * 64);
-        if (attention_unsupported_reason(1, run_T, NH, HS)) run_T = model->T;
-        gpt2_forward(model, tokens.data(), nullptr, 1, run_T);
-        cudaCheck(cudaMemcpyAsync(row.data(), model->acts.output + (size_t)(t - 1) * Vp, Vp * sizeof(floatX),
-                                  cudaMemcpyDeviceToHost, main_stream));
-        cudaCheck(cudaStreamSynchronize(main_stream));
-        for (int i = 0; i < cfg.vocab_size; i++) logits[i] = __bfloat162float(row[i]);
-        int next = sample_softmax(logits.data(), cfg.vocab_size, random_f32(&model->rng_state));
-        tokens[t] = next;
-        if (tokenizer->init_ok) safe_printf(tokenizer_decode(tokenizer, next));
-        else printf("%d ", next);
+    gpt2_generate(model, &inf, &prompt, &length, gen_T - 1, [&](int, const int* tokens) {
+        if (tokenizer->init_ok) safe_printf(tokenizer_decode(tokenizer, tokens[0]));
+        else printf("%d ", tokens[0]);
         fflush(stdout);
-    }
+    });
     printf("\n---\n");
+    gpt2_inference_free(&inf);
 }
 
 // mean loss over the first max_batches batches of the loader
@@ -687,12 +914,6 @@ void common_free() {
 // ----------------------------------------------------------------------------
 // main training loop
 #ifndef TESTING
-
-double now_seconds() {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int main(int argc, char** argv) {
     TrainConfig cfg;

@@ -21,4 +21,9 @@ fi
 # here first (if that fails, both tests fail on the missing files).
 [ -f dev/data/tinyshakespeare/tiny_shakespeare_val.bin ] || python3 scripts/prepro_tinyshakespeare.py > /dev/null
 run_gpu "test_gpt2cu" bash -c 'R=dev/data/gpt2_ref; [ -f $R/gpt2_124M_ref_losses.txt ] || python3 scripts/train_gpt2.py --write_reference $R -e d12 > /dev/null || exit 1; ./test_gpt2cu $R/gpt2_124M_bf16.bin $R/gpt2_124M_debug_state.bin $R/gpt2_124M_ref_losses.txt'
+# generation: the KV cache against the full recompute on the same reference model, greedy, B = 1 and B = 4 prompts of
+# different lengths (tests/test_generate_gpu.sh says what is compared)
+for B in 1 4; do
+    run_gpu "generate_gpt2cu KV cache vs full recompute B=$B" bash -c "R=dev/data/gpt2_ref; [ -f \$R/gpt2_124M_bf16.bin ] || python3 scripts/train_gpt2.py --write_reference \$R -e d12 > /dev/null || exit 1; bash tests/test_generate_gpu.sh \$R/gpt2_124M_bf16.bin $B"
+done
 run_gpu "train_gpt2cu d12 20 steps" ./train_gpt2cu -e d12 -b 4 -t 1024 -x 20 -v 10 -m 4 -s 20 -g 16
