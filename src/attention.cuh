@@ -416,11 +416,11 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
 //     persistent_item maps them to (Q tile, head), the longest (causal) tiles first. The producer loads the next
 //     tile's Q (into the second Q slot, where two fit: every shipped config, HS 128's 2-stage pairs included; not
 //     the 3-stage pairs) and K/V while the consumers finish the current one.
-// The fused (B, T, 3, NH, HS) layout is read in place: each of Q, K, V is a 4-D tensor map (HS, NH, T, B)
-// over the same buffer (strides 2 bytes, HS * 2, 3 * NH * HS * 2, T * 3 * NH * HS * 2), boxes of 64 head
-// dims x 1 head x rows x 1 batch with the 128-byte swizzle: exactly one swizzle_wgmma column block, so the
-// descriptors of the kernels above apply unchanged. Rows past T come back as zeros (the tensor map's bounds),
-// and the causal mask hides those keys from every real query row.
+// Q, K, V are read in place through 4-D tensor maps (HS, heads, rows, B) with the tensors' own strides (GPT-2's
+// fused (B, T, 3, NH, HS) buffer: head stride HS, row stride 3 * NH * HS), boxes of 64 head dims x 1 head x rows x
+// 1 batch with the 128-byte swizzle: exactly one swizzle_wgmma column block, so the descriptors of the kernels above
+// apply unchanged. Rows past T (Tk) come back as zeros (the tensor map's bounds); the mask hides those keys from
+// every real query row. With GQA the producer loads key/value head h / (NH / NH_kv).
 // Ring bookkeeping: both roles count K/V tiles over the whole persistent walk (kv_iter); tile kv_iter uses slot
 // kv_iter % kStages with phase parity (kv_iter / kStages) & 1. A fresh mbarrier is in phase 0, so waiting for
 // parity 1 passes at once: the producer's first pass over the empty barriers does not block.
