@@ -33,6 +33,7 @@ training code.
 #include "layernorm.cuh"      // defines: layernorm_forward, fused_residual_layernorm_forward, layernorm_backward
 #include "matmul.cuh"         // defines: matmul_forward, matmul_backward, bias_backward (cuBLASLt)
 #include "gelu.cuh"           // defines: gelu_forward, gelu_backward_inplace
+#define FLASHGPT_ATTENTION_GPT2_ONLY   // GPT-2's attention calls only: the general kernels are not compiled here
 #include "attention.cuh"      // defines: attention_forward, attention_backward (flash attention, out + LSE)
 #include "fused_classifier.cuh" // defines: fused_classifier, accumulate_loss
 #include "global_norm.cuh"    // defines: global_norm

@@ -1278,49 +1278,61 @@ inline const char* attention_forward_path_name(int HS) {
 
 inline void attention_forward_kvcache(const AttentionForwardParams& p, const int* seqlens_k, cudaStream_t stream);
 
-// out = softmax(scale * Q K^T, masks) V and lse, for any call attention_unsupported_reason() accepts. A few query rows
-// against many keys (decoding) run the split-key kernels.
-inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stream) {
-    if (const char* why = attention_unsupported_reason(p)) attention_exit_unsupported("forward", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
+// GPT-2's family, causal self-attention without GQA at head dims 64 and 128: the kernels compiled for it (kGeneral
+// false). The GPT-2 wrapper below calls only this, so a binary that uses only GPT-2's calls compiles none of the
+// general copies.
+inline bool attention_forward_self_causal(const AttentionForwardParams& p) {
+    return p.causal && p.Tk == p.T && p.NH == p.NH_kv && (p.HS == 64 || p.HS == 128);
+}
+inline void attention_forward_self_causal_path(const AttentionForwardParams& p, cudaStream_t stream) {
     const int HS = p.HS, T = p.T;
-    const bool self_causal_mha = p.causal && p.Tk == T && p.NH == p.NH_kv;   // GPT-2's family: the kernels compiled for it
-    if (attention_decode_applies(p)) { attention_forward_kvcache(p, nullptr, stream); return; }
     if (attention_forward_uses_hopper(HS)) {
         // Warp-specialised TMA kernel, ping-pong on. HS 64: 3 consumer warpgroups (192-row blocks: a third less K/V
         // traffic per FLOP, a third warpgroup's softmax to hide the GEMMs behind) from 128K query rows (B * NH * T,
         // about 5 such blocks per SM), else 2 (128 rows); a 3-deep K/V ring for both, since each item's first S is
         // issued early.
-        // Causal self-attention (GPT-2) runs kernels compiled for it (kGeneral false: no key bound, the diagonal a
-        // constant), everything else the general copies of the same kernels.
-        const bool self_causal = p.causal && p.Tk == T;
-        const bool big = (long)p.B * p.NH * T >= 128 * 1024;
-        if (HS == 64 && big && self_causal) launch_attention_forward_hopper_ws<64, 3, 128, 3, true>(p, stream);
-        else if (HS == 64 && big) launch_attention_forward_hopper_ws<64, 3, 128, 3, true, 1, false, true>(p, stream);
-        else if (HS == 64 && self_causal) launch_attention_forward_hopper_ws<64, 2, 128, 3, true>(p, stream);
-        else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true>(p, stream);
+        if (HS == 64 && (long)p.B * p.NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true>(p, stream);
+        else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true>(p, stream);
         // HS 128: pairs of CTAs share each K/V tile by TMA multicast where the 128-row query blocks pair up (an even
-        // count) on the causal diagonal (T = Tk: the pair's walk is its upper block's), which halves the K/V traffic
-        // out of L2. At T >= 4096 the pairs claim their items (claimed_schedule).
-        // HS 256: 64-key tiles (a 128-row Q block, two 32 KB K/V stages and O's 128 registers a thread fit)
-        else if (HS == 256) launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, false, true>(p, stream);
-        else if (self_causal && ceil_div(T, 128) % 2 == 0 && claimed_schedule(T)) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2, true>(p, stream);
-        else if (self_causal && ceil_div(T, 128) % 2 == 0) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2>(p, stream);
-        else if (self_causal) launch_attention_forward_hopper_ws<128, 2, 128, 2, true>(p, stream);
-        else launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true>(p, stream);
+        // count; on the causal diagonal the pair's walk is its upper block's), which halves the K/V traffic out of
+        // L2. At T >= 4096 the pairs claim their items (claimed_schedule).
+        else if (ceil_div(T, 128) % 2 == 0 && claimed_schedule(T)) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2, true>(p, stream);
+        else if (ceil_div(T, 128) % 2 == 0) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2>(p, stream);
+        else launch_attention_forward_hopper_ws<128, 2, 128, 2, true>(p, stream);
     }
-    else if (HS == 64 && self_causal_mha) launch_attention_forward<64, 2, 4, 64>(p, stream);
-    else if (HS == 128 && self_causal_mha) launch_attention_forward<128, 2, 4, 48>(p, stream);
+    else if (HS == 64) launch_attention_forward<64, 2, 4, 64>(p, stream);
+    else launch_attention_forward<128, 2, 4, 48>(p, stream);
+}
+
+#ifndef FLASHGPT_ATTENTION_GPT2_ONLY   // (train_gpt2.cu defines it: a GPT-2 binary compiles none of the general copies)
+// out = softmax(scale * Q K^T, masks) V and lse, for any call attention_unsupported_reason() accepts. A few query rows
+// against many keys (decoding) run the split-key kernels; GPT-2's family the kernels above; everything else the general
+// copies of the same kernels.
+inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stream) {
+    if (const char* why = attention_unsupported_reason(p)) attention_exit_unsupported("forward", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
+    const int HS = p.HS, T = p.T;
+    if (attention_decode_applies(p)) { attention_forward_kvcache(p, nullptr, stream); return; }
+    if (attention_forward_self_causal(p)) { attention_forward_self_causal_path(p, stream); return; }
+    if (attention_forward_uses_hopper(HS)) {
+        // the tiles of the path above; HS 256: 64-key tiles (a 128-row Q block, two 32 KB K/V stages and O's 128
+        // registers a thread fit)
+        if (HS == 64 && (long)p.B * p.NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true, 1, false, true>(p, stream);
+        else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true>(p, stream);
+        else if (HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true>(p, stream);
+        else launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, false, true>(p, stream);
+    }
     else if (HS == 64) launch_attention_forward<64, 2, 4, 64, true>(p, stream);
     else if (HS == 128) launch_attention_forward<128, 2, 4, 48, true>(p, stream);
     else if (HS == 32) launch_attention_forward<32, 2, 4, 64, true>(p, stream);
     else if (HS == 96) launch_attention_forward<96, 2, 4, 64, true>(p, stream);
     else launch_attention_forward<256, 1, 4, 32, true>(p, stream);
 }
+#endif  // FLASHGPT_ATTENTION_GPT2_ONLY
 
 // GPT-2: causal self-attention on the fused QKV activation
 inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
     if (const char* why = attention_unsupported_reason(B, T, NH, HS)) attention_exit_unsupported("forward", B, T, T, NH, NH, HS, why);
-    attention_forward(fused_qkv_forward_params(out, lse, qkv, B, T, NH, HS), stream);
+    attention_forward_self_causal_path(fused_qkv_forward_params(out, lse, qkv, B, T, NH, HS), stream);
 }
 
 // Decoding against a KV cache: p.k, p.v the caches (B, Tk, NH_kv, HS) with p.Tk their capacity, p.q the T new tokens'
@@ -3203,23 +3215,11 @@ inline const char* attention_backward_unsupported_reason(const AttentionBackward
     return nullptr;
 }
 
-// dq, dk, dv for any call attention_backward_unsupported_reason() accepts; deterministic unless
-// attention_backward_nondeterministic() is set (which only GPT-2's shape family uses)
-inline void attention_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
-    if (const char* why = attention_backward_unsupported_reason(p)) attention_exit_unsupported("backward", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
+// GPT-2's family (attention_backward_self_causal): the kernels compiled for it; the GPT-2 wrapper calls only this.
+// Deterministic unless attention_backward_nondeterministic() is set (which only this family uses).
+inline void attention_backward_self_causal_path(const AttentionBackwardParams& p, cudaStream_t stream) {
     const int HS = p.HS, T = p.T;
-    if (!attention_backward_self_causal(p) && (HS == 64 || HS == 128) && attention_backward_uses_hopper(HS)) {
-        // the warp-specialised split's general copies (GQA: each dK/dV item sums its group's query heads)
-        if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true>(p, stream);
-        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true>(p, stream);
-    } else if (!attention_backward_self_causal(p)) {
-        // general: preprocess, the dK/dV kernel (GQA: each CTA sums its group's query heads), the dQ kernel
-        if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64>(p, stream);
-        else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(p, stream);
-        else if (HS == 96) attention_backward_split<96, 4, 1, 32, 4, 1, 32>(p, stream);
-        else if (HS == 128) attention_backward_split<128, 4, 1, 32, 4, 1, 32>(p, stream);
-        else attention_backward_split<256, 4, 1, 32, 4, 1, 32>(p, stream);   // dK/dV in two column halves (blockIdx.z)
-    } else if (attention_backward_uses_hopper(HS)) {
+    if (attention_backward_uses_hopper(HS)) {
         // warp-specialised split, 2 consumer warpgroups: dev variant 6's best configs, HS 64 kv128x128+q128x128, HS 128
         // kv128x64+q128x64. Non-deterministic at HS 128: the 5-GEMM kernel with atomic dQ (dev variant 7); at HS 64 it
         // loses to the split, which runs there either way.
@@ -3242,9 +3242,32 @@ inline void attention_backward(const AttentionBackwardParams& p, cudaStream_t st
     }
 }
 
+#ifndef FLASHGPT_ATTENTION_GPT2_ONLY
+// dq, dk, dv for any call attention_backward_unsupported_reason() accepts: GPT-2's family on the kernels above,
+// everything else on the general copies of the Hopper split (HS 64, 128) or the mma.sync split
+inline void attention_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
+    if (const char* why = attention_backward_unsupported_reason(p)) attention_exit_unsupported("backward", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
+    const int HS = p.HS;
+    if (!attention_backward_self_causal(p) && (HS == 64 || HS == 128) && attention_backward_uses_hopper(HS)) {
+        // the warp-specialised split's general copies (GQA: each dK/dV item sums its group's query heads)
+        if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true>(p, stream);
+        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true>(p, stream);
+    } else if (!attention_backward_self_causal(p)) {
+        // general: preprocess, the dK/dV kernel (GQA: each CTA sums its group's query heads), the dQ kernel
+        if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64>(p, stream);
+        else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(p, stream);
+        else if (HS == 96) attention_backward_split<96, 4, 1, 32, 4, 1, 32>(p, stream);
+        else if (HS == 128) attention_backward_split<128, 4, 1, 32, 4, 1, 32>(p, stream);
+        else attention_backward_split<256, 4, 1, 32, 4, 1, 32>(p, stream);   // dK/dV in two column halves (blockIdx.z)
+    } else {
+        attention_backward_self_causal_path(p, stream);
+    }
+}
+#endif  // FLASHGPT_ATTENTION_GPT2_ONLY
+
 // GPT-2: dqkv (B, T, 3, NH, HS) from dout (B, T, NH, HS); scratch: attention_backward_scratch_bytes(B, T, NH, HS)
 inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
                                const float* lse, int B, int T, int NH, int HS, cudaStream_t stream) {
     if (const char* why = attention_unsupported_reason(B, T, NH, HS)) attention_exit_unsupported("backward", B, T, T, NH, NH, HS, why);
-    attention_backward(fused_qkv_backward_params(dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS), stream);
+    attention_backward_self_causal_path(fused_qkv_backward_params(dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS), stream);
 }
