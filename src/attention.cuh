@@ -59,8 +59,24 @@ struct AttentionForwardParams {
     float scale;                  // softmax(scale * Q K^T)
 };
 
-// the keys of query row i must satisfy key <= i + diag: Tk - T when causal, no limit (past Tk) otherwise
-__host__ __device__ inline int attention_diagonal(const AttentionForwardParams& p) { return p.causal ? p.Tk - p.T : (1 << 30); }
+// (forward or backward params) the keys of query row i must satisfy key <= i + diag: Tk - T when causal, no limit
+// (past Tk) otherwise
+template <class Params>
+__host__ __device__ inline int attention_diagonal(const Params& p) { return p.causal ? p.Tk - p.T : (1 << 30); }
+
+// GPT-2's family: causal self-attention (T = Tk) without GQA at head dims 64 and 128. It runs on kernels compiled for
+// it (kGeneral false: the diagonal and Tk constants to the compiler), which refuse anything else; every other call
+// runs the general copies.
+template <class Params>
+inline bool attention_self_causal(const Params& p) {
+    return p.causal && p.T == p.Tk && p.NH == p.NH_kv && (p.HS == 64 || p.HS == 128);
+}
+template <class Params>
+inline void attention_check_self_causal(const Params& p) {
+    if (attention_self_causal(p)) return;
+    fprintf(stderr, "attention: a kernel compiled for causal self-attention without GQA (HS 64, 128) got another call\n");
+    exit(EXIT_FAILURE);
+}
 
 // GPT-2's causal self-attention on the fused QKV activation, out (B, T, NH, HS), scale 1/sqrt(HS)
 inline AttentionForwardParams fused_qkv_forward_params(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS) {
@@ -305,10 +321,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
 template <int HS, int kWarpTilesM, int kNWarps, int kBlockN, bool kGeneral = false>
 void launch_attention_forward(const AttentionForwardParams& p, cudaStream_t stream) {
     using Tile = ForwardTile<HS, kWarpTilesM, kNWarps, kBlockN>;
-    if (!kGeneral && !(p.causal && p.T == p.Tk && p.NH == p.NH_kv)) {
-        fprintf(stderr, "attention: this forward kernel runs causal self-attention without GQA only\n");
-        exit(EXIT_FAILURE);
-    }
+    if (!kGeneral) attention_check_self_causal(p);
     launch_with_smem<attention_forward_kernel<HS, kWarpTilesM, kNWarps, kBlockN, kGeneral>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
                          Tile::kThreads, Tile::kSmemBytes, stream, p);
 }
@@ -559,10 +572,12 @@ template <int kBlockM, int kBlockN, int kCluster, bool kGeneral>
 struct ForwardWsWalk {
     int T, Tk, NH, group, diag, num_bh, num_m_blocks, num_ranks, num_items, section_heads, cta_rank;
     bool snake;   // see persistent_work
-    // !kGeneral (CTA pairs too): causal with T = Tk (see the dispatch), Tk and the diagonal constants to the compiler
+    // !kGeneral (CTA pairs are never general): attention_self_causal, so Tk, the diagonal and the GQA group are
+    // constants to the compiler
     static constexpr bool kSelfCausal = !kGeneral || kCluster > 1;
     __device__ __forceinline__ ForwardWsWalk(const AttentionForwardParams& p, int section_heads_)
-        : T(p.T), Tk(kSelfCausal ? p.T : p.Tk), NH(p.NH), group(p.NH / p.NH_kv), diag(kSelfCausal ? 0 : attention_diagonal(p)), num_bh(p.B * p.NH),
+        : T(p.T), Tk(kSelfCausal ? p.T : p.Tk), NH(p.NH), group(kSelfCausal ? 1 : p.NH / p.NH_kv),
+          diag(kSelfCausal ? 0 : attention_diagonal(p)), num_bh(p.B * p.NH),
           num_m_blocks(ceil_div(p.T, kBlockM)), num_ranks(num_m_blocks / kCluster), num_items(num_ranks * num_bh),
           section_heads(section_heads_), cta_rank(kCluster > 1 ? cluster_cta_rank() : 0), snake(section_heads_ >= num_bh) {}
     __device__ __forceinline__ int block_start(int m_block) const {
@@ -947,10 +962,7 @@ void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStr
     using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages>;
     constexpr auto kKernel = attention_forward_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kPingPong, kCluster, kDynamic, kGeneral>;
     static_assert(!kGeneral || kCluster == 1, "CTA pairs walk the causal diagonal of self-attention");
-    if (!kGeneral && !(p.causal && p.T == p.Tk)) {
-        fprintf(stderr, "attention: this forward kernel runs causal self-attention only (T = Tk)\n");
-        exit(EXIT_FAILURE);
-    }
+    if (!kGeneral) attention_check_self_causal(p);
     constexpr int kSmemBytes = Tile::kSmemBytes + (kDynamic ? Tile::kDynamicBytes : 0);
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
     const HopperTmaMaps maps{attention_tensor_map(p.q, p.q_st, p.B, p.T, p.NH, HS, Tile::kBlockM),
@@ -1278,12 +1290,8 @@ inline const char* attention_forward_path_name(int HS) {
 
 inline void attention_forward_kvcache(const AttentionForwardParams& p, const int* seqlens_k, cudaStream_t stream);
 
-// GPT-2's family, causal self-attention without GQA at head dims 64 and 128: the kernels compiled for it (kGeneral
-// false). The GPT-2 wrapper below calls only this, so a binary that uses only GPT-2's calls compiles none of the
-// general copies.
-inline bool attention_forward_self_causal(const AttentionForwardParams& p) {
-    return p.causal && p.Tk == p.T && p.NH == p.NH_kv && (p.HS == 64 || p.HS == 128);
-}
+// GPT-2's family (attention_self_causal) on the kernels compiled for it. The GPT-2 wrapper below calls only this, so
+// a binary that uses only GPT-2's calls compiles none of the general copies.
 inline void attention_forward_self_causal_path(const AttentionForwardParams& p, cudaStream_t stream) {
     const int HS = p.HS, T = p.T;
     if (attention_forward_uses_hopper(HS)) {
@@ -1312,7 +1320,7 @@ inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stre
     if (const char* why = attention_unsupported_reason(p)) attention_exit_unsupported("forward", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
     const int HS = p.HS, T = p.T;
     if (attention_decode_applies(p)) { attention_forward_kvcache(p, nullptr, stream); return; }
-    if (attention_forward_self_causal(p)) { attention_forward_self_causal_path(p, stream); return; }
+    if (attention_self_causal(p)) { attention_forward_self_causal_path(p, stream); return; }
     if (attention_forward_uses_hopper(HS)) {
         // the tiles of the path above; HS 256: 64-key tiles (a 128-row Q block, two 32 KB K/V stages and O's 128
         // registers a thread fit)
@@ -1402,7 +1410,6 @@ struct AttentionBackwardParams {
     bool causal;
     float scale;
 };
-__host__ __device__ inline int attention_diagonal(const AttentionBackwardParams& p) { return p.causal ? p.Tk - p.T : (1 << 30); }
 
 // GPT-2: dqkv (B, T, 3, NH, HS) from dout (B, T, NH, HS)
 inline AttentionBackwardParams fused_qkv_backward_params(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv,
@@ -3042,10 +3049,7 @@ template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, b
 void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false,
                                               bool ordered_dq = false) {
     using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>;
-    if (!kGeneral && !(p.causal && p.T == p.Tk && p.NH == p.NH_kv)) {
-        fprintf(stderr, "attention: this backward kernel runs causal self-attention without GQA only\n");
-        exit(EXIT_FAILURE);
-    }
+    if (!kGeneral) attention_check_self_causal(p);
     const int num_items = p.B * p.NH_kv * ceil_div(p.Tk, Tile::kBlockN);
     HopperBackwardTmaMaps maps = backward_tma_maps(p, kBlockM, Tile::kBlockN);
     if (kAtomicDq) {   // dq_accum (B * NH, T, HS) fp32 as (HS, T, B * NH), boxes of 32 columns x kBlockM rows
@@ -3063,10 +3067,7 @@ void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, 
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false, bool kGeneral = false>
 void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false) {
     using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>;
-    if (!kGeneral && !(p.causal && p.T == p.Tk && p.NH == p.NH_kv)) {
-        fprintf(stderr, "attention: this backward kernel runs causal self-attention without GQA only\n");
-        exit(EXIT_FAILURE);
-    }
+    if (!kGeneral) attention_check_self_causal(p);
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockM);
     launch_with_smem_ex<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kDynamic, kGeneral>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p,
@@ -3155,13 +3156,6 @@ inline bool& attention_backward_nondeterministic() {
     return flag;
 }
 
-// GPT-2's shape family: causal self-attention (T = Tk) without GQA, head dims 64 and 128. It runs on the kernels
-// tuned for it (any strides); every other call on the general copies of the Hopper split (HS 64, 128 on sm_90a) or
-// on the split mma.sync kernels, which take everything.
-inline bool attention_backward_self_causal(const AttentionBackwardParams& p) {
-    return p.causal && p.T == p.Tk && p.NH == p.NH_kv && (p.HS == 64 || p.HS == 128);
-}
-
 // the backward runs on wgmma on Hopper, both head sizes (when the binary carries sm_90a code)
 inline bool attention_backward_uses_hopper(int /*HS*/) { return hopper_path_available(); }
 
@@ -3171,7 +3165,7 @@ inline bool attention_backward_uses_hopper(int /*HS*/) { return hopper_path_avai
 inline bool attention_backward_ordered_dq(int T, int HS) { return HS == 128 && T >= 8192 && attention_backward_uses_hopper(HS); }
 
 inline size_t attention_backward_scratch_bytes(const AttentionBackwardParams& p) {
-    const bool tuned = attention_backward_self_causal(p);
+    const bool tuned = attention_self_causal(p);
     const bool with_dq_accum = tuned && (attention_backward_nondeterministic() || attention_backward_ordered_dq(p.T, p.HS));
     return attention_backward_scratch_bytes_for(p.B, p.T, p.NH, p.HS, with_dq_accum);
 }
@@ -3215,7 +3209,7 @@ inline const char* attention_backward_unsupported_reason(const AttentionBackward
     return nullptr;
 }
 
-// GPT-2's family (attention_backward_self_causal): the kernels compiled for it; the GPT-2 wrapper calls only this.
+// GPT-2's family (attention_self_causal): the kernels compiled for it; the GPT-2 wrapper calls only this.
 // Deterministic unless attention_backward_nondeterministic() is set (which only this family uses).
 inline void attention_backward_self_causal_path(const AttentionBackwardParams& p, cudaStream_t stream) {
     const int HS = p.HS, T = p.T;
@@ -3248,11 +3242,11 @@ inline void attention_backward_self_causal_path(const AttentionBackwardParams& p
 inline void attention_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
     if (const char* why = attention_backward_unsupported_reason(p)) attention_exit_unsupported("backward", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
     const int HS = p.HS;
-    if (!attention_backward_self_causal(p) && (HS == 64 || HS == 128) && attention_backward_uses_hopper(HS)) {
+    if (!attention_self_causal(p) && (HS == 64 || HS == 128) && attention_backward_uses_hopper(HS)) {
         // the warp-specialised split's general copies (GQA: each dK/dV item sums its group's query heads)
         if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true>(p, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true>(p, stream);
-    } else if (!attention_backward_self_causal(p)) {
+    } else if (!attention_self_causal(p)) {
         // general: preprocess, the dK/dV kernel (GQA: each CTA sums its group's query heads), the dQ kernel
         if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64>(p, stream);
         else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(p, stream);

@@ -3,8 +3,6 @@ Variant 1: naive. A direct port of the CPU reference backward, fp32: one warp pe
 one warp per key row for dK and dV, lanes split the head dimension, P recomputed from lse. It is the GPU
 reference of common.h writing bf16 (D goes to the scratch), so the harness's reference and this variant
 are the same code. Slow by design; the correctness baseline on the GPU.
-Last run (H200, 2026-11-21, on bd0434e + uncommitted backward):
-  RESULT attention_backward 1 cfg=warp/row B=64 NH=12 T=1024 HS=64 ms_med=92.6339 ms_min=92.1512 tflops=2.8 speedup_vs_2=0.09
 */
 #pragma once
 

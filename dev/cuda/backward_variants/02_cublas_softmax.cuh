@@ -5,8 +5,6 @@ baseline's causal softmax; cuBLAS dV = att^T dout and dAtt = dout v^T; a softmax
 dS = att * (dAtt - rowsum(att * dAtt)) in place; cuBLAS dQ = scale dS k and dK = scale dS^T q; then one
 kernel scatters dq, dk, dv into dqkv (B, T, 3, NH, HS). Two T x T bf16 matrices per head live in the workspace.
 Accuracy: its scores are bf16 (llm.c), like the naive bf16 computation the FlashAttention rule measures against.
-Last run (H200, 2026-11-21, on bd0434e + uncommitted backward):
-  RESULT attention_backward 2 cfg=cublas B=64 NH=12 T=1024 HS=64 ms_med=8.6312 ms_min=8.4567 tflops=29.9 speedup_vs_2=1.00
 */
 #pragma once
 #include "dev/cuda/forward_variants/02_cublas_softmax.cuh"   // permute_qkv_kernel, causal_softmax_kernel

@@ -8,9 +8,6 @@ dQ += dS K, added to the fp32 accumulator with red.global.add; a post-pass dQ * 
 Kernels: attention_backward_dkdv_kernel<.., kAtomicDq=true> in src/attention.cuh. Configs: kBlockN keys x kBlockM
 queries / warps (16 keys per warp). Superseded by variant 8 (its 16-key warps load 0.6 ldmatrix.x4 per MMA); src
 runs 64x64/4w under FLASHGPT_ATTN_NONDETERMINISTIC=1 only where variant 8's shared memory does not fit.
-Last run (H200, 2026-11-21, on bd0434e + uncommitted backward; max error ratio to the naive bf16 error 1.00):
-  RESULT attention_backward 3 cfg=128x64/8w B=64 NH=12 T=1024 HS=64 ms_med=1.6280 ms_min=1.6226 tflops=158.3 speedup_vs_2=5.30 fwd_bwd_tflops=172.1
-  RESULT attention_backward 3 cfg=128x64/8w B=1 NH=12 T=16384 HS=64 ms_med=4.8923 ms_min=4.8507 tflops=210.7 speedup_vs_2=11.91 fwd_bwd_tflops=226.8
 */
 #pragma once
 

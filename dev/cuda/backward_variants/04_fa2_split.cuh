@@ -8,10 +8,6 @@ Configs: dK/dV kBlockN x kBlockM / warps + dQ kBlockM x kBlockN / warps; "x2": t
 "kv128x128/4x2w" / "kv128x64/4x2w/smem" take variant 8's kernel without dQ (attention_backward_split_wide) as the
 dK/dV kernel: what src ships off Hopper where its shared memory fits (163 KB at HS 64, 193.5 KB at HS 128: not on
 sm_86 / sm_89, not HS 128 on an A100; those GPUs skip both configs, attention_backward4_supports).
-Last run (H100, 2026-11-21, run 10 of the d9382f0 entry; bit-identical on every validation run), bwd ms at
-64x12x1024 / 8x12x1024 / 4x12x4096 / 1x12x16384 / 4x16x8192x128: the wide configs 1.720 / 0.217 / 1.280 / 4.763 /
-13.40, kv64x32/4w+q64x64/4w (HS 128: + q64x32/4w) 1.794 / 0.230 / 1.466 / 5.590 / 14.66. RESULT lines (H200) are in
-dev/cuda/README.md.
 */
 #pragma once
 

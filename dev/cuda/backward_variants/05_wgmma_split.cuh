@@ -7,9 +7,6 @@ cp.async double buffering, no warp specialisation. HS 128 stores tiles as two 64
 Its kernels (attention_backward_dkdv_hopper_kernel, attention_backward_dq_hopper_kernel) live in this file; src
 shipped them on Hopper until 054a36c. Configs: dK/dV keys x query-step / warpgroups + dQ queries x key-step /
 warpgroups. ptxas (sm_90a): no spills. Non-Hopper GPUs: not supported.
-Last run (H200, 2026-11-21, commit 98d5c03; every config validated, bit-identical twice, in the same run):
-  RESULT attention_backward 5 cfg=kv64x128/1wg+q64x128/1wg B=64 NH=12 T=1024 HS=64 ms_med=1.2688 ms_min=1.2359 tflops=203.1 speedup_vs_2=6.90 fwd_bwd_tflops=223.2
-  RESULT attention_backward 5 cfg=kv128x64/2wg+q128x64/2wg B=4 NH=16 T=8192 HS=128 ms_med=8.9500 ms_min=8.9449 tflops=307.1 speedup_vs_2=8.91 fwd_bwd_tflops=334.7
 */
 #pragma once
 #include "dev/cuda/wgmma_cp_async.cuh"

@@ -8,9 +8,6 @@ empty barrier, since the lse2 / D reads are ordinary loads. Persistent; items cl
 T >= 4096 (--schedule forces either schedule); the preprocess, dK/dV and dQ kernels overlap by programmatic
 dependent launch (--pdl 0 turns it off). Configs: dK/dV keys x query-step + dQ queries x key-step, ring depth 2
 unless "/s3". ptxas: 168 registers, no spills except HS 128 kv128x64+q128x128 (120 bytes in its dQ kernel).
-Last measured as src (H100, 2026-11-24, binaries of 4ebbd77, HS 64 kv128x128+q128x128, bwd ms_med): 64x12x1024
-0.965, 8x12x1024 0.132, 4x12x4096 0.704, 1x12x16384 2.578. The last RESULT lines (H100, 2026-11-21, 054a36c) and
-the removed /s3/ovl config's figures are in dev/cuda/README.md.
 */
 #pragma once
 

@@ -8,10 +8,6 @@ Non-deterministic: src runs it at HS 128 under FLASHGPT_ATTN_NONDETERMINISTIC=1.
 counter per (head, 64-query block) makes the adds land in a fixed order, from the diagonal key block down, with a
 head's items taken shortest first; src runs it at HS 128 from T = 8192. Configs: /ordered, the Q / dO ring depth.
 ptxas: no spills; SASS has UTMAREDG.3D.ADD.
-Last measured (H100, 2026-11-24, run 8 of the c57afea entry, bwd ms_med, two rounds): 4x16x8192x128 /ordered
-5.926, 6.029, unordered 5.660, 5.706, the split (variant 6) 6.385, 6.161; at 4x16x4096x128 the split wins (1.516
-against 1.631 ordered). At HS 64 it loses to the split (1x12x16384 2.81 against 2.60 ms, 058a713 entry). The
-removed /pipe configs' figures are in dev/cuda/README.md.
 */
 #pragma once
 

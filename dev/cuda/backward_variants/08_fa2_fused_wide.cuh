@@ -7,9 +7,6 @@ memory, dK / dV in 32 keys x 64 columns per warp, warps 4-7 taking dQ before dV/
 attention_backward_fused_kernel in src/attention.cuh: what FLASHGPT_ATTN_NONDETERMINISTIC=1 runs off Hopper.
 Configs: kBlockN keys x kBlockM queries / (key warps) x (query warps); 8x1w = 16-key warps, dK / dV from
 registers (kept to show the 4x2 layout's gain).
-Last run (H100, 2026-11-21, commit 90586bc, run 7 of the 88c9d29 entry; validated in the same run):
-  RESULT attention_backward 8 cfg=128x128/4x2w B=64 NH=12 T=1024 HS=64 ms_med=1.5167 tflops=169.9 speedup_vs_2=7.92
-  RESULT attention_backward 8 cfg=128x64/4x2w/smem B=4 NH=16 T=8192 HS=128 ms_med=9.6668 tflops=284.4 speedup_vs_2=9.43
 */
 #pragma once
 

@@ -3,8 +3,6 @@ Variant 1: naive. A direct port of the CPU reference: one warp per query row, la
 two passes (row max, then exp-sum and P V), fp32 throughout. It is the GPU reference kernel of
 common.h writing bf16, so the harness's reference and this variant are the same code.
 Slow by design; the correctness baseline on the GPU.
-Last run (H200, 2026-11-21, commit 64b4063):
-  RESULT attention_forward 1 cfg=warp/row B=64 NH=12 T=1024 HS=64 ms_med=399.8871 ms_min=399.7759 tflops=0.3 speedup_vs_2=0.01
 */
 #pragma once
 

@@ -3,8 +3,6 @@ Variant 2: the materialized baseline, what llm.c does without cuDNN, in bf16:
 permute qkv -> q, k, v (B, NH, T, HS); cuBLAS batched preatt = q k^T (B*NH, T, T); a causal scaled
 softmax in place (which also writes LSE); cuBLAS batched out = att v; unpermute to (B, T, NH, HS).
 It reads and writes the whole T x T matrix several times: this is the timing baseline.
-Last run (H200, 2026-11-21, commit ab05b33; all configs and anchors in dev/cuda/README.md):
-  RESULT attention_forward 2 cfg=cublas B=64 NH=12 T=1024 HS=64 ms_med=2.6252 ms_min=2.6217 tflops=39.3 speedup_vs_2=1.00
 */
 #pragma once
 

@@ -7,10 +7,6 @@ scale folded into one FFMA, normalised once at the end; causal tiles skipped, th
 tiles, the longest Q tiles launched first. Configs: kBlockM x kBlockN / warps. At HS 128, 32 rows a warp fit in 255
 registers only with src's lean K/V loader and XOR fragment addressing; 128x48/4w is the largest key tile with no
 spill on sm_80 or sm_90a, and 1.27x the 16-rows-a-warp config (ldmatrix traffic per MMA was the limit).
-Last run (H200, 2026-11-21, commit bd3b985; every config validated in the same run; all lines in dev/cuda/README.md):
-  RESULT attention_forward 3 cfg=128x64/4w B=64 NH=12 T=1024 HS=64 ms_med=0.4697 ms_min=0.4688 tflops=219.5 speedup_vs_2=5.61
-  RESULT attention_forward 3 cfg=128x48/4w B=4 NH=16 T=8192 HS=128 ms_med=3.1095 ms_min=3.0364 tflops=353.6 speedup_vs_2=3.90
-Newer (H100, 2026-11-21, commit 90586bc): 0.474 ms at 64x12x1024x64, 3.055 ms at 4x16x8192x128 (128x48/4w).
 */
 #pragma once
 

@@ -6,9 +6,6 @@ HS 128 tiles are two 64-column blocks in the HS 64 layout. "/ovl" (HS 64): FA3's
 (attention_forward_hopper_overlap_kernel: O += P V of tile j-1 under the softmax of tile j, separate 3-slot K and V
 rings). "/pv128" (HS 128): P V as one n128 wgmma a k16 step. Both kernels live in this file; src shipped
 attention_forward_hopper_kernel on Hopper until b6ae92a. Non-Hopper GPUs: not supported.
-Last run (H200, 2026-11-21, commit 98d5c03, validated in the same run; all lines in dev/cuda/README.md):
-  RESULT attention_forward 4 cfg=128x64/2wg/ovl B=64 NH=12 T=1024 HS=64 ms_med=0.3445 ms_min=0.3423 tflops=299.2 speedup_vs_2=7.67
-  RESULT attention_forward 4 cfg=128x64/2wg B=4 NH=16 T=8192 HS=128 ms_med=2.9009 ms_min=2.8598 tflops=379.0 speedup_vs_2=4.06
 */
 #pragma once
 #include "dev/cuda/wgmma_cp_async.cuh"

@@ -9,9 +9,6 @@ counted back from T, so a ragged block is the first, shortest item. Configs: kBl
 warpgroups / ping-pong / K-V ring depth (2 unless "/s3", "/s4"); "/c2": CTA pairs share each K/V tile by TMA
 multicast (HS 128, an even number of 128-row blocks); "/claimed": items past the first round come from a counter.
 ptxas: 168 registers (128 with 3 consumer warpgroups), no spills. Non-Hopper GPUs: not supported.
-Last measured (H100, 2026-11-24, run 3 of the d25ed85 entry, ms_med at 64x12x1024x64, three rounds):
-192x128/3wg/pp/s3 (src) 0.3042 / 0.3042 / 0.3038, 128x128/2wg/pp/s3 0.3109 / 0.3095 / 0.3107. The last RESULT lines
-(H100, 2026-11-21, commit b6ae92a) are in dev/cuda/README.md.
 */
 #pragma once
 
