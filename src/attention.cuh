@@ -46,6 +46,30 @@ struct AttentionStrides { long long batch, row, head; };
 inline AttentionStrides bthd_strides(int T, int NH, int HS) { return {(long long)T * NH * HS, (long long)NH * HS, HS}; }
 inline AttentionStrides fused_qkv_strides(int T, int NH, int HS) { return {3LL * T * NH * HS, 3LL * NH * HS, HS}; }
 
+// Optional parts of a call (every pointer nullptr: off). Attention runs per sequence b with its own lengths:
+//   T_b  = cu_seqlens_q[b + 1] - cu_seqlens_q[b] with packed queries (else T),
+//   Tk_b = cu_seqlens_k[b + 1] - cu_seqlens_k[b] with packed keys, else seqlens_k[b] (key padding), else Tk;
+// the causal diagonal is aligned bottom-right per sequence (key j <= i + Tk_b - T_b), as FlashAttention's varlen.
+// Packed sequences (FlashAttention's varlen): sequence b's rows are cu_seqlens_q[b] .. of Q and O (cu_seqlens_k[b] ..
+// of K and V) with the batch stride 0 (any batch stride is added too); T and Tk are then the longest lengths, which
+// size the grid and the LSE (B, NH, T) rows, of which only the first T_b of each sequence are written. Rows of O past
+// T_b (in a padded layout) are not written; dK and dV rows past Tk_b are written as zeros where the layout has them.
+// bias: an additive logit bias of logical shape (B, NH, T, Tk), element (b, h, i, j) at
+// bias[b * bias_st.batch + h * bias_st.head + i * bias_st.row + j] (i, j local to the sequence; keys contiguous), any
+// of the three strides 0 to broadcast (xformers' attn_bias, AlphaFold's pair bias); bf16 or fp32. A -inf entry masks
+// its key; a row whose keys are all masked gets O = 0, LSE = -inf and no gradient.
+struct AttentionExtras {
+    const void* bias;             // nullptr: none
+    AttentionStrides bias_st;     // (batch, row = query, head) strides in elements; 0 broadcasts
+    bool bias_fp32;               // fp32 bias, else bf16
+    const int* seqlens_k;         // (B) device: keys of sequence b (key padding, <= Tk)
+    const int* cu_seqlens_q;      // (B + 1) device: packed query rows (varlen)
+    const int* cu_seqlens_k;      // (B + 1) device: packed key rows (varlen)
+};
+__host__ __device__ inline bool attention_has_extras(const AttentionExtras& x) {
+    return x.bias || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k;
+}
+
 // Query i (of T) sees key j (of Tk) iff j < Tk and, when causal, j <= i + Tk - T: the causal diagonal aligned
 // bottom-right, as FlashAttention 2.1+ and cuDNN (T = Tk: the usual j <= i). Rows that see no key (causal, T > Tk)
 // get O = 0 and LSE = -inf, and contribute no gradient.
@@ -56,7 +80,8 @@ struct AttentionForwardParams {
     AttentionStrides q_st, k_st, v_st, o_st;
     int B, T, Tk, NH, NH_kv, HS;  // query head h reads key/value head h / (NH / NH_kv) (GQA; MQA: NH_kv = 1)
     bool causal;
-    float scale;                  // softmax(scale * Q K^T)
+    float scale;                  // softmax(scale * Q K^T + bias)
+    AttentionExtras x = {};       // bias, key lengths, packed sequences: all off by default
 };
 
 // (forward or backward params) the keys of query row i must satisfy key <= i + diag: Tk - T when causal, no limit
@@ -69,7 +94,7 @@ __host__ __device__ inline int attention_diagonal(const Params& p) { return p.ca
 // runs the general copies.
 template <class Params>
 inline bool attention_self_causal(const Params& p) {
-    return p.causal && p.T == p.Tk && p.NH == p.NH_kv && (p.HS == 64 || p.HS == 128);
+    return p.causal && p.T == p.Tk && p.NH == p.NH_kv && (p.HS == 64 || p.HS == 128) && !attention_has_extras(p.x);
 }
 template <class Params>
 inline void attention_check_self_causal(const Params& p) {
@@ -87,11 +112,77 @@ inline AttentionForwardParams fused_qkv_forward_params(floatX* out, float* lse, 
 
 constexpr float kLog2e = 1.4426950408889634f;
 
+// Sequence b's lengths and first rows (AttentionExtras): T_b and Tk_b, and the packed row offsets (0 if not packed)
+struct SequenceSpan { int T, Tk, q0, k0; };
+template <class Params>
+__device__ __forceinline__ SequenceSpan attention_sequence(const Params& p, int b) {
+    SequenceSpan sp{p.T, p.Tk, 0, 0};
+    if (p.x.cu_seqlens_q) { sp.q0 = p.x.cu_seqlens_q[b]; sp.T = p.x.cu_seqlens_q[b + 1] - sp.q0; }
+    if (p.x.cu_seqlens_k) { sp.k0 = p.x.cu_seqlens_k[b]; sp.Tk = p.x.cu_seqlens_k[b + 1] - sp.k0; }
+    else if (p.x.seqlens_k) sp.Tk = p.x.seqlens_k[b];
+    return sp;
+}
+__host__ __device__ inline int attention_diagonal(bool causal, int T, int Tk) { return causal ? Tk - T : (1 << 30); }
+
+// The bias rows of one (b, h): bias(i, j) for query i, key j of the sequence
+struct BiasRows {
+    const void* base;
+    long long row;
+    bool fp32;
+    __device__ __forceinline__ float operator()(int i, int j) const {
+        const long long at = (long long)i * row + j;
+        return fp32 ? __ldg((const float*)base + at) : __bfloat162float(((const __nv_bfloat16*)base)[at]);
+    }
+};
+__device__ __forceinline__ BiasRows bias_rows(const AttentionExtras& x, int b, int h) {
+    const size_t elem = x.bias_fp32 ? 4 : 2;
+    return {(const uint8_t*)x.bias + (b * x.bias_st.batch + h * x.bias_st.head) * elem, x.bias_st.row, x.bias_fp32};
+}
+
 // Key tiles of kBlockN a query block whose last row is last_row walks: up to its last visible key, at least one (a
 // block that sees no key walks one tile, fully masked, and writes O = 0, LSE = -inf)
 __host__ __device__ inline int attention_key_blocks(int last_row, int diag, int Tk, int kBlockN) {
     const long long last_key = (long long)last_row + diag < Tk - 1 ? (long long)last_row + diag : Tk - 1;
     return last_key < 0 ? 1 : (int)(last_key / kBlockN) + 1;
+}
+
+// s += bias(row, key) * inv_scale over a warp's kMT m16 x kNT n8 accumulator tiles (rows row0 + 16mt + g (+8), keys
+// key0 + 8nt + 2tq (+1)); rows past T and keys past Tk are left alone (the mask or the bounds drop them)
+template <int kMT, int kNT>
+__device__ __forceinline__ void add_bias_tile(float (&s)[kMT][kNT][4], const BiasRows& bias, int row0, int key0, int T, int Tk,
+                                              float inv_scale, int lane) {
+    const int g = lane / 4, tq = lane % 4;
+    #pragma unroll
+    for (int mt = 0; mt < kMT; mt++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int row = row0 + mt * 16 + g + 8 * (e / 2);
+            if (row >= T) continue;
+            #pragma unroll
+            for (int nt = 0; nt < kNT; nt++) {
+                const int key = key0 + nt * 8 + 2 * tq + (e % 2);
+                if (key < Tk) s[mt][nt][e] += bias(row, key) * inv_scale;
+            }
+        }
+}
+
+// the same on S^T (the backward's dK/dV tiles: keys key0 + 16mt + g (+8) as rows, queries q0 + 8nt + 2tq (+1))
+template <int kMT, int kQT>
+__device__ __forceinline__ void add_bias_tile_t(float (&st)[kMT][kQT][4], const BiasRows& bias, int key0, int q0, int T, int Tk,
+                                                float inv_scale, int lane) {
+    const int g = lane / 4, tq = lane % 4;
+    #pragma unroll
+    for (int mt = 0; mt < kMT; mt++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int key = key0 + mt * 16 + g + 8 * (e / 2);
+            if (key >= Tk) continue;
+            #pragma unroll
+            for (int nt = 0; nt < kQT; nt++) {
+                const int q = q0 + nt * 8 + 2 * tq + (e % 2);
+                if (q < T) st[mt][nt][e] += bias(q, key) * inv_scale;
+            }
+        }
 }
 
 // ----------------------------------------------------------------------------
@@ -111,8 +202,10 @@ struct ForwardTile {
     static constexpr int kSmemBytes = kBlockM * HS * 2 + 2 * 2 * kTileBytes;
 };
 
-// kGeneral false: causal self-attention without GQA only (Tk = T, the diagonal 0: constants to the compiler)
-template <int HS, int kWarpTilesM, int kNWarps, int kBlockN, bool kGeneral = false>
+// kGeneral false: causal self-attention without GQA only (Tk = T, the diagonal 0: constants to the compiler);
+// kExtras (general only): the AttentionExtras (bias, per-sequence lengths, packed rows), in their own copy so that the
+// calls without them keep their registers
+template <int HS, int kWarpTilesM, int kNWarps, int kBlockN, bool kGeneral = false, bool kExtras = false>
 __global__ void __launch_bounds__(kNWarps * 32)
 attention_forward_kernel(const AttentionForwardParams p) {
     using Tile = ForwardTile<HS, kWarpTilesM, kNWarps, kBlockN>;
@@ -128,8 +221,11 @@ attention_forward_kernel(const AttentionForwardParams p) {
     uint8_t* q_smem = smem;                              // (kBlockM, HS), later O staging
     uint8_t* kv_smem = smem + kBlockM * HS * 2;          // [stage][K, V] (kBlockN, HS) each
 
-    const int T = p.T, Tk = kGeneral ? p.Tk : T, NH = p.NH, diag = kGeneral ? attention_diagonal(p) : 0;
-    const int b = blockIdx.x / NH, h = blockIdx.x % NH, h_kv = kGeneral ? h / (NH / p.NH_kv) : h;
+    const int NH = p.NH, b = blockIdx.x / NH, h = blockIdx.x % NH, h_kv = kGeneral ? h / (NH / p.NH_kv) : h;
+    // general: sequence b's own lengths and rows (AttentionExtras); GPT-2's family: T = Tk, diagonal 0
+    static_assert(kGeneral || !kExtras, "the extras run on the general copies");
+    const SequenceSpan seq = kExtras ? attention_sequence(p, b) : SequenceSpan{p.T, kGeneral ? p.Tk : p.T, 0, 0};
+    const int T = seq.T, Tk = seq.Tk, diag = kGeneral ? attention_diagonal(p.causal, T, Tk) : 0;
     const int m_block = gridDim.y - 1 - blockIdx.y;      // longest (last) Q tiles first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
@@ -137,6 +233,10 @@ attention_forward_kernel(const AttentionForwardParams p) {
     const floatX* k_gl = p.k + b * p.k_st.batch + h_kv * p.k_st.head;
     const floatX* v_gl = p.v + b * p.v_st.batch + h_kv * p.v_st.head;
     const int m_start = m_block * kBlockM;
+    if constexpr (kExtras) {
+        if (m_start >= T) return;                         // a packed sequence shorter than the longest
+        q_gl += seq.q0 * p.q_st.row; k_gl += seq.k0 * p.k_st.row; v_gl += seq.k0 * p.v_st.row;
+    }
     const int warp_row0 = warp * 16 * kMT;               // first row of this warp inside the tile
     const int n_blocks = kGeneral ? attention_key_blocks(m_start + kBlockM - 1, diag, Tk, kBlockN)
                                   : min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
@@ -241,6 +341,9 @@ attention_forward_kernel(const AttentionForwardParams p) {
                     }
                 }
             }
+            if constexpr (kExtras) {   // the additive bias, in units of S (scale multiplies it back)
+                if (p.x.bias) add_bias_tile<kMT, kNT>(s, bias_rows(p.x, b, h), m_start + warp_row0, n_block * kBlockN, T, Tk, 1.0f / p.scale, lane);
+            }
             // mask (the causal diagonal, keys past Tk), only on tiles that cross this warp's limits
             if (n_block * kBlockN + kBlockN - 1 > (kGeneral ? min(m_start + warp_row0 + diag, Tk - 1) : m_start + warp_row0)) {
                 #pragma unroll
@@ -300,7 +403,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
             const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
             const int row = warp_row0 + mt * 16 + g + 8 * half;
             if (tq == 0 && m_start + row < T)
-                p.lse[((size_t)b * NH + h) * T + m_start + row] = l > 0.0f ? row_max[mt][half] * scale + logf(l) : -INFINITY;
+                p.lse[((size_t)b * NH + h) * p.T + m_start + row] = l > 0.0f ? row_max[mt][half] * scale + logf(l) : -INFINITY;
             #pragma unroll
             for (int dt = 0; dt < kDT; dt++) {
                 uint32_t packed = pack_bf16x2(o_acc[mt][dt][2 * half] * inv_l, o_acc[mt][dt][2 * half + 1] * inv_l);
@@ -309,7 +412,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
         }
     __syncwarp();
     constexpr int kChunks = HS / 8;
-    floatX* out_gl = p.out + b * p.o_st.batch + h * p.o_st.head;
+    floatX* out_gl = p.out + b * p.o_st.batch + h * p.o_st.head + seq.q0 * p.o_st.row;
     for (int c = lane; c < 16 * kMT * kChunks; c += 32) {
         int row = warp_row0 + c / kChunks, ch = c % kChunks;
         if (m_start + row < T)
@@ -318,11 +421,11 @@ attention_forward_kernel(const AttentionForwardParams p) {
     }
 }
 
-template <int HS, int kWarpTilesM, int kNWarps, int kBlockN, bool kGeneral = false>
+template <int HS, int kWarpTilesM, int kNWarps, int kBlockN, bool kGeneral = false, bool kExtras = false>
 void launch_attention_forward(const AttentionForwardParams& p, cudaStream_t stream) {
     using Tile = ForwardTile<HS, kWarpTilesM, kNWarps, kBlockN>;
     if (!kGeneral) attention_check_self_causal(p);
-    launch_with_smem<attention_forward_kernel<HS, kWarpTilesM, kNWarps, kBlockN, kGeneral>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
+    launch_with_smem<attention_forward_kernel<HS, kWarpTilesM, kNWarps, kBlockN, kGeneral, kExtras>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
                          Tile::kThreads, Tile::kSmemBytes, stream, p);
 }
 
@@ -1205,7 +1308,8 @@ __global__ void attention_decode_combine_kernel(const AttentionForwardParams p, 
 // the decode kernels run where the R = T * NH / NH_kv rows that share a key/value head fit one m16 tile, and the keys
 // are many enough that splitting them pays
 inline bool attention_decode_applies(const AttentionForwardParams& p) {
-    return (long long)p.T * (p.NH / p.NH_kv) <= kDecodeRows && p.Tk >= 2 * kDecodeKeys && (long long)p.B * p.NH_kv <= 65535;
+    return (long long)p.T * (p.NH / p.NH_kv) <= kDecodeRows && p.Tk >= 2 * kDecodeKeys && (long long)p.B * p.NH_kv <= 65535 &&
+           !p.x.bias && !p.x.cu_seqlens_q && !p.x.cu_seqlens_k;
 }
 
 // fp32 scratch for the splits' partials, grown as needed (the decode call owns it; one stream at a time)
@@ -1247,6 +1351,8 @@ inline const char* attention_unsupported_reason(const AttentionForwardParams& p)
     if (p.B < 1 || p.T < 1 || p.Tk < 1 || p.NH < 1 || p.NH_kv < 1) return "B, T, Tk, NH and NH_kv must be at least 1";
     if (p.NH % p.NH_kv != 0) return "the query heads NH must be a multiple of the key/value heads NH_kv";
     if ((long long)p.B * p.NH > 2147483647LL) return "B * NH too large for the grid";
+    if (p.x.seqlens_k && p.x.cu_seqlens_k) return "give key lengths either as seqlens_k (padded) or cu_seqlens_k (packed), not both";
+    if (p.x.bias && (uintptr_t)p.x.bias % (p.x.bias_fp32 ? 4 : 2)) return "the bias must be aligned to its element size";
     if (ceil_div(p.T, 64) > 65535) return "T too large for the grid";
     for (const AttentionStrides& st : {p.q_st, p.k_st, p.v_st, p.o_st}) {
         if (st.batch % 8 || st.row % 8 || st.head % 8) return "every batch, row and head stride must be a multiple of 8 elements (16 bytes)";
@@ -1319,9 +1425,16 @@ inline void attention_forward_self_causal_path(const AttentionForwardParams& p, 
 inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stream) {
     if (const char* why = attention_unsupported_reason(p)) attention_exit_unsupported("forward", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
     const int HS = p.HS, T = p.T;
-    if (attention_decode_applies(p)) { attention_forward_kvcache(p, nullptr, stream); return; }
+    if (attention_decode_applies(p)) { attention_forward_kvcache(p, p.x.seqlens_k, stream); return; }
     if (attention_self_causal(p)) { attention_forward_self_causal_path(p, stream); return; }
-    if (attention_forward_uses_hopper(HS)) {
+    if (attention_has_extras(p.x)) {   // bias, key lengths, packed sequences: the mma.sync kernels' kExtras copies
+        if (HS == 64) launch_attention_forward<64, 2, 4, 64, true, true>(p, stream);
+        else if (HS == 128) launch_attention_forward<128, 2, 4, 48, true, true>(p, stream);
+        else if (HS == 32) launch_attention_forward<32, 2, 4, 64, true, true>(p, stream);
+        else if (HS == 96) launch_attention_forward<96, 2, 4, 64, true, true>(p, stream);
+        else launch_attention_forward<256, 1, 4, 32, true, true>(p, stream);
+    }
+    else if (attention_forward_uses_hopper(HS)) {
         // the tiles of the path above; HS 256: 64-key tiles (a 128-row Q block, two 32 KB K/V stages and O's 128
         // registers a thread fit)
         if (HS == 64 && (long)p.B * p.NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true, 1, false, true>(p, stream);
@@ -1351,6 +1464,8 @@ inline void attention_forward_kvcache(const AttentionForwardParams& p, const int
     const char* why = attention_unsupported_reason(p);
     if (!why && (long long)p.T * (p.NH / p.NH_kv) > kDecodeRows) why = "the KV-cache path takes T * NH / NH_kv <= 16 query rows (a prefill runs attention_forward)";
     if (!why && (long long)p.B * p.NH_kv > 65535) why = "B * NH_kv too large for the grid";
+    if (!why && (p.x.bias || p.x.cu_seqlens_q || p.x.cu_seqlens_k)) why = "the KV-cache path takes no bias and no packed sequences";
+    if (!seqlens_k) seqlens_k = p.x.seqlens_k;
     if (why) attention_exit_unsupported("forward (KV cache)", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
     switch (p.HS) {
         case 32: launch_attention_decode<32>(p, seqlens_k, stream); break;
@@ -1409,6 +1524,9 @@ struct AttentionBackwardParams {
     int B, T, Tk, NH, NH_kv, HS;
     bool causal;
     float scale;
+    AttentionExtras x = {};       // the forward's
+    void* dbias = nullptr;        // optional: d loss / d bias, bias's dtype and strides (summed over its broadcast
+                                  // dimensions in a fixed order: deterministic); needs attention_backward_scratch_bytes(p)
 };
 
 // GPT-2: dqkv (B, T, 3, NH, HS) from dout (B, T, NH, HS)
@@ -1429,11 +1547,12 @@ __host__ __device__ inline int bwd_padded_T(int T) { return ceil_div(T, kBwdRowP
 constexpr int kDqOrderRows = 64;
 // scratch = lse2 (B*NH, Tpad) fp32 | dpsum (B*NH, Tpad) fp32 | [atomic path] dq_accum (B*NH, T, HS) fp32 |
 // dq_order (B*NH, T / kDqOrderRows) int
-struct BackwardScratch { float* lse2; float* dpsum; float* dq_accum; int* dq_order; };
+// | [dbias] ds (B*NH, T, Tk) fp32 (general calls, which never take the atomic path)
+struct BackwardScratch { float* lse2; float* dpsum; float* dq_accum; int* dq_order; float* ds; };
 __host__ __device__ inline BackwardScratch backward_scratch(const AttentionBackwardParams& p) {
     const size_t rows = (size_t)p.B * p.NH * bwd_padded_T(p.T);
     float* base = (float*)p.scratch;
-    return {base, base + rows, base + 2 * rows, (int*)(base + 2 * rows + (size_t)p.B * p.NH * p.T * p.HS)};
+    return {base, base + rows, base + 2 * rows, (int*)(base + 2 * rows + (size_t)p.B * p.NH * p.T * p.HS), base + 2 * rows};
 }
 inline size_t attention_backward_scratch_bytes_for(int B, int T, int NH, int HS, bool with_dq_accum) {
     const size_t stats = 2 * (size_t)B * NH * bwd_padded_T(T) * sizeof(float);
@@ -1445,7 +1564,7 @@ inline size_t attention_backward_scratch_bytes_for(int B, int T, int NH, int HS,
 // needs it: 16 at HS 96, HS / 8 otherwise), 16 bytes each
 template <int HS> __host__ __device__ constexpr int preprocess_lanes() { return HS == 96 ? 16 : HS / 8; }
 
-template <int HS>
+template <int HS, bool kExtras = false>
 __global__ void attention_backward_preprocess_kernel(const AttentionBackwardParams p, bool zero_dq) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     pdl_launch_dependents();   // the Hopper dK/dV kernel may get ready meanwhile (it waits for this grid's results)
@@ -1456,12 +1575,16 @@ __global__ void attention_backward_preprocess_kernel(const AttentionBackwardPara
     const size_t row = idx / kLanes;                 // (b * NH + h) * Tp + t
     const int chunk = idx % kLanes;
     const int bh = row / Tp, t = row % Tp, b = bh / NH, h = bh % NH;
-    const bool valid = row < (size_t)p.B * NH * Tp && t < T && chunk < HS / 8;
+    // packed sequences: sequence b's rows are q0 .. q0 + T_b - 1; its rows from T_b are padding
+    int T_b = T, q0 = 0;
+    if (kExtras && p.x.cu_seqlens_q && row < (size_t)p.B * NH * Tp) { q0 = p.x.cu_seqlens_q[b]; T_b = p.x.cu_seqlens_q[b + 1] - q0; }
+    const bool valid = row < (size_t)p.B * NH * Tp && t < T_b && chunk < HS / 8;
     BackwardScratch sc = backward_scratch(p);
     float sum = 0.0f;
     if (valid) {
-        const uint4 o = *reinterpret_cast<const uint4*>(p.out + b * p.o_st.batch + t * p.o_st.row + h * p.o_st.head + chunk * 8);
-        const uint4 d = *reinterpret_cast<const uint4*>(p.dout + b * p.do_st.batch + t * p.do_st.row + h * p.do_st.head + chunk * 8);
+        const int r = q0 + t;
+        const uint4 o = *reinterpret_cast<const uint4*>(p.out + b * p.o_st.batch + r * p.o_st.row + h * p.o_st.head + chunk * 8);
+        const uint4 d = *reinterpret_cast<const uint4*>(p.dout + b * p.do_st.batch + r * p.do_st.row + h * p.do_st.head + chunk * 8);
         const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&o);
         const __nv_bfloat162* d2 = reinterpret_cast<const __nv_bfloat162*>(&d);
         #pragma unroll
@@ -1653,7 +1776,7 @@ struct BackwardKVTile {
     static constexpr int kSmemBytes = 2 * kKVBytes + kDsBytes + 2 * kStageBytes;
 };
 
-template <int HS, int kNWarps, int kMT, int kBlockM, bool kAtomicDq>
+template <int HS, int kNWarps, int kMT, int kBlockM, bool kAtomicDq, bool kExtras = false>
 __global__ void __launch_bounds__(kNWarps * 32)
 attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
     using Tile = BackwardKVTile<HS, kNWarps, kMT, kBlockM, kAtomicDq>;
@@ -1677,28 +1800,34 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
 
     // one CTA per (key block, b, key/value head): with GQA it walks the query blocks of every query head of its group,
     // head by head, so dK and dV are summed in registers in a fixed order and written once
-    const int T = p.T, Tk = p.Tk, NH = p.NH, Tp = bwd_padded_T(T), diag = attention_diagonal(p), group = NH / p.NH_kv;
+    const int NH = p.NH, Tp = bwd_padded_T(p.T), group = NH / p.NH_kv;
     const int b = blockIdx.x / p.NH_kv, h_kv = blockIdx.x % p.NH_kv;
+    // sequence b's own lengths and rows (AttentionExtras, in the kExtras copy only)
+    const SequenceSpan seq = kExtras ? attention_sequence(p, b) : SequenceSpan{p.T, p.Tk, 0, 0};
+    const int T = seq.T, Tk = seq.Tk, diag = attention_diagonal(p.causal, T, Tk);
     const int n_block = blockIdx.y;                     // block 0 has the most query tiles: launched first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
-    const floatX* k_gl = p.k + b * p.k_st.batch + h_kv * p.k_st.head;
-    const floatX* v_gl = p.v + b * p.v_st.batch + h_kv * p.v_st.head;
+    const floatX* k_gl = p.k + b * p.k_st.batch + h_kv * p.k_st.head + seq.k0 * p.k_st.row;
+    const floatX* v_gl = p.v + b * p.v_st.batch + h_kv * p.v_st.head + seq.k0 * p.v_st.row;
     const BackwardScratch sc = backward_scratch(p);
     const int n_start = n_block * kBlockN;
+    // packed keys: nothing of this sequence here. Padded (seqlens_k): the block's rows are written, as zeros.
+    if (kExtras && p.x.cu_seqlens_k && n_start >= Tk) return;
     const int warp_row0 = warp * 16 * kMT;              // this warp's first key row inside the tile
     const int warp_key0 = n_start + warp_row0;          // ... and as a key index
     // the first query block with a query that sees a key here (query i sees key j iff j <= i + diag)
     const int m_first = max(n_start - diag, 0) / kBlockM;
     const int m_blocks = ceil_div(T, kBlockM);
-    const int head_steps = max(m_blocks - m_first, 0), steps = group * head_steps;
+    const int head_steps = n_start < Tk ? max(m_blocks - m_first, 0) : 0, steps = group * head_steps;
     auto step_bh = [&](int i) { return b * NH + h_kv * group + i / head_steps; };   // the step's query head (b * NH + h)
     auto step_m_block = [&](int i) { return m_first + i % head_steps; };
 
     auto load_stage = [&](int s, int i) {
         const int bh = step_bh(i), h = bh % NH, m_block = step_m_block(i);
-        load_tile_async<HS, kThreads>(q_tile(s), p.q + b * p.q_st.batch + h * p.q_st.head, p.q_st.row, m_block * kBlockM, kBlockM, T);
-        load_tile_async<HS, kThreads>(do_tile(s), p.dout + b * p.do_st.batch + h * p.do_st.head, p.do_st.row, m_block * kBlockM, kBlockM, T);
+        load_tile_async<HS, kThreads>(q_tile(s), p.q + b * p.q_st.batch + h * p.q_st.head + seq.q0 * p.q_st.row, p.q_st.row, m_block * kBlockM, kBlockM, T);
+        load_tile_async<HS, kThreads>(do_tile(s), p.dout + b * p.do_st.batch + h * p.do_st.head + seq.q0 * p.do_st.row, p.do_st.row,
+                                      m_block * kBlockM, kBlockM, T);
         // lse2 then dpsum, kBlockM floats each; the padding keeps these in bounds and 16-byte aligned
         for (int c = threadIdx.x; c < kBlockM / 2; c += kThreads) {
             const int which = c / (kBlockM / 4), j = c % (kBlockM / 4);
@@ -1739,6 +1868,7 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
         // S^T = K Q^T and dP^T = V dO^T: 16 * kMT keys x kBlockM queries per warp
         float st[kMT][kQT][4], dpt[kMT][kQT][4];
         backward_st_dpt<HS, kMT, kQT>(st, dpt, k_smem, v_smem, q_s, do_s, warp_row0, 0, lane);
+        if (kExtras && p.x.bias) add_bias_tile_t<kMT, kQT>(st, bias_rows(p.x, b, step_bh(i) % NH), warp_key0, m_start, T, Tk, 1.0f / p.scale, lane);
         // P^T = exp2(S^T * c - lse2[query]), 0 where key > query + diag; dS^T = P^T * (dP^T - D[query]). Only tiles
         // where some key of this warp exceeds some query's limit need the mask (keys past Tk need none: their rows
         // of dK, dV are not stored).
@@ -1800,9 +1930,18 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
         __syncthreads();   // every warp is done with this stage (and dS^T) before the next prefetch / store overwrites it
     }
 
-    backward_store_dk_dv<HS, kMT, kAccDT>(dk_acc, dv_acc, k_smem, v_smem, p.dk + b * p.dk_st.batch + h_kv * p.dk_st.head, p.dk_st.row,
-                                          p.dv + b * p.dv_st.batch + h_kv * p.dv_st.head, p.dv_st.row, p.scale, Tk, n_start, warp_row0,
-                                          col0, lane);
+    if (kExtras && p.x.seqlens_k) {   // padded keys past Tk_b saw zeros for K and V: their gradients are zero
+        #pragma unroll
+        for (int mt = 0; mt < kMT; mt++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (warp_key0 + mt * 16 + g + 8 * (e / 2) >= Tk)
+                    #pragma unroll
+                    for (int dt = 0; dt < kAccDT; dt++) dk_acc[mt][dt][e] = dv_acc[mt][dt][e] = 0.0f;
+    }
+    backward_store_dk_dv<HS, kMT, kAccDT>(dk_acc, dv_acc, k_smem, v_smem, p.dk + b * p.dk_st.batch + h_kv * p.dk_st.head + seq.k0 * p.dk_st.row,
+                                          p.dk_st.row, p.dv + b * p.dv_st.batch + h_kv * p.dv_st.head + seq.k0 * p.dv_st.row, p.dv_st.row,
+                                          p.scale, kExtras && p.x.cu_seqlens_k ? Tk : p.Tk, n_start, warp_row0, col0, lane);
 }
 
 // ----------------------------------------------------------------------------
@@ -1820,7 +1959,7 @@ struct BackwardQTile {
     static constexpr int kSmemBytes = 2 * kBlockM * HS * 2 + 2 * 2 * kTileBytes;
 };
 
-template <int HS, int kNWarps, int kMT, int kBlockN>
+template <int HS, int kNWarps, int kMT, int kBlockN, bool kExtras = false>
 __global__ void __launch_bounds__(kNWarps * 32)
 attention_backward_dq_kernel(const AttentionBackwardParams p) {
     using Tile = BackwardQTile<HS, kNWarps, kMT, kBlockN>;
@@ -1835,16 +1974,20 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
     auto k_tile = [&](int s) { return kv_smem + s * 2 * Tile::kTileBytes; };
     auto v_tile = [&](int s) { return kv_smem + s * 2 * Tile::kTileBytes + Tile::kTileBytes; };
 
-    const int T = p.T, Tk = p.Tk, NH = p.NH, Tp = bwd_padded_T(T), diag = attention_diagonal(p);
+    const int NH = p.NH, Tp = bwd_padded_T(p.T);
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH, h_kv = h / (NH / p.NH_kv);
+    // sequence b's own lengths and rows (AttentionExtras, in the kExtras copy only)
+    const SequenceSpan seq = kExtras ? attention_sequence(p, b) : SequenceSpan{p.T, p.Tk, 0, 0};
+    const int T = seq.T, Tk = seq.Tk, diag = attention_diagonal(p.causal, T, Tk);
     const int m_block = gridDim.y - 1 - blockIdx.y;     // longest (last) query tiles first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
-    const floatX* q_gl = p.q + b * p.q_st.batch + h * p.q_st.head;
-    const floatX* k_gl = p.k + b * p.k_st.batch + h_kv * p.k_st.head;
-    const floatX* v_gl = p.v + b * p.v_st.batch + h_kv * p.v_st.head;
-    const floatX* do_gl = p.dout + b * p.do_st.batch + h * p.do_st.head;
+    const floatX* q_gl = p.q + b * p.q_st.batch + h * p.q_st.head + seq.q0 * p.q_st.row;
+    const floatX* k_gl = p.k + b * p.k_st.batch + h_kv * p.k_st.head + seq.k0 * p.k_st.row;
+    const floatX* v_gl = p.v + b * p.v_st.batch + h_kv * p.v_st.head + seq.k0 * p.v_st.row;
+    const floatX* do_gl = p.dout + b * p.do_st.batch + h * p.do_st.head + seq.q0 * p.do_st.row;
     const int m_start = m_block * kBlockM;
+    if (kExtras && m_start >= T) return;                // a packed sequence shorter than the longest
     const int warp_row0 = warp * 16 * kMT;              // first row of this warp inside the tile
     const int n_blocks = attention_key_blocks(m_start + kBlockM - 1, diag, Tk, kBlockN);
 
@@ -1935,6 +2078,7 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                     }
                 }
             }
+            if (kExtras && p.x.bias) add_bias_tile<kMT, kNT>(s, bias_rows(p.x, b, h), m_start + warp_row0, n_block * kBlockN, T, Tk, 1.0f / p.scale, lane);
             // P = exp2(S * c - lse2), 0 where key > query + diag or key >= Tk (only on tiles crossing this warp's
             // limits); dS = P * (dP - D)
             const bool need_mask = n_block * kBlockN + kBlockN - 1 > min(m_start + warp_row0 + diag, Tk - 1);
@@ -1949,6 +2093,21 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                         if (need_mask && (key > m_start + warp_row0 + mt * 16 + g + 8 * (e / 2) + diag || key >= Tk)) x = -INFINITY;
                         dp[mt][nt][e] = fast_exp2(x) * (dp[mt][nt][e] - row_dpsum[mt][e / 2]);
                     }
+            if (kExtras && p.dbias) {   // dS is d loss / d logit = d loss / d bias: (B, NH, T, Tk) fp32 for the dbias kernel
+                #pragma unroll
+                for (int mt = 0; mt < kMT; mt++)
+                    #pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int row = m_start + warp_row0 + mt * 16 + g + 8 * (e / 2);
+                        if (row >= T) continue;
+                        float* ds_row = sc.ds + (((size_t)b * NH + h) * p.T + row) * p.Tk;
+                        #pragma unroll
+                        for (int nt = 0; nt < kNT; nt++) {
+                            const int key = n_block * kBlockN + nt * 8 + 2 * tq + (e % 2);
+                            if (key < Tk) ds_row[key] = dp[mt][nt][e];
+                        }
+                    }
+            }
             // dQ += dS K (K is [key][d])
             mma_accum_times_tile(dq_acc, dp, [&](int kk, int dpair) {
                 const int key = 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2);
@@ -1972,13 +2131,43 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
         }
     __syncwarp();
     constexpr int kChunks = HS / 8;
-    floatX* dq_gl = p.dq + b * p.dq_st.batch + h * p.dq_st.head;
+    floatX* dq_gl = p.dq + b * p.dq_st.batch + h * p.dq_st.head + seq.q0 * p.dq_st.row;
     for (int c = lane; c < 16 * kMT * kChunks; c += 32) {
         const int row = warp_row0 + c / kChunks, ch = c % kChunks;
         if (m_start + row < T)
             *reinterpret_cast<uint4*>(dq_gl + (m_start + row) * p.dq_st.row + ch * 8) =
                 *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
     }
+}
+
+// ----------------------------------------------------------------------------
+// dbias: the dq kernel's dS (B, NH, T, Tk) summed over the bias's broadcast dimensions (its zero strides), one thread
+// per dbias element, in a fixed order (deterministic). Elements a row does not see (masked, past its sequence) add 0.
+
+inline size_t attention_dbias_elements(const AttentionBackwardParams& p) {
+    const AttentionStrides& st = p.x.bias_st;
+    return (size_t)(st.batch ? p.B : 1) * (st.head ? p.NH : 1) * (st.row ? p.T : 1) * p.Tk;
+}
+
+__global__ void attention_dbias_kernel(const AttentionBackwardParams p) {
+    const AttentionStrides st = p.x.bias_st;
+    const int Bd = st.batch ? p.B : 1, Hd = st.head ? p.NH : 1, Td = st.row ? p.T : 1;
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)Bd * Hd * Td * p.Tk) return;
+    const int j = idx % p.Tk, i0 = idx / p.Tk % Td, h0 = idx / ((size_t)p.Tk * Td) % Hd, b0 = idx / ((size_t)p.Tk * Td * Hd);
+    const float* ds = backward_scratch(p).ds;
+    float sum = 0.0f;
+    for (int b = st.batch ? b0 : 0; b < (st.batch ? b0 + 1 : p.B); b++) {
+        const SequenceSpan seq = attention_sequence(p, b);
+        const int diag = attention_diagonal(p.causal, seq.T, seq.Tk);
+        if (j >= seq.Tk) continue;
+        for (int h = st.head ? h0 : 0; h < (st.head ? h0 + 1 : p.NH); h++)
+            for (int i = st.row ? i0 : 0; i < (st.row ? i0 + 1 : seq.T); i++)
+                if (i < seq.T && j <= i + diag) sum += ds[(((size_t)b * p.NH + h) * p.T + i) * p.Tk + j];
+    }
+    const long long at = b0 * st.batch + h0 * st.head + i0 * st.row + j;
+    if (p.x.bias_fp32) ((float*)p.dbias)[at] = sum;
+    else ((__nv_bfloat16*)p.dbias)[at] = __float2bfloat16(sum);
 }
 
 // ----------------------------------------------------------------------------
@@ -3008,10 +3197,10 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
 // ----------------------------------------------------------------------------
 // launchers
 
-template <int HS>
+template <int HS, bool kExtras = false>
 void launch_attention_backward_preprocess(const AttentionBackwardParams& p, bool zero_dq, cudaStream_t stream) {
     const size_t threads = (size_t)p.B * p.NH * bwd_padded_T(p.T) * preprocess_lanes<HS>();
-    attention_backward_preprocess_kernel<HS><<<(unsigned)ceil_div(threads, (size_t)256), 256, 0, stream>>>(p, zero_dq);
+    attention_backward_preprocess_kernel<HS, kExtras><<<(unsigned)ceil_div(threads, (size_t)256), 256, 0, stream>>>(p, zero_dq);
     cudaCheck(cudaGetLastError());
 }
 
@@ -3022,17 +3211,17 @@ void launch_attention_backward_postprocess(const AttentionBackwardParams& p, cud
     cudaCheck(cudaGetLastError());
 }
 
-template <int HS, int kNWarps, int kMT, int kBlockM, bool kAtomicDq>
+template <int HS, int kNWarps, int kMT, int kBlockM, bool kAtomicDq, bool kExtras = false>
 void launch_attention_backward_dkdv(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = BackwardKVTile<HS, kNWarps, kMT, kBlockM, kAtomicDq>;
-    launch_with_smem<attention_backward_dkdv_kernel<HS, kNWarps, kMT, kBlockM, kAtomicDq>>(dim3(p.B * p.NH_kv, ceil_div(p.Tk, Tile::kBlockN), HS > 128 ? 2 : 1),
+    launch_with_smem<attention_backward_dkdv_kernel<HS, kNWarps, kMT, kBlockM, kAtomicDq, kExtras>>(dim3(p.B * p.NH_kv, ceil_div(p.Tk, Tile::kBlockN), HS > 128 ? 2 : 1),
                          Tile::kThreads, Tile::kSmemBytes, stream, p);
 }
 
-template <int HS, int kNWarps, int kMT, int kBlockN>
+template <int HS, int kNWarps, int kMT, int kBlockN, bool kExtras = false>
 void launch_attention_backward_dq(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = BackwardQTile<HS, kNWarps, kMT, kBlockN>;
-    launch_with_smem<attention_backward_dq_kernel<HS, kNWarps, kMT, kBlockN>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
+    launch_with_smem<attention_backward_dq_kernel<HS, kNWarps, kMT, kBlockN, kExtras>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
                          Tile::kThreads, Tile::kSmemBytes, stream, p);
 }
 
@@ -3109,11 +3298,16 @@ void attention_backward_split_wide(const AttentionBackwardParams& p, cudaStream_
 
 // split path: preprocess, dK/dV kernel (kKVWarps warps of 16 * kKVMT keys, kKVBlockM-query steps), dQ kernel
 // (kQWarps warps of 16 * kQMT query rows, kQBlockN-key steps). Deterministic: every output written once, fixed order.
-template <int HS, int kKVWarps, int kKVMT, int kKVBlockM, int kQWarps, int kQMT, int kQBlockN>
+template <int HS, int kKVWarps, int kKVMT, int kKVBlockM, int kQWarps, int kQMT, int kQBlockN, bool kExtras = false>
 void attention_backward_split(const AttentionBackwardParams& p, cudaStream_t stream) {
-    launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
-    launch_attention_backward_dkdv<HS, kKVWarps, kKVMT, kKVBlockM, /*kAtomicDq=*/false>(p, stream);
-    launch_attention_backward_dq<HS, kQWarps, kQMT, kQBlockN>(p, stream);
+    launch_attention_backward_preprocess<HS, kExtras>(p, /*zero_dq=*/false, stream);
+    launch_attention_backward_dkdv<HS, kKVWarps, kKVMT, kKVBlockM, /*kAtomicDq=*/false, kExtras>(p, stream);
+    launch_attention_backward_dq<HS, kQWarps, kQMT, kQBlockN, kExtras>(p, stream);
+    if (kExtras && p.dbias) {
+        const size_t n = attention_dbias_elements(p);
+        attention_dbias_kernel<<<(unsigned)ceil_div(n, (size_t)256), 256, 0, stream>>>(p);
+        cudaCheck(cudaGetLastError());
+    }
 }
 
 // the same split, warp-specialised: dK/dV with kKVWG consumer warpgroups (64 keys each) and kKVBlockM-query
@@ -3167,7 +3361,8 @@ inline bool attention_backward_ordered_dq(int T, int HS) { return HS == 128 && T
 inline size_t attention_backward_scratch_bytes(const AttentionBackwardParams& p) {
     const bool tuned = attention_self_causal(p);
     const bool with_dq_accum = tuned && (attention_backward_nondeterministic() || attention_backward_ordered_dq(p.T, p.HS));
-    return attention_backward_scratch_bytes_for(p.B, p.T, p.NH, p.HS, with_dq_accum);
+    const size_t ds = p.dbias ? (size_t)p.B * p.NH * p.T * p.Tk * sizeof(float) : 0;
+    return attention_backward_scratch_bytes_for(p.B, p.T, p.NH, p.HS, with_dq_accum) + ds;
 }
 inline size_t attention_backward_scratch_bytes(int B, int T, int NH, int HS) {   // GPT-2
     return attention_backward_scratch_bytes(fused_qkv_backward_params(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, B, T, NH, HS));
@@ -3200,10 +3395,12 @@ inline const char* attention_backward_path_name(int HS) {
 
 // nullptr if the call runs on this GPU, else the reason it does not
 inline const char* attention_backward_unsupported_reason(const AttentionBackwardParams& p) {
-    const AttentionForwardParams f{p.q, p.k, p.v, nullptr, nullptr, p.q_st, p.k_st, p.v_st, p.o_st, p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, p.causal, p.scale};
+    const AttentionForwardParams f{p.q, p.k, p.v, nullptr, nullptr, p.q_st, p.k_st, p.v_st, p.o_st, p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, p.causal, p.scale, p.x};
     if (const char* why = attention_unsupported_reason(f)) return why;
     for (const AttentionStrides& st : {p.do_st, p.dq_st, p.dk_st, p.dv_st})
         if (st.batch % 8 || st.row % 8 || st.head % 8) return "every batch, row and head stride must be a multiple of 8 elements (16 bytes)";
+    if (p.dbias && !p.x.bias) return "dbias needs a bias (it takes the bias's dtype, strides and broadcast dimensions)";
+    if (p.dbias && (uintptr_t)p.dbias % (p.x.bias_fp32 ? 4 : 2)) return "dbias must be aligned to its element size";
     for (const void* ptr : {(const void*)p.out, (const void*)p.dout, (const void*)p.dq, (const void*)p.dk, (const void*)p.dv})
         if ((uintptr_t)ptr % 16) return "O, dO, dQ, dK and dV must be 16-byte aligned";
     return nullptr;
@@ -3242,7 +3439,13 @@ inline void attention_backward_self_causal_path(const AttentionBackwardParams& p
 inline void attention_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
     if (const char* why = attention_backward_unsupported_reason(p)) attention_exit_unsupported("backward", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
     const int HS = p.HS;
-    if (!attention_self_causal(p) && (HS == 64 || HS == 128) && attention_backward_uses_hopper(HS)) {
+    if (attention_has_extras(p.x)) {   // the mma.sync split's kExtras copies
+        if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64, true>(p, stream);
+        else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64, true>(p, stream);
+        else if (HS == 96) attention_backward_split<96, 4, 1, 32, 4, 1, 32, true>(p, stream);
+        else if (HS == 128) attention_backward_split<128, 4, 1, 32, 4, 1, 32, true>(p, stream);
+        else attention_backward_split<256, 4, 1, 32, 4, 1, 32, true>(p, stream);
+    } else if (!attention_self_causal(p) && (HS == 64 || HS == 128) && attention_backward_uses_hopper(HS)) {
         // the warp-specialised split's general copies (GQA: each dK/dV item sums its group's query heads)
         if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true>(p, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true>(p, stream);

@@ -125,3 +125,65 @@ TEST(attention_general_cpu_rows_without_keys) {   // causal, T > Tk: query i see
     attention_forward_cpu_general(out.data(), lse.data(), q.data(), k.data(), v.data(), s);
     CHECK(std::isinf(lse[0]) && lse[0] < 0 && std::isinf(lse[2]) && std::isfinite(lse[3]) && out[0] == 0.0f && out[8 * 3] == 2.0f);
 }
+
+// The extras (dev/cuda/reference.h's GeneralExtras): dbias by finite differences of the forward with a broadcast bias
+// (1, NH, T, Tk), per-sequence key lengths; a -inf bias above the diagonal equals causal; a fully masked row gives
+// out 0, lse -inf and no gradient.
+TEST(attention_general_cpu_bias_gradient_matches_finite_differences) {
+    const GeneralShape s{2, 5, 6, 2, 1, 8, false, 0.41};
+    std::mt19937_64 rng(21);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    const size_t nq = (size_t)s.B * s.T * s.NH * s.HS, nkv = (size_t)s.B * s.Tk * s.NH_kv * s.HS;
+    std::vector<float> q(nq), k(nkv), v(nkv), dout(nq), dq(nq), dk(nkv), dv(nkv), out(nq), bias((size_t)s.NH * s.T * s.Tk);
+    std::vector<float> dfull((size_t)s.B * s.NH * s.T * s.Tk);
+    for (auto* x : {&q, &k, &v, &dout, &bias}) for (auto& e : *x) e = dist(rng);
+    GeneralExtras x;
+    x.bias = bias.data(); x.bias_b = 0; x.bias_h = (long long)s.T * s.Tk; x.bias_q = s.Tk;
+    x.Tk_b = {6, 4};
+    attention_backward_cpu_general(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), s, false, &x, dfull.data());
+    auto loss = [&]() {
+        attention_forward_cpu_general(out.data(), nullptr, q.data(), k.data(), v.data(), s, false, &x);
+        double l = 0.0;
+        for (size_t i = 0; i < nq; i++) l += (double)out[i] * dout[i];
+        return l;
+    };
+    const float h = 1e-2f;
+    double max_err = 0.0, max_grad = 0.0;
+    for (size_t i = 0; i < bias.size(); i++) {   // dbias (h, i, j) = sum over b of dS (b, h, i, j)
+        const float keep = bias[i];
+        bias[i] = keep + h; const double up = loss();
+        bias[i] = keep - h; const double down = loss();
+        bias[i] = keep;
+        double analytic = 0.0;
+        for (int b = 0; b < s.B; b++) analytic += dfull[(size_t)b * s.NH * s.T * s.Tk + i];
+        max_err = std::fmax(max_err, std::fabs((up - down) / (2 * h) - analytic));
+        max_grad = std::fmax(max_grad, std::fabs(analytic));
+    }
+    CHECK(max_err / max_grad < 1e-3);
+    for (int j = 4; j < 6; j++) for (int d = 0; d < s.HS; d++)   // keys past sequence 1's 4 get no gradient
+        CHECK(dk[bthd_index(1, j, 0, d, s.Tk, s.NH_kv, s.HS)] == 0.0f && dv[bthd_index(1, j, 0, d, s.Tk, s.NH_kv, s.HS)] == 0.0f);
+}
+TEST(attention_general_cpu_minus_inf_bias_is_a_mask) {
+    const GeneralShape causal{1, 6, 6, 2, 2, 8, true, 0.3}, open{1, 6, 6, 2, 2, 8, false, 0.3};
+    std::mt19937_64 rng(22);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> q(6 * 2 * 8), k(q.size()), v(q.size()), out1(q.size()), out2(q.size()), lse1(12), lse2(12), bias(36, 0.0f);
+    for (auto* x : {&q, &k, &v}) for (auto& e : *x) e = dist(rng);
+    for (int i = 0; i < 6; i++) for (int j = i + 1; j < 6; j++) bias[i * 6 + j] = -INFINITY;
+    bias[3 * 6 + 0] = bias[3 * 6 + 1] = bias[3 * 6 + 2] = bias[3 * 6 + 3] = -INFINITY;   // row 3: every key masked
+    GeneralExtras x;
+    x.bias = bias.data(); x.bias_q = 6;
+    attention_forward_cpu_general(out1.data(), lse1.data(), q.data(), k.data(), v.data(), causal);
+    attention_forward_cpu_general(out2.data(), lse2.data(), q.data(), k.data(), v.data(), open, false, &x);
+    double err = 0.0;
+    for (int t = 0; t < 6; t++) for (int h = 0; h < 2; h++) {
+        if (t == 3) {
+            CHECK(std::isinf(lse2[h * 6 + t]) && lse2[h * 6 + t] < 0);
+            for (int d = 0; d < 8; d++) CHECK(out2[bthd_index(0, t, h, d, 6, 2, 8)] == 0.0f);
+            continue;
+        }
+        err = std::fmax(err, std::fabs(lse1[h * 6 + t] - lse2[h * 6 + t]));
+        for (int d = 0; d < 8; d++) err = std::fmax(err, std::fabs(out1[bthd_index(0, t, h, d, 6, 2, 8)] - out2[bthd_index(0, t, h, d, 6, 2, 8)]));
+    }
+    CHECK(err < 1e-6);
+}

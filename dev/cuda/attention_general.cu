@@ -11,8 +11,12 @@ computation's error plus a small constant), every output poisoned before each la
   ./dev/cuda/attention_general b=8,h=12,tq=1024,d=64,causal=0 one or more cases, validated then timed
 
 A case is the anchor script's syntax (../shared/bench/sdpa_general_anchor.py), so both time the same thing:
-  b=[8] h=[12] hkv=[h] tq=[1024] tk=[tq] d=[64] causal=[1] bwd=[1], plus layout=[bhtd]|bthd|qkv and scale=[1/sqrt(d)]
-FLOPs as the anchor script counts them: forward 4*B*H*Tq*Tk*D, halved for causal with tq = tk; backward 2.5x forward.
+  b=[8] h=[12] hkv=[h] tq=[1024] tk=[tq] d=[64] causal=[1] bwd=[1] bias=[none]|b1tt|1htt|bhtt|b11t|11tt, plus
+  layout=[bhtd]|bthd|qkv, scale=[1/sqrt(d)], and the extras: biasf32=1 (an fp32 bias), dbias=1 (its gradient), mask=1
+  (-inf entries), keylens=1 (per-sequence key lengths), varlen=1 (packed sequences of ragged lengths), kvlens=1
+FLOPs as the anchor script counts them: forward 4*B*H*Tq*Tk*D, halved for causal with tq = tk (per sequence with
+keylens / varlen); backward 2.5x forward. The anchor's causal bias cases fold the mask into the bias; here causal=1
+with a bias is both.
 */
 #include "dev/cuda/common.h"
 
@@ -21,12 +25,18 @@ struct GeneralCase {
     std::string layout;   // bthd, bhtd (each tensor its own buffer) or qkv (GPT-2's fused buffer: T = Tk, NH = NH_kv)
     bool bwd;
     bool kv_lens;         // a KV cache with a different length per sequence (attention_forward_kvcache; forward only)
+    // AttentionExtras: the bias's broadcast shape (none, b1tt, 1htt, bhtt, b11t, 11tt), fp32 or bf16, its gradient,
+    // -inf entries (mask: 10% of them, and whole rows where the bias has rows); key lengths per sequence (keylens:
+    // seqlens_k on padded tensors); packed sequences of ragged lengths (varlen: cu_seqlens_q / _k)
+    std::string bias;
+    bool bias_fp32, dbias, mask, keylens, varlen;
 };
 
 static GeneralCase parse_case(const std::string& arg) {
     int b = 8, h = 12, hkv = -1, tq = 1024, tk = -1, d = 64, causal = 1, bwd = 1, kvlens = 0;
+    int biasf32 = 0, dbias = 0, mask = 0, keylens = 0, varlen = 0;
     double scale = 0.0;
-    std::string layout = "bhtd";
+    std::string layout = "bhtd", bias = "none";
     for (const std::string& kv : split_commas(arg)) {
         const size_t eq = kv.find('=');
         if (eq == std::string::npos) { fprintf(stderr, "bad case item '%s' (want key=value)\n", kv.c_str()); exit(EXIT_FAILURE); }
@@ -35,6 +45,8 @@ static GeneralCase parse_case(const std::string& arg) {
         else if (k == "tq") tq = atoi(v.c_str()); else if (k == "tk") tk = atoi(v.c_str()); else if (k == "d") d = atoi(v.c_str());
         else if (k == "causal") causal = atoi(v.c_str()); else if (k == "bwd") bwd = atoi(v.c_str());
         else if (k == "scale") scale = atof(v.c_str()); else if (k == "layout") layout = v; else if (k == "kvlens") kvlens = atoi(v.c_str());
+        else if (k == "bias") bias = v; else if (k == "biasf32") biasf32 = atoi(v.c_str()); else if (k == "dbias") dbias = atoi(v.c_str());
+        else if (k == "mask") mask = atoi(v.c_str()); else if (k == "keylens") keylens = atoi(v.c_str()); else if (k == "varlen") varlen = atoi(v.c_str());
         else { fprintf(stderr, "unknown case key '%s'\n", k.c_str()); exit(EXIT_FAILURE); }
     }
     if (hkv < 0) hkv = h;
@@ -43,7 +55,13 @@ static GeneralCase parse_case(const std::string& arg) {
     if (layout != "bthd" && layout != "bhtd" && layout != "qkv") { fprintf(stderr, "layout: bthd, bhtd or qkv\n"); exit(EXIT_FAILURE); }
     if (layout == "qkv" && (tk != tq || hkv != h)) { fprintf(stderr, "layout=qkv needs tk = tq and hkv = h\n"); exit(EXIT_FAILURE); }
     if (kvlens) bwd = 0;
-    return {{b, tq, tk, h, hkv, d, causal != 0, scale}, layout, bwd != 0, kvlens != 0};
+    if (bias != "none" && bias != "b1tt" && bias != "1htt" && bias != "bhtt" && bias != "b11t" && bias != "11tt") {
+        fprintf(stderr, "bias: none, b1tt, 1htt, bhtt, b11t or 11tt\n"); exit(EXIT_FAILURE);
+    }
+    if ((varlen || keylens || bias != "none") && layout == "qkv") { fprintf(stderr, "extras take bthd or bhtd\n"); exit(EXIT_FAILURE); }
+    if (varlen) layout = "bthd";   // packed: (total rows, heads, head dim)
+    return {{b, tq, tk, h, hkv, d, causal != 0, scale}, layout, bwd != 0, kvlens != 0, bias, biasf32 != 0, dbias != 0 && bias != "none",
+            mask != 0 && bias != "none", keylens != 0, varlen != 0};
 }
 
 // the validation set: every feature of the general interface, ragged lengths, rows that see no key, tiny and large B*NH
@@ -69,6 +87,16 @@ static const char* kValidationCases[] = {
     "b=2,h=4,tq=1,tk=257,d=32",                        "b=2,h=4,tq=1,tk=300,d=96,causal=0",
     "b=2,h=2,tq=1,tk=600,d=256",                  "b=5,h=8,hkv=2,tq=1,tk=2000,d=128,kvlens=1",
     "b=4,h=12,tq=3,tk=999,d=64,kvlens=1,layout=bthd",
+    // AttentionExtras: every broadcast pattern of the bias (bf16 and fp32, dbias, -inf entries and fully masked rows),
+    // key lengths 0, 1 and Tk, packed sequences of 1 to 64 with lengths 1 to 4097, self and cross, causal or not
+    "b=2,h=3,tq=200,d=64,causal=0,bias=1htt,dbias=1",            "b=2,h=2,tq=150,tk=170,d=128,bias=bhtt,biasf32=1,dbias=1,mask=1",
+    "b=3,h=2,tq=130,d=64,causal=0,bias=b1tt,dbias=1,mask=1",     "b=2,h=4,hkv=2,tq=100,tk=257,d=32,causal=0,bias=b11t,dbias=1",
+    "b=2,h=2,tq=190,d=96,bias=11tt,biasf32=1,dbias=1,mask=1",    "b=2,h=2,tq=70,d=256,causal=0,bias=1htt,dbias=1",
+    "b=2,h=2,tq=64,tk=300,d=64,causal=0,bias=b11t,mask=1,layout=bthd",
+    "b=4,h=2,tq=129,tk=300,d=64,causal=0,keylens=1",             "b=4,h=4,hkv=2,tq=77,tk=200,d=128,keylens=1",
+    "b=5,h=3,tq=300,d=64,varlen=1",                              "b=4,h=4,hkv=1,tq=200,tk=333,d=128,causal=0,varlen=1",
+    "b=3,h=2,tq=150,d=64,varlen=1,bias=1htt,dbias=1,mask=1",     "b=64,h=2,tq=300,d=64,varlen=1",
+    "b=1,h=2,tq=4097,d=64,varlen=1",                             "b=3,h=2,tq=100,d=32,varlen=1,causal=0",
 };
 // the benchmark cases of the general-attention issue (the anchor script runs the same strings)
 static const char* kBenchCases[] = {
@@ -78,31 +106,51 @@ static const char* kBenchCases[] = {
     "b=4,h=32,hkv=8,tq=4096,d=128",        "b=8,h=12,tq=1024,tk=4096,d=64,causal=0",
     "b=8,h=12,tq=1024,d=32",               "b=8,h=12,tq=1024,d=96",            "b=4,h=16,tq=4096,d=64",
     "b=4,h=16,tq=4096,d=128",
+    "b=8,h=12,tq=1024,d=64,causal=0,bias=1htt", "b=8,h=12,tq=1024,d=64,bias=1htt", "b=8,h=12,tq=1024,d=64,causal=0,bias=bhtt",
+    "b=8,h=12,tq=1024,d=64,causal=0,bias=1htt,dbias=1", "b=16,h=12,tq=1024,d=64,varlen=1", "b=16,h=12,tq=1024,d=64,causal=0,varlen=1",
+    "b=16,h=12,tq=1024,d=64,causal=0,keylens=1",
 };
 
-static double forward_flops(const GeneralShape& s) {
-    const double f = 4.0 * s.B * s.NH * (double)s.T * s.Tk * s.HS;
-    return s.causal && s.T == s.Tk ? f / 2 : f;
+// per sequence with its own lengths (x: keylens, varlen), as the anchor script counts one batch
+static double forward_flops(const GeneralShape& s, const GeneralExtras& x) {
+    double f = 0.0;
+    for (int b = 0; b < s.B; b++) {
+        const int T = general_seq_T(s, &x, b), Tk = general_seq_Tk(s, &x, b);
+        f += 4.0 * s.NH * (double)T * Tk * s.HS / (s.causal && T == Tk ? 2 : 1);
+    }
+    return f;
 }
 
 // one tensor of (B, T, H, HS) in the case's layout: its strides and the element count of its buffer
-struct LayoutTensor { AttentionStrides st; size_t elems; };
+// Packed (varlen): sequence b's rows start at row cu[b] of one (total rows, H, HS) buffer, batch stride 0, and rows
+// past its length cu[b + 1] - cu[b] do not exist.
+struct LayoutTensor { AttentionStrides st; size_t elems; std::vector<int> cu; };
 static LayoutTensor layout_tensor(const std::string& layout, int B, int T, int H, int HS) {
-    if (layout == "bhtd") return {{(long long)H * T * HS, HS, (long long)T * HS}, (size_t)B * H * T * HS};
-    if (layout == "qkv") return {fused_qkv_strides(T, H, HS), 3 * (size_t)B * T * H * HS};
-    return {bthd_strides(T, H, HS), (size_t)B * T * H * HS};
+    if (layout == "bhtd") return {{(long long)H * T * HS, HS, (long long)T * HS}, (size_t)B * H * T * HS, {}};
+    if (layout == "qkv") return {fused_qkv_strides(T, H, HS), 3 * (size_t)B * T * H * HS, {}};
+    return {bthd_strides(T, H, HS), (size_t)B * T * H * HS, {}};
 }
-static size_t layout_offset(const AttentionStrides& st, int b, int t, int h) { return b * st.batch + t * st.row + h * st.head; }
+static LayoutTensor packed_tensor(const std::vector<int>& lengths, int H, int HS) {
+    LayoutTensor lt{{0, (long long)H * HS, HS}, 0, {0}};
+    for (int len : lengths) lt.cu.push_back(lt.cu.back() + len);
+    lt.elems = (size_t)std::max(lt.cu.back(), 1) * H * HS;
+    return lt;
+}
+static bool layout_has_row(const LayoutTensor& lt, int b, int t) { return lt.cu.empty() || t < lt.cu[b + 1] - lt.cu[b]; }
+static size_t layout_offset(const LayoutTensor& lt, int b, int t, int h) {
+    return b * lt.st.batch + ((lt.cu.empty() ? 0 : lt.cu[b]) + t) * lt.st.row + h * lt.st.head;
+}
 
 // logical (B, T, H, HS) floats <-> a bf16 buffer in the layout (base: the tensor's first element in that buffer)
-static void scatter(std::vector<floatX>& buf, size_t base, const AttentionStrides& st, const std::vector<float>& x, int B, int T, int H, int HS) {
+static void scatter(std::vector<floatX>& buf, size_t base, const LayoutTensor& st, const std::vector<float>& x, int B, int T, int H, int HS) {
     for (int b = 0; b < B; b++) for (int t = 0; t < T; t++) for (int h = 0; h < H; h++) for (int d = 0; d < HS; d++)
-        buf[base + layout_offset(st, b, t, h) + d] = (floatX)x[bthd_index(b, t, h, d, T, H, HS)];
+        if (layout_has_row(st, b, t)) buf[base + layout_offset(st, b, t, h) + d] = (floatX)x[bthd_index(b, t, h, d, T, H, HS)];
 }
-static std::vector<float> gather(const std::vector<floatX>& buf, size_t base, const AttentionStrides& st, int B, int T, int H, int HS) {
-    std::vector<float> x((size_t)B * T * H * HS);
+// rows a packed tensor does not have read as 0 (the reference's value there)
+static std::vector<float> gather(const std::vector<floatX>& buf, size_t base, const LayoutTensor& st, int B, int T, int H, int HS) {
+    std::vector<float> x((size_t)B * T * H * HS, 0.0f);
     for (int b = 0; b < B; b++) for (int t = 0; t < T; t++) for (int h = 0; h < H; h++) for (int d = 0; d < HS; d++)
-        x[bthd_index(b, t, h, d, T, H, HS)] = (float)buf[base + layout_offset(st, b, t, h) + d];
+        if (layout_has_row(st, b, t)) x[bthd_index(b, t, h, d, T, H, HS)] = (float)buf[base + layout_offset(st, b, t, h) + d];
     return x;
 }
 static std::vector<float> randn_bf16_values(size_t n, float scale, std::mt19937_64& rng) {   // values exactly bf16
@@ -120,18 +168,44 @@ struct CaseBuffers {
     float* d_lse;
     void* d_scratch = nullptr;
     size_t scratch_bytes = 0;
-    std::vector<int> seqlens;   // kv_lens: sequence b's keys (at least T), on the device too
+    std::vector<int> seqlens;   // kv_lens / keylens: sequence b's keys, on the device too
     int* d_seqlens = nullptr;
+    GeneralExtras ref_x;        // the reference's view of the extras: per-sequence lengths, the bias (host floats)
+    std::vector<float> bias;    // the bias's values, (Bb, Hb, Tb, Tk) with the broadcast dimensions of size 1
+    AttentionStrides bias_st{};
+    void *d_bias = nullptr, *d_dbias = nullptr;
+    int *d_cu_q = nullptr, *d_cu_k = nullptr;
     explicit CaseBuffers(const GeneralCase& c_) : c(c_) {
         const GeneralShape& s = c.s;
-        if (c.kv_lens) {
-            for (int b = 0; b < s.B; b++) seqlens.push_back(std::max(s.T, s.Tk - (b * 997) % s.Tk));
+        if (c.kv_lens || c.keylens) {   // keylens: 0, 1 and Tk among them
+            for (int b = 0; b < s.B; b++)
+                seqlens.push_back(c.kv_lens ? std::max(s.T, s.Tk - (b * 997) % s.Tk) : b == 1 ? 0 : b == 2 ? 1 : s.Tk - (b * 613) % s.Tk);
             d_seqlens = device_alloc<int>(s.B);
             to_device(d_seqlens, seqlens);
+            ref_x.Tk_b = seqlens;
         }
         q = layout_tensor(c.layout, s.B, s.T, s.NH, s.HS);
         kv = layout_tensor(c.layout, s.B, s.Tk, s.NH_kv, s.HS);
         o = layout_tensor(c.layout == "qkv" ? "bthd" : c.layout, s.B, s.T, s.NH, s.HS);
+        if (c.varlen) {   // ragged lengths, the longest T (Tk) first, a sequence of 1 where B > 2; self-attention keeps T_b = Tk_b
+            for (int b = 0; b < s.B; b++) {
+                ref_x.T_b.push_back(b == 0 ? s.T : b == 2 ? 1 : std::max(1, s.T - (b * 797) % s.T));
+                ref_x.Tk_b.push_back(s.T == s.Tk ? ref_x.T_b.back() : b == 0 ? s.Tk : b == 2 ? 1 : std::max(1, s.Tk - (b * 383) % s.Tk));
+            }
+            q = o = packed_tensor(ref_x.T_b, s.NH, s.HS);
+            kv = packed_tensor(ref_x.Tk_b, s.NH_kv, s.HS);
+            d_cu_q = device_alloc<int>(s.B + 1); to_device(d_cu_q, q.cu);
+            d_cu_k = device_alloc<int>(s.B + 1); to_device(d_cu_k, kv.cu);
+        }
+        if (c.bias != "none") {
+            const bool bb = c.bias[0] == 'b', hb = c.bias[1] == 'h', tb = c.bias[2] == 't';
+            const long long Tb = tb ? s.T : 1, Hb = hb ? s.NH : 1, Bb = bb ? s.B : 1;
+            bias_st = {bb ? Hb * Tb * s.Tk : 0, tb ? (long long)s.Tk : 0, hb ? Tb * s.Tk : 0};
+            bias.resize((size_t)Bb * Hb * Tb * s.Tk);
+            ref_x.bias = bias.data(); ref_x.bias_b = bias_st.batch; ref_x.bias_h = bias_st.head; ref_x.bias_q = bias_st.row;
+            d_bias = device_alloc<uint8_t>(bias.size() * (c.bias_fp32 ? 4 : 2));
+            if (c.dbias) d_dbias = device_alloc<uint8_t>(bias.size() * (c.bias_fp32 ? 4 : 2));
+        }
         if (c.layout == "qkv") {   // one buffer for Q, K, V and one for dQ, dK, dV
             k_base = (size_t)s.NH * s.HS; v_base = 2 * k_base;
             d_q = d_k = d_v = device_alloc<floatX>(q.elems);
@@ -144,14 +218,32 @@ struct CaseBuffers {
         d_lse = device_alloc<float>((size_t)s.B * s.NH * s.T);
         if (c.bwd) { scratch_bytes = attention_backward_scratch_bytes(bwd()); d_scratch = device_alloc<uint8_t>(scratch_bytes); }
     }
+    AttentionExtras extras() const {
+        return {d_bias, bias_st, c.bias_fp32, c.keylens ? d_seqlens : nullptr, d_cu_q, d_cu_k};
+    }
     AttentionForwardParams fwd() const {
         const GeneralShape& s = c.s;
-        return {d_q, d_k + k_base, d_v + v_base, d_out, d_lse, q.st, kv.st, kv.st, o.st, s.B, s.T, s.Tk, s.NH, s.NH_kv, s.HS, s.causal, (float)s.scale};
+        return {d_q, d_k + k_base, d_v + v_base, d_out, d_lse, q.st, kv.st, kv.st, o.st, s.B, s.T, s.Tk, s.NH, s.NH_kv, s.HS, s.causal,
+                (float)s.scale, extras()};
     }
     AttentionBackwardParams bwd() const {
         const GeneralShape& s = c.s;
         return {d_dq, d_dk + k_base, d_dv + v_base, d_scratch, d_dout, d_q, d_k + k_base, d_v + v_base, d_out, d_lse,
-                q.st, kv.st, kv.st, o.st, o.st, q.st, kv.st, kv.st, s.B, s.T, s.Tk, s.NH, s.NH_kv, s.HS, s.causal, (float)s.scale};
+                q.st, kv.st, kv.st, o.st, o.st, q.st, kv.st, kv.st, s.B, s.T, s.Tk, s.NH, s.NH_kv, s.HS, s.causal, (float)s.scale,
+                extras(), d_dbias};
+    }
+    // fresh bias values (bf16-exact either way); mask: 10% of them -inf, and every row 7i + 3 where the bias has rows
+    void fill_bias(std::mt19937_64& rng) {
+        if (bias.empty()) return;
+        std::normal_distribution<float> dist(0.0f, 1.0f);
+        std::uniform_real_distribution<float> u(0.0f, 1.0f);
+        const long long row = bias_st.row ? bias_st.row : 0;
+        for (size_t i = 0; i < bias.size(); i++) {
+            bias[i] = (float)(floatX)dist(rng);
+            if (c.mask && (u(rng) < 0.1f || (row && (i / row) % 7 == 3))) bias[i] = -INFINITY;
+        }
+        if (c.bias_fp32) to_device((float*)d_bias, bias);
+        else { std::vector<floatX> h(bias.size()); for (size_t i = 0; i < h.size(); i++) h[i] = (floatX)bias[i]; to_device((floatX*)d_bias, h); }
     }
     void forward(cudaStream_t stream) const {
         if (c.kv_lens) attention_forward_kvcache(fwd(), d_seqlens, stream);
@@ -162,7 +254,8 @@ struct CaseBuffers {
         poison(d_dq, q.elems * 2); poison(d_dk, kv.elems * 2); poison(d_dv, kv.elems * 2);
     }
     void free_all() {
-        for (void* p : {(void*)d_out, (void*)d_dout, (void*)d_lse, d_scratch, (void*)d_q, (void*)d_dq, (void*)d_seqlens}) if (p) cudaCheck(cudaFree(p));
+        for (void* p : {(void*)d_out, (void*)d_dout, (void*)d_lse, d_scratch, (void*)d_q, (void*)d_dq, (void*)d_seqlens, d_bias, d_dbias,
+                        (void*)d_cu_q, (void*)d_cu_k}) if (p) cudaCheck(cudaFree(p));
         if (c.layout != "qkv") for (void* p : {(void*)d_k, (void*)d_v, (void*)d_dk, (void*)d_dv}) cudaCheck(cudaFree(p));
     }
 };
@@ -191,7 +284,11 @@ static std::string case_name(const GeneralCase& c) {
     const GeneralShape& s = c.s;
     snprintf(buf, sizeof buf, "b=%d h=%d hkv=%d tq=%d tk=%d d=%d causal=%d %s scale=%.3g%s", s.B, s.NH, s.NH_kv, s.T, s.Tk, s.HS,
              (int)s.causal, c.layout.c_str(), s.scale, c.bwd ? "" : " (forward only)");
-    return buf;
+    std::string name = buf;
+    if (c.bias != "none") name += " bias=" + c.bias + (c.bias_fp32 ? " fp32" : " bf16") + (c.dbias ? " +dbias" : "") + (c.mask ? " +mask" : "");
+    if (c.keylens) name += " keylens";
+    if (c.varlen) name += " varlen";
+    return name;
 }
 
 // The gradients' constant in FlashAttention's rule has a floor of 1e-4: with Tk = 1 (or a row's only key) dQ and dK
@@ -214,7 +311,7 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
     auto upload = [&](floatX* d, const LayoutTensor& lt, const std::vector<std::pair<size_t, const std::vector<float>*>>& parts, int T, int H) {
         std::vector<floatX> h(lt.elems);
         fill_randn_bf16(h, 1.0f, rng);
-        for (auto& pt : parts) scatter(h, pt.first, lt.st, *pt.second, s.B, T, H, s.HS);
+        for (auto& pt : parts) scatter(h, pt.first, lt, *pt.second, s.B, T, H, s.HS);
         to_device(d, h);
     };
     if (c.layout == "qkv") upload(bufs.d_q, bufs.q, {{0, &q}, {bufs.k_base, &k}, {bufs.v_base, &v}}, s.T, s.NH);
@@ -225,35 +322,51 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
     }
     upload(bufs.d_dout, bufs.o, {{0, &dout}}, s.T, s.NH);
 
+    bufs.fill_bias(rng);
+    const GeneralExtras* x = &bufs.ref_x;
     std::vector<float> ref_out(nq), ref_lse(nlse), naive_out(nq);
-    if (c.kv_lens) {   // each sequence against its own first seqlens[b] keys
-        for (int b = 0; b < s.B; b++) {
-            GeneralShape sb = s;
-            sb.B = 1; sb.Tk = bufs.seqlens[b];
-            const size_t qo = (size_t)b * s.T * s.NH * s.HS, kv = (size_t)b * s.Tk * s.NH_kv * s.HS;
-            attention_forward_cpu_general(ref_out.data() + qo, ref_lse.data() + (size_t)b * s.NH * s.T, q.data() + qo, k.data() + kv, v.data() + kv, sb);
-            attention_forward_cpu_general(naive_out.data() + qo, nullptr, q.data() + qo, k.data() + kv, v.data() + kv, sb, true);
-        }
-    } else {
-        attention_forward_cpu_general(ref_out.data(), ref_lse.data(), q.data(), k.data(), v.data(), s);
-        attention_forward_cpu_general(naive_out.data(), nullptr, q.data(), k.data(), v.data(), s, true);
-    }
+    attention_forward_cpu_general(ref_out.data(), ref_lse.data(), q.data(), k.data(), v.data(), s, false, x);
+    attention_forward_cpu_general(naive_out.data(), nullptr, q.data(), k.data(), v.data(), s, true, x);
     poison(bufs.d_out, bufs.o.elems * 2); poison(bufs.d_lse, nlse * 4);
     bufs.forward(stream);
     cudaCheck(cudaGetLastError());
     cudaCheck(cudaStreamSynchronize(stream));
     int failed = 0;
-    const std::vector<float> got_out = gather(from_device(bufs.d_out, bufs.o.elems), 0, bufs.o.st, s.B, s.T, s.NH, s.HS);
+    const std::vector<float> got_out = gather(from_device(bufs.d_out, bufs.o.elems), 0, bufs.o, s.B, s.T, s.NH, s.HS);
     failed += !fa_rule_check("out", got_out.data(), ref_out.data(), naive_out.data(), nq, DescribeBTHD{s.T, s.NH, s.HS});
-    failed += !general_lse_check(from_device(bufs.d_lse, nlse), ref_lse, s);
+    std::vector<float> got_lse = from_device(bufs.d_lse, nlse);
+    for (int b = 0; b < s.B; b++)   // LSE rows past a packed sequence's length are not written
+        for (int h = 0; h < s.NH; h++)
+            for (int t = general_seq_T(s, x, b); t < s.T; t++) got_lse[lse_index(b, h, t, s.T, s.NH)] = ref_lse[lse_index(b, h, t, s.T, s.NH)];
+    failed += !general_lse_check(got_lse, ref_lse, s);
     if (!c.bwd) return failed;
 
     std::vector<float> ref_dq(nq), ref_dk(nkv), ref_dv(nkv), naive_dq(nq), naive_dk(nkv), naive_dv(nkv);
-    attention_backward_cpu_general(ref_dq.data(), ref_dk.data(), ref_dv.data(), dout.data(), q.data(), k.data(), v.data(), s);
-    attention_backward_cpu_general(naive_dq.data(), naive_dk.data(), naive_dv.data(), dout.data(), q.data(), k.data(), v.data(), s, true);
+    std::vector<float> ref_ds(c.dbias ? (size_t)s.B * s.NH * s.T * s.Tk : 0), naive_ds(ref_ds.size());
+    attention_backward_cpu_general(ref_dq.data(), ref_dk.data(), ref_dv.data(), dout.data(), q.data(), k.data(), v.data(), s, false, x,
+                                   c.dbias ? ref_ds.data() : nullptr);
+    attention_backward_cpu_general(naive_dq.data(), naive_dk.data(), naive_dv.data(), dout.data(), q.data(), k.data(), v.data(), s, true, x,
+                                   c.dbias ? naive_ds.data() : nullptr);
+    // dbias: dS summed over the bias's broadcast dimensions (in double; the naive sum rounded to the bias's dtype)
+    std::vector<float> ref_dbias(bufs.bias.size(), 0.0f), naive_dbias(bufs.bias.size(), 0.0f);
+    if (c.dbias) {
+        std::vector<double> r(bufs.bias.size(), 0.0), n(bufs.bias.size(), 0.0);
+        for (int b = 0; b < s.B; b++) for (int h = 0; h < s.NH; h++) for (int i = 0; i < s.T; i++) for (int j = 0; j < s.Tk; j++) {
+            const size_t from = (((size_t)b * s.NH + h) * s.T + i) * s.Tk + j;
+            const size_t to = b * bufs.bias_st.batch + h * bufs.bias_st.head + i * bufs.bias_st.row + j;
+            r[to] += ref_ds[from]; n[to] += naive_ds[from];
+        }
+        for (size_t i = 0; i < r.size(); i++) { ref_dbias[i] = (float)r[i]; naive_dbias[i] = c.bias_fp32 ? (float)n[i] : round_to_bf16((float)n[i]); }
+    }
+    auto dbias_values = [&]() {   // the device's dbias as floats
+        if (c.bias_fp32) return from_device((float*)bufs.d_dbias, bufs.bias.size());
+        return to_float(from_device((floatX*)bufs.d_dbias, bufs.bias.size()));
+    };
     std::vector<floatX> first_q, first_kv[2];
+    std::vector<float> first_dbias;
     for (int run = 0; run < 2; run++) {   // the second run must be bit-identical (deterministic backward)
         bufs.poison_grads(); poison(bufs.d_scratch, bufs.scratch_bytes);
+        if (c.dbias) poison(bufs.d_dbias, bufs.bias.size() * (c.bias_fp32 ? 4 : 2));
         attention_backward(bufs.bwd(), stream);
         cudaCheck(cudaGetLastError());
         cudaCheck(cudaStreamSynchronize(stream));
@@ -261,16 +374,22 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
         std::vector<floatX> hk = c.layout == "qkv" ? hq : from_device(bufs.d_dk, bufs.kv.elems);
         std::vector<floatX> hv = c.layout == "qkv" ? hq : from_device(bufs.d_dv, bufs.kv.elems);
         if (run == 0) {
-            const std::vector<float> dq = gather(hq, 0, bufs.q.st, s.B, s.T, s.NH, s.HS);
-            const std::vector<float> dk = gather(hk, bufs.k_base, bufs.kv.st, s.B, s.Tk, s.NH_kv, s.HS);
-            const std::vector<float> dv = gather(hv, bufs.v_base, bufs.kv.st, s.B, s.Tk, s.NH_kv, s.HS);
+            const std::vector<float> dq = gather(hq, 0, bufs.q, s.B, s.T, s.NH, s.HS);
+            const std::vector<float> dk = gather(hk, bufs.k_base, bufs.kv, s.B, s.Tk, s.NH_kv, s.HS);
+            const std::vector<float> dv = gather(hv, bufs.v_base, bufs.kv, s.B, s.Tk, s.NH_kv, s.HS);
             failed += !fa_rule_check("dq", dq.data(), ref_dq.data(), naive_dq.data(), nq, DescribeBTHD{s.T, s.NH, s.HS}, true, kGradFloor);
             failed += !fa_rule_check("dk", dk.data(), ref_dk.data(), naive_dk.data(), nkv, DescribeBTHD{s.Tk, s.NH_kv, s.HS}, true, kGradFloor);
             failed += !fa_rule_check("dv", dv.data(), ref_dv.data(), naive_dv.data(), nkv, DescribeBTHD{s.Tk, s.NH_kv, s.HS}, true, kGradFloor);
             first_q = hq; first_kv[0] = hk; first_kv[1] = hv;
+            if (c.dbias) {
+                first_dbias = dbias_values();
+                failed += !fa_rule_check("dbias", first_dbias.data(), ref_dbias.data(), naive_dbias.data(), first_dbias.size(), [&](size_t i, char* b) {
+                    snprintf(b, 128, "(element %zu of the broadcast bias)", i); }, true, kGradFloor);
+            }
         } else {
-            const bool same = memcmp(hq.data(), first_q.data(), hq.size() * 2) == 0 && memcmp(hk.data(), first_kv[0].data(), hk.size() * 2) == 0 &&
-                              memcmp(hv.data(), first_kv[1].data(), hv.size() * 2) == 0;
+            bool same = memcmp(hq.data(), first_q.data(), hq.size() * 2) == 0 && memcmp(hk.data(), first_kv[0].data(), hk.size() * 2) == 0 &&
+                        memcmp(hv.data(), first_kv[1].data(), hv.size() * 2) == 0;
+            if (c.dbias) { const std::vector<float> again = dbias_values(); same = same && memcmp(again.data(), first_dbias.data(), again.size() * 4) == 0; }
             printf("  backward run twice: %s\n", same ? "bit-identical ok" : "DIFFERENT FAIL");
             failed += !same;
         }
@@ -324,7 +443,8 @@ int main(int argc, char** argv) {
             }
         }
         if (!check) {
-            const double flops = forward_flops(s);
+            bufs.fill_bias(rng);
+            const double flops = forward_flops(s, bufs.ref_x);
             const Timing tf = time_kernel([&](int) { bufs.forward(stream); }, repeats, stream);
             printf("RESULT attention_general %s fwd ms=%.4f tflops=%.1f", case_name(c).c_str(), tf.median_ms, flops / (tf.median_ms * 1e-3) / 1e12);
             if (s.T * (s.NH / s.NH_kv) <= 16) {   // decoding: the K and V bytes read, as the anchor script counts them

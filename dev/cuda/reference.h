@@ -158,24 +158,44 @@ inline void attention_backward_cpu(float* dqkv, const float* dout, const float* 
 
 struct GeneralShape { int B, T, Tk, NH, NH_kv, HS; bool causal; double scale; };
 
-inline int general_last_key(const GeneralShape& s, int i) { return s.causal ? std::min(s.Tk - 1, i + s.Tk - s.T) : s.Tk - 1; }
+// src/attention.cuh's AttentionExtras on padded tensors: sequence b has T_b[b] queries and Tk_b[b] keys (rows and keys
+// past them are not part of it: their out is 0, lse -inf), and an additive bias (B, NH, T, Tk) whose element (b, h, i, j)
+// is bias[b * bias_b + h * bias_h + i * bias_q + j] (a stride 0 broadcasts; -inf masks)
+struct GeneralExtras {
+    const float* bias = nullptr;
+    long long bias_b = 0, bias_h = 0, bias_q = 0;
+    std::vector<int> T_b, Tk_b;   // empty: T, Tk for every sequence
+};
+inline int general_seq_T(const GeneralShape& s, const GeneralExtras* x, int b) { return x && !x->T_b.empty() ? x->T_b[b] : s.T; }
+inline int general_seq_Tk(const GeneralShape& s, const GeneralExtras* x, int b) { return x && !x->Tk_b.empty() ? x->Tk_b[b] : s.Tk; }
 
-// Row i of query head h, batch b: P[j] = softmax_j(scale * q_i . k_j) over the keys j <= last the row sees, rounded
-// like a naive bf16 implementation (the scores, then the probabilities) with round_like_bf16. Returns last (-1: no
-// key) and sets *lse (natural log; -inf without keys).
+// the last key row i of sequence b sees (-1: none)
+inline int general_last_key(const GeneralShape& s, int i, const GeneralExtras* x = nullptr, int b = 0) {
+    const int T = general_seq_T(s, x, b), Tk = general_seq_Tk(s, x, b);
+    if (i >= T) return -1;
+    return s.causal ? std::min(Tk - 1, i + Tk - T) : Tk - 1;
+}
+
+// Row i of query head h, batch b: P[j] = softmax_j(scale * q_i . k_j + bias) over the keys j <= last the row sees,
+// rounded like a naive bf16 implementation (the scores, then the probabilities) with round_like_bf16. Returns last
+// (-1: no key, or every key masked by a -inf bias: P = 0) and sets *lse (natural log; -inf without keys).
 inline int general_softmax_row(std::vector<double>& P, double* lse, const float* q, const float* k, const GeneralShape& s,
-                               int b, int h, int i, bool round_like_bf16) {
-    auto rnd = [&](double x) { return round_like_bf16 ? (double)round_to_bf16((float)x) : x; };
-    const int last = general_last_key(s, i), hk = h / (s.NH / s.NH_kv);
+                               int b, int h, int i, bool round_like_bf16, const GeneralExtras* x = nullptr) {
+    auto rnd = [&](double v) { return round_like_bf16 ? (double)round_to_bf16((float)v) : v; };
+    int last = general_last_key(s, i, x, b);
+    const int hk = h / (s.NH / s.NH_kv);
     const float* qi = &q[bthd_index(b, i, h, 0, s.T, s.NH, s.HS)];
+    const float* bias_row = x && x->bias ? x->bias + b * x->bias_b + h * x->bias_h + i * x->bias_q : nullptr;
     double row_max = -INFINITY, row_sum = 0.0;
     for (int j = 0; j <= last; j++) {
         const float* kj = &k[bthd_index(b, j, hk, 0, s.Tk, s.NH_kv, s.HS)];
         double dot = 0.0;
         for (int d = 0; d < s.HS; d++) dot += (double)qi[d] * (double)kj[d];
         P[j] = rnd(dot * s.scale);
+        if (bias_row) P[j] = rnd(P[j] + (double)bias_row[j]);
         row_max = std::fmax(row_max, P[j]);
     }
+    if (row_max == -INFINITY) last = -1;   // every key masked
     for (int j = 0; j <= last; j++) { P[j] = std::exp(P[j] - row_max); row_sum += P[j]; }
     for (int j = 0; j <= last; j++) P[j] = rnd(P[j] / row_sum);
     *lse = last < 0 ? -INFINITY : row_max + std::log(row_sum);
@@ -183,13 +203,13 @@ inline int general_softmax_row(std::vector<double>& P, double* lse, const float*
 }
 
 inline void attention_forward_cpu_general(float* out, float* lse, const float* q, const float* k, const float* v,
-                                          const GeneralShape& s, bool round_like_bf16 = false) {
+                                          const GeneralShape& s, bool round_like_bf16 = false, const GeneralExtras* x = nullptr) {
     std::vector<double> p(s.Tk), acc(s.HS);
     for (int b = 0; b < s.B; b++)
     for (int h = 0; h < s.NH; h++)
     for (int i = 0; i < s.T; i++) {
         double row_lse;
-        const int last = general_softmax_row(p, &row_lse, q, k, s, b, h, i, round_like_bf16), hk = h / (s.NH / s.NH_kv);
+        const int last = general_softmax_row(p, &row_lse, q, k, s, b, h, i, round_like_bf16, x), hk = h / (s.NH / s.NH_kv);
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int j = 0; j <= last; j++) {
             const float* vj = &v[bthd_index(b, j, hk, 0, s.Tk, s.NH_kv, s.HS)];
@@ -201,16 +221,19 @@ inline void attention_forward_cpu_general(float* out, float* lse, const float* q
     }
 }
 
-// backward from dout; recomputes P in double, rounding like a naive bf16 implementation with round_like_bf16
+// backward from dout; recomputes P in double, rounding like a naive bf16 implementation with round_like_bf16.
+// dbias_full (optional): d loss / d logit (B, NH, T, Tk), the bias gradient before any broadcast sum (0 where unseen)
 inline void attention_backward_cpu_general(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                                           const float* v, const GeneralShape& s, bool round_like_bf16 = false) {
+                                           const float* v, const GeneralShape& s, bool round_like_bf16 = false,
+                                           const GeneralExtras* x = nullptr, float* dbias_full = nullptr) {
+    if (dbias_full) std::fill(dbias_full, dbias_full + (size_t)s.B * s.NH * s.T * s.Tk, 0.0f);
     auto rnd = [&](double x) { return round_like_bf16 ? (double)round_to_bf16((float)x) : x; };
     std::vector<double> P(s.Tk), dS(s.Tk), acc_dk((size_t)s.B * s.Tk * s.NH_kv * s.HS, 0.0), acc_dv(acc_dk.size(), 0.0), dqi(s.HS);
     for (int b = 0; b < s.B; b++)
     for (int h = 0; h < s.NH; h++)
     for (int i = 0; i < s.T; i++) {
         double row_lse, D = 0.0;
-        const int last = general_softmax_row(P, &row_lse, q, k, s, b, h, i, round_like_bf16), hk = h / (s.NH / s.NH_kv);
+        const int last = general_softmax_row(P, &row_lse, q, k, s, b, h, i, round_like_bf16, x), hk = h / (s.NH / s.NH_kv);
         const float* qi = &q[bthd_index(b, i, h, 0, s.T, s.NH, s.HS)];
         const float* doi = &dout[bthd_index(b, i, h, 0, s.T, s.NH, s.HS)];
         for (int j = 0; j <= last; j++) {
@@ -223,6 +246,7 @@ inline void attention_backward_cpu_general(float* dq, float* dk, float* dv, cons
         std::fill(dqi.begin(), dqi.end(), 0.0);
         for (int j = 0; j <= last; j++) {
             const double ds = rnd(P[j] * (dS[j] - D));
+            if (dbias_full) dbias_full[(((size_t)b * s.NH + h) * s.T + i) * s.Tk + j] = (float)ds;
             const float* kj = &k[bthd_index(b, j, hk, 0, s.Tk, s.NH_kv, s.HS)];
             const size_t kv = bthd_index(b, j, hk, 0, s.Tk, s.NH_kv, s.HS);
             for (int d = 0; d < s.HS; d++) {
