@@ -124,19 +124,38 @@ __device__ __forceinline__ SequenceSpan attention_sequence(const Params& p, int 
 }
 __host__ __device__ inline int attention_diagonal(bool causal, int T, int Tk) { return causal ? Tk - T : (1 << 30); }
 
-// The bias rows of one (b, h): bias(i, j) for query i, key j of the sequence
-struct BiasRows {
-    const void* base;
-    long long row;
-    bool fp32;
-    __device__ __forceinline__ float operator()(int i, int j) const {
-        const long long at = (long long)i * row + j;
-        return fp32 ? __ldg((const float*)base + at) : __bfloat162float(((const __nv_bfloat16*)base)[at]);
-    }
-};
+// The bias rows of one (b, h): element (i, j) for query i, key j of the sequence at base + (i * row + j) * elem size
+struct BiasRows { const uint8_t* base; long long row; bool fp32; };
 __device__ __forceinline__ BiasRows bias_rows(const AttentionExtras& x, int b, int h) {
     const size_t elem = x.bias_fp32 ? 4 : 2;
     return {(const uint8_t*)x.bias + (b * x.bias_st.batch + h * x.bias_st.head) * elem, x.bias_st.row, x.bias_fp32};
+}
+// A bias tile in shared memory: kKeys keys a row in the bias's dtype, rows 16 bytes longer than that (a quad's rows g,
+// g + 1, ... then start 4 banks apart: conflict-free 4-byte reads)
+__host__ __device__ constexpr int bias_tile_pitch(int keys, bool fp32) { return keys * (fp32 ? 4 : 2) + 16; }
+
+// Loads the bias tile of kRows rows from row0 x kKeys keys from key0 (16-byte cp.async chunks where a chunk lies inside
+// the sequence, row < T and keys < Tk, and the rows are 16-byte aligned; elsewhere element by element, 0 outside the
+// sequence, so that the tile needs no bounds checks when read)
+template <int kRows, int kKeys, int kThreads>
+__device__ __forceinline__ void load_bias_tile(uint8_t* dst, const BiasRows& bias, int row0, int key0, int T, int Tk) {
+    const int elem = bias.fp32 ? 4 : 2, per_chunk = 16 / elem, chunks = kKeys / per_chunk, pitch = bias_tile_pitch(kKeys, bias.fp32);
+    const bool vec = (uintptr_t)bias.base % 16 == 0 && (bias.row * elem) % 16 == 0;
+    for (int c = threadIdx.x; c < kRows * chunks; c += kThreads) {
+        const int r = c / chunks, k = (c % chunks) * per_chunk, row = row0 + r, key = key0 + k;
+        uint8_t* d = dst + r * pitch + k * elem;
+        const uint8_t* src = bias.base + ((long long)row * bias.row + key) * elem;
+        if (vec && row < T && key + per_chunk <= Tk) { cp_async_16(smem_addr(d), src, true); continue; }
+        for (int e = 0; e < per_chunk; e++) {
+            const bool in = row < T && key + e < Tk;
+            if (bias.fp32) reinterpret_cast<float*>(d)[e] = in ? reinterpret_cast<const float*>(src)[e] : 0.0f;
+            else reinterpret_cast<uint16_t*>(d)[e] = in ? reinterpret_cast<const uint16_t*>(src)[e] : 0;
+        }
+    }
+}
+__device__ __forceinline__ float bias_tile_at(const uint8_t* tile, int pitch, bool fp32, int r, int k) {
+    return fp32 ? *reinterpret_cast<const float*>(tile + r * pitch + k * 4)
+                : __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(tile + r * pitch + k * 2));
 }
 
 // Key tiles of kBlockN a query block whose last row is last_row walks: up to its last visible key, at least one (a
@@ -146,43 +165,34 @@ __host__ __device__ inline int attention_key_blocks(int last_row, int diag, int 
     return last_key < 0 ? 1 : (int)(last_key / kBlockN) + 1;
 }
 
-// s += bias(row, key) * inv_scale over a warp's kMT m16 x kNT n8 accumulator tiles (rows row0 + 16mt + g (+8), keys
-// key0 + 8nt + 2tq (+1)); rows past T and keys past Tk are left alone (the mask or the bounds drop them)
+// s += bias * inv_scale over a warp's kMT m16 x kNT n8 accumulator tiles (rows row0 + 16mt + g (+8), keys 8nt + 2tq
+// (+1) of the shared-memory bias tile)
 template <int kMT, int kNT>
-__device__ __forceinline__ void add_bias_tile(float (&s)[kMT][kNT][4], const BiasRows& bias, int row0, int key0, int T, int Tk,
+__device__ __forceinline__ void add_bias_tile(float (&s)[kMT][kNT][4], const uint8_t* tile, int pitch, bool fp32, int row0,
                                               float inv_scale, int lane) {
     const int g = lane / 4, tq = lane % 4;
     #pragma unroll
     for (int mt = 0; mt < kMT; mt++)
         #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int row = row0 + mt * 16 + g + 8 * (e / 2);
-            if (row >= T) continue;
+        for (int nt = 0; nt < kNT; nt++)
             #pragma unroll
-            for (int nt = 0; nt < kNT; nt++) {
-                const int key = key0 + nt * 8 + 2 * tq + (e % 2);
-                if (key < Tk) s[mt][nt][e] += bias(row, key) * inv_scale;
-            }
-        }
+            for (int e = 0; e < 4; e++)
+                s[mt][nt][e] += bias_tile_at(tile, pitch, fp32, row0 + mt * 16 + g + 8 * (e / 2), nt * 8 + 2 * tq + (e % 2)) * inv_scale;
 }
 
-// the same on S^T (the backward's dK/dV tiles: keys key0 + 16mt + g (+8) as rows, queries q0 + 8nt + 2tq (+1))
+// the same on S^T (the backward's dK/dV tiles: keys key0 + 16mt + g (+8) as rows, queries 8nt + 2tq (+1); the tile is
+// [query][key])
 template <int kMT, int kQT>
-__device__ __forceinline__ void add_bias_tile_t(float (&st)[kMT][kQT][4], const BiasRows& bias, int key0, int q0, int T, int Tk,
+__device__ __forceinline__ void add_bias_tile_t(float (&st)[kMT][kQT][4], const uint8_t* tile, int pitch, bool fp32, int key0,
                                                 float inv_scale, int lane) {
     const int g = lane / 4, tq = lane % 4;
     #pragma unroll
     for (int mt = 0; mt < kMT; mt++)
         #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int key = key0 + mt * 16 + g + 8 * (e / 2);
-            if (key >= Tk) continue;
+        for (int nt = 0; nt < kQT; nt++)
             #pragma unroll
-            for (int nt = 0; nt < kQT; nt++) {
-                const int q = q0 + nt * 8 + 2 * tq + (e % 2);
-                if (q < T) st[mt][nt][e] += bias(q, key) * inv_scale;
-            }
-        }
+            for (int e = 0; e < 4; e++)
+                st[mt][nt][e] += bias_tile_at(tile, pitch, fp32, nt * 8 + 2 * tq + (e % 2), key0 + mt * 16 + g + 8 * (e / 2)) * inv_scale;
 }
 
 // ----------------------------------------------------------------------------
@@ -233,6 +243,8 @@ attention_forward_kernel(const AttentionForwardParams p) {
     const floatX* k_gl = p.k + b * p.k_st.batch + h_kv * p.k_st.head;
     const floatX* v_gl = p.v + b * p.v_st.batch + h_kv * p.v_st.head;
     const int m_start = m_block * kBlockM;
+    // head dims 8 and 16 run the HS 16 kernels: a head dim of 8 is zero-padded to 16 in the tiles and stored unpadded
+    const int head_chunks = HS == 16 ? p.HS / 8 : HS / 8;
     if constexpr (kExtras) {
         if (m_start >= T) return;                         // a packed sequence shorter than the longest
         q_gl += seq.q0 * p.q_st.row; k_gl += seq.k0 * p.k_st.row; v_gl += seq.k0 * p.v_st.row;
@@ -246,12 +258,21 @@ attention_forward_kernel(const AttentionForwardParams p) {
     // one K or V tile; HS 128 needs the lean loader to fit 32 rows per warp in 255 registers
     auto load_kv_tile = [&](uint8_t* tile, const floatX* src, int row_stride, int row0) {
         if constexpr (HS == 128) load_tile_rows_async<HS, kThreads, kBlockN>(tile, src, row_stride, row0, Tk);
-        else load_tile_async<HS, kThreads>(tile, src, row_stride, row0, kBlockN, Tk);
+        else load_tile_async<HS, kThreads>(tile, src, row_stride, row0, kBlockN, Tk, head_chunks);
     };
-    load_tile_async<HS, kThreads>(q_smem, q_gl, p.q_st.row, m_start, kBlockM, T);
+    load_tile_async<HS, kThreads>(q_smem, q_gl, p.q_st.row, m_start, kBlockM, T, head_chunks);
     const int k_row = (int)p.k_st.row, v_row = (int)p.v_st.row;   // < 2^31 (attention_unsupported_reason): one register each
+    // kExtras with a bias: its (kBlockM, kBlockN) tiles ride in the K/V pipeline, double buffered after the K/V stages
+    const int bias_pitch = kExtras ? bias_tile_pitch(kBlockN, p.x.bias_fp32) : 0;
+    auto bias_tile = [&](int stage) { return kv_smem + 4 * Tile::kTileBytes + stage * kBlockM * bias_pitch; };
+    auto load_bias = [&](int stage, int n_block) {
+        if constexpr (kExtras) {
+            if (p.x.bias) load_bias_tile<kBlockM, kBlockN, kThreads>(bias_tile(stage), bias_rows(p.x, b, h), m_start, n_block * kBlockN, T, Tk);
+        }
+    };
     load_kv_tile(k_tile(0), k_gl, k_row, (n_blocks - 1) * kBlockN);
     load_kv_tile(v_tile(0), v_gl, v_row, (n_blocks - 1) * kBlockN);
+    load_bias(0, n_blocks - 1);
     cp_async_commit();
 
     // ldmatrix row addresses. For Q (A operand) and V (transposed B), lane l points at row
@@ -299,6 +320,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
         if (it + 1 < n_blocks) {                   // prefetch the next K/V tile into the other stage
             load_kv_tile(k_tile(stage ^ 1), k_gl, k_row, (n_block - 1) * kBlockN);
             load_kv_tile(v_tile(stage ^ 1), v_gl, v_row, (n_block - 1) * kBlockN);
+            load_bias(stage ^ 1, n_block - 1);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -342,7 +364,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
                 }
             }
             if constexpr (kExtras) {   // the additive bias, in units of S (scale multiplies it back)
-                if (p.x.bias) add_bias_tile<kMT, kNT>(s, bias_rows(p.x, b, h), m_start + warp_row0, n_block * kBlockN, T, Tk, 1.0f / p.scale, lane);
+                if (p.x.bias) add_bias_tile<kMT, kNT>(s, bias_tile(stage), bias_pitch, p.x.bias_fp32, warp_row0, 1.0f / p.scale, lane);
             }
             // mask (the causal diagonal, keys past Tk), only on tiles that cross this warp's limits
             if (n_block * kBlockN + kBlockN - 1 > (kGeneral ? min(m_start + warp_row0 + diag, Tk - 1) : m_start + warp_row0)) {
@@ -415,7 +437,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
     floatX* out_gl = p.out + b * p.o_st.batch + h * p.o_st.head + seq.q0 * p.o_st.row;
     for (int c = lane; c < 16 * kMT * kChunks; c += 32) {
         int row = warp_row0 + c / kChunks, ch = c % kChunks;
-        if (m_start + row < T)
+        if (m_start + row < T && ch < head_chunks)
             *reinterpret_cast<uint4*>(out_gl + (m_start + row) * p.o_st.row + ch * 8) =
                 *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
     }
@@ -424,9 +446,11 @@ attention_forward_kernel(const AttentionForwardParams p) {
 template <int HS, int kWarpTilesM, int kNWarps, int kBlockN, bool kGeneral = false, bool kExtras = false>
 void launch_attention_forward(const AttentionForwardParams& p, cudaStream_t stream) {
     using Tile = ForwardTile<HS, kWarpTilesM, kNWarps, kBlockN>;
+    constexpr auto kernel = attention_forward_kernel<HS, kWarpTilesM, kNWarps, kBlockN, kGeneral, kExtras>;
     if (!kGeneral) attention_check_self_causal(p);
-    launch_with_smem<attention_forward_kernel<HS, kWarpTilesM, kNWarps, kBlockN, kGeneral, kExtras>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
-                         Tile::kThreads, Tile::kSmemBytes, stream, p);
+    const int smem = Tile::kSmemBytes + (kExtras && p.x.bias ? 2 * Tile::kBlockM * bias_tile_pitch(kBlockN, p.x.bias_fp32) : 0);
+    if (kExtras) cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));   // size varies by call
+    launch_with_smem<kernel>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)), Tile::kThreads, smem, stream, p);
 }
 
 // ----------------------------------------------------------------------------
@@ -1309,7 +1333,7 @@ __global__ void attention_decode_combine_kernel(const AttentionForwardParams p, 
 // are many enough that splitting them pays
 inline bool attention_decode_applies(const AttentionForwardParams& p) {
     return (long long)p.T * (p.NH / p.NH_kv) <= kDecodeRows && p.Tk >= 2 * kDecodeKeys && (long long)p.B * p.NH_kv <= 65535 &&
-           !p.x.bias && !p.x.cu_seqlens_q && !p.x.cu_seqlens_k;
+           !p.x.bias && !p.x.cu_seqlens_q && !p.x.cu_seqlens_k && p.HS >= 32;
 }
 
 // fp32 scratch for the splits' partials, grown as needed (the decode call owns it; one stream at a time)
@@ -1347,7 +1371,8 @@ void launch_attention_decode(const AttentionForwardParams& p, const int* seqlens
 
 // nullptr if the call runs on this GPU, else the reason it does not
 inline const char* attention_unsupported_reason(const AttentionForwardParams& p) {
-    if (p.HS != 32 && p.HS != 64 && p.HS != 96 && p.HS != 128 && p.HS != 256) return "head dim must be 32, 64, 96, 128 or 256";
+    if (p.HS != 8 && p.HS != 16 && p.HS != 32 && p.HS != 64 && p.HS != 96 && p.HS != 128 && p.HS != 256)
+        return "head dim must be 8, 16, 32, 64, 96, 128 or 256";
     if (p.B < 1 || p.T < 1 || p.Tk < 1 || p.NH < 1 || p.NH_kv < 1) return "B, T, Tk, NH and NH_kv must be at least 1";
     if (p.NH % p.NH_kv != 0) return "the query heads NH must be a multiple of the key/value heads NH_kv";
     if ((long long)p.B * p.NH > 2147483647LL) return "B * NH too large for the grid";
@@ -1427,8 +1452,9 @@ inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stre
     const int HS = p.HS, T = p.T;
     if (attention_decode_applies(p)) { attention_forward_kvcache(p, p.x.seqlens_k, stream); return; }
     if (attention_self_causal(p)) { attention_forward_self_causal_path(p, stream); return; }
-    if (attention_has_extras(p.x)) {   // bias, key lengths, packed sequences: the mma.sync kernels' kExtras copies
-        if (HS == 64) launch_attention_forward<64, 2, 4, 64, true, true>(p, stream);
+    if (attention_has_extras(p.x) || HS <= 16) {   // bias, key lengths, packed sequences, HS 8 and 16: the mma.sync kExtras copies
+        if (HS <= 16) launch_attention_forward<16, 2, 4, 64, true, true>(p, stream);
+        else if (HS == 64) launch_attention_forward<64, 2, 4, 64, true, true>(p, stream);
         else if (HS == 128) launch_attention_forward<128, 2, 4, 48, true, true>(p, stream);
         else if (HS == 32) launch_attention_forward<32, 2, 4, 64, true, true>(p, stream);
         else if (HS == 96) launch_attention_forward<96, 2, 4, 64, true, true>(p, stream);
@@ -1465,6 +1491,7 @@ inline void attention_forward_kvcache(const AttentionForwardParams& p, const int
     if (!why && (long long)p.T * (p.NH / p.NH_kv) > kDecodeRows) why = "the KV-cache path takes T * NH / NH_kv <= 16 query rows (a prefill runs attention_forward)";
     if (!why && (long long)p.B * p.NH_kv > 65535) why = "B * NH_kv too large for the grid";
     if (!why && (p.x.bias || p.x.cu_seqlens_q || p.x.cu_seqlens_k)) why = "the KV-cache path takes no bias and no packed sequences";
+    if (!why && p.HS < 32) why = "the KV-cache path takes head dims 32 to 256 (attention_forward runs 8 and 16)";
     if (!seqlens_k) seqlens_k = p.x.seqlens_k;
     if (why) attention_exit_unsupported("forward (KV cache)", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
     switch (p.HS) {
@@ -1578,7 +1605,7 @@ __global__ void attention_backward_preprocess_kernel(const AttentionBackwardPara
     // packed sequences: sequence b's rows are q0 .. q0 + T_b - 1; its rows from T_b are padding
     int T_b = T, q0 = 0;
     if (kExtras && p.x.cu_seqlens_q && row < (size_t)p.B * NH * Tp) { q0 = p.x.cu_seqlens_q[b]; T_b = p.x.cu_seqlens_q[b + 1] - q0; }
-    const bool valid = row < (size_t)p.B * NH * Tp && t < T_b && chunk < HS / 8;
+    const bool valid = row < (size_t)p.B * NH * Tp && t < T_b && chunk < (HS == 16 ? p.HS / 8 : HS / 8);   // HS 16: 8 or 16
     BackwardScratch sc = backward_scratch(p);
     float sum = 0.0f;
     if (valid) {
@@ -1734,7 +1761,7 @@ template <int HS, int kMT, int kDT>
 __device__ __forceinline__ void backward_store_dk_dv(const float (&dk_acc)[kMT][kDT][4], const float (&dv_acc)[kMT][kDT][4],
                                                      uint8_t* k_smem, uint8_t* v_smem, floatX* dk_gl, long long dk_row,
                                                      floatX* dv_gl, long long dv_row, float scale, int Tk, int n_start,
-                                                     int warp_row0, int col0, int lane) {
+                                                     int warp_row0, int col0, int lane, int head_chunks = HS / 8) {
     const int g = lane / 4, tq = lane % 4;
     #pragma unroll
     for (int mt = 0; mt < kMT; mt++)
@@ -1752,7 +1779,7 @@ __device__ __forceinline__ void backward_store_dk_dv(const float (&dk_acc)[kMT][
     __syncwarp();
     for (int c = lane; c < 16 * kMT * kDT; c += 32) {
         const int row = warp_row0 + c / kDT, ch = col0 / 8 + c % kDT, t = n_start + row;
-        if (t < Tk) {
+        if (t < Tk && ch < head_chunks) {
             *reinterpret_cast<uint4*>(dk_gl + t * dk_row + ch * 8) = *reinterpret_cast<const uint4*>(k_smem + swizzle<HS>(row, ch));
             *reinterpret_cast<uint4*>(dv_gl + t * dv_row + ch * 8) = *reinterpret_cast<const uint4*>(v_smem + swizzle<HS>(row, ch));
         }
@@ -1814,6 +1841,7 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
     const int n_start = n_block * kBlockN;
     // packed keys: nothing of this sequence here. Padded (seqlens_k): the block's rows are written, as zeros.
     if (kExtras && p.x.cu_seqlens_k && n_start >= Tk) return;
+    const int head_chunks = HS == 16 ? p.HS / 8 : HS / 8;   // head dim 8 runs the HS 16 copy, zero-padded
     const int warp_row0 = warp * 16 * kMT;              // this warp's first key row inside the tile
     const int warp_key0 = n_start + warp_row0;          // ... and as a key index
     // the first query block with a query that sees a key here (query i sees key j iff j <= i + diag)
@@ -1823,11 +1851,18 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
     auto step_bh = [&](int i) { return b * NH + h_kv * group + i / head_steps; };   // the step's query head (b * NH + h)
     auto step_m_block = [&](int i) { return m_first + i % head_steps; };
 
+    // kExtras with a bias: its (kBlockM queries, kBlockN keys) tile of each stage, after the two stages
+    const int bias_pitch = kExtras ? bias_tile_pitch(kBlockN, p.x.bias_fp32) : 0;
+    auto bias_tile = [&](int s) { return stage_smem + 2 * Tile::kStageBytes + s * kBlockM * bias_pitch; };
     auto load_stage = [&](int s, int i) {
         const int bh = step_bh(i), h = bh % NH, m_block = step_m_block(i);
-        load_tile_async<HS, kThreads>(q_tile(s), p.q + b * p.q_st.batch + h * p.q_st.head + seq.q0 * p.q_st.row, p.q_st.row, m_block * kBlockM, kBlockM, T);
+        if constexpr (kExtras) {
+            if (p.x.bias) load_bias_tile<kBlockM, kBlockN, kThreads>(bias_tile(s), bias_rows(p.x, b, h), m_block * kBlockM, n_start, T, Tk);
+        }
+        load_tile_async<HS, kThreads>(q_tile(s), p.q + b * p.q_st.batch + h * p.q_st.head + seq.q0 * p.q_st.row, p.q_st.row, m_block * kBlockM,
+                                      kBlockM, T, head_chunks);
         load_tile_async<HS, kThreads>(do_tile(s), p.dout + b * p.do_st.batch + h * p.do_st.head + seq.q0 * p.do_st.row, p.do_st.row,
-                                      m_block * kBlockM, kBlockM, T);
+                                      m_block * kBlockM, kBlockM, T, head_chunks);
         // lse2 then dpsum, kBlockM floats each; the padding keeps these in bounds and 16-byte aligned
         for (int c = threadIdx.x; c < kBlockM / 2; c += kThreads) {
             const int which = c / (kBlockM / 4), j = c % (kBlockM / 4);
@@ -1835,8 +1870,8 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
             cp_async_16(smem_addr(lse2_tile(s) + which * kBlockM + 4 * j), src, true);
         }
     };
-    load_tile_async<HS, kThreads>(k_smem, k_gl, p.k_st.row, n_start, kBlockN, Tk);
-    load_tile_async<HS, kThreads>(v_smem, v_gl, p.v_st.row, n_start, kBlockN, Tk);
+    load_tile_async<HS, kThreads>(k_smem, k_gl, p.k_st.row, n_start, kBlockN, Tk, head_chunks);
+    load_tile_async<HS, kThreads>(v_smem, v_gl, p.v_st.row, n_start, kBlockN, Tk, head_chunks);
     if (steps > 0) load_stage(0, 0);
     cp_async_commit();
 
@@ -1868,7 +1903,7 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
         // S^T = K Q^T and dP^T = V dO^T: 16 * kMT keys x kBlockM queries per warp
         float st[kMT][kQT][4], dpt[kMT][kQT][4];
         backward_st_dpt<HS, kMT, kQT>(st, dpt, k_smem, v_smem, q_s, do_s, warp_row0, 0, lane);
-        if (kExtras && p.x.bias) add_bias_tile_t<kMT, kQT>(st, bias_rows(p.x, b, step_bh(i) % NH), warp_key0, m_start, T, Tk, 1.0f / p.scale, lane);
+        if (kExtras && p.x.bias) add_bias_tile_t<kMT, kQT>(st, bias_tile(stage), bias_pitch, p.x.bias_fp32, warp_row0, 1.0f / p.scale, lane);
         // P^T = exp2(S^T * c - lse2[query]), 0 where key > query + diag; dS^T = P^T * (dP^T - D[query]). Only tiles
         // where some key of this warp exceeds some query's limit need the mask (keys past Tk need none: their rows
         // of dK, dV are not stored).
@@ -1930,6 +1965,10 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
         __syncthreads();   // every warp is done with this stage (and dS^T) before the next prefetch / store overwrites it
     }
 
+    if (steps == 0) {   // no step waited for the K/V copies: they must land before dK, dV are staged in their buffers
+        cp_async_wait<0>();
+        __syncthreads();
+    }
     if (kExtras && p.x.seqlens_k) {   // padded keys past Tk_b saw zeros for K and V: their gradients are zero
         #pragma unroll
         for (int mt = 0; mt < kMT; mt++)
@@ -1941,7 +1980,7 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
     }
     backward_store_dk_dv<HS, kMT, kAccDT>(dk_acc, dv_acc, k_smem, v_smem, p.dk + b * p.dk_st.batch + h_kv * p.dk_st.head + seq.k0 * p.dk_st.row,
                                           p.dk_st.row, p.dv + b * p.dv_st.batch + h_kv * p.dv_st.head + seq.k0 * p.dv_st.row, p.dv_st.row,
-                                          p.scale, kExtras && p.x.cu_seqlens_k ? Tk : p.Tk, n_start, warp_row0, col0, lane);
+                                          p.scale, kExtras && p.x.cu_seqlens_k ? Tk : p.Tk, n_start, warp_row0, col0, lane, head_chunks);
 }
 
 // ----------------------------------------------------------------------------
@@ -1988,13 +2027,23 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
     const floatX* do_gl = p.dout + b * p.do_st.batch + h * p.do_st.head + seq.q0 * p.do_st.row;
     const int m_start = m_block * kBlockM;
     if (kExtras && m_start >= T) return;                // a packed sequence shorter than the longest
+    const int head_chunks = HS == 16 ? p.HS / 8 : HS / 8;   // head dim 8 runs the HS 16 copy, zero-padded
     const int warp_row0 = warp * 16 * kMT;              // first row of this warp inside the tile
     const int n_blocks = attention_key_blocks(m_start + kBlockM - 1, diag, Tk, kBlockN);
 
-    load_tile_async<HS, kThreads>(q_smem, q_gl, p.q_st.row, m_start, kBlockM, T);
-    load_tile_async<HS, kThreads>(do_smem, do_gl, p.do_st.row, m_start, kBlockM, T);
-    load_tile_async<HS, kThreads>(k_tile(0), k_gl, p.k_st.row, (n_blocks - 1) * kBlockN, kBlockN, Tk);
-    load_tile_async<HS, kThreads>(v_tile(0), v_gl, p.v_st.row, (n_blocks - 1) * kBlockN, kBlockN, Tk);
+    // kExtras with a bias: its (kBlockM, kBlockN) tiles ride in the K/V pipeline, double buffered after the K/V stages
+    const int bias_pitch = kExtras ? bias_tile_pitch(kBlockN, p.x.bias_fp32) : 0;
+    auto bias_tile = [&](int stage) { return kv_smem + 4 * Tile::kTileBytes + stage * kBlockM * bias_pitch; };
+    auto load_bias = [&](int stage, int n_block) {
+        if constexpr (kExtras) {
+            if (p.x.bias) load_bias_tile<kBlockM, kBlockN, kThreads>(bias_tile(stage), bias_rows(p.x, b, h), m_start, n_block * kBlockN, T, Tk);
+        }
+    };
+    load_tile_async<HS, kThreads>(q_smem, q_gl, p.q_st.row, m_start, kBlockM, T, head_chunks);
+    load_tile_async<HS, kThreads>(do_smem, do_gl, p.do_st.row, m_start, kBlockM, T, head_chunks);
+    load_tile_async<HS, kThreads>(k_tile(0), k_gl, p.k_st.row, (n_blocks - 1) * kBlockN, kBlockN, Tk, head_chunks);
+    load_tile_async<HS, kThreads>(v_tile(0), v_gl, p.v_st.row, (n_blocks - 1) * kBlockN, kBlockN, Tk, head_chunks);
+    load_bias(0, n_blocks - 1);
     cp_async_commit();
 
     // this thread's rows (mt*16 + g, + 8): lse2 and D from the (padded) scratch
@@ -2028,8 +2077,9 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
         const int n_block = n_blocks - 1 - it;     // diagonal (masked) tile first
         const int stage = it & 1;
         if (it + 1 < n_blocks) {                   // prefetch the next K/V tile into the other stage
-            load_tile_async<HS, kThreads>(k_tile(stage ^ 1), k_gl, p.k_st.row, (n_block - 1) * kBlockN, kBlockN, Tk);
-            load_tile_async<HS, kThreads>(v_tile(stage ^ 1), v_gl, p.v_st.row, (n_block - 1) * kBlockN, kBlockN, Tk);
+            load_tile_async<HS, kThreads>(k_tile(stage ^ 1), k_gl, p.k_st.row, (n_block - 1) * kBlockN, kBlockN, Tk, head_chunks);
+            load_tile_async<HS, kThreads>(v_tile(stage ^ 1), v_gl, p.v_st.row, (n_block - 1) * kBlockN, kBlockN, Tk, head_chunks);
+            load_bias(stage ^ 1, n_block - 1);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -2078,7 +2128,7 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                     }
                 }
             }
-            if (kExtras && p.x.bias) add_bias_tile<kMT, kNT>(s, bias_rows(p.x, b, h), m_start + warp_row0, n_block * kBlockN, T, Tk, 1.0f / p.scale, lane);
+            if (kExtras && p.x.bias) add_bias_tile<kMT, kNT>(s, bias_tile(stage), bias_pitch, p.x.bias_fp32, warp_row0, 1.0f / p.scale, lane);
             // P = exp2(S * c - lse2), 0 where key > query + diag or key >= Tk (only on tiles crossing this warp's
             // limits); dS = P * (dP - D)
             const bool need_mask = n_block * kBlockN + kBlockN - 1 > min(m_start + warp_row0 + diag, Tk - 1);
@@ -2134,7 +2184,7 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
     floatX* dq_gl = p.dq + b * p.dq_st.batch + h * p.dq_st.head + seq.q0 * p.dq_st.row;
     for (int c = lane; c < 16 * kMT * kChunks; c += 32) {
         const int row = warp_row0 + c / kChunks, ch = c % kChunks;
-        if (m_start + row < T)
+        if (m_start + row < T && ch < head_chunks)
             *reinterpret_cast<uint4*>(dq_gl + (m_start + row) * p.dq_st.row + ch * 8) =
                 *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
     }
@@ -3214,15 +3264,19 @@ void launch_attention_backward_postprocess(const AttentionBackwardParams& p, cud
 template <int HS, int kNWarps, int kMT, int kBlockM, bool kAtomicDq, bool kExtras = false>
 void launch_attention_backward_dkdv(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = BackwardKVTile<HS, kNWarps, kMT, kBlockM, kAtomicDq>;
-    launch_with_smem<attention_backward_dkdv_kernel<HS, kNWarps, kMT, kBlockM, kAtomicDq, kExtras>>(dim3(p.B * p.NH_kv, ceil_div(p.Tk, Tile::kBlockN), HS > 128 ? 2 : 1),
-                         Tile::kThreads, Tile::kSmemBytes, stream, p);
+    constexpr auto kernel = attention_backward_dkdv_kernel<HS, kNWarps, kMT, kBlockM, kAtomicDq, kExtras>;
+    const int smem = Tile::kSmemBytes + (kExtras && p.x.bias ? 2 * kBlockM * bias_tile_pitch(Tile::kBlockN, p.x.bias_fp32) : 0);
+    if (kExtras) cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));   // size varies by call
+    launch_with_smem<kernel>(dim3(p.B * p.NH_kv, ceil_div(p.Tk, Tile::kBlockN), HS > 128 ? 2 : 1), Tile::kThreads, smem, stream, p);
 }
 
 template <int HS, int kNWarps, int kMT, int kBlockN, bool kExtras = false>
 void launch_attention_backward_dq(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = BackwardQTile<HS, kNWarps, kMT, kBlockN>;
-    launch_with_smem<attention_backward_dq_kernel<HS, kNWarps, kMT, kBlockN, kExtras>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)),
-                         Tile::kThreads, Tile::kSmemBytes, stream, p);
+    constexpr auto kernel = attention_backward_dq_kernel<HS, kNWarps, kMT, kBlockN, kExtras>;
+    const int smem = Tile::kSmemBytes + (kExtras && p.x.bias ? 2 * Tile::kBlockM * bias_tile_pitch(kBlockN, p.x.bias_fp32) : 0);
+    if (kExtras) cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));   // size varies by call
+    launch_with_smem<kernel>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)), Tile::kThreads, smem, stream, p);
 }
 
 // Q, dO with boxes of q_rows rows, K, V with boxes of kv_rows rows
@@ -3439,8 +3493,9 @@ inline void attention_backward_self_causal_path(const AttentionBackwardParams& p
 inline void attention_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
     if (const char* why = attention_backward_unsupported_reason(p)) attention_exit_unsupported("backward", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
     const int HS = p.HS;
-    if (attention_has_extras(p.x)) {   // the mma.sync split's kExtras copies
-        if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64, true>(p, stream);
+    if (attention_has_extras(p.x) || HS <= 16) {   // the mma.sync split's kExtras copies
+        if (HS <= 16) attention_backward_split<16, 4, 1, 64, 4, 1, 64, true>(p, stream);
+        else if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64, true>(p, stream);
         else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64, true>(p, stream);
         else if (HS == 96) attention_backward_split<96, 4, 1, 32, 4, 1, 32, true>(p, stream);
         else if (HS == 128) attention_backward_split<128, 4, 1, 32, 4, 1, 32, true>(p, stream);

@@ -7,7 +7,8 @@ Each call checks what src/attention.cuh would refuse (attention_unsupported_reas
 a foreign caller gets wrong (null pointers, a small scratch, another device), and returns the reason instead of
 letting attention_forward / attention_backward exit the process. After the launches it returns cudaGetLastError's
 message, if any. CUDA failures inside src/attention.cuh's own cudaCheck calls (a failed launch, say) still exit, as
-they do in train_gpt2cu.
+they do in train_gpt2cu. The calls without _ex are the _ex calls with every extra (bias, key lengths, packed
+sequences, dbias) off.
 */
 #include "attention_capi.h"
 #include <mutex>
@@ -53,20 +54,37 @@ const char* launch_problem() {
 
 AttentionStrides strides_of(const long long* s) { return {s[0], s[1], s[2]}; }
 
+// the _ex calls' extras as src/attention.cuh's AttentionExtras; nullptr, or why they are refused
+const char* extras_of(AttentionExtras& x, const void* bias, const long long* bias_strides, int bias_fp32,
+                      const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k) {
+    if (bias && !bias_strides) return "a bias needs its 3 strides (bias_strides not null)";
+    x = {};
+    x.bias = bias;
+    if (bias) x.bias_st = strides_of(bias_strides);
+    x.bias_fp32 = bias_fp32 != 0;
+    x.seqlens_k = seqlens_k;
+    x.cu_seqlens_q = cu_seqlens_q;
+    x.cu_seqlens_k = cu_seqlens_k;
+    return nullptr;
+}
+
 }  // namespace
 
 extern "C" {
 
-const char* flashgpt_attention_forward(const void* q, const void* k, const void* v, void* out, float* lse,
-                                       const long long* q_strides, const long long* k_strides,
-                                       const long long* v_strides, const long long* o_strides,
-                                       int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
-                                       void* stream) {
+const char* flashgpt_attention_forward_ex(const void* q, const void* k, const void* v, void* out, float* lse,
+                                          const long long* q_strides, const long long* k_strides,
+                                          const long long* v_strides, const long long* o_strides,
+                                          int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
+                                          const void* bias, const long long* bias_strides, int bias_fp32,
+                                          const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k,
+                                          void* stream) {
     if (!q || !k || !v || !out || !lse) return "q, k, v, out and lse must not be null";
     if (!q_strides || !k_strides || !v_strides || !o_strides) return "every stride array must have 3 elements (not null)";
+    AttentionForwardParams p{};
+    if (const char* why = extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k)) return why;
     std::lock_guard<std::mutex> lock(g_call_mutex);
     if (const char* why = device_problem()) return why;
-    AttentionForwardParams p{};
     p.q = (const floatX*)q; p.k = (const floatX*)k; p.v = (const floatX*)v;
     p.out = (floatX*)out; p.lse = lse;
     p.q_st = strides_of(q_strides); p.k_st = strides_of(k_strides); p.v_st = strides_of(v_strides); p.o_st = strides_of(o_strides);
@@ -78,32 +96,56 @@ const char* flashgpt_attention_forward(const void* q, const void* k, const void*
     return launch_problem();
 }
 
-size_t flashgpt_attention_backward_scratch_bytes(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal) {
+const char* flashgpt_attention_forward(const void* q, const void* k, const void* v, void* out, float* lse,
+                                       const long long* q_strides, const long long* k_strides,
+                                       const long long* v_strides, const long long* o_strides,
+                                       int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
+                                       void* stream) {
+    return flashgpt_attention_forward_ex(q, k, v, out, lse, q_strides, k_strides, v_strides, o_strides, B, T, Tk, NH, NH_kv,
+                                         HS, causal, scale, nullptr, nullptr, 0, nullptr, nullptr, nullptr, stream);
+}
+
+size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal,
+                                                    const void* bias, const long long* bias_strides, int bias_fp32,
+                                                    const int* seqlens_k, const int* cu_seqlens_q,
+                                                    const int* cu_seqlens_k, const void* dbias) {
     if (B < 1 || T < 1 || Tk < 1 || NH < 1 || NH_kv < 1 || HS < 1) return 0;
+    AttentionBackwardParams p{};
+    if (extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k)) return 0;
+    // only whether there is a dbias counts here (the ds buffer it adds), never its address
+    p.dbias = (void*)dbias;
     std::lock_guard<std::mutex> lock(g_call_mutex);
     if (device_problem()) return 0;
-    AttentionBackwardParams p{};
     p.B = B; p.T = T; p.Tk = Tk; p.NH = NH; p.NH_kv = NH_kv; p.HS = HS;
     p.causal = causal != 0;
     return attention_backward_scratch_bytes(p);
 }
 
-const char* flashgpt_attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q,
-                                        const void* k, const void* v, const void* out, const float* lse,
-                                        const long long* dq_strides, const long long* dk_strides,
-                                        const long long* dv_strides, const long long* do_strides,
-                                        const long long* q_strides, const long long* k_strides,
-                                        const long long* v_strides, const long long* o_strides,
-                                        int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
-                                        void* scratch, size_t scratch_bytes, void* stream) {
+size_t flashgpt_attention_backward_scratch_bytes(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal) {
+    return flashgpt_attention_backward_scratch_bytes_ex(B, T, Tk, NH, NH_kv, HS, causal, nullptr, nullptr, 0, nullptr, nullptr,
+                                                        nullptr, nullptr);
+}
+
+const char* flashgpt_attention_backward_ex(void* dq, void* dk, void* dv, const void* dout, const void* q,
+                                           const void* k, const void* v, const void* out, const float* lse,
+                                           const long long* dq_strides, const long long* dk_strides,
+                                           const long long* dv_strides, const long long* do_strides,
+                                           const long long* q_strides, const long long* k_strides,
+                                           const long long* v_strides, const long long* o_strides,
+                                           int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
+                                           const void* bias, const long long* bias_strides, int bias_fp32,
+                                           const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k,
+                                           void* dbias, void* scratch, size_t scratch_bytes, void* stream) {
     if (!dq || !dk || !dv || !dout || !q || !k || !v || !out || !lse) return "dq, dk, dv, dout, q, k, v, out and lse must not be null";
     if (!dq_strides || !dk_strides || !dv_strides || !do_strides || !q_strides || !k_strides || !v_strides || !o_strides)
         return "every stride array must have 3 elements (not null)";
     if (!scratch || (uintptr_t)scratch % 16) return "scratch must be device memory, 16-byte aligned";
+    AttentionBackwardParams p{};
+    if (const char* why = extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k)) return why;
     std::lock_guard<std::mutex> lock(g_call_mutex);
     if (const char* why = device_problem()) return why;
-    AttentionBackwardParams p{};
     p.dq = (floatX*)dq; p.dk = (floatX*)dk; p.dv = (floatX*)dv;
+    p.dbias = dbias;
     p.scratch = scratch;
     p.dout = (const floatX*)dout;
     p.q = (const floatX*)q; p.k = (const floatX*)k; p.v = (const floatX*)v;
@@ -117,11 +159,24 @@ const char* flashgpt_attention_backward(void* dq, void* dk, void* dv, const void
     const size_t needed = attention_backward_scratch_bytes(p);
     if (scratch_bytes < needed) {
         snprintf(g_message, sizeof(g_message), "scratch has %zu bytes, this call needs %zu "
-                 "(flashgpt_attention_backward_scratch_bytes)", scratch_bytes, needed);
+                 "(flashgpt_attention_backward_scratch_bytes_ex, with the same extras and dbias)", scratch_bytes, needed);
         return g_message;
     }
     attention_backward(p, (cudaStream_t)stream);
     return launch_problem();
+}
+
+const char* flashgpt_attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q,
+                                        const void* k, const void* v, const void* out, const float* lse,
+                                        const long long* dq_strides, const long long* dk_strides,
+                                        const long long* dv_strides, const long long* do_strides,
+                                        const long long* q_strides, const long long* k_strides,
+                                        const long long* v_strides, const long long* o_strides,
+                                        int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
+                                        void* scratch, size_t scratch_bytes, void* stream) {
+    return flashgpt_attention_backward_ex(dq, dk, dv, dout, q, k, v, out, lse, dq_strides, dk_strides, dv_strides, do_strides,
+                                          q_strides, k_strides, v_strides, o_strides, B, T, Tk, NH, NH_kv, HS, causal, scale,
+                                          nullptr, nullptr, 0, nullptr, nullptr, nullptr, nullptr, scratch, scratch_bytes, stream);
 }
 
 const char* flashgpt_attention_version(void) { return GIT_COMMIT; }

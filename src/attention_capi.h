@@ -13,6 +13,22 @@ and every pointer 16-byte aligned.
   scale: softmax(scale * Q K^T), usually 1 / sqrt(HS)
   stream: a cudaStream_t (nullptr: the legacy default stream)
 
+The _ex calls take src/attention.cuh's optional extras (AttentionExtras) too; every pointer null: none, as the calls
+without _ex (which are the _ex calls with them all null):
+
+  bias (B, NH, T, Tk) bf16, or fp32 where bias_fp32: softmax(scale * Q K^T + bias). Element (b, h, i, j) lives at
+       bias[b * s[0] + i * s[1] + h * s[2] + j] with bias_strides s (batch, row = query, head) in elements, the key dim
+       contiguous; a stride 0 broadcasts its dimension. Aligned to its element size. A -inf entry masks its key.
+  seqlens_k (B) int32 device: sequence b sees the first seqlens_k[b] (<= Tk) of its keys (key padding)
+  cu_seqlens_q, cu_seqlens_k (B + 1) int32 device: packed sequences (FlashAttention's varlen): sequence b's rows are
+       cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of q and out (of k and v with cu_seqlens_k), with the batch strides 0;
+       T and Tk are then the longest lengths. lse stays (B, NH, T), only the first T_b rows of each sequence written.
+       seqlens_k and cu_seqlens_k exclude each other.
+  dbias (backward only): d loss / d bias, in the bias's dtype and with its strides (summed over its broadcast
+       dimensions); needs a bias, and the scratch that flashgpt_attention_backward_scratch_bytes_ex gives with it.
+Each sequence b runs with its own lengths T_b, Tk_b, the causal diagonal aligned bottom-right per sequence
+(key j <= i + Tk_b - T_b); a row that sees no key (all its keys masked) gets 0 and no gradient.
+
 The calls return nullptr on success, else a message that says why: a call src/attention.cuh does not support (its
 attention_unsupported_reason), or a CUDA error. They never exit the process for an unsupported call. All calls must
 use one device per process (the first one used): the kernels' one-time setup is per process.
@@ -52,6 +68,35 @@ FLASHGPT_API const char* flashgpt_attention_backward(void* dq, void* dk, void* d
                                                      const long long* v_strides, const long long* o_strides,
                                                      int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
                                                      void* scratch, size_t scratch_bytes, void* stream);
+
+// flashgpt_attention_forward with the extras above
+FLASHGPT_API const char* flashgpt_attention_forward_ex(const void* q, const void* k, const void* v, void* out, float* lse,
+                                                       const long long* q_strides, const long long* k_strides,
+                                                       const long long* v_strides, const long long* o_strides,
+                                                       int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
+                                                       const void* bias, const long long* bias_strides, int bias_fp32,
+                                                       const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k,
+                                                       void* stream);
+
+// flashgpt_attention_backward_scratch_bytes for flashgpt_attention_backward_ex with these extras (pass the backward's
+// own: dbias adds B * NH * T * Tk fp32, and the extras change which kernels run)
+FLASHGPT_API size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal,
+                                                                 const void* bias, const long long* bias_strides, int bias_fp32,
+                                                                 const int* seqlens_k, const int* cu_seqlens_q,
+                                                                 const int* cu_seqlens_k, const void* dbias);
+
+// flashgpt_attention_backward with the extras above (the forward's) and, optionally, dbias (overwritten);
+// scratch_bytes >= flashgpt_attention_backward_scratch_bytes_ex() with the same arguments
+FLASHGPT_API const char* flashgpt_attention_backward_ex(void* dq, void* dk, void* dv, const void* dout, const void* q,
+                                                        const void* k, const void* v, const void* out, const float* lse,
+                                                        const long long* dq_strides, const long long* dk_strides,
+                                                        const long long* dv_strides, const long long* do_strides,
+                                                        const long long* q_strides, const long long* k_strides,
+                                                        const long long* v_strides, const long long* o_strides,
+                                                        int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
+                                                        const void* bias, const long long* bias_strides, int bias_fp32,
+                                                        const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k,
+                                                        void* dbias, void* scratch, size_t scratch_bytes, void* stream);
 
 // the git commit the library was built from
 FLASHGPT_API const char* flashgpt_attention_version(void);

@@ -106,12 +106,13 @@ __device__ __forceinline__ void mma_accum_times_tile(float (&out)[kMT][kDT][4], 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile whose rows hold HS bf16. The chunk index
 // is XORed with row % 8, so the 8 row addresses of one ldmatrix (same chunk, 8 consecutive rows) hit 8
 // different bank groups instead of one: the 128-byte swizzle, which TMA/wgmma use too.
-// Rows of 64 bytes (HS 32) pair up in 128 bytes, so the XOR takes row / 2; a 192-byte row (HS 96) is a 128-byte
-// part as above and a 64-byte part swizzled like HS 32's rows.
+// Rows of 64 bytes (HS 32) pair up in 128 bytes, so the XOR takes row / 2; rows of 32 bytes (HS 16) come in fours, so
+// row / 4; a 192-byte row (HS 96) is a 128-byte part as above and a 64-byte part swizzled like HS 32's rows.
 template <int HS>
 __device__ __forceinline__ int swizzle(int row, int chunk) {
     if constexpr (HS % 64 == 0) return row * (HS * 2) + ((chunk ^ (row & 7)) << 4);
     else if constexpr (HS == 32) return row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4);
+    else if constexpr (HS == 16) return row * 32 + ((chunk ^ ((row >> 2) & 1)) << 4);
     else {
         static_assert(HS == 96, "head dims: multiples of 64, 32 and 96");
         return row * 192 + ((chunk < 8 ? chunk ^ (row & 7) : 8 + ((chunk - 8) ^ ((row >> 1) & 3))) << 4);
@@ -120,13 +121,15 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 
 // Copy rows [row0, row0 + rows) of one head's (T, HS) slice of a strided tensor into a swizzled tile;
 // rows past T are zero-filled: a zero K row gives a finite score that the causal mask removes, a zero
-// V row contributes nothing, whereas garbage could be NaN and 0 * NaN = NaN.
+// V row contributes nothing, whereas garbage could be NaN and 0 * NaN = NaN. Chunks from `chunks` on are zero-filled
+// too (a head dim of 8 in a tile of 16).
 template <int HS, int kThreads>
-__device__ __forceinline__ void load_tile_async(uint8_t* tile, const floatX* src, size_t row_stride, int row0, int rows, int T) {
+__device__ __forceinline__ void load_tile_async(uint8_t* tile, const floatX* src, size_t row_stride, int row0, int rows, int T,
+                                                int chunks = HS / 8) {
     constexpr int kChunks = HS / 8;
     for (int c = threadIdx.x; c < rows * kChunks; c += kThreads) {
         int r = c / kChunks, ch = c % kChunks, t = row0 + r;
-        bool valid = t < T;
+        bool valid = t < T && ch < chunks;
         cp_async_16(smem_addr(tile + swizzle<HS>(r, ch)), src + (size_t)(valid ? t : 0) * row_stride + ch * 8, valid);
     }
 }

@@ -1,6 +1,6 @@
 /*
 General attention through src/attention.cuh's AttentionForwardParams / AttentionBackwardParams: non-causal, cross
-(T != Tk, the causal diagonal aligned bottom-right), GQA and MQA, head dims 32 to 256, BTHD / BHTD / fused QKV layouts,
+(T != Tk, the causal diagonal aligned bottom-right), GQA and MQA, head dims 8 to 256, BTHD / BHTD / fused QKV layouts,
 any softmax scale. Every case is validated forward (out and lse) and backward (dq, dk, dv, and bit-identical on a
 second run) against the CPU fp64 reference of dev/cuda/reference.h with FlashAttention's rule (2x the naive bf16
 computation's error plus a small constant), every output poisoned before each launch; then, unless --check, timed.
@@ -97,6 +97,9 @@ static const char* kValidationCases[] = {
     "b=5,h=3,tq=300,d=64,varlen=1",                              "b=4,h=4,hkv=1,tq=200,tk=333,d=128,causal=0,varlen=1",
     "b=3,h=2,tq=150,d=64,varlen=1,bias=1htt,dbias=1,mask=1",     "b=64,h=2,tq=300,d=64,varlen=1",
     "b=1,h=2,tq=4097,d=64,varlen=1",                             "b=3,h=2,tq=100,d=32,varlen=1,causal=0",
+    // head dims 8 (zero-padded to 16 in the kernels) and 16
+    "b=2,h=3,tq=150,d=16",                                       "b=2,h=4,hkv=2,tq=100,tk=230,d=8,causal=0",
+    "b=2,h=2,tq=120,d=8,bias=1htt,dbias=1,mask=1",               "b=3,h=2,tq=90,d=16,varlen=1,causal=0,bias=bhtt,biasf32=1",
 };
 // the benchmark cases of the general-attention issue (the anchor script runs the same strings)
 static const char* kBenchCases[] = {
