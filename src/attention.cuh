@@ -58,6 +58,8 @@ inline AttentionStrides fused_qkv_strides(int T, int NH, int HS) { return {3LL *
 // bias[b * bias_st.batch + h * bias_st.head + i * bias_st.row + j] (i, j local to the sequence; keys contiguous), any
 // of the three strides 0 to broadcast (xformers' attn_bias, AlphaFold's pair bias); bf16 or fp32. A -inf entry masks
 // its key; a row whose keys are all masked gets O = 0, LSE = -inf and no gradient.
+// gate: output gating (AlphaFold's): the forward also writes gated_out = O * gate (elementwise; O itself still goes to
+// out, which the backward needs); the backward then takes dout = d loss / d gated_out and writes dgate.
 struct AttentionExtras {
     const void* bias;             // nullptr: none
     AttentionStrides bias_st;     // (batch, row = query, head) strides in elements; 0 broadcasts
@@ -65,9 +67,12 @@ struct AttentionExtras {
     const int* seqlens_k;         // (B) device: keys of sequence b (key padding, <= Tk)
     const int* cu_seqlens_q;      // (B + 1) device: packed query rows (varlen)
     const int* cu_seqlens_k;      // (B + 1) device: packed key rows (varlen)
+    const floatX* gate;           // (B, T, NH, HS) like Q, with gate_st; nullptr: no gating
+    AttentionStrides gate_st;
+    floatX* gated_out;            // (B, T, NH, HS) with o_st: the forward's O * gate
 };
 __host__ __device__ inline bool attention_has_extras(const AttentionExtras& x) {
-    return x.bias || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k;
+    return x.bias || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.gate;
 }
 
 // Query i (of T) sees key j (of Tk) iff j < Tk and, when causal, j <= i + Tk - T: the causal diagonal aligned
@@ -193,6 +198,20 @@ __device__ __forceinline__ void add_bias_tile_t(float (&st)[kMT][kQT][4], const 
             #pragma unroll
             for (int e = 0; e < 4; e++)
                 st[mt][nt][e] += bias_tile_at(tile, pitch, fp32, nt * 8 + 2 * tq + (e % 2), key0 + mt * 16 + g + 8 * (e / 2)) * inv_scale;
+}
+
+// eight bf16 products (fp32 math, one rounding)
+__device__ __forceinline__ uint4 mul_bf16x8(const uint4& a, const uint4& b) {
+    const __nv_bfloat162* a2 = reinterpret_cast<const __nv_bfloat162*>(&a);
+    const __nv_bfloat162* b2 = reinterpret_cast<const __nv_bfloat162*>(&b);
+    uint4 out;
+    uint32_t* o = reinterpret_cast<uint32_t*>(&out);
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 x = __bfloat1622float2(a2[i]), y = __bfloat1622float2(b2[i]);
+        o[i] = pack_bf16x2(x.x * y.x, x.y * y.y);
+    }
+    return out;
 }
 
 // ----------------------------------------------------------------------------
@@ -437,9 +456,18 @@ attention_forward_kernel(const AttentionForwardParams p) {
     floatX* out_gl = p.out + b * p.o_st.batch + h * p.o_st.head + seq.q0 * p.o_st.row;
     for (int c = lane; c < 16 * kMT * kChunks; c += 32) {
         int row = warp_row0 + c / kChunks, ch = c % kChunks;
-        if (m_start + row < T && ch < head_chunks)
-            *reinterpret_cast<uint4*>(out_gl + (m_start + row) * p.o_st.row + ch * 8) =
-                *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
+        if (m_start + row < T && ch < head_chunks) {
+            const uint4 o = *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
+            *reinterpret_cast<uint4*>(out_gl + (m_start + row) * p.o_st.row + ch * 8) = o;
+            if constexpr (kExtras) {   // gating: gated_out = O * gate, from the same bf16 O the backward reads
+                if (p.x.gate) {
+                    const long long r = seq.q0 + m_start + row;
+                    const uint4 gv = *reinterpret_cast<const uint4*>(p.x.gate + b * p.x.gate_st.batch + r * p.x.gate_st.row +
+                                                                     h * p.x.gate_st.head + ch * 8);
+                    *reinterpret_cast<uint4*>(p.x.gated_out + b * p.o_st.batch + r * p.o_st.row + h * p.o_st.head + ch * 8) = mul_bf16x8(o, gv);
+                }
+            }
+        }
     }
 }
 
@@ -1333,7 +1361,7 @@ __global__ void attention_decode_combine_kernel(const AttentionForwardParams p, 
 // are many enough that splitting them pays
 inline bool attention_decode_applies(const AttentionForwardParams& p) {
     return (long long)p.T * (p.NH / p.NH_kv) <= kDecodeRows && p.Tk >= 2 * kDecodeKeys && (long long)p.B * p.NH_kv <= 65535 &&
-           !p.x.bias && !p.x.cu_seqlens_q && !p.x.cu_seqlens_k && p.HS >= 32;
+           !p.x.bias && !p.x.cu_seqlens_q && !p.x.cu_seqlens_k && !p.x.gate && p.HS >= 32;
 }
 
 // fp32 scratch for the splits' partials, grown as needed (the decode call owns it; one stream at a time)
@@ -1378,6 +1406,9 @@ inline const char* attention_unsupported_reason(const AttentionForwardParams& p)
     if ((long long)p.B * p.NH > 2147483647LL) return "B * NH too large for the grid";
     if (p.x.seqlens_k && p.x.cu_seqlens_k) return "give key lengths either as seqlens_k (padded) or cu_seqlens_k (packed), not both";
     if (p.x.bias && (uintptr_t)p.x.bias % (p.x.bias_fp32 ? 4 : 2)) return "the bias must be aligned to its element size";
+    if (p.x.gate && (!p.x.gated_out || (uintptr_t)p.x.gate % 16 || (uintptr_t)p.x.gated_out % 16 || p.x.gate_st.batch % 8 ||
+                     p.x.gate_st.row % 8 || p.x.gate_st.head % 8))
+        return "gating needs gated_out (the backward: dgate), and gate, gated_out 16-byte aligned with strides multiples of 8 elements";
     if (ceil_div(p.T, 64) > 65535) return "T too large for the grid";
     for (const AttentionStrides& st : {p.q_st, p.k_st, p.v_st, p.o_st}) {
         if (st.batch % 8 || st.row % 8 || st.head % 8) return "every batch, row and head stride must be a multiple of 8 elements (16 bytes)";
@@ -1490,7 +1521,7 @@ inline void attention_forward_kvcache(const AttentionForwardParams& p, const int
     const char* why = attention_unsupported_reason(p);
     if (!why && (long long)p.T * (p.NH / p.NH_kv) > kDecodeRows) why = "the KV-cache path takes T * NH / NH_kv <= 16 query rows (a prefill runs attention_forward)";
     if (!why && (long long)p.B * p.NH_kv > 65535) why = "B * NH_kv too large for the grid";
-    if (!why && (p.x.bias || p.x.cu_seqlens_q || p.x.cu_seqlens_k)) why = "the KV-cache path takes no bias and no packed sequences";
+    if (!why && (p.x.bias || p.x.cu_seqlens_q || p.x.cu_seqlens_k || p.x.gate)) why = "the KV-cache path takes no bias, packed sequences or gating";
     if (!why && p.HS < 32) why = "the KV-cache path takes head dims 32 to 256 (attention_forward runs 8 and 16)";
     if (!seqlens_k) seqlens_k = p.x.seqlens_k;
     if (why) attention_exit_unsupported("forward (KV cache)", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
@@ -1554,6 +1585,7 @@ struct AttentionBackwardParams {
     AttentionExtras x = {};       // the forward's
     void* dbias = nullptr;        // optional: d loss / d bias, bias's dtype and strides (summed over its broadcast
                                   // dimensions in a fixed order: deterministic); needs attention_backward_scratch_bytes(p)
+    floatX* dgate = nullptr;      // with x.gate (then dout is d loss / d gated_out): d loss / d gate, with x.gate_st
 };
 
 // GPT-2: dqkv (B, T, 3, NH, HS) from dout (B, T, NH, HS)
@@ -1574,12 +1606,17 @@ __host__ __device__ inline int bwd_padded_T(int T) { return ceil_div(T, kBwdRowP
 constexpr int kDqOrderRows = 64;
 // scratch = lse2 (B*NH, Tpad) fp32 | dpsum (B*NH, Tpad) fp32 | [atomic path] dq_accum (B*NH, T, HS) fp32 |
 // dq_order (B*NH, T / kDqOrderRows) int
-// | [dbias] ds (B*NH, T, Tk) fp32 (general calls, which never take the atomic path)
-struct BackwardScratch { float* lse2; float* dpsum; float* dq_accum; int* dq_order; float* ds; };
+// | [dbias] ds (B*NH, T, Tk) fp32 | [gate] dO = dout * gate, bf16, rows as Q's (the extras never take the atomic path)
+struct BackwardScratch { float* lse2; float* dpsum; float* dq_accum; int* dq_order; float* ds; floatX* gated_dout; };
 __host__ __device__ inline BackwardScratch backward_scratch(const AttentionBackwardParams& p) {
     const size_t rows = (size_t)p.B * p.NH * bwd_padded_T(p.T);
     float* base = (float*)p.scratch;
-    return {base, base + rows, base + 2 * rows, (int*)(base + 2 * rows + (size_t)p.B * p.NH * p.T * p.HS), base + 2 * rows};
+    float* ds_end = base + 2 * rows + (p.dbias ? (size_t)p.B * p.NH * p.T * p.Tk : 0);
+    return {base, base + rows, base + 2 * rows, (int*)(base + 2 * rows + (size_t)p.B * p.NH * p.T * p.HS), base + 2 * rows, (floatX*)ds_end};
+}
+// the gated dO's strides in the scratch: row r of sequence b (packed: r = its first row + t) at r * NH * HS
+__host__ __device__ inline AttentionStrides gated_dout_strides(const AttentionBackwardParams& p) {
+    return {p.x.cu_seqlens_q ? 0 : (long long)p.T * p.NH * p.HS, (long long)p.NH * p.HS, p.HS};
 }
 inline size_t attention_backward_scratch_bytes_for(int B, int T, int NH, int HS, bool with_dq_accum) {
     const size_t stats = 2 * (size_t)B * NH * bwd_padded_T(T) * sizeof(float);
@@ -1611,7 +1648,15 @@ __global__ void attention_backward_preprocess_kernel(const AttentionBackwardPara
     if (valid) {
         const int r = q0 + t;
         const uint4 o = *reinterpret_cast<const uint4*>(p.out + b * p.o_st.batch + r * p.o_st.row + h * p.o_st.head + chunk * 8);
-        const uint4 d = *reinterpret_cast<const uint4*>(p.dout + b * p.do_st.batch + r * p.do_st.row + h * p.do_st.head + chunk * 8);
+        uint4 d = *reinterpret_cast<const uint4*>(p.dout + b * p.do_st.batch + r * p.do_st.row + h * p.do_st.head + chunk * 8);
+        if (kExtras && p.x.gate) {   // gating: dgate = dout * O; the kernels' dO = dout * gate, in the scratch
+            const AttentionStrides& gs = p.x.gate_st;
+            const uint4 gv = *reinterpret_cast<const uint4*>(p.x.gate + b * gs.batch + r * gs.row + h * gs.head + chunk * 8);
+            *reinterpret_cast<uint4*>(p.dgate + b * gs.batch + r * gs.row + h * gs.head + chunk * 8) = mul_bf16x8(d, o);
+            d = mul_bf16x8(d, gv);
+            const AttentionStrides ds = gated_dout_strides(p);
+            *reinterpret_cast<uint4*>(sc.gated_dout + b * ds.batch + r * ds.row + h * ds.head + chunk * 8) = d;
+        }
         const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&o);
         const __nv_bfloat162* d2 = reinterpret_cast<const __nv_bfloat162*>(&d);
         #pragma unroll
@@ -3355,8 +3400,10 @@ void attention_backward_split_wide(const AttentionBackwardParams& p, cudaStream_
 template <int HS, int kKVWarps, int kKVMT, int kKVBlockM, int kQWarps, int kQMT, int kQBlockN, bool kExtras = false>
 void attention_backward_split(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<HS, kExtras>(p, /*zero_dq=*/false, stream);
-    launch_attention_backward_dkdv<HS, kKVWarps, kKVMT, kKVBlockM, /*kAtomicDq=*/false, kExtras>(p, stream);
-    launch_attention_backward_dq<HS, kQWarps, kQMT, kQBlockN, kExtras>(p, stream);
+    AttentionBackwardParams q = p;   // with gating the kernels take dO = dout * gate from the scratch
+    if (kExtras && p.x.gate) { q.dout = backward_scratch(p).gated_dout; q.do_st = gated_dout_strides(p); }
+    launch_attention_backward_dkdv<HS, kKVWarps, kKVMT, kKVBlockM, /*kAtomicDq=*/false, kExtras>(q, stream);
+    launch_attention_backward_dq<HS, kQWarps, kQMT, kQBlockN, kExtras>(q, stream);
     if (kExtras && p.dbias) {
         const size_t n = attention_dbias_elements(p);
         attention_dbias_kernel<<<(unsigned)ceil_div(n, (size_t)256), 256, 0, stream>>>(p);
@@ -3416,7 +3463,8 @@ inline size_t attention_backward_scratch_bytes(const AttentionBackwardParams& p)
     const bool tuned = attention_self_causal(p);
     const bool with_dq_accum = tuned && (attention_backward_nondeterministic() || attention_backward_ordered_dq(p.T, p.HS));
     const size_t ds = p.dbias ? (size_t)p.B * p.NH * p.T * p.Tk * sizeof(float) : 0;
-    return attention_backward_scratch_bytes_for(p.B, p.T, p.NH, p.HS, with_dq_accum) + ds;
+    const size_t gated_dout = p.x.gate ? (size_t)p.B * p.T * p.NH * p.HS * sizeof(floatX) : 0;
+    return attention_backward_scratch_bytes_for(p.B, p.T, p.NH, p.HS, with_dq_accum) + ds + gated_dout;
 }
 inline size_t attention_backward_scratch_bytes(int B, int T, int NH, int HS) {   // GPT-2
     return attention_backward_scratch_bytes(fused_qkv_backward_params(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, B, T, NH, HS));
@@ -3449,7 +3497,8 @@ inline const char* attention_backward_path_name(int HS) {
 
 // nullptr if the call runs on this GPU, else the reason it does not
 inline const char* attention_backward_unsupported_reason(const AttentionBackwardParams& p) {
-    const AttentionForwardParams f{p.q, p.k, p.v, nullptr, nullptr, p.q_st, p.k_st, p.v_st, p.o_st, p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, p.causal, p.scale, p.x};
+    AttentionForwardParams f{p.q, p.k, p.v, nullptr, nullptr, p.q_st, p.k_st, p.v_st, p.o_st, p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, p.causal, p.scale, p.x};
+    f.x.gated_out = p.dgate;   // the backward's gating output (same checks: 16-byte aligned)
     if (const char* why = attention_unsupported_reason(f)) return why;
     for (const AttentionStrides& st : {p.do_st, p.dq_st, p.dk_st, p.dv_st})
         if (st.batch % 8 || st.row % 8 || st.head % 8) return "every batch, row and head stride must be a multiple of 8 elements (16 bytes)";

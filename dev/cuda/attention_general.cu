@@ -13,7 +13,8 @@ computation's error plus a small constant), every output poisoned before each la
 A case is the anchor script's syntax (../shared/bench/sdpa_general_anchor.py), so both time the same thing:
   b=[8] h=[12] hkv=[h] tq=[1024] tk=[tq] d=[64] causal=[1] bwd=[1] bias=[none]|b1tt|1htt|bhtt|b11t|11tt, plus
   layout=[bhtd]|bthd|qkv, scale=[1/sqrt(d)], and the extras: biasf32=1 (an fp32 bias), dbias=1 (its gradient), mask=1
-  (-inf entries), keylens=1 (per-sequence key lengths), varlen=1 (packed sequences of ragged lengths), kvlens=1
+  (-inf entries), keylens=1 (per-sequence key lengths), varlen=1 (packed sequences of ragged lengths), gate=1 (output
+  gating), kvlens=1 (a KV cache of per-sequence lengths)
 FLOPs as the anchor script counts them: forward 4*B*H*Tq*Tk*D, halved for causal with tq = tk (per sequence with
 keylens / varlen); backward 2.5x forward. The anchor's causal bias cases fold the mask into the bias; here causal=1
 with a bias is both.
@@ -30,11 +31,12 @@ struct GeneralCase {
     // seqlens_k on padded tensors); packed sequences of ragged lengths (varlen: cu_seqlens_q / _k)
     std::string bias;
     bool bias_fp32, dbias, mask, keylens, varlen;
+    bool gate;            // output gating: gated_out = O * gate, dgate
 };
 
 static GeneralCase parse_case(const std::string& arg) {
     int b = 8, h = 12, hkv = -1, tq = 1024, tk = -1, d = 64, causal = 1, bwd = 1, kvlens = 0;
-    int biasf32 = 0, dbias = 0, mask = 0, keylens = 0, varlen = 0;
+    int biasf32 = 0, dbias = 0, mask = 0, keylens = 0, varlen = 0, gate = 0;
     double scale = 0.0;
     std::string layout = "bhtd", bias = "none";
     for (const std::string& kv : split_commas(arg)) {
@@ -47,6 +49,7 @@ static GeneralCase parse_case(const std::string& arg) {
         else if (k == "scale") scale = atof(v.c_str()); else if (k == "layout") layout = v; else if (k == "kvlens") kvlens = atoi(v.c_str());
         else if (k == "bias") bias = v; else if (k == "biasf32") biasf32 = atoi(v.c_str()); else if (k == "dbias") dbias = atoi(v.c_str());
         else if (k == "mask") mask = atoi(v.c_str()); else if (k == "keylens") keylens = atoi(v.c_str()); else if (k == "varlen") varlen = atoi(v.c_str());
+        else if (k == "gate") gate = atoi(v.c_str());
         else { fprintf(stderr, "unknown case key '%s'\n", k.c_str()); exit(EXIT_FAILURE); }
     }
     if (hkv < 0) hkv = h;
@@ -58,10 +61,10 @@ static GeneralCase parse_case(const std::string& arg) {
     if (bias != "none" && bias != "b1tt" && bias != "1htt" && bias != "bhtt" && bias != "b11t" && bias != "11tt") {
         fprintf(stderr, "bias: none, b1tt, 1htt, bhtt, b11t or 11tt\n"); exit(EXIT_FAILURE);
     }
-    if ((varlen || keylens || bias != "none") && layout == "qkv") { fprintf(stderr, "extras take bthd or bhtd\n"); exit(EXIT_FAILURE); }
+    if ((varlen || keylens || gate || bias != "none") && layout == "qkv") { fprintf(stderr, "extras take bthd or bhtd\n"); exit(EXIT_FAILURE); }
     if (varlen) layout = "bthd";   // packed: (total rows, heads, head dim)
     return {{b, tq, tk, h, hkv, d, causal != 0, scale}, layout, bwd != 0, kvlens != 0, bias, biasf32 != 0, dbias != 0 && bias != "none",
-            mask != 0 && bias != "none", keylens != 0, varlen != 0};
+            mask != 0 && bias != "none", keylens != 0, varlen != 0, gate != 0};
 }
 
 // the validation set: every feature of the general interface, ragged lengths, rows that see no key, tiny and large B*NH
@@ -100,6 +103,9 @@ static const char* kValidationCases[] = {
     // head dims 8 (zero-padded to 16 in the kernels) and 16
     "b=2,h=3,tq=150,d=16",                                       "b=2,h=4,hkv=2,tq=100,tk=230,d=8,causal=0",
     "b=2,h=2,tq=120,d=8,bias=1htt,dbias=1,mask=1",               "b=3,h=2,tq=90,d=16,varlen=1,causal=0,bias=bhtt,biasf32=1",
+    // output gating, alone and with a bias and packed sequences (AlphaFold's attention: pair bias, gate, head dim 8/16/32)
+    "b=2,h=3,tq=140,d=64,causal=0,gate=1",                       "b=3,h=4,tq=100,d=32,causal=0,bias=b1tt,dbias=1,gate=1,mask=1",
+    "b=3,h=2,tq=120,d=16,varlen=1,gate=1",
 };
 // the benchmark cases of the general-attention issue (the anchor script runs the same strings)
 static const char* kBenchCases[] = {
@@ -177,6 +183,7 @@ struct CaseBuffers {
     std::vector<float> bias;    // the bias's values, (Bb, Hb, Tb, Tk) with the broadcast dimensions of size 1
     AttentionStrides bias_st{};
     void *d_bias = nullptr, *d_dbias = nullptr;
+    floatX *d_gate = nullptr, *d_gated_out = nullptr, *d_dgate = nullptr;   // gating: (B, T, NH, HS) in O's layout
     int *d_cu_q = nullptr, *d_cu_k = nullptr;
     explicit CaseBuffers(const GeneralCase& c_) : c(c_) {
         const GeneralShape& s = c.s;
@@ -200,6 +207,7 @@ struct CaseBuffers {
             d_cu_q = device_alloc<int>(s.B + 1); to_device(d_cu_q, q.cu);
             d_cu_k = device_alloc<int>(s.B + 1); to_device(d_cu_k, kv.cu);
         }
+        if (c.gate) { d_gate = device_alloc<floatX>(o.elems); d_gated_out = device_alloc<floatX>(o.elems); d_dgate = device_alloc<floatX>(o.elems); }
         if (c.bias != "none") {
             const bool bb = c.bias[0] == 'b', hb = c.bias[1] == 'h', tb = c.bias[2] == 't';
             const long long Tb = tb ? s.T : 1, Hb = hb ? s.NH : 1, Bb = bb ? s.B : 1;
@@ -222,7 +230,7 @@ struct CaseBuffers {
         if (c.bwd) { scratch_bytes = attention_backward_scratch_bytes(bwd()); d_scratch = device_alloc<uint8_t>(scratch_bytes); }
     }
     AttentionExtras extras() const {
-        return {d_bias, bias_st, c.bias_fp32, c.keylens ? d_seqlens : nullptr, d_cu_q, d_cu_k};
+        return {d_bias, bias_st, c.bias_fp32, c.keylens ? d_seqlens : nullptr, d_cu_q, d_cu_k, d_gate, o.st, d_gated_out};
     }
     AttentionForwardParams fwd() const {
         const GeneralShape& s = c.s;
@@ -233,7 +241,7 @@ struct CaseBuffers {
         const GeneralShape& s = c.s;
         return {d_dq, d_dk + k_base, d_dv + v_base, d_scratch, d_dout, d_q, d_k + k_base, d_v + v_base, d_out, d_lse,
                 q.st, kv.st, kv.st, o.st, o.st, q.st, kv.st, kv.st, s.B, s.T, s.Tk, s.NH, s.NH_kv, s.HS, s.causal, (float)s.scale,
-                extras(), d_dbias};
+                extras(), d_dbias, d_dgate};
     }
     // fresh bias values (bf16-exact either way); mask: 10% of them -inf, and every row 7i + 3 where the bias has rows
     void fill_bias(std::mt19937_64& rng) {
@@ -258,7 +266,7 @@ struct CaseBuffers {
     }
     void free_all() {
         for (void* p : {(void*)d_out, (void*)d_dout, (void*)d_lse, d_scratch, (void*)d_q, (void*)d_dq, (void*)d_seqlens, d_bias, d_dbias,
-                        (void*)d_cu_q, (void*)d_cu_k}) if (p) cudaCheck(cudaFree(p));
+                        (void*)d_cu_q, (void*)d_cu_k, (void*)d_gate, (void*)d_gated_out, (void*)d_dgate}) if (p) cudaCheck(cudaFree(p));
         if (c.layout != "qkv") for (void* p : {(void*)d_k, (void*)d_v, (void*)d_dk, (void*)d_dv}) cudaCheck(cudaFree(p));
     }
 };
@@ -291,6 +299,7 @@ static std::string case_name(const GeneralCase& c) {
     if (c.bias != "none") name += " bias=" + c.bias + (c.bias_fp32 ? " fp32" : " bf16") + (c.dbias ? " +dbias" : "") + (c.mask ? " +mask" : "");
     if (c.keylens) name += " keylens";
     if (c.varlen) name += " varlen";
+    if (c.gate) name += " gate";
     return name;
 }
 
@@ -324,6 +333,8 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
         upload(bufs.d_v, bufs.kv, {{0, &v}}, s.Tk, s.NH_kv);
     }
     upload(bufs.d_dout, bufs.o, {{0, &dout}}, s.T, s.NH);
+    std::vector<float> gate;
+    if (c.gate) { gate = randn_bf16_values(nq, 1.0f, rng); upload(bufs.d_gate, bufs.o, {{0, &gate}}, s.T, s.NH); }
 
     bufs.fill_bias(rng);
     const GeneralExtras* x = &bufs.ref_x;
@@ -331,6 +342,7 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
     attention_forward_cpu_general(ref_out.data(), ref_lse.data(), q.data(), k.data(), v.data(), s, false, x);
     attention_forward_cpu_general(naive_out.data(), nullptr, q.data(), k.data(), v.data(), s, true, x);
     poison(bufs.d_out, bufs.o.elems * 2); poison(bufs.d_lse, nlse * 4);
+    if (c.gate) poison(bufs.d_gated_out, bufs.o.elems * 2);
     bufs.forward(stream);
     cudaCheck(cudaGetLastError());
     cudaCheck(cudaStreamSynchronize(stream));
@@ -342,13 +354,22 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
         for (int h = 0; h < s.NH; h++)
             for (int t = general_seq_T(s, x, b); t < s.T; t++) got_lse[lse_index(b, h, t, s.T, s.NH)] = ref_lse[lse_index(b, h, t, s.T, s.NH)];
     failed += !general_lse_check(got_lse, ref_lse, s);
+    std::vector<float> dout_eff = dout;   // gating: the attention's dO = dout * gate
+    if (c.gate) {
+        std::vector<float> ref_y(nq), naive_y(nq);
+        for (size_t i = 0; i < nq; i++) {
+            ref_y[i] = ref_out[i] * gate[i]; naive_y[i] = round_to_bf16(naive_out[i] * gate[i]); dout_eff[i] = dout[i] * gate[i];
+        }
+        const std::vector<float> got_y = gather(from_device(bufs.d_gated_out, bufs.o.elems), 0, bufs.o, s.B, s.T, s.NH, s.HS);
+        failed += !fa_rule_check("out*gate", got_y.data(), ref_y.data(), naive_y.data(), nq, DescribeBTHD{s.T, s.NH, s.HS});
+    }
     if (!c.bwd) return failed;
 
     std::vector<float> ref_dq(nq), ref_dk(nkv), ref_dv(nkv), naive_dq(nq), naive_dk(nkv), naive_dv(nkv);
     std::vector<float> ref_ds(c.dbias ? (size_t)s.B * s.NH * s.T * s.Tk : 0), naive_ds(ref_ds.size());
-    attention_backward_cpu_general(ref_dq.data(), ref_dk.data(), ref_dv.data(), dout.data(), q.data(), k.data(), v.data(), s, false, x,
+    attention_backward_cpu_general(ref_dq.data(), ref_dk.data(), ref_dv.data(), dout_eff.data(), q.data(), k.data(), v.data(), s, false, x,
                                    c.dbias ? ref_ds.data() : nullptr);
-    attention_backward_cpu_general(naive_dq.data(), naive_dk.data(), naive_dv.data(), dout.data(), q.data(), k.data(), v.data(), s, true, x,
+    attention_backward_cpu_general(naive_dq.data(), naive_dk.data(), naive_dv.data(), dout_eff.data(), q.data(), k.data(), v.data(), s, true, x,
                                    c.dbias ? naive_ds.data() : nullptr);
     // dbias: dS summed over the bias's broadcast dimensions (in double; the naive sum rounded to the bias's dtype)
     std::vector<float> ref_dbias(bufs.bias.size(), 0.0f), naive_dbias(bufs.bias.size(), 0.0f);
@@ -370,6 +391,7 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
     for (int run = 0; run < 2; run++) {   // the second run must be bit-identical (deterministic backward)
         bufs.poison_grads(); poison(bufs.d_scratch, bufs.scratch_bytes);
         if (c.dbias) poison(bufs.d_dbias, bufs.bias.size() * (c.bias_fp32 ? 4 : 2));
+        if (c.gate) poison(bufs.d_dgate, bufs.o.elems * 2);
         attention_backward(bufs.bwd(), stream);
         cudaCheck(cudaGetLastError());
         cudaCheck(cudaStreamSynchronize(stream));
@@ -384,6 +406,12 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
             failed += !fa_rule_check("dk", dk.data(), ref_dk.data(), naive_dk.data(), nkv, DescribeBTHD{s.Tk, s.NH_kv, s.HS}, true, kGradFloor);
             failed += !fa_rule_check("dv", dv.data(), ref_dv.data(), naive_dv.data(), nkv, DescribeBTHD{s.Tk, s.NH_kv, s.HS}, true, kGradFloor);
             first_q = hq; first_kv[0] = hk; first_kv[1] = hv;
+            if (c.gate) {   // dgate = dout * O
+                std::vector<float> ref_dg(nq), naive_dg(nq);
+                for (size_t i = 0; i < nq; i++) { ref_dg[i] = dout[i] * ref_out[i]; naive_dg[i] = round_to_bf16(dout[i] * naive_out[i]); }
+                const std::vector<float> dg = gather(from_device(bufs.d_dgate, bufs.o.elems), 0, bufs.o, s.B, s.T, s.NH, s.HS);
+                failed += !fa_rule_check("dgate", dg.data(), ref_dg.data(), naive_dg.data(), nq, DescribeBTHD{s.T, s.NH, s.HS}, true, kGradFloor);
+            }
             if (c.dbias) {
                 first_dbias = dbias_values();
                 failed += !fa_rule_check("dbias", first_dbias.data(), ref_dbias.data(), naive_dbias.data(), first_dbias.size(), [&](size_t i, char* b) {
