@@ -9,6 +9,13 @@ else
     run_gpu "attention_forward all --check --first-config" ./dev/cuda/attention_forward all --check --first-config
     run_gpu "attention_backward all --check --first-config" ./dev/cuda/attention_backward all --check --first-config
 fi
+# the general interface (non-causal, cross, GQA, head dims 8 to 256, decoding, bias, key lengths, packed sequences,
+# gating) against the fp64 reference: inputs at scale 1 (make test-all: 1 and 8)
+if [ "${TEST_ALL:-0}" = 1 ]; then
+    run_gpu "attention_general --check" ./dev/cuda/attention_general --check
+else
+    run_gpu "attention_general --check --quick" ./dev/cuda/attention_general --check --quick
+fi
 # python/flashgpt_attention.py (libflashgpt_attention.so through ctypes; make test builds the library here) against
 # PyTorch's SDPA: out and q/k/v gradients by FlashAttention's rule, a nanoGPT attention block's loss and gradients
 if python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
