@@ -8,10 +8,24 @@ libflashgpt_attention.so and ctypes: no extension to build against PyTorch.
 
 q (B, H, T, D), k and v (B, H_kv, Tk, D): bf16 CUDA tensors, layout="bhtd" as F.scaled_dot_product_attention takes
 them; layout="bthd" takes (B, T, H, D) and (B, Tk, H_kv, D). out has q's shape (its memory is (B, T, H, D), so
-out.transpose(1, 2) is contiguous for "bhtd"). GQA / MQA when H_kv divides H. D 32, 64, 96, 128, 256.
+out.transpose(1, 2) is contiguous for "bhtd"). GQA / MQA when H_kv divides H. D 8, 16, 32, 64, 96, 128, 256.
 
 causal with T != Tk aligns the diagonal bottom-right (query i sees key j <= i + Tk - T, as FlashAttention 2.1+ does);
 SDPA's is_causal aligns it top-left. Rows that see no key (causal, T > Tk) give 0 and no gradient.
+
+Extras (src/attention.cuh's AttentionExtras):
+  bias         softmax(scale * q k^T + bias): a bf16 or fp32 tensor that broadcasts to (B, H, T, Tk) (as SDPA's float
+               attn_mask), read in place through its strides (a dim of size 1 broadcasts). A -inf entry masks its key.
+               With bias.requires_grad its gradient comes back in its dtype (summed over its broadcast dims).
+  key_lengths  (B,) int: sequence b sees its first key_lengths[b] keys (key padding; k and v stay (.., Tk, ..));
+               causal aligns each sequence's diagonal to its own length: query i sees key j <= i + key_lengths[b] - T
+  packed sequences (FlashAttention's varlen): q (total_q, H, D), k and v (total_k, H_kv, D), out like q;
+               cu_seqlens_q, cu_seqlens_k (B + 1,) int, the first row of each sequence and the total; max_seqlen_q,
+               max_seqlen_k the longest sequences (read from cu_seqlens, which synchronises, when not given).
+               cu_seqlens / max_seqlen stand for both (a packed self-attention batch). The layout does not apply.
+               A bias is then (B, H, max_seqlen_q, max_seqlen_k), each sequence's (i, j) from (0, 0).
+A row whose keys are all masked (key_lengths, -inf bias, causal) gives 0 and no gradient (SDPA gives NaN). The lengths
+are not checked against the shapes (that would synchronise): they must lie within them.
 
 Any strides pass without a copy when the head dim is contiguous, the other strides are multiples of 8 elements and
 the data 16-byte aligned (views into a fused QKV buffer included); other tensors are copied first. The library is
@@ -54,15 +68,21 @@ def _library():
             raise FlashAttentionError(f"{path} not found: build it with `make lib` in {REPO_ROOT}, "
                                       "or point FLASHGPT_ATTENTION_LIB at it")
         lib = ctypes.CDLL(path)
+        if not hasattr(lib, "flashgpt_attention_forward_ex"):
+            raise FlashAttentionError(f"{path} predates the attention extras (bias, key lengths, packed sequences): "
+                                      f"rebuild it with `make lib` in {REPO_ROOT}")
         ptr, strides, i32 = ctypes.c_void_p, ctypes.POINTER(ctypes.c_longlong), ctypes.c_int
         shape = [i32] * 7  # B, T, Tk, NH, NH_kv, HS, causal
-        lib.flashgpt_attention_forward.argtypes = [ptr] * 5 + [strides] * 4 + shape + [ctypes.c_float, ptr]
-        lib.flashgpt_attention_forward.restype = ctypes.c_char_p
-        lib.flashgpt_attention_backward_scratch_bytes.argtypes = shape
-        lib.flashgpt_attention_backward_scratch_bytes.restype = ctypes.c_size_t
-        lib.flashgpt_attention_backward.argtypes = ([ptr] * 9 + [strides] * 8 + shape +
-                                                    [ctypes.c_float, ptr, ctypes.c_size_t, ptr])
-        lib.flashgpt_attention_backward.restype = ctypes.c_char_p
+        # bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k
+        extras = [ptr, strides, i32, ptr, ptr, ptr]
+        lib.flashgpt_attention_forward_ex.argtypes = ([ptr] * 5 + [strides] * 4 + shape + [ctypes.c_float] + extras +
+                                                      [ptr])  # stream
+        lib.flashgpt_attention_forward_ex.restype = ctypes.c_char_p
+        lib.flashgpt_attention_backward_scratch_bytes_ex.argtypes = shape + extras + [ptr]  # + dbias
+        lib.flashgpt_attention_backward_scratch_bytes_ex.restype = ctypes.c_size_t
+        lib.flashgpt_attention_backward_ex.argtypes = ([ptr] * 9 + [strides] * 8 + shape + [ctypes.c_float] + extras +
+                                                       [ptr, ptr, ctypes.c_size_t, ptr])  # dbias, scratch, size, stream
+        lib.flashgpt_attention_backward_ex.restype = ctypes.c_char_p
         lib.flashgpt_attention_version.argtypes = []
         lib.flashgpt_attention_version.restype = ctypes.c_char_p
         _lib = lib
@@ -75,30 +95,37 @@ def library_version():
 
 
 # ----------------------------------------------------------------------------
-# tensors <-> the library's (batch, row, head) strides
+# tensors <-> the library's (batch, row, head) strides. Layouts: "bhtd", "bthd", and "thd" for packed sequences
+# ((total, H, D), the call's B and T from cu_seqlens)
 
 def _sizes(x, layout):
-    """(B, T, H, D) of a (B, H, T, D) "bhtd" or (B, T, H, D) "bthd" tensor"""
+    """(B, T, H, D) of a (B, H, T, D) "bhtd" or (B, T, H, D) "bthd" tensor; a packed (total, H, D) "thd" tensor is one
+    batch of total rows"""
     if layout == "bhtd":
         b, h, t, d = x.shape
         return b, t, h, d
+    if layout == "thd":
+        return (1,) + tuple(x.shape)
     return tuple(x.shape)
 
 
 def _strides(x, layout):
     """(batch, row, head) strides in elements. PyTorch may give a dim of size 1 any stride; it is never stepped
-    along, so it gets the (B, T, H, D) contiguous one, which meets the library's rules."""
+    along, so it gets the (B, T, H, D) contiguous one, which meets the library's rules. Packed: batch stride 0, since
+    cu_seqlens counts each sequence's rows from the tensor's first."""
     b, t, h, d = _sizes(x, layout)
     s = x.stride()
+    if layout == "thd":
+        return (0, s[0] if t > 1 else h * d, s[1] if h > 1 else d)
     sb, st, sh = (s[0], s[2], s[1]) if layout == "bhtd" else (s[0], s[1], s[2])
     return (sb if b > 1 else t * h * d, st if t > 1 else h * d, sh if h > 1 else d)
 
 
 def _usable(x, layout):
     """x goes to the kernels as it is: head dim contiguous, the other strides positive multiples of 8 elements
-    (16-byte rows), data 16-byte aligned"""
-    return (x.stride(3) == 1 and x.data_ptr() % 16 == 0 and
-            all(s > 0 and s % 8 == 0 for s in _strides(x, layout)))
+    (16-byte rows; packed, the batch stride is 0 by design), data 16-byte aligned"""
+    strides = _strides(x, layout)[1:] if layout == "thd" else _strides(x, layout)
+    return x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and all(s > 0 and s % 8 == 0 for s in strides)
 
 
 def _ready(x, layout):
@@ -112,9 +139,20 @@ def _empty_bthd(like, sizes, layout):
     return x.transpose(1, 2) if layout == "bhtd" else x
 
 
+def _empty_out(q, layout):
+    """out for q: (B, T, H, D) memory; packed, zeros, since rows past the last sequence (if q has any) are not
+    written"""
+    if layout == "thd":
+        return torch.zeros(q.shape, dtype=q.dtype, device=q.device)
+    return _empty_bthd(q, _sizes(q, layout), layout)
+
+
 def _empty_grad(x, layout):
     """dense x: a gradient with x's strides (a leaf's .grad takes it without a copy); else (B, T, H, D) memory, so the
-    gradient of a view into nanoGPT's fused qkv, (B, T, H, D) transposed, goes back to (B, T, C) without a copy"""
+    gradient of a view into nanoGPT's fused qkv, (B, T, H, D) transposed, goes back to (B, T, C) without a copy.
+    Packed: contiguous zeros, as out."""
+    if layout == "thd":
+        return torch.zeros(x.shape, dtype=x.dtype, device=x.device)
     if x.is_contiguous() or x.transpose(1, 2).is_contiguous():
         g = torch.empty_like(x)
         if _usable(g, layout):
@@ -126,77 +164,192 @@ def _c_strides(x, layout):
     return (ctypes.c_longlong * 3)(*_strides(x, layout))
 
 
+def _bias_strides(bias):
+    """(batch, row = query, head) strides in elements of a 4-d (B, H, T, Tk) bias; a dim of size 1 broadcasts
+    (stride 0)"""
+    s = bias.stride()
+    return tuple(s[i] if bias.shape[i] > 1 else 0 for i in (0, 2, 1))
+
+
+def _ptr(x):
+    return None if x is None else x.data_ptr()
+
+
+def _extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k):
+    """the library's extras arguments: bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k (None:
+    a null pointer)"""
+    bias_strides = None if bias is None else (ctypes.c_longlong * 3)(*_bias_strides(bias))
+    bias_fp32 = int(bias is not None and bias.dtype == torch.float32)
+    return [_ptr(bias), bias_strides, bias_fp32, _ptr(key_lengths), _ptr(cu_seqlens_q), _ptr(cu_seqlens_k)]
+
+
 def _stream(x):
     return ctypes.c_void_p(torch.cuda.current_stream(x.device).cuda_stream)
 
 
-def _describe(B, T, Tk, H, H_kv, D, causal, layout):
-    return f"B={B} T={T} Tk={Tk} H={H} H_kv={H_kv} D={D} causal={int(causal)} layout={layout}"
+def _describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths):
+    text = f"B={B} T={T} Tk={Tk} H={H} H_kv={H_kv} D={D} causal={int(causal)} layout={layout}"
+    if bias is not None:
+        text += f" bias={tuple(bias.shape)} {'fp32' if bias.dtype == torch.float32 else 'bf16'}"
+    return text + (" key_lengths" if key_lengths is not None else "")
 
 
 # ----------------------------------------------------------------------------
 # autograd
 
 class FlashAttentionFunction(torch.autograd.Function):
+    # bias (4-d, or None) is input 3: its gradient is the fourth of backward's results
+    BIAS = 3
+
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, layout):
+    def forward(ctx, q, k, v, bias, causal, scale, layout, key_lengths, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                max_seqlen_k):
         q, k, v = (_ready(x, layout) for x in (q, k, v))
         B, T, H, D = _sizes(q, layout)
         _, Tk, H_kv, _ = _sizes(k, layout)
-        out = _empty_bthd(q, (B, T, H, D), layout)
+        if layout == "thd":
+            B, T, Tk = cu_seqlens_q.numel() - 1, max_seqlen_q, max_seqlen_k
+        if bias is not None and ctx.needs_input_grad[FlashAttentionFunction.BIAS]:
+            # the library writes dbias with the bias's strides, and the backward's dbias is contiguous: so is the bias
+            # it reads (a copy has the same gradient; an expanded bias gets one gradient per element, as autograd wants)
+            bias = bias.contiguous()
+        out = _empty_out(q, layout)
         lse = torch.empty((B, H, T), dtype=torch.float32, device=q.device)  # natural log, saved for the backward
         with torch.cuda.device(q.device):
-            err = _library().flashgpt_attention_forward(
+            err = _library().flashgpt_attention_forward_ex(
                 q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
                 _c_strides(q, layout), _c_strides(k, layout), _c_strides(v, layout), _c_strides(out, layout),
-                B, T, Tk, H, H_kv, D, int(causal), scale, _stream(q))
+                B, T, Tk, H, H_kv, D, int(causal), scale, *_extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k),
+                _stream(q))
         if err:
-            raise FlashAttentionError(f"flashgpt attention forward ({_describe(B, T, Tk, H, H_kv, D, causal, layout)}): "
+            raise FlashAttentionError(f"flashgpt attention forward "
+                                      f"({_describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths)}): "
                                       f"{err.decode()}")
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.scale, ctx.layout = causal, scale, layout
+        ctx.save_for_backward(q, k, v, out, lse, bias, key_lengths, cu_seqlens_q, cu_seqlens_k)
+        ctx.causal, ctx.scale, ctx.layout, ctx.sizes = causal, scale, layout, (B, T, Tk, H, H_kv, D)
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, lse, bias, key_lengths, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
         causal, scale, layout = ctx.causal, ctx.scale, ctx.layout
+        B, T, Tk, H, H_kv, D = ctx.sizes
         dout = _ready(dout, layout)  # e.g. the expanded (all strides 0) gradient of out.sum()
-        B, T, H, D = _sizes(q, layout)
-        _, Tk, H_kv, _ = _sizes(k, layout)
         dq, dk, dv = _empty_grad(q, layout), _empty_grad(k, layout), _empty_grad(v, layout)
+        dbias = None
+        if bias is not None and ctx.needs_input_grad[FlashAttentionFunction.BIAS]:
+            dbias = torch.empty(bias.shape, dtype=bias.dtype, device=bias.device)
+            if _bias_strides(dbias) != _bias_strides(bias):  # the forward made the bias contiguous
+                raise FlashAttentionError(f"dbias strides {_bias_strides(dbias)} differ from the bias's "
+                                          f"{_bias_strides(bias)}")
+        extras = _extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k)
         lib = _library()
         with torch.cuda.device(q.device):
-            scratch_bytes = lib.flashgpt_attention_backward_scratch_bytes(B, T, Tk, H, H_kv, D, int(causal))
+            # the extras and dbias change the scratch (dbias adds B * H * T * Tk fp32): the query takes the backward's
+            scratch_bytes = lib.flashgpt_attention_backward_scratch_bytes_ex(B, T, Tk, H, H_kv, D, int(causal), *extras,
+                                                                             _ptr(dbias))
             # 0 when the call is refused: the backward below says why
             scratch = torch.empty(max(scratch_bytes, 16), dtype=torch.uint8, device=q.device)
-            err = lib.flashgpt_attention_backward(
+            err = lib.flashgpt_attention_backward_ex(
                 dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), dout.data_ptr(), q.data_ptr(), k.data_ptr(),
                 v.data_ptr(), out.data_ptr(), lse.data_ptr(),
                 _c_strides(dq, layout), _c_strides(dk, layout), _c_strides(dv, layout), _c_strides(dout, layout),
                 _c_strides(q, layout), _c_strides(k, layout), _c_strides(v, layout), _c_strides(out, layout),
-                B, T, Tk, H, H_kv, D, int(causal), scale, scratch.data_ptr(), scratch_bytes, _stream(q))
+                B, T, Tk, H, H_kv, D, int(causal), scale, *extras, _ptr(dbias), scratch.data_ptr(), scratch_bytes,
+                _stream(q))
         if err:
-            raise FlashAttentionError(f"flashgpt attention backward ({_describe(B, T, Tk, H, H_kv, D, causal, layout)}): "
+            raise FlashAttentionError(f"flashgpt attention backward "
+                                      f"({_describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths)}): "
                                       f"{err.decode()}")
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, dbias, None, None, None, None, None, None, None, None
 
 
-def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd"):
-    """softmax(scale * q k^T, causal mask) v; scale defaults to 1 / sqrt(D). See the module docstring for shapes."""
-    if layout not in LAYOUTS:
+# ----------------------------------------------------------------------------
+# the call
+
+def _int32_on(x, name, device):
+    """a 1-d integer tensor as the library reads it: contiguous int32 on q's device"""
+    if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.dtype.is_floating_point or x.dtype.is_complex \
+            or x.dtype == torch.bool:
+        raise TypeError(f"{name} must be a 1-d integer tensor (int32 on q's device passes without a copy)")
+    return x.to(device=device, dtype=torch.int32).contiguous()
+
+
+def _bias_4d(bias, shape, device):
+    """bias as the library reads it: 4-d (leading dims of size 1 added), broadcastable to shape = (B, H, T, Tk), keys
+    contiguous (a key dim of size 1 expanded to Tk). Autograd sees these steps, so bias's gradient flows back through
+    them."""
+    if not isinstance(bias, torch.Tensor) or bias.dtype not in (torch.bfloat16, torch.float32):
+        raise TypeError(f"bias must be a bfloat16 or float32 tensor, not {getattr(bias, 'dtype', type(bias))}")
+    if bias.device != device:
+        raise ValueError(f"bias must be on q's device {device}, not {bias.device}")
+    try:
+        fits = bias.dim() <= 4 and torch.broadcast_shapes(bias.shape, shape) == shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"bias {tuple(bias.shape)} does not broadcast to (B, H, T, Tk) = {shape}")
+    bias = bias[(None,) * (4 - bias.dim())]
+    if bias.shape[3] != shape[3]:
+        bias = bias.expand(*bias.shape[:3], shape[3])
+    if bias.shape[3] > 1 and bias.stride(3) != 1:
+        bias = bias.contiguous()
+    return bias
+
+
+def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, key_lengths=None,
+                    cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+                    cu_seqlens=None, max_seqlen=None):
+    """softmax(scale * q k^T + bias, masks) v; scale defaults to 1 / sqrt(D). See the module docstring for shapes and
+    for the extras (bias, key_lengths, packed sequences)."""
+    if cu_seqlens is not None or max_seqlen is not None:
+        if any(x is not None for x in (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)):
+            raise ValueError("give cu_seqlens / max_seqlen (one for q and k) or cu_seqlens_q, cu_seqlens_k / "
+                             "max_seqlen_q, max_seqlen_k, not both")
+        cu_seqlens_q = cu_seqlens_k = cu_seqlens
+        max_seqlen_q = max_seqlen_k = max_seqlen
+    packed = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if packed:
+        if cu_seqlens_q is None or cu_seqlens_k is None:
+            raise ValueError("packed sequences need both cu_seqlens_q and cu_seqlens_k")
+        if key_lengths is not None:
+            raise ValueError("packed sequences take their key lengths from cu_seqlens_k, not key_lengths")
+        layout = "thd"
+    elif layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, not {layout!r}")
+    dims = 3 if packed else 4
+    what = {"bhtd": "B, H, T, D", "bthd": "B, T, H, D", "thd": "total, H, D"}[layout]
     for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor) or x.dim() != 4:
-            raise ValueError(f"{name} must be a 4-d tensor ({'B, H, T, D' if layout == 'bhtd' else 'B, T, H, D'})")
+        if not isinstance(x, torch.Tensor) or x.dim() != dims:
+            packed_like = not packed and isinstance(x, torch.Tensor) and x.dim() == 3
+            hint = " (3-d packed sequences need cu_seqlens)" if packed_like else ""
+            raise ValueError(f"{name} must be a {dims}-d tensor ({what}){hint}")
         if x.dtype != torch.bfloat16 or not x.is_cuda:
             raise TypeError(f"{name} must be a bfloat16 CUDA tensor, not {x.dtype} on {x.device}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k and v must be on one device, not {q.device}, {k.device}, {v.device}")
-    (B, _, _, D), (Bk, _, _, Dk) = _sizes(q, layout), _sizes(k, layout)
+    (B, T, H, D), (Bk, Tk, _, Dk) = _sizes(q, layout), _sizes(k, layout)
     if k.shape != v.shape or Bk != B or Dk != D:
         raise ValueError(f"k and v must have one shape, with q's batch and head dim: q {tuple(q.shape)}, "
                          f"k {tuple(k.shape)}, v {tuple(v.shape)} ({layout})")
+    if packed:
+        cu_seqlens_q = _int32_on(cu_seqlens_q, "cu_seqlens_q", q.device)
+        cu_seqlens_k = _int32_on(cu_seqlens_k, "cu_seqlens_k", q.device)
+        if cu_seqlens_q.numel() < 2 or cu_seqlens_k.numel() != cu_seqlens_q.numel():
+            raise ValueError(f"cu_seqlens_q and cu_seqlens_k must both have B + 1 >= 2 elements, not "
+                             f"{cu_seqlens_q.numel()} and {cu_seqlens_k.numel()}")
+        # the longest sequences, read back from the device (a synchronisation) when not given
+        longest = lambda cu: int((cu[1:] - cu[:-1]).max().item())  # noqa: E731
+        T = int(max_seqlen_q) if max_seqlen_q is not None else longest(cu_seqlens_q)
+        Tk = int(max_seqlen_k) if max_seqlen_k is not None else longest(cu_seqlens_k)
+        B = cu_seqlens_q.numel() - 1
+    if key_lengths is not None:
+        key_lengths = _int32_on(key_lengths, "key_lengths", q.device)
+        if key_lengths.numel() != B:
+            raise ValueError(f"key_lengths must have B = {B} elements, not {key_lengths.numel()}")
+    if bias is not None:
+        bias = _bias_4d(bias, (B, H, T, Tk), q.device)
     if scale is None:
         scale = 1.0 / math.sqrt(D)
-    return FlashAttentionFunction.apply(q, k, v, bool(causal), float(scale), layout)
+    return FlashAttentionFunction.apply(q, k, v, bias, bool(causal), float(scale), layout, key_lengths,
+                                        cu_seqlens_q if packed else None, cu_seqlens_k if packed else None, T, Tk)

@@ -10,8 +10,13 @@ Each case compares our out, dq, dk and dv with SDPA on the same bf16 inputs, by 
 where ref_fp32 is SDPA's math backend on the inputs in fp32 (TF32 off) and sdpa_bf16 is the math backend in bf16
 with bf16 reductions (PyTorch's naive low-precision attention). GQA references repeat k and v per group; causal
 with Tq != Tk passes SDPA the mask j <= i + Tk - Tq (its is_causal aligns the diagonal top-left, ours bottom-right).
+
+The extras: a bias goes to SDPA as its additive attn_mask (with -inf where our masks hide a key), and its gradient is
+checked like the others; key lengths become that mask too; packed sequences are compared with SDPA on each sequence
+alone. A row that sees no key gives 0 here and NaN in SDPA: such rows must be exactly 0, and are left out of the rest.
 """
 import copy
+import itertools
 import math
 import os
 import sys
@@ -80,27 +85,29 @@ class math_sdpa:
         return self.ctx.__exit__(*exc)
 
 
-def sdpa(q, k, v, causal, scale, layout):
-    """SDPA on tensors in our layout: GQA by repeating k and v, causal as a bottom-right boolean mask"""
+def sdpa(q, k, v, causal, scale, layout, attn_mask=None):
+    """SDPA on tensors in our layout: GQA by repeating k and v, causal as a bottom-right boolean mask; attn_mask
+    (bool or additive, broadcast to (B, H, Tq, Tk)) takes the causal mask's place (the caller folds causal into it)"""
     to_bhtd = (lambda x: x) if layout == "bhtd" else (lambda x: x.transpose(1, 2))  # its own inverse
     q, k, v = to_bhtd(q), to_bhtd(k), to_bhtd(v)
     H, H_kv, Tq, Tk = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
     if H_kv != H:
         k, v = k.repeat_interleave(H // H_kv, dim=1), v.repeat_interleave(H // H_kv, dim=1)
-    mask = None
-    if causal:
+    mask = attn_mask
+    if causal and attn_mask is None:
         i = torch.arange(Tq, device=q.device)[:, None]
         j = torch.arange(Tk, device=q.device)[None, :]
         mask = j <= i + (Tk - Tq)
     return to_bhtd(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale))
 
 
-def out_and_grads(fn, q, k, v, dout):
-    """fn(q, k, v) and the gradients of <fn(q, k, v), dout> for q, k, v, on leaf copies of the inputs"""
-    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
-    out = fn(q, k, v)
-    dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout.to(out.dtype))
-    return [t.float() for t in (out, dq, dk, dv)]
+def out_and_grads(fn, q, k, v, dout, *extra):
+    """fn(q, k, v, *extra) and the gradients of <fn(q, k, v, *extra), dout> for q, k, v and each extra (a bias), on
+    leaf copies of the inputs"""
+    inputs = [x.detach().requires_grad_() for x in (q, k, v) + extra]
+    out = fn(*inputs)
+    grads = torch.autograd.grad(out, inputs, dout.to(out.dtype))
+    return [t.float() for t in (out,) + grads]
 
 
 def fa_rule(names, ours, naive, ref):
@@ -168,6 +175,105 @@ def unsupported_calls():
     except fa.FlashAttentionError as e:
         print(f"  H=6 H_kv=4 raises: {e}")
         check("multiple" in str(e), "the message must say the heads do not divide")
+
+
+# ----------------------------------------------------------------------------
+# the extras: bias, key lengths, packed sequences
+
+def visible(Tq, Tk, causal, key_lengths=None):
+    """(B or 1, 1, Tq, Tk) bool: query i sees key j, as the library decides: j < Tk_b and, causal, j <= i + Tk_b - Tq
+    (each sequence's diagonal aligned bottom-right to its own key length Tk_b)"""
+    i = torch.arange(Tq, device="cuda")[:, None]
+    j = torch.arange(Tk, device="cuda")[None, :]
+    lengths = key_lengths.long() if key_lengths is not None else torch.tensor([Tk], device="cuda")
+    L = lengths[:, None, None, None]
+    seen = j < L
+    return seen & (j <= i + L - Tq) if causal else seen
+
+
+def extras_case(name, B, H, H_kv, Tq, Tk, D, causal, make_bias=None, bias_grad=False, key_lengths=None):
+    """one case on (B, H, T, D) inputs with a bias (make_bias() builds it; bias_grad: its gradient is checked too)
+    and / or key_lengths (a list of B). SDPA gets one additive mask: the bias plus -inf where our masks hide a key.
+    Rows that see no key must be 0 in ours; SDPA's mask opens them (else NaN) and dout is 0 there, so they add no
+    gradient in any run, and out is compared on the other rows."""
+    def run_case():
+        q, k, v = randn_bf16(B, H, Tq, D), randn_bf16(B, H_kv, Tk, D), randn_bf16(B, H_kv, Tk, D)
+        bias = make_bias() if make_bias else None
+        lengths = torch.tensor(key_lengths, dtype=torch.int32, device="cuda") if key_lengths else None
+        seen = visible(Tq, Tk, causal, lengths)
+        alive = seen.any(dim=-1, keepdim=True)  # rows that see a key
+        dout = randn_bf16(B, H, Tq, D) * alive
+        s = 1.0 / math.sqrt(D)
+
+        def ours_fn(q, k, v, *grad_bias):
+            return fa.flash_attention(q, k, v, causal=causal, bias=grad_bias[0] if grad_bias else bias,
+                                      key_lengths=lengths)
+
+        def ref_fn(q, k, v, *grad_bias):
+            mask = torch.zeros(seen.shape, dtype=q.dtype, device="cuda").masked_fill(~(seen | ~alive), -math.inf)
+            b = grad_bias[0] if grad_bias else bias
+            return sdpa(q, k, v, False, s, "bhtd", attn_mask=mask if b is None else b.to(q.dtype) + mask)
+
+        extra = (bias,) if bias_grad else ()
+        ours = out_and_grads(ours_fn, q, k, v, dout, *extra)
+        with math_sdpa(reduced=True):
+            naive = out_and_grads(ref_fn, q, k, v, dout, *extra)
+        with math_sdpa():
+            ref = out_and_grads(ref_fn, q.float(), k.float(), v.float(), dout.float(), *(x.float() for x in extra))
+        check(ours[0].shape == ref[0].shape, f"out shape {tuple(ours[0].shape)} != {tuple(ref[0].shape)}")
+        if not alive.all():
+            dead = (ours[0] * ~alive).abs().max().item()
+            print(f"  {(~alive).sum().item()} (b, row) see no key: max|out| there {dead:.3e}")
+            check(dead == 0, "rows that see no key must give 0")
+        for run_out in (ours, naive, ref):
+            run_out[0] = run_out[0] * alive
+        fa_rule(("out", "dq", "dk", "dv") + (("dbias",) if bias_grad else ()), ours, naive, ref)
+    run(f"{name}: B={B} H={H} H_kv={H_kv} Tq={Tq} Tk={Tk} D={D} causal={int(causal)}", run_case)
+
+
+def masked_bias(B, Tk, fraction):
+    """(B, 1, 1, Tk) fp32 of bf16-exact values (SDPA's bf16 run gets the same bias) with -inf on about fraction of
+    the keys, never key 0 (so every causal row keeps a key)"""
+    bias = torch.randn(B, 1, 1, Tk, device="cuda").bfloat16().float()
+    drop = torch.rand(B, 1, 1, Tk, device="cuda") < fraction
+    drop[..., 0] = False
+    return bias.masked_fill(drop, -math.inf)
+
+
+def varlen_case(seqlens_q, seqlens_k, H, H_kv, D, causal, one_cu_seqlens=False):
+    """packed sequences: q (total_q, H, D), k and v (total_k, H_kv, D) against SDPA on each sequence alone, packed
+    back. one_cu_seqlens: the cu_seqlens shorthand (q and k alike), the longest length read from it."""
+    def run_case():
+        starts_q, starts_k = [0, *itertools.accumulate(seqlens_q)], [0, *itertools.accumulate(seqlens_k)]
+        cu_q = torch.tensor(starts_q, dtype=torch.int32, device="cuda")
+        cu_k = torch.tensor(starts_k, dtype=torch.int32, device="cuda")
+        q, dout = randn_bf16(starts_q[-1], H, D), randn_bf16(starts_q[-1], H, D)
+        k, v = randn_bf16(starts_k[-1], H_kv, D), randn_bf16(starts_k[-1], H_kv, D)
+        s = 1.0 / math.sqrt(D)
+
+        def ours_fn(q, k, v):
+            if one_cu_seqlens:
+                return fa.flash_attention(q, k, v, causal=causal, cu_seqlens=cu_q)
+            return fa.flash_attention(q, k, v, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                                      max_seqlen_q=max(seqlens_q), max_seqlen_k=max(seqlens_k))
+
+        def ref_fn(q, k, v):
+            outs = []
+            for b in range(len(seqlens_q)):
+                rows_q, rows_k = slice(starts_q[b], starts_q[b + 1]), slice(starts_k[b], starts_k[b + 1])
+                outs.append(sdpa(q[rows_q][None], k[rows_k][None], v[rows_k][None], causal, s, "bthd")[0])
+            return torch.cat(outs)
+
+        ours = out_and_grads(ours_fn, q, k, v, dout)
+        with math_sdpa(reduced=True):
+            naive = out_and_grads(ref_fn, q, k, v, dout)
+        with math_sdpa():
+            ref = out_and_grads(ref_fn, q.float(), k.float(), v.float(), dout.float())
+        check(ours[0].shape == ref[0].shape, f"out shape {tuple(ours[0].shape)} != {tuple(ref[0].shape)}")
+        fa_rule(("out", "dq", "dk", "dv"), ours, naive, ref)
+    lengths = f"seqlens {seqlens_q}" if one_cu_seqlens else f"seqlens_q {seqlens_q} seqlens_k {seqlens_k}"
+    run(f"packed {lengths} H={H} H_kv={H_kv} D={D} causal={int(causal)}"
+        + (" (cu_seqlens, max_seqlen read back)" if one_cu_seqlens else ""), run_case)
 
 
 # ----------------------------------------------------------------------------
@@ -250,6 +356,15 @@ def main():
     attention_case(2, 3, 3, 333, 333, 32, causal=True)
     attention_case(2, 3, 3, 170, 170, 96, causal=False)
     attention_case(2, 4, 2, 120, 120, 64, causal=True, make=awkward_input)
+    # the extras
+    extras_case("bias (1, H, Tq, Tk) bf16 with its gradient", 2, 4, 4, 100, 160, 64, causal=True,
+                make_bias=lambda: randn_bf16(1, 4, 100, 160), bias_grad=True)
+    extras_case("bias (B, 1, 1, Tk) fp32 with -inf keys, expanded to (B, H, Tq, Tk) (strides 0)", 2, 3, 3, 150, 150, 64,
+                causal=True, make_bias=lambda: masked_bias(2, 150, 0.25).expand(2, 3, 150, 150))
+    extras_case("key_lengths [200, 77, 5]", 3, 4, 2, 100, 200, 64, causal=False, key_lengths=[200, 77, 5])
+    extras_case("key_lengths [160, 97, 1]", 3, 2, 2, 160, 160, 128, causal=True, key_lengths=[160, 97, 1])
+    varlen_case([50, 130, 7], [80, 130, 40], 4, 2, 64, causal=True)
+    varlen_case([33, 1, 200], [33, 1, 200], 2, 2, 128, causal=False, one_cu_seqlens=True)
     run("unsupported calls raise FlashAttentionError with the library's reason", unsupported_calls)
     run("nanoGPT CausalSelfAttention: flash_attention in place of SDPA, loss and gradients", nanogpt_drop_in)
     n_pass = sum(s == "PASS" for s, _ in results)
