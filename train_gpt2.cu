@@ -29,7 +29,7 @@ training code.
 // CUDA: one header per layer
 #include "common.cuh"         // defines: cudaCheck, floatX, ceil_div, device_props, NvtxRange
 #include "cuda_utils.cuh"     // defines: x128, load128/store128, warp/block reductions, reduce_partials_add
-#include "encoder.cuh"        // defines: encoder_forward, encoder_backward, build_token_buckets
+#include "encoder.cuh"        // defines: encoder_forward, encoder_backward, build_token_buckets, document_starts
 #include "layernorm.cuh"      // defines: layernorm_forward, fused_residual_layernorm_forward, layernorm_backward
 #include "matmul.cuh"         // defines: matmul_forward, matmul_backward, bias_backward (cuBLASLt)
 #include "gelu.cuh"           // defines: gelu_forward, gelu_backward_inplace
@@ -40,6 +40,9 @@ training code.
 #include "adamw.cuh"          // defines: adamw_update
 #include "kvcache.cuh"        // defines: kv_cache_append, embed_newest_tokens, gather_newest_rows (incremental inference)
 #include "sampler.cuh"        // defines: sample_tokens (greedy, or top-k + temperature, on the GPU)
+
+// GPT-2's <|endoftext|>: the token shards begin every document with it (document masking, -dm 1)
+constexpr int kEndOfText = 50256;
 
 static cudaStream_t main_stream;
 
@@ -115,6 +118,7 @@ typedef struct {
     int use_master_weights;
     int stochastic_rounding;    // bf16 weights after an update: 1 stochastic (the default, as llm.c), 0 to nearest
     uint32_t rounding_seed;     // stochastic rounding's random bits hash (rounding_seed, step, element)
+    int document_masking;       // -dm 1: attention within each document of a sequence (doc_start from the inputs)
     // activations, allocated for B, T (smaller B, T may run through the same buffers)
     int B, T;
     int recompute;              // 0, 1 (GELU), 2 (GELU + layernorms)
@@ -130,6 +134,7 @@ typedef struct {
     // inputs: device copies and pinned staging (the host may run one micro-step ahead)
     int* inputs;                // (N)
     int* targets;               // (N)
+    int* doc_start;             // (N) each position's document start (-dm 1), from the inputs on the GPU
     int* buckets;               // (2N+1 + N) token buckets for the dwte backward
     int* inputs_pinned;
     int* targets_pinned;
@@ -240,6 +245,7 @@ void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, int gelu_fusi
     model->gelu_fusion = gelu_fusion;
     model->use_master_weights = use_master_weights;
     model->stochastic_rounding = 1;
+    model->document_masking = 0;
     model->rounding_seed = 0;
     model->memory_plan = memory_plan(c, B, T, recompute, use_master_weights, gpt2_scratch_bytes);
     size_t N = (size_t)B * T;
@@ -290,6 +296,7 @@ void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, int gelu_fusi
     size_t bucket_ints = token_bucket_ints(N);
     cudaCheck(cudaMalloc(&model->inputs, N * sizeof(int)));
     cudaCheck(cudaMalloc(&model->targets, N * sizeof(int)));
+    cudaCheck(cudaMalloc(&model->doc_start, N * sizeof(int)));
     cudaCheck(cudaMalloc(&model->buckets, bucket_ints * sizeof(int)));
     cudaCheck(cudaMallocHost(&model->inputs_pinned, N * sizeof(int)));
     cudaCheck(cudaMallocHost(&model->targets_pinned, N * sizeof(int)));
@@ -313,8 +320,8 @@ void gpt2_free(GPT2* model) {
                            a.encoded, a.ln1, a.ln1_mean, a.ln1_rstd, a.qkv, a.atty, a.lse, a.residual2, a.ln2, a.ln2_mean,
                            a.ln2_rstd, a.fch, a.fch_gelu, a.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, a.losses, a.output,
                            a.scratch, model->dresidual, model->dbtc, model->dbt4c, model->attention_scratch,
-                           model->reduce_scratch, model->inputs, model->targets, model->buckets, model->accumulated_loss,
-                           model->norm};
+                           model->reduce_scratch, model->inputs, model->targets, model->doc_start, model->buckets,
+                           model->accumulated_loss, model->norm};
     for (void* p : device_ptrs) cudaCheck(cudaFree(p));
     cudaCheck(cudaFreeHost(model->inputs_pinned));
     cudaCheck(cudaFreeHost(model->targets_pinned));
@@ -347,6 +354,8 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         cudaCheck(cudaMemcpyAsync(model->targets, model->targets_pinned, N * sizeof(int), cudaMemcpyHostToDevice, main_stream));
     }
     cudaCheck(cudaEventRecord(model->inputs_copied, main_stream));
+    const int* doc_start = model->document_masking ? model->doc_start : nullptr;   // for the attention: -dm 1
+    if (doc_start) document_starts(model->doc_start, model->inputs, B, T, kEndOfText, main_stream);
 
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
@@ -369,7 +378,7 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
 
         // qkv = ln1 @ qkvw^T + qkvb; attention; x = x + attproj(atty); ln2 = layernorm(x)
         matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, N, C, 3 * C, nullptr, main_stream);
-        attention_forward(atty, lse, qkv, B, T, NH, HS, main_stream);
+        attention_forward(atty, lse, qkv, B, T, NH, HS, main_stream, doc_start);
         matmul_forward(a.scratch, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, N, C, C, nullptr, main_stream);
         fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean + l * NA, a.ln2_rstd + l * NA, residual, a.scratch,
                                          p.ln2w + l * C, p.ln2b + l * C, N, C, main_stream);
@@ -483,7 +492,8 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         matmul_backward(dbtc, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, scratch, dresidual, atty,
                         p.attprojw + (size_t)l * C * C, N, C, C, nullptr, main_stream);
         // attention: dqkv (N, 3C) into dbt4c, from out + lse only
-        attention_backward(dbt4c, model->attention_scratch, dbtc, qkv, atty, lse, B, T, NH, HS, main_stream);
+        attention_backward(dbt4c, model->attention_scratch, dbtc, qkv, atty, lse, B, T, NH, HS, main_stream,
+                           model->document_masking ? model->doc_start : nullptr);
         // qkv: dln1 = dqkv @ qkvw
         matmul_backward(dbtc, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, scratch, dbt4c, ln1,
                         p.qkvw + (size_t)l * 3 * C * C, N, C, 3 * C, nullptr, main_stream);
@@ -982,6 +992,7 @@ int main(int argc, char** argv) {
     gpt2_allocate_state(&model, cfg.B, cfg.T, cfg.recompute, cfg.gelu_fusion, cfg.use_master_weights);
     model.stochastic_rounding = cfg.stochastic_rounding;
     model.rounding_seed = (uint32_t)cfg.seed;
+    model.document_masking = cfg.document_masking;
     int start_step = 0;
     if (resume_step >= 0) {
         std::string state_path = checkpoint_state_path(cfg.output_log_dir, resume_step, cfg.process_rank);
@@ -1007,7 +1018,8 @@ int main(int argc, char** argv) {
            get_peak_bf16_flops(props.name) > 0 ? "" : " (unknown: MFU not shown)");
     printf("| model: %s, %s, %zu parameters (padded vocab)\n", resume_step >= 0 ? resume_model.c_str() : cfg.load_filename,
            model_config_str(model_config).c_str(), model.num_parameters);
-    printf("| attention: forward %s, backward %s\n", attention_forward_path_name(HS), attention_backward_path_name(HS));   // the names give HS
+    if (cfg.document_masking) printf("| attention: document masking (-dm 1): the mma.sync kernels with per-row document starts (HS=%d)\n", HS);
+    else printf("| attention: forward %s, backward %s\n", attention_forward_path_name(HS), attention_backward_path_name(HS));   // the names give HS
     printf("| train: %s (%zu shards, %zu batches/epoch, shuffle %d), val: %s\n", cfg.train_data_pattern, train_loader.files.size(),
            dataloader_num_batches(&train_loader), train_loader.should_shuffle, run_val ? cfg.val_data_pattern : "off");
     printf("| B=%d T=%d total batch %d tokens = %d micro-steps; steps %d (from %d)\n", cfg.B, cfg.T, cfg.total_batch_size,

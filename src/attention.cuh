@@ -70,9 +70,13 @@ struct AttentionExtras {
     const floatX* gate;           // (B, T, NH, HS) like Q, with gate_st; nullptr: no gating
     AttentionStrides gate_st;
     floatX* gated_out;            // (B, T, NH, HS) with o_st: the forward's O * gate
+    const int* doc_start;         // (B, T) device, causal self-attention only: document masking (packed pretraining),
+                                  // query i of sequence b sees keys doc_start[b * T + i] .. i (its document's first
+                                  // token on), nondecreasing along each sequence; key tiles before a block's first
+                                  // document are skipped
 };
 __host__ __device__ inline bool attention_has_extras(const AttentionExtras& x) {
-    return x.bias || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.gate;
+    return x.bias || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.gate || x.doc_start;
 }
 
 // Query i (of T) sees key j (of Tk) iff j < Tk and, when causal, j <= i + Tk - T: the causal diagonal aligned
@@ -200,6 +204,31 @@ __device__ __forceinline__ void add_bias_tile_t(float (&st)[kMT][kQT][4], const 
                 st[mt][nt][e] += bias_tile_at(tile, pitch, fp32, nt * 8 + 2 * tq + (e % 2), key0 + mt * 16 + g + 8 * (e / 2)) * inv_scale;
 }
 
+// document masking: s = -inf where key < the row's document start (rows row0 + 16mt + g (+8) of doc_first, keys key0 +
+// 8nt + 2tq (+1)); doc_first[mt][half] holds this thread's rows' starts
+template <int kMT, int kNT>
+__device__ __forceinline__ void mask_before_documents(float (&s)[kMT][kNT][4], const int (&doc_first)[kMT][2], int key0, int lane) {
+    const int tq = lane % 4;
+    #pragma unroll
+    for (int mt = 0; mt < kMT; mt++)
+        #pragma unroll
+        for (int nt = 0; nt < kNT; nt++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (key0 + nt * 8 + 2 * tq + (e % 2) < doc_first[mt][e / 2]) s[mt][nt][e] = -INFINITY;
+}
+// this thread's rows' document starts (rows past T: T, which masks nothing they need)
+template <int kMT>
+__device__ __forceinline__ void load_document_starts(int (&doc_first)[kMT][2], const int* doc_start_row0, int row0, int T, int lane) {
+    #pragma unroll
+    for (int mt = 0; mt < kMT; mt++)
+        #pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int row = row0 + mt * 16 + lane / 4 + 8 * half;
+            doc_first[mt][half] = row < T ? doc_start_row0[row] : T;
+        }
+}
+
 // eight bf16 products (fp32 math, one rounding)
 __device__ __forceinline__ uint4 mul_bf16x8(const uint4& a, const uint4& b) {
     const __nv_bfloat162* a2 = reinterpret_cast<const __nv_bfloat162*>(&a);
@@ -271,6 +300,16 @@ attention_forward_kernel(const AttentionForwardParams p) {
     const int warp_row0 = warp * 16 * kMT;               // first row of this warp inside the tile
     const int n_blocks = kGeneral ? attention_key_blocks(m_start + kBlockM - 1, diag, Tk, kBlockN)
                                   : min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
+    // document masking: the block's first row starts the earliest document; the key tiles before it are skipped
+    int n_first = 0, doc_first[kExtras ? kMT : 1][2] = {}, warp_doc_first = 0;
+    if constexpr (kExtras) {
+        if (p.x.doc_start) {
+            const int* docs = p.x.doc_start + (size_t)b * p.T;
+            n_first = docs[m_start] / kBlockN;
+            load_document_starts<kMT>(doc_first, docs, m_start + warp_row0, T, lane);
+            warp_doc_first = docs[min(m_start + warp_row0, T - 1)];
+        }
+    }
     auto k_tile = [&](int stage) { return kv_smem + stage * 2 * Tile::kTileBytes; };
     auto v_tile = [&](int stage) { return kv_smem + stage * 2 * Tile::kTileBytes + Tile::kTileBytes; };
 
@@ -333,10 +372,10 @@ attention_forward_kernel(const AttentionForwardParams p) {
     // softmax in base 2 with the scale folded in: exp(scale * (s - m)) = exp2(s * c - m * c)
     const float scale_log2 = p.scale * kLog2e;
 
-    for (int it = 0; it < n_blocks; it++) {
+    for (int it = 0; it < n_blocks - n_first; it++) {
         const int n_block = n_blocks - 1 - it;     // diagonal (masked) tiles first
         const int stage = it & 1;
-        if (it + 1 < n_blocks) {                   // prefetch the next K/V tile into the other stage
+        if (it + 1 < n_blocks - n_first) {         // prefetch the next K/V tile into the other stage
             load_kv_tile(k_tile(stage ^ 1), k_gl, k_row, (n_block - 1) * kBlockN);
             load_kv_tile(v_tile(stage ^ 1), v_gl, v_row, (n_block - 1) * kBlockN);
             load_bias(stage ^ 1, n_block - 1);
@@ -354,7 +393,8 @@ attention_forward_kernel(const AttentionForwardParams p) {
                 for (int ks = 0; ks < kKS; ks++) load_q_frag(q_frag[kQInRegs ? mt : 0][kQInRegs ? ks : 0], mt, ks);
         }
         // a warp whose rows all lie above this K tile has nothing to do here (every key masked)
-        const bool warp_active = n_block * kBlockN <= m_start + warp_row0 + 16 * kMT - 1 + diag;
+        const bool warp_active = n_block * kBlockN <= m_start + warp_row0 + 16 * kMT - 1 + diag &&
+                                 (!kExtras || n_block * kBlockN + kBlockN > warp_doc_first);
         if (warp_active) {
             // S = Q K^T  (kMT*16 x kBlockN per warp)
             float s[kMT][kNT][4];
@@ -382,8 +422,9 @@ attention_forward_kernel(const AttentionForwardParams p) {
                     }
                 }
             }
-            if constexpr (kExtras) {   // the additive bias, in units of S (scale multiplies it back)
+            if constexpr (kExtras) {   // the additive bias, in units of S (scale multiplies it back); document masking
                 if (p.x.bias) add_bias_tile<kMT, kNT>(s, bias_tile(stage), bias_pitch, p.x.bias_fp32, warp_row0, 1.0f / p.scale, lane);
+                if (p.x.doc_start) mask_before_documents<kMT, kNT>(s, doc_first, n_block * kBlockN, lane);
             }
             // mask (the causal diagonal, keys past Tk), only on tiles that cross this warp's limits
             if (n_block * kBlockN + kBlockN - 1 > (kGeneral ? min(m_start + warp_row0 + diag, Tk - 1) : m_start + warp_row0)) {
@@ -1361,7 +1402,7 @@ __global__ void attention_decode_combine_kernel(const AttentionForwardParams p, 
 // are many enough that splitting them pays
 inline bool attention_decode_applies(const AttentionForwardParams& p) {
     return (long long)p.T * (p.NH / p.NH_kv) <= kDecodeRows && p.Tk >= 2 * kDecodeKeys && (long long)p.B * p.NH_kv <= 65535 &&
-           !p.x.bias && !p.x.cu_seqlens_q && !p.x.cu_seqlens_k && !p.x.gate && p.HS >= 32;
+           !p.x.bias && !p.x.cu_seqlens_q && !p.x.cu_seqlens_k && !p.x.gate && !p.x.doc_start && p.HS >= 32;
 }
 
 // fp32 scratch for the splits' partials, grown as needed (the decode call owns it; one stream at a time)
@@ -1405,6 +1446,8 @@ inline const char* attention_unsupported_reason(const AttentionForwardParams& p)
     if (p.NH % p.NH_kv != 0) return "the query heads NH must be a multiple of the key/value heads NH_kv";
     if ((long long)p.B * p.NH > 2147483647LL) return "B * NH too large for the grid";
     if (p.x.seqlens_k && p.x.cu_seqlens_k) return "give key lengths either as seqlens_k (padded) or cu_seqlens_k (packed), not both";
+    if (p.x.doc_start && (!p.causal || p.T != p.Tk || p.x.seqlens_k || p.x.cu_seqlens_q || p.x.cu_seqlens_k))
+        return "document masking (doc_start) is for causal self-attention without key lengths or packed sequences";
     if (p.x.bias && (uintptr_t)p.x.bias % (p.x.bias_fp32 ? 4 : 2)) return "the bias must be aligned to its element size";
     if (p.x.gate && (!p.x.gated_out || (uintptr_t)p.x.gate % 16 || (uintptr_t)p.x.gated_out % 16 || p.x.gate_st.batch % 8 ||
                      p.x.gate_st.row % 8 || p.x.gate_st.head % 8))
@@ -1507,10 +1550,16 @@ inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stre
 }
 #endif  // FLASHGPT_ATTENTION_GPT2_ONLY
 
-// GPT-2: causal self-attention on the fused QKV activation
-inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
+// GPT-2: causal self-attention on the fused QKV activation. doc_start (B, T), optional: document masking (train_gpt2cu
+// -dm 1), on the mma.sync kernels' kExtras copies
+inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS, cudaStream_t stream,
+                              const int* doc_start = nullptr) {
     if (const char* why = attention_unsupported_reason(B, T, NH, HS)) attention_exit_unsupported("forward", B, T, T, NH, NH, HS, why);
-    attention_forward_self_causal_path(fused_qkv_forward_params(out, lse, qkv, B, T, NH, HS), stream);
+    AttentionForwardParams p = fused_qkv_forward_params(out, lse, qkv, B, T, NH, HS);
+    if (!doc_start) { attention_forward_self_causal_path(p, stream); return; }
+    p.x.doc_start = doc_start;
+    if (HS == 64) launch_attention_forward<64, 2, 4, 64, true, true>(p, stream);
+    else launch_attention_forward<128, 2, 4, 48, true, true>(p, stream);
 }
 
 // Decoding against a KV cache: p.k, p.v the caches (B, Tk, NH_kv, HS) with p.Tk their capacity, p.q the T new tokens'
@@ -1521,7 +1570,8 @@ inline void attention_forward_kvcache(const AttentionForwardParams& p, const int
     const char* why = attention_unsupported_reason(p);
     if (!why && (long long)p.T * (p.NH / p.NH_kv) > kDecodeRows) why = "the KV-cache path takes T * NH / NH_kv <= 16 query rows (a prefill runs attention_forward)";
     if (!why && (long long)p.B * p.NH_kv > 65535) why = "B * NH_kv too large for the grid";
-    if (!why && (p.x.bias || p.x.cu_seqlens_q || p.x.cu_seqlens_k || p.x.gate)) why = "the KV-cache path takes no bias, packed sequences or gating";
+    if (!why && (p.x.bias || p.x.cu_seqlens_q || p.x.cu_seqlens_k || p.x.gate || p.x.doc_start))
+        why = "the KV-cache path takes no bias, packed sequences, gating or document masks";
     if (!why && p.HS < 32) why = "the KV-cache path takes head dims 32 to 256 (attention_forward runs 8 and 16)";
     if (!seqlens_k) seqlens_k = p.x.seqlens_k;
     if (why) attention_exit_unsupported("forward (KV cache)", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
@@ -1892,7 +1942,14 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
     // the first query block with a query that sees a key here (query i sees key j iff j <= i + diag)
     const int m_first = max(n_start - diag, 0) / kBlockM;
     const int m_blocks = ceil_div(T, kBlockM);
-    const int head_steps = n_start < Tk ? max(m_blocks - m_first, 0) : 0, steps = group * head_steps;
+    // document masking: the query blocks end at the first whose first row starts a document after these keys
+    int m_end = m_blocks;
+    if (kExtras && p.x.doc_start) {
+        const int* docs = p.x.doc_start + (size_t)b * p.T;
+        m_end = m_first;
+        while (m_end < m_blocks && docs[m_end * kBlockM] < n_start + kBlockN) m_end++;
+    }
+    const int head_steps = n_start < Tk ? max(m_end - m_first, 0) : 0, steps = group * head_steps;
     auto step_bh = [&](int i) { return b * NH + h_kv * group + i / head_steps; };   // the step's query head (b * NH + h)
     auto step_m_block = [&](int i) { return m_first + i % head_steps; };
 
@@ -1949,6 +2006,20 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
         float st[kMT][kQT][4], dpt[kMT][kQT][4];
         backward_st_dpt<HS, kMT, kQT>(st, dpt, k_smem, v_smem, q_s, do_s, warp_row0, 0, lane);
         if (kExtras && p.x.bias) add_bias_tile_t<kMT, kQT>(st, bias_tile(stage), bias_pitch, p.x.bias_fp32, warp_row0, 1.0f / p.scale, lane);
+        if (kExtras && p.x.doc_start) {   // document masking: key < its query's document start
+            const int* docs = p.x.doc_start + (size_t)b * p.T;
+            #pragma unroll
+            for (int nt = 0; nt < kQT; nt++)
+                #pragma unroll
+                for (int e2 = 0; e2 < 2; e2++) {
+                    const int q = m_start + nt * 8 + 2 * tq + e2, first = q < T ? docs[q] : 0;
+                    #pragma unroll
+                    for (int mt = 0; mt < kMT; mt++)
+                        #pragma unroll
+                        for (int half = 0; half < 2; half++)
+                            if (warp_key0 + mt * 16 + g + 8 * half < first) st[mt][nt][2 * half + e2] = -INFINITY;
+                }
+        }
         // P^T = exp2(S^T * c - lse2[query]), 0 where key > query + diag; dS^T = P^T * (dP^T - D[query]). Only tiles
         // where some key of this warp exceeds some query's limit need the mask (keys past Tk need none: their rows
         // of dK, dV are not stored).
@@ -2075,6 +2146,16 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
     const int head_chunks = HS == 16 ? p.HS / 8 : HS / 8;   // head dim 8 runs the HS 16 copy, zero-padded
     const int warp_row0 = warp * 16 * kMT;              // first row of this warp inside the tile
     const int n_blocks = attention_key_blocks(m_start + kBlockM - 1, diag, Tk, kBlockN);
+    // document masking: the block's first row starts the earliest document; the key tiles before it are skipped
+    int n_first = 0, doc_first[kExtras ? kMT : 1][2] = {}, warp_doc_first = 0;
+    if constexpr (kExtras) {
+        if (p.x.doc_start) {
+            const int* docs = p.x.doc_start + (size_t)b * p.T;
+            n_first = docs[m_start] / kBlockN;
+            load_document_starts<kMT>(doc_first, docs, m_start + warp_row0, T, lane);
+            warp_doc_first = docs[min(m_start + warp_row0, T - 1)];
+        }
+    }
 
     // kExtras with a bias: its (kBlockM, kBlockN) tiles ride in the K/V pipeline, double buffered after the K/V stages
     const int bias_pitch = kExtras ? bias_tile_pitch(kBlockN, p.x.bias_fp32) : 0;
@@ -2118,10 +2199,10 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
         for (int dt = 0; dt < kDT; dt++) dq_acc[mt][dt][0] = dq_acc[mt][dt][1] = dq_acc[mt][dt][2] = dq_acc[mt][dt][3] = 0.0f;
     const float scale_log2 = p.scale * kLog2e;
 
-    for (int it = 0; it < n_blocks; it++) {
+    for (int it = 0; it < n_blocks - n_first; it++) {
         const int n_block = n_blocks - 1 - it;     // diagonal (masked) tile first
         const int stage = it & 1;
-        if (it + 1 < n_blocks) {                   // prefetch the next K/V tile into the other stage
+        if (it + 1 < n_blocks - n_first) {         // prefetch the next K/V tile into the other stage
             load_tile_async<HS, kThreads>(k_tile(stage ^ 1), k_gl, p.k_st.row, (n_block - 1) * kBlockN, kBlockN, Tk, head_chunks);
             load_tile_async<HS, kThreads>(v_tile(stage ^ 1), v_gl, p.v_st.row, (n_block - 1) * kBlockN, kBlockN, Tk, head_chunks);
             load_bias(stage ^ 1, n_block - 1);
@@ -2139,7 +2220,7 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                 for (int ks = 0; ks < kKS; ks++) load_frags(q_frag[mt][kFragsInRegs ? ks : 0], do_frag[mt][kFragsInRegs ? ks : 0], mt, ks);
         }
         // a warp whose rows all lie above this K tile has nothing to do here (every key masked)
-        if (n_block * kBlockN <= m_start + warp_row0 + 16 * kMT - 1 + diag) {
+        if (n_block * kBlockN <= m_start + warp_row0 + 16 * kMT - 1 + diag && (!kExtras || n_block * kBlockN + kBlockN > warp_doc_first)) {
             const uint8_t* k_s = k_tile(stage);
             const uint8_t* v_s = v_tile(stage);
             float s[kMT][kNT][4], dp[kMT][kNT][4];
@@ -2174,6 +2255,7 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                 }
             }
             if (kExtras && p.x.bias) add_bias_tile<kMT, kNT>(s, bias_tile(stage), bias_pitch, p.x.bias_fp32, warp_row0, 1.0f / p.scale, lane);
+            if (kExtras && p.x.doc_start) mask_before_documents<kMT, kNT>(s, doc_first, n_block * kBlockN, lane);
             // P = exp2(S * c - lse2), 0 where key > query + diag or key >= Tk (only on tiles crossing this warp's
             // limits); dS = P * (dP - D)
             const bool need_mask = n_block * kBlockN + kBlockN - 1 > min(m_start + warp_row0 + diag, Tk - 1);
@@ -3567,8 +3649,13 @@ inline void attention_backward(const AttentionBackwardParams& p, cudaStream_t st
 #endif  // FLASHGPT_ATTENTION_GPT2_ONLY
 
 // GPT-2: dqkv (B, T, 3, NH, HS) from dout (B, T, NH, HS); scratch: attention_backward_scratch_bytes(B, T, NH, HS)
+// (doc_start: the forward's document masking)
 inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
-                               const float* lse, int B, int T, int NH, int HS, cudaStream_t stream) {
+                               const float* lse, int B, int T, int NH, int HS, cudaStream_t stream, const int* doc_start = nullptr) {
     if (const char* why = attention_unsupported_reason(B, T, NH, HS)) attention_exit_unsupported("backward", B, T, T, NH, NH, HS, why);
-    attention_backward_self_causal_path(fused_qkv_backward_params(dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS), stream);
+    AttentionBackwardParams p = fused_qkv_backward_params(dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS);
+    if (!doc_start) { attention_backward_self_causal_path(p, stream); return; }
+    p.x.doc_start = doc_start;
+    if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64, true>(p, stream);
+    else attention_backward_split<128, 4, 1, 32, 4, 1, 32, true>(p, stream);
 }

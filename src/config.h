@@ -140,6 +140,7 @@ typedef struct {
     int zero_stage;                   // -z  only 0 (single GPU)
     int use_master_weights;           // -w
     int stochastic_rounding;          // -sr 1: bf16 weights rounded stochastically from the update (llm.c), 0: to nearest
+    int document_masking;             // -dm 1: attention stops at <|endoftext|>: each token sees its own document only
     int gelu_fusion;                  // -ge 0 separate GELU kernels, 1 GELU in the matmul epilogue (fwd), 2 fwd + bwd
     int overfit_single_batch;         // -a
     int shuffle;                      // -sf shuffle the training data (default 1 unless -a 1)
@@ -179,6 +180,7 @@ inline void train_config_defaults(TrainConfig* c) {
     c->zero_stage = 0;
     c->use_master_weights = 1;
     c->stochastic_rounding = 1;
+    c->document_masking = 0;
     c->gelu_fusion = -1;  // -1: per GPU, resolved once the GPU is known (gelu_fusion_default)
     c->overfit_single_batch = 0;
     c->shuffle = -1;  // -1: decided in train_config_check (1 unless overfitting one batch)
@@ -225,6 +227,7 @@ inline const char* train_usage() {
         "  -z <int>    ZeRO stage (only 0: single GPU)\n"
         "  -w <int>    keep fp32 master weights (default = 1)\n"
         "  -sr <int>   round the bf16 weights stochastically after each update, 0: to nearest (default = 1)\n"
+        "  -dm <int>   document masking: attention stops at each <|endoftext|> in a sequence (default = 0)\n"
         "  -ge <int>   GELU fusion into cuBLASLt: 0 off, 1 forward, 2 forward + backward (default = 2 on sm_90+, else 0)\n"
         "  -a <int>    overfit a single batch (default = 0)\n"
         "  -sf <int>   shuffle the training data (default = 1, 0 with -a 1)\n"
@@ -289,6 +292,7 @@ inline std::string train_config_parse(TrainConfig* c, int argc, char** argv) {
         else if (!strcmp(f, "z")) ok = parse_int_arg(v, &c->zero_stage);
         else if (!strcmp(f, "w")) ok = parse_int_arg(v, &c->use_master_weights);
         else if (!strcmp(f, "sr")) ok = parse_int_arg(v, &c->stochastic_rounding);
+        else if (!strcmp(f, "dm")) ok = parse_int_arg(v, &c->document_masking);
         else if (!strcmp(f, "ge")) ok = parse_int_arg(v, &c->gelu_fusion);
         else if (!strcmp(f, "a")) ok = parse_int_arg(v, &c->overfit_single_batch);
         else if (!strcmp(f, "sf")) ok = parse_int_arg(v, &c->shuffle);
@@ -322,6 +326,7 @@ inline std::string train_config_check(TrainConfig* c) {
     if (c->gelu_fusion < -1 || c->gelu_fusion > 2) return strfmt("-ge %d: gelu fusion must be 0, 1 or 2", c->gelu_fusion);
     if (c->use_master_weights != 0 && c->use_master_weights != 1) return "-w must be 0 or 1";
     if (c->stochastic_rounding != 0 && c->stochastic_rounding != 1) return "-sr must be 0 or 1";
+    if (c->document_masking != 0 && c->document_masking != 1) return "-dm must be 0 or 1";
     if (c->memory_plan_only != 0 && c->memory_plan_only != 1) return "-pm must be 0 or 1";
     if (c->hellaswag_eval != 0) return "-h 1: HellaSwag eval is not supported yet";
     if (c->resume && c->output_log_dir == nullptr) return "-y 1 needs -o <dir> (the checkpoints to resume from)";

@@ -11,6 +11,39 @@ increasing order), and one thread block per (token, 256 channels) sums its bucke
 #include "cuda_utils.cuh"
 
 // ----------------------------------------------------------------------------
+// document starts (train_gpt2cu -dm 1): every document of the token shards begins with <|endoftext|>, so the document
+// of position t of row b starts at the last position p <= t holding it (0 if none): an inclusive max-scan along the row
+// of (token == eot ? p : 0), one block per row, in chunks of blockDim.x positions (a multiple of 32)
+
+__global__ void document_starts_kernel(int* doc_start, const int* inp, int T, int eot) {
+    __shared__ int warp_last[32];
+    const int b = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    int carry = 0;
+    for (int t0 = 0; t0 < T; t0 += blockDim.x) {
+        const int t = t0 + threadIdx.x;
+        int v = t < T && inp[(size_t)b * T + t] == eot ? t : 0;
+        for (int off = 1; off < 32; off *= 2) { const int u = __shfl_up_sync(0xffffffff, v, off); if (lane >= off) v = max(v, u); }
+        if (lane == 31) warp_last[warp] = v;
+        __syncthreads();
+        if (warp == 0) {
+            int w = lane < warps ? warp_last[lane] : 0;
+            for (int off = 1; off < 32; off *= 2) { const int u = __shfl_up_sync(0xffffffff, w, off); if (lane >= off) w = max(w, u); }
+            warp_last[lane] = w;
+        }
+        __syncthreads();
+        v = max(max(v, warp > 0 ? warp_last[warp - 1] : 0), carry);
+        if (t < T) doc_start[(size_t)b * T + t] = v;
+        carry = max(carry, warp_last[warps - 1]);
+        __syncthreads();   // warp_last is rewritten by the next chunk
+    }
+}
+
+void document_starts(int* doc_start, const int* inp, int B, int T, int eot, cudaStream_t stream) {
+    document_starts_kernel<<<B, std::min(1024, ceil_div(T, 32) * 32), 0, stream>>>(doc_start, inp, T, eot);
+    cudaCheck(cudaGetLastError());
+}
+
+// ----------------------------------------------------------------------------
 // forward: one thread per 8 channels of one (b, t)
 
 // out (B,T,C), inp (B,T) token ids, wte (Vp,C), wpe (maxT,C)

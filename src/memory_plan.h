@@ -77,7 +77,7 @@ inline size_t activation_bytes(const GPT2Config& c, int B, int T, int recompute)
 inline size_t token_bucket_ints(size_t N) { return 2 * N + 1 + N; }
 
 // inputs (N) + targets (N) + token buckets, as ints, and the step's mean loss and grad norm (fp32)
-inline size_t input_bytes(size_t N) { return (2 * N + token_bucket_ints(N)) * sizeof(int) + 2 * sizeof(float); }
+inline size_t input_bytes(size_t N) { return (3 * N + token_bucket_ints(N)) * sizeof(int) + 2 * sizeof(float); }   // + document starts
 
 // ----------------------------------------------------------------------------
 // the plan

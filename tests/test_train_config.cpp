@@ -20,20 +20,21 @@ TEST(config_parses_llmc_flags) {
     TrainConfig c;
     CHECK(parse(&c, {"-i", "tr*.bin", "-j", "va*.bin", "-e", "d24", "-o", "log", "-b", "8", "-t", "512", "-d", "8192",
                      "-x", "100", "-l", "6e-4", "-u", "10", "-q", "0.1", "-c", "0.1", "-k", "linear", "-v", "5", "-m", "3",
-                     "-s", "7", "-g", "32", "-r", "2", "-w", "0", "-ge", "1", "-n", "50", "-nk", "2", "-y", "1", "-sd", "7", "-sr", "0"}) == "");
+                     "-s", "7", "-g", "32", "-r", "2", "-w", "0", "-ge", "1", "-n", "50", "-nk", "2", "-y", "1", "-sd", "7", "-sr", "0", "-dm", "1"}) == "");
     CHECK(!strcmp(c.train_data_pattern, "tr*.bin") && !strcmp(c.val_data_pattern, "va*.bin") && !strcmp(c.load_filename, "d24"));
     CHECK(c.B == 8 && c.T == 512 && c.total_batch_size == 8192 && c.max_steps == 100);
     CHECK(fabsf(c.learning_rate - 6e-4f) < 1e-9f && c.warmup_iterations == 10 && fabsf(c.final_learning_rate_frac - 0.1f) < 1e-7f);
     CHECK(!strcmp(c.lr_scheduler_type, "linear") && c.val_loss_every == 5 && c.val_max_steps == 3 && c.sample_every == 7);
     CHECK(c.gen_T == 32 && c.recompute == 2 && c.use_master_weights == 0 && c.gelu_fusion == 1 && c.checkpoint_every == 50);
     CHECK(c.checkpoints_keep == 2 && c.resume == 1 && c.seed == 7 && c.shuffle == 1 && c.stochastic_rounding == 0);
+    CHECK(c.document_masking == 1);
 }
 
 TEST(config_defaults) {
     TrainConfig c;
     CHECK(parse(&c, {}) == "");
     CHECK(c.B == 4 && c.T == 1024 && c.total_batch_size == 4096 && c.recompute == 1 && c.use_master_weights == 1);
-    CHECK(!strcmp(c.load_filename, "d12") && c.shuffle == 1 && c.stochastic_rounding == 1);
+    CHECK(!strcmp(c.load_filename, "d12") && c.shuffle == 1 && c.stochastic_rounding == 1 && c.document_masking == 0);
     CHECK(parse(&c, {"-a", "1"}) == "" && c.shuffle == 0);  // overfitting one batch: no shuffle
 }
 

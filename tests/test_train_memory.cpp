@@ -61,7 +61,7 @@ TEST(memory_plan_sums) {
     CHECK(p.per_sequence_bytes == bytes_per_token(c, 1) * 1024);
     CHECK(p.activation_bytes == 8 * p.per_sequence_bytes);
     CHECK(p.scratch_bytes == fake_scratch_bytes(c, 8, 1024));
-    CHECK(p.input_bytes == (5ull * 8192 + 1) * 4 + 8);   // inputs, targets, buckets (3N + 1) as ints; loss and norm
+    CHECK(p.input_bytes == (6ull * 8192 + 1) * 4 + 8);   // inputs, targets, document starts, buckets (3N + 1) as ints; loss and norm
     CHECK(p.total_bytes() == 16 * n + p.activation_bytes + p.scratch_bytes + p.input_bytes);
     CHECK(memory_plan(c, 8, 1024, 1, 0, fake_scratch_bytes).total_bytes() == p.total_bytes() - 4 * n);   // -w 0
     CHECK(parse_model_descriptor("d12", &c) == "");

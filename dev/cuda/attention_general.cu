@@ -15,7 +15,7 @@ A case is the anchor script's syntax (../shared/bench/sdpa_general_anchor.py), s
   b=[8] h=[12] hkv=[h] tq=[1024] tk=[tq] d=[64] causal=[1] bwd=[1] bias=[none]|b1tt|1htt|bhtt|b11t|11tt, plus
   layout=[bhtd]|bthd|qkv, scale=[1/sqrt(d)], and the extras: biasf32=1 (an fp32 bias), dbias=1 (its gradient), mask=1
   (-inf entries), keylens=1 (per-sequence key lengths), varlen=1 (packed sequences of ragged lengths), gate=1 (output
-  gating), kvlens=1 (a KV cache of per-sequence lengths)
+  gating), docs=1 (document masking), kvlens=1 (a KV cache of per-sequence lengths)
 FLOPs as the anchor script counts them: forward 4*B*H*Tq*Tk*D, halved for causal with tq = tk (per sequence with
 keylens / varlen); backward 2.5x forward. The anchor's causal bias cases fold the mask into the bias; here causal=1
 with a bias is both.
@@ -33,11 +33,12 @@ struct GeneralCase {
     std::string bias;
     bool bias_fp32, dbias, mask, keylens, varlen;
     bool gate;            // output gating: gated_out = O * gate, dgate
+    bool docs;            // document masking: documents of random lengths (1 to ~80) along each sequence
 };
 
 static GeneralCase parse_case(const std::string& arg) {
     int b = 8, h = 12, hkv = -1, tq = 1024, tk = -1, d = 64, causal = 1, bwd = 1, kvlens = 0;
-    int biasf32 = 0, dbias = 0, mask = 0, keylens = 0, varlen = 0, gate = 0;
+    int biasf32 = 0, dbias = 0, mask = 0, keylens = 0, varlen = 0, gate = 0, docs = 0;
     double scale = 0.0;
     std::string layout = "bhtd", bias = "none";
     for (const std::string& kv : split_commas(arg)) {
@@ -50,7 +51,7 @@ static GeneralCase parse_case(const std::string& arg) {
         else if (k == "scale") scale = atof(v.c_str()); else if (k == "layout") layout = v; else if (k == "kvlens") kvlens = atoi(v.c_str());
         else if (k == "bias") bias = v; else if (k == "biasf32") biasf32 = atoi(v.c_str()); else if (k == "dbias") dbias = atoi(v.c_str());
         else if (k == "mask") mask = atoi(v.c_str()); else if (k == "keylens") keylens = atoi(v.c_str()); else if (k == "varlen") varlen = atoi(v.c_str());
-        else if (k == "gate") gate = atoi(v.c_str());
+        else if (k == "gate") gate = atoi(v.c_str()); else if (k == "docs") docs = atoi(v.c_str());
         else { fprintf(stderr, "unknown case key '%s'\n", k.c_str()); exit(EXIT_FAILURE); }
     }
     if (hkv < 0) hkv = h;
@@ -65,7 +66,7 @@ static GeneralCase parse_case(const std::string& arg) {
     if ((varlen || keylens || gate || bias != "none") && layout == "qkv") { fprintf(stderr, "extras take bthd or bhtd\n"); exit(EXIT_FAILURE); }
     if (varlen) layout = "bthd";   // packed: (total rows, heads, head dim)
     return {{b, tq, tk, h, hkv, d, causal != 0, scale}, layout, bwd != 0, kvlens != 0, bias, biasf32 != 0, dbias != 0 && bias != "none",
-            mask != 0 && bias != "none", keylens != 0, varlen != 0, gate != 0};
+            mask != 0 && bias != "none", keylens != 0, varlen != 0, gate != 0, docs != 0};
 }
 
 // the validation set: every feature of the general interface, ragged lengths, rows that see no key, tiny and large B*NH
@@ -107,6 +108,9 @@ static const char* kValidationCases[] = {
     // output gating, alone and with a bias and packed sequences (AlphaFold's attention: pair bias, gate, head dim 8/16/32)
     "b=2,h=3,tq=140,d=64,causal=0,gate=1",                       "b=3,h=4,tq=100,d=32,causal=0,bias=b1tt,dbias=1,gate=1,mask=1",
     "b=3,h=2,tq=120,d=16,varlen=1,gate=1",
+    // document masking (train_gpt2cu -dm 1): random document boundaries along each sequence
+    "b=2,h=3,tq=300,d=64,docs=1",                                "b=2,h=4,tq=257,d=128,docs=1,layout=bthd",
+    "b=3,h=2,hkv=1,tq=200,d=32,docs=1,bias=1htt,dbias=1",
 };
 // the benchmark cases of the general-attention issue (the anchor script runs the same strings)
 static const char* kBenchCases[] = {
@@ -118,7 +122,7 @@ static const char* kBenchCases[] = {
     "b=4,h=16,tq=4096,d=128",
     "b=8,h=12,tq=1024,d=64,causal=0,bias=1htt", "b=8,h=12,tq=1024,d=64,bias=1htt", "b=8,h=12,tq=1024,d=64,causal=0,bias=bhtt",
     "b=8,h=12,tq=1024,d=64,causal=0,bias=1htt,dbias=1", "b=16,h=12,tq=1024,d=64,varlen=1", "b=16,h=12,tq=1024,d=64,causal=0,varlen=1",
-    "b=16,h=12,tq=1024,d=64,causal=0,keylens=1",
+    "b=16,h=12,tq=1024,d=64,causal=0,keylens=1", "b=8,h=12,tq=1024,d=64,docs=1",
 };
 
 // per sequence with its own lengths (x: keylens, varlen), as the anchor script counts one batch
@@ -185,6 +189,7 @@ struct CaseBuffers {
     AttentionStrides bias_st{};
     void *d_bias = nullptr, *d_dbias = nullptr;
     floatX *d_gate = nullptr, *d_gated_out = nullptr, *d_dgate = nullptr;   // gating: (B, T, NH, HS) in O's layout
+    int* d_doc_start = nullptr;   // document masking: (B, T)
     int *d_cu_q = nullptr, *d_cu_k = nullptr;
     explicit CaseBuffers(const GeneralCase& c_) : c(c_) {
         const GeneralShape& s = c.s;
@@ -208,6 +213,7 @@ struct CaseBuffers {
             d_cu_q = device_alloc<int>(s.B + 1); to_device(d_cu_q, q.cu);
             d_cu_k = device_alloc<int>(s.B + 1); to_device(d_cu_k, kv.cu);
         }
+        if (c.docs) d_doc_start = device_alloc<int>((size_t)s.B * s.T);
         if (c.gate) { d_gate = device_alloc<floatX>(o.elems); d_gated_out = device_alloc<floatX>(o.elems); d_dgate = device_alloc<floatX>(o.elems); }
         if (c.bias != "none") {
             const bool bb = c.bias[0] == 'b', hb = c.bias[1] == 'h', tb = c.bias[2] == 't';
@@ -231,7 +237,7 @@ struct CaseBuffers {
         if (c.bwd) { scratch_bytes = attention_backward_scratch_bytes(bwd()); d_scratch = device_alloc<uint8_t>(scratch_bytes); }
     }
     AttentionExtras extras() const {
-        return {d_bias, bias_st, c.bias_fp32, c.keylens ? d_seqlens : nullptr, d_cu_q, d_cu_k, d_gate, o.st, d_gated_out};
+        return {d_bias, bias_st, c.bias_fp32, c.keylens ? d_seqlens : nullptr, d_cu_q, d_cu_k, d_gate, o.st, d_gated_out, d_doc_start};
     }
     AttentionForwardParams fwd() const {
         const GeneralShape& s = c.s;
@@ -244,8 +250,22 @@ struct CaseBuffers {
                 q.st, kv.st, kv.st, o.st, o.st, q.st, kv.st, kv.st, s.B, s.T, s.Tk, s.NH, s.NH_kv, s.HS, s.causal, (float)s.scale,
                 extras(), d_dbias, d_dgate};
     }
-    // fresh bias values (bf16-exact either way); mask: 10% of them -inf, and every row 7i + 3 where the bias has rows
-    void fill_bias(std::mt19937_64& rng) {
+    // fresh document starts: a new document at each position with probability 1/40, and at 0
+    void fill_documents(std::mt19937_64& rng) {
+        if (!c.docs) return;
+        std::uniform_int_distribution<int> u(0, 39);
+        ref_x.doc_start.assign((size_t)c.s.B * c.s.T, 0);
+        for (int b = 0; b < c.s.B; b++)
+            for (int t = 1; t < c.s.T; t++) {
+                const size_t i = (size_t)b * c.s.T + t;
+                ref_x.doc_start[i] = u(rng) == 0 ? t : ref_x.doc_start[i - 1];
+            }
+        to_device(d_doc_start, ref_x.doc_start);
+    }
+    // fresh extras: the document starts, the bias values (bf16-exact either way; mask: 10% of them -inf, and every row 7i + 3
+    // where the bias has rows)
+    void fill_extras(std::mt19937_64& rng) {
+        fill_documents(rng);
         if (bias.empty()) return;
         std::normal_distribution<float> dist(0.0f, 1.0f);
         std::uniform_real_distribution<float> u(0.0f, 1.0f);
@@ -267,7 +287,8 @@ struct CaseBuffers {
     }
     void free_all() {
         for (void* p : {(void*)d_out, (void*)d_dout, (void*)d_lse, d_scratch, (void*)d_q, (void*)d_dq, (void*)d_seqlens, d_bias, d_dbias,
-                        (void*)d_cu_q, (void*)d_cu_k, (void*)d_gate, (void*)d_gated_out, (void*)d_dgate}) if (p) cudaCheck(cudaFree(p));
+                        (void*)d_cu_q, (void*)d_cu_k, (void*)d_gate, (void*)d_gated_out, (void*)d_dgate, (void*)d_doc_start})
+            if (p) cudaCheck(cudaFree(p));
         if (c.layout != "qkv") for (void* p : {(void*)d_k, (void*)d_v, (void*)d_dk, (void*)d_dv}) cudaCheck(cudaFree(p));
     }
 };
@@ -301,6 +322,7 @@ static std::string case_name(const GeneralCase& c) {
     if (c.keylens) name += " keylens";
     if (c.varlen) name += " varlen";
     if (c.gate) name += " gate";
+    if (c.docs) name += " docs";
     return name;
 }
 
@@ -337,7 +359,7 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
     std::vector<float> gate;
     if (c.gate) { gate = randn_bf16_values(nq, 1.0f, rng); upload(bufs.d_gate, bufs.o, {{0, &gate}}, s.T, s.NH); }
 
-    bufs.fill_bias(rng);
+    bufs.fill_extras(rng);
     const GeneralExtras* x = &bufs.ref_x;
     std::vector<float> ref_out(nq), ref_lse(nlse), naive_out(nq);
     attention_forward_cpu_general(ref_out.data(), ref_lse.data(), q.data(), k.data(), v.data(), s, false, x);
@@ -476,7 +498,7 @@ int main(int argc, char** argv) {
             }
         }
         if (!check) {
-            bufs.fill_bias(rng);
+            bufs.fill_extras(rng);
             const double flops = forward_flops(s, bufs.ref_x);
             const Timing tf = time_kernel([&](int) { bufs.forward(stream); }, repeats, stream);
             printf("RESULT attention_general %s fwd ms=%.4f tflops=%.1f", case_name(c).c_str(), tf.median_ms, flops / (tf.median_ms * 1e-3) / 1e12);

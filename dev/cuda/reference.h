@@ -165,6 +165,7 @@ struct GeneralExtras {
     const float* bias = nullptr;
     long long bias_b = 0, bias_h = 0, bias_q = 0;
     std::vector<int> T_b, Tk_b;   // empty: T, Tk for every sequence
+    std::vector<int> doc_start;   // (B, T), optional: query i of sequence b sees keys from doc_start[b * T + i] on
 };
 inline int general_seq_T(const GeneralShape& s, const GeneralExtras* x, int b) { return x && !x->T_b.empty() ? x->T_b[b] : s.T; }
 inline int general_seq_Tk(const GeneralShape& s, const GeneralExtras* x, int b) { return x && !x->Tk_b.empty() ? x->Tk_b[b] : s.Tk; }
@@ -193,6 +194,7 @@ inline int general_softmax_row(std::vector<double>& P, double* lse, const float*
         for (int d = 0; d < s.HS; d++) dot += (double)qi[d] * (double)kj[d];
         P[j] = rnd(dot * s.scale);
         if (bias_row) P[j] = rnd(P[j] + (double)bias_row[j]);
+        if (x && !x->doc_start.empty() && j < x->doc_start[(size_t)b * s.T + i]) P[j] = -INFINITY;
         row_max = std::fmax(row_max, P[j]);
     }
     if (row_max == -INFINITY) last = -1;   // every key masked
