@@ -2319,7 +2319,8 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
 
 // ----------------------------------------------------------------------------
 // dbias: the dq kernel's dS (B, NH, T, Tk) summed over the bias's broadcast dimensions (its zero strides), one thread
-// per dbias element, in a fixed order (deterministic). Elements a row does not see (masked, past its sequence) add 0.
+// per dbias element, in a fixed order (deterministic). Elements a row does not see (masked, past its sequence, before
+// its document) add 0: the dq kernel skips them.
 
 inline size_t attention_dbias_elements(const AttentionBackwardParams& p) {
     const AttentionStrides& st = p.x.bias_st;
@@ -2340,7 +2341,8 @@ __global__ void attention_dbias_kernel(const AttentionBackwardParams p) {
         if (j >= seq.Tk) continue;
         for (int h = st.head ? h0 : 0; h < (st.head ? h0 + 1 : p.NH); h++)
             for (int i = st.row ? i0 : 0; i < (st.row ? i0 + 1 : seq.T); i++)
-                if (i < seq.T && j <= i + diag) sum += ds[(((size_t)b * p.NH + h) * p.T + i) * p.Tk + j];
+                if (i < seq.T && j <= i + diag && (!p.x.doc_start || j >= p.x.doc_start[(size_t)b * p.T + i]))
+                    sum += ds[(((size_t)b * p.NH + h) * p.T + i) * p.Tk + j];
     }
     const long long at = b0 * st.batch + h0 * st.head + i0 * st.row + j;
     if (p.x.bias_fp32) ((float*)p.dbias)[at] = sum;
