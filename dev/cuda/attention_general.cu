@@ -8,6 +8,7 @@ computation's error plus a small constant), every output poisoned before each la
   make dev/cuda/attention_general
   ./dev/cuda/attention_general --check                        the validation set at input scales 1 and 8
   ./dev/cuda/attention_general --check --quick                the same at scale 1 only (make test runs this)
+  ./dev/cuda/attention_general --x8 CASE ...                   cases validated at input scales 1 and 8
   ./dev/cuda/attention_general --bench                        the benchmark cases (BHTD, as PyTorch's SDPA takes them)
   ./dev/cuda/attention_general b=8,h=12,tq=1024,d=64,causal=0 one or more cases, validated then timed
 
@@ -452,7 +453,7 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
 }
 
 int main(int argc, char** argv) {
-    bool check = false, bench = false, quick = false;
+    bool check = false, bench = false, quick = false, x8 = false;
     uint64_t seed = 0;
     int repeats = 30;
     std::vector<GeneralCase> cases;
@@ -461,10 +462,11 @@ int main(int argc, char** argv) {
         if (a == "--check") check = true;
         else if (a == "--bench") bench = true;
         else if (a == "--quick") quick = true;
+        else if (a == "--x8") x8 = true;
         else if (a == "--seed" && i + 1 < argc) seed = strtoull(argv[++i], nullptr, 10);
         else if (a == "--repeats" && i + 1 < argc) repeats = atoi(argv[++i]);
         else if (a.find('=') != std::string::npos) cases.push_back(parse_case(a));
-        else { fprintf(stderr, "usage: %s [--check [--quick]] [--bench] [--seed S] [--repeats R] [case ...]\n", argv[0]); return 1; }
+        else { fprintf(stderr, "usage: %s [--check [--quick]] [--x8] [--bench] [--seed S] [--repeats R] [case ...]\n", argv[0]); return 1; }
     }
     if (check) for (const char* c : kValidationCases) cases.push_back(parse_case(c));
     if (bench) for (const char* c : kBenchCases) cases.push_back(parse_case(c));
@@ -490,7 +492,7 @@ int main(int argc, char** argv) {
         const GeneralShape& s = c.s;
         // cases too big for the CPU reference are timed only (the validation set covers their features at smaller sizes)
         if (check || (double)s.B * s.NH * s.T * s.Tk * s.HS < 2e9) {
-            for (float input_scale : check && !quick ? std::vector<float>{1.0f, 8.0f} : std::vector<float>{1.0f}) {
+            for (float input_scale : (check && !quick) || x8 ? std::vector<float>{1.0f, 8.0f} : std::vector<float>{1.0f}) {
                 printf("\n=== %s, inputs randn x %g\n", case_name(c).c_str(), input_scale);
                 const int f = validate(bufs, input_scale, rng, stream);
                 f ? failed++ : passed++;
