@@ -12,6 +12,10 @@ flashgpt fused flash attention: forward and backward, bf16 in/out, fp32 accumula
   backward  recomputes P = exp(scale * Q K^T - lse) tile by tile (never stores T x Tk) and writes dq, dk, dv (with GQA
             dk, dv summed over each group of query heads, in a fixed order: deterministic)
 
+  extras    (AttentionExtras p.x, off by default) an additive bias with broadcast strides and its gradient, key
+            lengths per sequence, packed variable-length sequences, output gating, document masking
+  head dims 8, 16, 32, 64, 96, 128, 256 (8 runs zero-padded to 16)
+
   attention_forward(const AttentionForwardParams&, stream), attention_backward(const AttentionBackwardParams&, stream);
   attention_unsupported_reason() / attention_backward_unsupported_reason() say why a call is refused. GPT-2's calls
   (fused QKV, causal, scale 1/sqrt(HS)) are thin wrappers: attention_forward(out, lse, qkv, B, T, NH, HS, stream).
@@ -21,12 +25,13 @@ query rows and walks the K/V tiles from the last visible one down to key 0, keep
 registers (online softmax, normalised once at the end). The longest Q tiles (the last ones, causal) are launched first.
 
 Paths: sm_80+ mma.sync (m16n8k16 bf16, ldmatrix, cp.async double buffering, 128-byte swizzled shared memory), every
-head dim (32, 64, 96, 128, 256); on Hopper, when the binary carries sm_90a code, head dims 64 and 128 (and the
+head dim; on Hopper, when the binary carries sm_90a code, head dims 64 and 128 (and the
 forward at 256) run the same loops on wgmma, warp-specialised: a producer warpgroup issues TMA loads (tensor maps over the
 strided tensors) into mbarrier rings, consumer warpgroups (setmaxnreg) do the math, persistent CTAs take the longest
 tiles first; the forward's consumers ping-pong their GEMMs. Causal self-attention without GQA (GPT-2's family) runs
 kernels compiled for it (kGeneral false: the diagonal and Tk constants to the compiler); every other call the general
-copies of the same kernels. Decoding (a few query rows against a long KV cache) runs split-key kernels.
+copies of the same kernels; calls with extras (and head dims 8, 16) the mma.sync kernels' kExtras copies. Decoding (a
+few query rows against a long KV cache) runs split-key kernels.
 */
 #pragma once
 #include <cmath>
@@ -90,7 +95,7 @@ struct AttentionForwardParams {
     int B, T, Tk, NH, NH_kv, HS;  // query head h reads key/value head h / (NH / NH_kv) (GQA; MQA: NH_kv = 1)
     bool causal;
     float scale;                  // softmax(scale * Q K^T + bias)
-    AttentionExtras x = {};       // bias, key lengths, packed sequences: all off by default
+    AttentionExtras x = {};       // bias, key lengths, packed sequences, gating, documents: all off by default
 };
 
 // (forward or backward params) the keys of query row i must satisfy key <= i + diag: Tk - T when causal, no limit
@@ -261,8 +266,8 @@ struct ForwardTile {
 };
 
 // kGeneral false: causal self-attention without GQA only (Tk = T, the diagonal 0: constants to the compiler);
-// kExtras (general only): the AttentionExtras (bias, per-sequence lengths, packed rows), in their own copy so that the
-// calls without them keep their registers
+// kExtras (general only): the AttentionExtras (bias, per-sequence lengths, packed rows, gating, document masking) and
+// head dims 8 / 16, in their own copy so that the calls without them keep their registers
 template <int HS, int kWarpTilesM, int kNWarps, int kBlockN, bool kGeneral = false, bool kExtras = false>
 __global__ void __launch_bounds__(kNWarps * 32)
 attention_forward_kernel(const AttentionForwardParams p) {
@@ -301,7 +306,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
     const int n_blocks = kGeneral ? attention_key_blocks(m_start + kBlockM - 1, diag, Tk, kBlockN)
                                   : min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
     // document masking: the block's first row starts the earliest document; the key tiles before it are skipped
-    int n_first = 0, doc_first[kExtras ? kMT : 1][2] = {}, warp_doc_first = 0;
+    int n_first = 0, doc_first[kMT][2] = {}, warp_doc_first = 0;
     if constexpr (kExtras) {
         if (p.x.doc_start) {
             const int* docs = p.x.doc_start + (size_t)b * p.T;
@@ -2147,7 +2152,7 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
     const int warp_row0 = warp * 16 * kMT;              // first row of this warp inside the tile
     const int n_blocks = attention_key_blocks(m_start + kBlockM - 1, diag, Tk, kBlockN);
     // document masking: the block's first row starts the earliest document; the key tiles before it are skipped
-    int n_first = 0, doc_first[kExtras ? kMT : 1][2] = {}, warp_doc_first = 0;
+    int n_first = 0, doc_first[kMT][2] = {}, warp_doc_first = 0;
     if constexpr (kExtras) {
         if (p.x.doc_start) {
             const int* docs = p.x.doc_start + (size_t)b * p.T;
