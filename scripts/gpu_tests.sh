@@ -1,7 +1,7 @@
 # GPU tests, sourced by scripts/run_tests.sh where a GPU is present; each run_gpu line is one test.
-# attention, on the validation shapes (no benchmark). make test: every variant's first config in one run per harness,
-# which covers the shipped path (variant 0, one config) on every shape at x1 and x8, the backward's determinism check
-# included; make test-all (TEST_ALL=1): every config of every variant.
+# attention, on the validation shapes (no benchmark). make test: every variant's first config in one run per harness:
+# the shipped path (variant 0) on every shape at x1 and x8, the backward's determinism check included, the other
+# variants on the shapes below 8M elements a tensor; make test-all (TEST_ALL=1): every config of every variant on all.
 if [ "${TEST_ALL:-0}" = 1 ]; then
     run_gpu "attention_forward all --check" ./dev/cuda/attention_forward all --check
     run_gpu "attention_backward all --check" ./dev/cuda/attention_backward all --check

@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
                 for (int cfg = 0; cfg < v->num_configs; cfg++) {
                     const char* cfg_name = s.HS == 64 ? v->configs64[cfg] : v->configs128[cfg];
                     if (!cfg_name) continue;
-                    if (!args.wants_config(v->num_configs, cfg, cfg_name)) continue;
+                    if (!args.wants_config(v->num_configs, cfg, cfg_name) || !args.wants_shape(v->number, s)) continue;
                     if (v->supports && !v->supports(s, cfg)) {
                         printf("variant %d (%s) cfg %s: skipped, shape or GPU not supported\n", v->number, v->name, cfg_name);
                         continue;

@@ -20,7 +20,8 @@ Command line shared by the dev binaries:
   --shapes bench   validate + time on the benchmark shapes (kBenchShapes; the slow naive variant is not timed there)
   --cfg      only the configs with these exact names (variants with a single config always run); nothing else is
              validated, so nothing else is timed
-  --first-config  only each variant's first config (make test: one config per variant)
+  --first-config  only each variant's first config (make test: one config per variant), and variants other than 0
+                  only on the validation shapes below 8M elements a tensor
   --sync-each  synchronise after every timed launch, as sdpa_anchor.py times PyTorch (default: back to back)
   --trace    also print every timed launch's ms in launch order (a TIMES line): is a slow median a few slow
              launches, one of the rotated input sets, or a slowdown over time?
@@ -64,6 +65,11 @@ struct HarnessArgs {
     bool wants_config(int num_configs, int cfg, const char* name) const {
         if (first_config) return cfg == 0;
         return num_configs == 1 || configs.empty() || std::find(configs.begin(), configs.end(), name) != configs.end();
+    }
+    // --first-config (make test): the shipped variant 0 on every validation shape, the others on those below 8M
+    // elements a tensor (the two largest shapes, most of the run's time, are left to make test-all)
+    bool wants_shape(int variant, const Shape& s) const {
+        return !first_config || variant == 0 || (size_t)s.B * s.T * s.NH * s.HS < (8u << 20);
     }
     bool check = false;          // the validation set, no timing
     bool bench = true;
