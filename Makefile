@@ -35,6 +35,12 @@ CUPTI_HEADER := $(firstword $(wildcard $(CUDA_HOME)/extras/CUPTI/include/cupti.h
 CUPTI_LIBRARY := $(firstword $(wildcard $(CUDA_HOME)/extras/CUPTI/lib64/libcupti.so $(CUDA_HOME)/lib64/libcupti.so $(CUDA_HOME)/targets/*/lib/libcupti.so $(CUDA_HOME)/lib/libcupti.so))
 CUPTI_FLAGS := $(if $(CUPTI_HEADER),-I$(dir $(CUPTI_HEADER))) $(if $(CUPTI_LIBRARY),-DCUPTI_LIBRARY=\"$(CUPTI_LIBRARY)\")
 
+# NCCL for multi-GPU training (-pn > 1): the toolkit's, or NCCL_HOME (e.g. the nvidia-nccl wheel's folder). Without it
+# the binaries are single-GPU and say so.
+NCCL_HEADER := $(firstword $(wildcard $(NCCL_HOME)/include/nccl.h $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
+NCCL_FLAGS := $(if $(NCCL_HEADER),-DFLASHGPT_NCCL -I$(dir $(NCCL_HEADER)))
+NCCL_LDLIBS := $(if $(NCCL_HEADER),$(if $(NCCL_HOME),-L$(NCCL_HOME)/lib) -lnccl)
+
 TRAIN_DEPS := train_gpt2.cu $(wildcard src/*.cuh src/*.h)
 DEV_CUDA := dev/cuda/attention_forward dev/cuda/attention_backward dev/cuda/attention_general
 CPU_TESTS := tests/test_cpu
@@ -48,17 +54,17 @@ TEST_LIB := $(if $(DETECTED_CC),lib)
 all: train_gpt2cu test_gpt2cu profile_gpt2cu generate_gpt2cu dev $(CPU_TESTS)
 
 train_gpt2cu: $(TRAIN_DEPS)
-	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
+	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $< $(NVCC_LDLIBS) $(NCCL_LDLIBS) -o $@
 
 test_gpt2cu: test_gpt2.cu $(TRAIN_DEPS)
-	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
+	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $< $(NVCC_LDLIBS) $(NCCL_LDLIBS) -o $@
 
 # text generation with the KV cache (includes train_gpt2.cu, as test_gpt2cu does)
 generate_gpt2cu: generate_gpt2.cu $(TRAIN_DEPS)
-	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
+	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $< $(NVCC_LDLIBS) $(NCCL_LDLIBS) -o $@
 
 profile_gpt2cu: profile/profile_gpt2.cu profile/timeline.h $(TRAIN_DEPS)
-	$(NVCC) $(NVCC_FLAGS) $(CUPTI_FLAGS) $< $(NVCC_LDLIBS) -ldl -o $@
+	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $(CUPTI_FLAGS) $< $(NVCC_LDLIBS) $(NCCL_LDLIBS) -ldl -o $@
 
 dev: $(DEV_CUDA)
 

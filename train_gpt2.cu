@@ -40,11 +40,115 @@ training code.
 #include "adamw.cuh"          // defines: adamw_update
 #include "kvcache.cuh"        // defines: kv_cache_append, embed_newest_tokens, gather_newest_rows (incremental inference)
 #include "sampler.cuh"        // defines: sample_tokens (greedy, or top-k + temperature, on the GPU)
+#include "distributed.h"      // defines: resolve_ranks, rendezvous_fs / rendezvous_tcp (the NCCL id), zero1_shard
+#ifdef FLASHGPT_NCCL
+#include <nccl.h>
+#endif
 
 // GPT-2's <|endoftext|>: the token shards begin every document with it (document masking, -dm 1)
 constexpr int kEndOfText = 50256;
 
 static cudaStream_t main_stream;
+
+// ----------------------------------------------------------------------------
+// data parallelism (-pn > 1, one process per GPU): after the last micro-step the gradients and the loss are averaged
+// over the ranks with NCCL (bf16 gradients, as llm.c), so every rank takes the same update; rank 0 writes the model,
+// logs and prints, every rank its own optimizer state. A rank that dies, or NCCL reporting an error, makes the others
+// leave with a message after at most kMultiGpuTimeoutS (wait_stream), never hang.
+
+struct MultiGpu {
+    int world = 1, rank = 0;
+#ifdef FLASHGPT_NCCL
+    ncclComm_t comm = nullptr;
+    float* barrier = nullptr;   // one float, all-reduced as a barrier
+#endif
+};
+static MultiGpu multi_gpu;
+constexpr double kMultiGpuTimeoutS = 300.0;
+
+#ifdef FLASHGPT_NCCL
+inline void nccl_check(ncclResult_t r, const char* what) {
+    if (r == ncclSuccess || r == ncclInProgress) return;
+    fprintf(stderr, "[rank %d] NCCL %s failed: %s\n", multi_gpu.rank, what, ncclGetErrorString(r));
+    exit(EXIT_FAILURE);
+}
+
+void multi_gpu_init(const char* init_method, const char* fs_dir, const char* tcp, time_t start) {
+    ncclUniqueId id;
+    if (multi_gpu.rank == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    static_assert(sizeof(id) == kRendezvousBytes, "the NCCL id is 128 bytes");
+    std::string err;
+    if (!strcmp(init_method, "fs")) {
+        err = rendezvous_fs(fs_dir, multi_gpu.rank, (unsigned char*)&id, kMultiGpuTimeoutS, start);
+    } else {
+        std::string host, spec = tcp ? tcp : "";
+        int port = 0;
+        if (spec.empty()) {   // torchrun: its own store holds MASTER_PORT, so rank 0 listens on the next one
+            const char *addr = getenv("MASTER_ADDR"), *mport = getenv("MASTER_PORT");
+            if (!addr || !mport) exit_on_error("-pi tcp needs -ps HOST:PORT, or MASTER_ADDR and MASTER_PORT in the environment");
+            spec = strfmt("%s:%d", addr, atoi(mport) + 1);
+        }
+        exit_on_error(parse_host_port(spec, &host, &port));
+        err = rendezvous_tcp(host, port, multi_gpu.rank, multi_gpu.world, (unsigned char*)&id, kMultiGpuTimeoutS);
+    }
+    if (!err.empty()) exit_on_error(strfmt("[rank %d] %s", multi_gpu.rank, err.c_str()));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;   // calls return at once: wait_stream polls for errors and the timeout instead of hanging
+    nccl_check(ncclCommInitRankConfig(&multi_gpu.comm, multi_gpu.world, id, multi_gpu.rank, &config), "ncclCommInitRank");
+    ncclResult_t state = ncclInProgress;
+    const auto t0 = std::chrono::steady_clock::now();
+    while (state == ncclInProgress) {
+        nccl_check(ncclCommGetAsyncError(multi_gpu.comm, &state), "ncclCommGetAsyncError");
+        if (seconds_since(t0) > kMultiGpuTimeoutS) exit_on_error(strfmt("[rank %d] NCCL init did not finish within %.0f s", multi_gpu.rank, kMultiGpuTimeoutS));
+    }
+    nccl_check(state, "ncclCommInitRank (async)");
+    cudaCheck(cudaMalloc(&multi_gpu.barrier, sizeof(float)));
+}
+#endif
+
+// cudaStreamSynchronize, bounded with several ranks: polls the stream and NCCL's error state; on an error, or after
+// kMultiGpuTimeoutS (a rank died), aborts the communicator and exits with a message
+void wait_stream(cudaStream_t stream) {
+#ifdef FLASHGPT_NCCL
+    if (multi_gpu.world > 1) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (;;) {
+            const cudaError_t q = cudaStreamQuery(stream);
+            if (q == cudaSuccess) return;
+            if (q != cudaErrorNotReady) cudaCheck(q);
+            ncclResult_t state = ncclSuccess;
+            ncclCommGetAsyncError(multi_gpu.comm, &state);
+            const bool late = seconds_since(t0) > kMultiGpuTimeoutS;
+            if ((state != ncclSuccess && state != ncclInProgress) || late) {
+                fprintf(stderr, "[rank %d] %s: another rank died or stalled; aborting\n", multi_gpu.rank,
+                        late ? strfmt("no progress in %.0f s", kMultiGpuTimeoutS).c_str() : ncclGetErrorString(state));
+                ncclCommAbort(multi_gpu.comm);
+                exit(EXIT_FAILURE);
+            }
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+    }
+#endif
+    cudaCheck(cudaStreamSynchronize(stream));
+}
+
+// averages n elements over the ranks in place (no-op on one)
+void multi_gpu_average(void* data, size_t n, bool bf16, cudaStream_t stream) {
+#ifdef FLASHGPT_NCCL
+    if (multi_gpu.world > 1)
+        nccl_check(ncclAllReduce(data, data, n, bf16 ? ncclBfloat16 : ncclFloat, ncclAvg, multi_gpu.comm, stream), "ncclAllReduce");
+#endif
+}
+
+// every rank has got here (checkpoints: rank 0 marks one DONE only once every rank has written its state)
+void multi_gpu_barrier() {
+#ifdef FLASHGPT_NCCL
+    if (multi_gpu.world > 1) {
+        multi_gpu_average(multi_gpu.barrier, 1, false, main_stream);
+        wait_stream(main_stream);
+    }
+#endif
+}
 
 // ----------------------------------------------------------------------------
 // parameters: 16 tensors in one contiguous bf16 buffer, in llm.c's checkpoint order
@@ -505,10 +609,12 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
 
 // global norm of the grads (stays on the GPU); then one sync to read loss and norm back
 void gpt2_finish_step(GPT2* model) {
+    multi_gpu_average(model->grads_memory, model->num_parameters, true, main_stream);   // data parallel: the ranks' mean
+    multi_gpu_average(model->accumulated_loss, 1, false, main_stream);
     global_norm(model->norm, model->reduce_scratch, model->grads_memory, model->num_parameters, main_stream);
     cudaCheck(cudaMemcpyAsync(&model->readback_pinned[0], model->accumulated_loss, sizeof(float), cudaMemcpyDeviceToHost, main_stream));
     cudaCheck(cudaMemcpyAsync(&model->readback_pinned[1], model->norm, sizeof(float), cudaMemcpyDeviceToHost, main_stream));
-    cudaCheck(cudaStreamSynchronize(main_stream));
+    wait_stream(main_stream);
     model->mean_loss = model->readback_pinned[0];
     model->grad_norm = model->readback_pinned[1];
 }
@@ -547,7 +653,7 @@ void gpt2_write_model(GPT2* model, const char* path) {
 void gpt2_write_checkpoint(GPT2* model, const char* dir, int step, const DataLoader* loader) {
     NVTX_RANGE_FN();
     cudaCheck(cudaDeviceSynchronize());
-    gpt2_write_model(model, checkpoint_model_path(dir, step).c_str());
+    if (multi_gpu.rank == 0) gpt2_write_model(model, checkpoint_model_path(dir, step).c_str());
     TrainState s;
     s.num_processes = loader->num_processes;
     s.process_rank = loader->process_rank;
@@ -569,7 +675,8 @@ void gpt2_write_checkpoint(GPT2* model, const char* dir, int step, const DataLoa
         chunks.push_back({master.data(), n * sizeof(float)});
     }
     exit_on_error(write_file_atomic(checkpoint_state_path(dir, step, s.process_rank).c_str(), chunks));
-    exit_on_error(write_file_atomic(checkpoint_done_path(dir, step).c_str(), {}));
+    multi_gpu_barrier();   // every rank's state is on disk before the checkpoint counts as done
+    if (multi_gpu.rank == 0) exit_on_error(write_file_atomic(checkpoint_done_path(dir, step).c_str(), {}));
 }
 
 // Validates a state file against the model; returns the state (the optimizer moments are loaded).
@@ -870,6 +977,8 @@ float gpt2_validation_loss(GPT2* model, DataLoader* loader, int max_batches) {
         gpt2_forward(model, loader->inputs, loader->targets, model->B, model->T);
         gpt2_validate(model, model->B, model->T, 1.0f / num_batches);
     }
+    multi_gpu_average(model->accumulated_loss, 1, false, main_stream);   // every rank's slice of the validation set
+    wait_stream(main_stream);
     float loss;
     cudaCheck(cudaMemcpy(&loss, model->accumulated_loss, sizeof(float), cudaMemcpyDeviceToHost));
     return loss;
@@ -932,7 +1041,21 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--help")) { printf("%s", train_usage()); return 0; }
     std::string err = train_config_parse(&cfg, argc, argv);
     if (!err.empty()) exit_on_error(err + " (./train_gpt2cu --help lists the flags)");
+    // ranks: -pn / -pr, else torchrun's or Slurm's environment; -pn 0 (the default) means "from the environment"
+    const time_t start_time = time(nullptr);
+    RankInfo ranks;
+    exit_on_error(resolve_ranks(&ranks, cfg.num_processes, cfg.process_rank));
+    cfg.num_processes = ranks.world;
+    cfg.process_rank = ranks.rank;
     exit_on_error(train_config_check(&cfg));
+    multi_gpu.world = ranks.world;
+    multi_gpu.rank = ranks.rank;
+    if (ranks.world > 1) {   // this rank's GPU; only rank 0 prints (errors go to stderr on every rank)
+        int devices = 0;
+        cudaCheck(cudaGetDeviceCount(&devices));
+        cudaCheck(cudaSetDevice(ranks.local_rank % std::max(devices, 1)));
+        if (ranks.rank > 0 && !freopen("/dev/null", "w", stdout)) exit_on_error("could not silence stdout on rank > 0");
+    }
 
     // model sizes: from -e (descriptor or file); when resuming, from the checkpoint, which must agree with -e
     GPT2Config model_config;
@@ -983,6 +1106,12 @@ int main(int argc, char** argv) {
 
     // GPU and model; a B that does not fit stops here, before any allocation of the model
     common_start();
+#ifdef FLASHGPT_NCCL
+    if (multi_gpu.world > 1) {
+        multi_gpu_init(cfg.init_method, cfg.init_fs_dir, cfg.init_tcp, start_time);
+        printf("| data parallel over NCCL: %d ranks (-pi %s), gradients averaged in bf16 after each step\n", multi_gpu.world, cfg.init_method);
+    }
+#endif
     size_t used_before_model = device_used_bytes();
     exit_on_error(print_memory_plan(model_config, cfg));
     GPT2 model;
@@ -1004,7 +1133,7 @@ int main(int argc, char** argv) {
     }
     if (cfg.output_log_dir) mkdir(cfg.output_log_dir, 0755);
     Logger logger;
-    logger_init(&logger, cfg.output_log_dir, resume_step >= 0);
+    logger_init(&logger, multi_gpu.rank == 0 ? cfg.output_log_dir : nullptr, resume_step >= 0);
     LearningRateScheduler lr_scheduler;
     lr_scheduler_init(&lr_scheduler, cfg.lr_scheduler_type, cfg.learning_rate, cfg.warmup_iterations, train_num_batches,
                       cfg.final_learning_rate_frac);
@@ -1050,8 +1179,10 @@ int main(int argc, char** argv) {
             printf("wrote checkpoint %s\n", checkpoint_model_path(cfg.output_log_dir, step).c_str());
             int old = step - cfg.checkpoints_keep * cfg.checkpoint_every;  // -nk: drop the one that fell out of the window
             if (cfg.checkpoints_keep > 0 && old > 0 && !(cfg.major_checkpoint_every > 0 && old % cfg.major_checkpoint_every == 0)) {
-                remove(checkpoint_done_path(cfg.output_log_dir, old).c_str());  // the marker first: the rest is then ignored
-                remove(checkpoint_model_path(cfg.output_log_dir, old).c_str());
+                if (multi_gpu.rank == 0) {   // the marker first: the rest is then ignored
+                    remove(checkpoint_done_path(cfg.output_log_dir, old).c_str());
+                    remove(checkpoint_model_path(cfg.output_log_dir, old).c_str());
+                }
                 remove(checkpoint_state_path(cfg.output_log_dir, old, cfg.process_rank).c_str());
             }
         }

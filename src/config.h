@@ -147,8 +147,11 @@ typedef struct {
     int seed;                         // -sd init and shuffle seed
     float skip_update_lossz;          // -sl 0 = off
     float skip_update_gradz;          // -sg 0 = off
-    int num_processes;                // -pn
+    int num_processes;                // -pn (0: from the launcher's environment, else 1; see src/distributed.h)
     int process_rank;                 // -pr
+    const char* init_method;          // -pi fs | tcp: how rank 0 hands the NCCL id to the others
+    const char* init_fs_dir;          // -pf DIR (fs)
+    const char* init_tcp;             // -ps HOST:PORT (tcp; default MASTER_ADDR:MASTER_PORT + 1)
     int memory_plan_only;             // -pm 1: print the memory plan (src/memory_plan.h) and exit
 } TrainConfig;
 
@@ -187,8 +190,11 @@ inline void train_config_defaults(TrainConfig* c) {
     c->seed = 42;
     c->skip_update_lossz = 0.0f;
     c->skip_update_gradz = 0.0f;
-    c->num_processes = 1;
+    c->num_processes = 0;
     c->process_rank = 0;
+    c->init_method = "fs";
+    c->init_fs_dir = ".";
+    c->init_tcp = nullptr;
     c->memory_plan_only = 0;
 }
 
@@ -234,8 +240,11 @@ inline const char* train_usage() {
         "  -sd <int>   seed for init and shuffling (default = 42)\n"
         "  -sl <float> skip the update if the loss z-score exceeds this (default = 0, off)\n"
         "  -sg <float> skip the update if the grad-norm z-score exceeds this (default = 0, off)\n"
-        "  -pn <int>   number of processes (only 1 in this build)\n"
-        "  -pr <int>   rank of this process (only 0 in this build)\n"
+        "  -pn <int>   number of processes, one per GPU (default: torchrun's / Slurm's environment, else 1)\n"
+        "  -pr <int>   rank of this process (default: from the environment, else 0)\n"
+        "  -pi <str>   how the ranks meet: fs (a file in -pf) or tcp (-ps) (default = fs)\n"
+        "  -pf <str>   fs: a directory every rank sees (default = .)\n"
+        "  -ps <str>   tcp: rank 0's HOST:PORT (default = MASTER_ADDR:MASTER_PORT+1)\n"
         "  -pm <int>   1: print the memory plan (bytes per sequence, total, largest B that fits) and exit (default = 0)\n";
 }
 
@@ -302,6 +311,9 @@ inline std::string train_config_parse(TrainConfig* c, int argc, char** argv) {
         else if (!strcmp(f, "pn")) ok = parse_int_arg(v, &c->num_processes);
         else if (!strcmp(f, "pr")) ok = parse_int_arg(v, &c->process_rank);
         else if (!strcmp(f, "pm")) ok = parse_int_arg(v, &c->memory_plan_only);
+        else if (!strcmp(f, "pi")) c->init_method = v;
+        else if (!strcmp(f, "pf")) c->init_fs_dir = v;
+        else if (!strcmp(f, "ps")) c->init_tcp = v;
         else if (!strcmp(f, "f")) { int ignored; ok = parse_int_arg(v, &ignored); }  // llm.c's tf32 switch: bf16-only here
         else return strfmt("unknown flag '%s'", flag);
         if (!ok) return strfmt("flag %s: '%s' is not a valid number", flag, v);
@@ -313,9 +325,14 @@ inline std::string train_config_parse(TrainConfig* c, int argc, char** argv) {
 inline std::string train_config_check(TrainConfig* c) {
     if (c->B < 1) return strfmt("batch size -b %d must be >= 1", c->B);
     if (c->T < 1) return strfmt("sequence length -t %d must be >= 1", c->T);
-    if (c->num_processes != 1 || c->process_rank != 0)
-        return strfmt("-pn %d -pr %d: this build runs one process (multi-GPU is not built yet)", c->num_processes, c->process_rank);
-    if (c->zero_stage != 0) return strfmt("-z %d: only ZeRO stage 0 (single GPU)", c->zero_stage);
+    if (c->num_processes == 0) c->num_processes = 1;   // (main resolves 0 from the environment first)
+    if (c->num_processes < 1 || c->process_rank < 0 || c->process_rank >= c->num_processes)
+        return strfmt("-pn %d -pr %d: the rank must be in 0..pn-1", c->num_processes, c->process_rank);
+#ifndef FLASHGPT_NCCL
+    if (c->num_processes > 1) return strfmt("-pn %d: this build has no NCCL (the Makefile found no nccl.h): one process only", c->num_processes);
+#endif
+    if (strcmp(c->init_method, "fs") != 0 && strcmp(c->init_method, "tcp") != 0) return strfmt("-pi %s: fs or tcp", c->init_method);
+    if (c->zero_stage != 0) return strfmt("-z %d: only ZeRO stage 0 is implemented (the gradients all-reduced)", c->zero_stage);
     long long tokens_per_micro = (long long)c->B * c->T * c->num_processes;
     if (c->total_batch_size == -1) c->total_batch_size = (int)tokens_per_micro;
     if (c->total_batch_size < 1) return strfmt("total batch size -d %d must be >= 1", c->total_batch_size);

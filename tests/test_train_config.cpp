@@ -120,3 +120,15 @@ TEST(rand_mt19937_matches_the_reference_sequence) {
     for (int p : perm) seen[p]++;
     for (int k : seen) CHECK(k == 1);
 }
+
+// multi-GPU flags: the rank within -pn, the rendezvous method; -pn 0 (the default) resolves to one process here
+TEST(config_multi_gpu_flags) {
+    TrainConfig c;
+    CHECK(parse(&c, {"-pn", "2", "-pr", "2"}).find("0..pn-1") != std::string::npos);
+    CHECK(parse(&c, {"-pi", "mpi"}).find("fs or tcp") != std::string::npos);
+    CHECK(parse(&c, {"-pi", "tcp", "-ps", "node0:29501", "-pf", "/shared"}) == "" && !strcmp(c.init_method, "tcp") &&
+          !strcmp(c.init_tcp, "node0:29501") && !strcmp(c.init_fs_dir, "/shared") && c.num_processes == 1);
+#ifndef FLASHGPT_NCCL
+    CHECK(parse(&c, {"-pn", "2"}).find("no NCCL") != std::string::npos);
+#endif
+}
