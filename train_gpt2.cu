@@ -73,6 +73,22 @@ inline void nccl_check(ncclResult_t r, const char* what) {
     exit(EXIT_FAILURE);
 }
 
+// a non-blocking communicator's call may return before it is issued (ncclInProgress); the next call waits for that
+void nccl_wait_issued(const char* what) {
+    ncclResult_t state = ncclInProgress;
+    const auto t0 = std::chrono::steady_clock::now();
+    while (state == ncclInProgress) {
+        nccl_check(ncclCommGetAsyncError(multi_gpu.comm, &state), "ncclCommGetAsyncError");
+        if (state == ncclInProgress && seconds_since(t0) > kMultiGpuTimeoutS) {
+            fprintf(stderr, "[rank %d] NCCL %s did not finish within %.0f s: another rank died or stalled; aborting\n",
+                    multi_gpu.rank, what, kMultiGpuTimeoutS);
+            ncclCommAbort(multi_gpu.comm);
+            exit(EXIT_FAILURE);
+        }
+    }
+    nccl_check(state, what);
+}
+
 void multi_gpu_init(const char* init_method, const char* fs_dir, const char* tcp, time_t start) {
     ncclUniqueId id;
     if (multi_gpu.rank == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -95,13 +111,7 @@ void multi_gpu_init(const char* init_method, const char* fs_dir, const char* tcp
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;   // calls return at once: wait_stream polls for errors and the timeout instead of hanging
     nccl_check(ncclCommInitRankConfig(&multi_gpu.comm, multi_gpu.world, id, multi_gpu.rank, &config), "ncclCommInitRank");
-    ncclResult_t state = ncclInProgress;
-    const auto t0 = std::chrono::steady_clock::now();
-    while (state == ncclInProgress) {
-        nccl_check(ncclCommGetAsyncError(multi_gpu.comm, &state), "ncclCommGetAsyncError");
-        if (seconds_since(t0) > kMultiGpuTimeoutS) exit_on_error(strfmt("[rank %d] NCCL init did not finish within %.0f s", multi_gpu.rank, kMultiGpuTimeoutS));
-    }
-    nccl_check(state, "ncclCommInitRank (async)");
+    nccl_wait_issued("ncclCommInitRank");
     cudaCheck(cudaMalloc(&multi_gpu.barrier, sizeof(float)));
 }
 #endif
@@ -135,8 +145,10 @@ void wait_stream(cudaStream_t stream) {
 // averages n elements over the ranks in place (no-op on one)
 void multi_gpu_average(void* data, size_t n, bool bf16, cudaStream_t stream) {
 #ifdef FLASHGPT_NCCL
-    if (multi_gpu.world > 1)
+    if (multi_gpu.world > 1) {
         nccl_check(ncclAllReduce(data, data, n, bf16 ? ncclBfloat16 : ncclFloat, ncclAvg, multi_gpu.comm, stream), "ncclAllReduce");
+        nccl_wait_issued("ncclAllReduce");
+    }
 #endif
 }
 
