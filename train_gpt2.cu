@@ -58,6 +58,7 @@ static cudaStream_t main_stream;
 
 struct MultiGpu {
     int world = 1, rank = 0;
+    int zero_stage = 0;         // -z 1: this rank keeps the AdamW moments and master weights of its shard only
 #ifdef FLASHGPT_NCCL
     ncclComm_t comm = nullptr;
     float* barrier = nullptr;   // one float, all-reduced as a barrier
@@ -152,6 +153,43 @@ void multi_gpu_average(void* data, size_t n, bool bf16, cudaStream_t stream) {
 #endif
 }
 
+// x (one float) summed over the ranks in place
+void multi_gpu_sum(float* x, cudaStream_t stream) {
+#ifdef FLASHGPT_NCCL
+    if (multi_gpu.world > 1) {
+        nccl_check(ncclAllReduce(x, x, 1, ncclFloat, ncclSum, multi_gpu.comm, stream), "ncclAllReduce");
+        nccl_wait_issued("ncclAllReduce");
+    }
+#endif
+}
+
+// ZeRO-1: rank r receives the ranks' mean of shard r of the n bf16 gradients (one reduce per shard, rooted at its
+// owner: the shards may differ in size, which a reduce-scatter does not allow); and the updated shards of the
+// parameters go back to every rank (one broadcast per shard)
+void multi_gpu_reduce_shards(floatX* grads, size_t n, cudaStream_t stream) {
+#ifdef FLASHGPT_NCCL
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < multi_gpu.world; r++) {
+        const Shard s = zero1_shard(n, multi_gpu.world, r);
+        if (s.size) nccl_check(ncclReduce(grads + s.offset, grads + s.offset, s.size, ncclBfloat16, ncclAvg, r, multi_gpu.comm, stream), "ncclReduce");
+    }
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    nccl_wait_issued("the shards' ncclReduce");
+#endif
+}
+void multi_gpu_gather_shards(floatX* params, size_t n, cudaStream_t stream) {
+#ifdef FLASHGPT_NCCL
+    if (multi_gpu.world < 2) return;
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < multi_gpu.world; r++) {
+        const Shard s = zero1_shard(n, multi_gpu.world, r);
+        if (s.size) nccl_check(ncclBroadcast(params + s.offset, params + s.offset, s.size, ncclBfloat16, r, multi_gpu.comm, stream), "ncclBroadcast");
+    }
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    nccl_wait_issued("the shards' ncclBroadcast");
+#endif
+}
+
 // every rank has got here (checkpoints: rank 0 marks one DONE only once every rank has written its state)
 void multi_gpu_barrier() {
 #ifdef FLASHGPT_NCCL
@@ -228,9 +266,10 @@ typedef struct {
     floatX* params_memory;
     ParameterTensors grads;
     floatX* grads_memory;
-    float* m_memory;            // AdamW first moment (num_parameters)
-    float* v_memory;            // AdamW second moment (num_parameters)
-    float* master_weights;      // fp32 copy of the weights, or null (-w 0)
+    float* m_memory;            // AdamW first moment (shard.size: num_parameters unless ZeRO-1)
+    float* v_memory;            // AdamW second moment (shard.size)
+    float* master_weights;      // fp32 copy of the shard's weights, or null (-w 0)
+    Shard shard;                // the parameters this rank updates: all, or its ZeRO-1 shard (src/distributed.h)
     int use_master_weights;
     int stochastic_rounding;    // bf16 weights after an update: 1 stochastic (the default, as llm.c), 0 to nearest
     uint32_t rounding_seed;     // stochastic rounding's random bits hash (rounding_seed, step, element)
@@ -363,25 +402,28 @@ void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, int gelu_fusi
     model->stochastic_rounding = 1;
     model->document_masking = 0;
     model->rounding_seed = 0;
-    model->memory_plan = memory_plan(c, B, T, recompute, use_master_weights, gpt2_scratch_bytes);
+    const bool zero1 = multi_gpu.zero_stage == 1;
+    model->memory_plan = memory_plan(c, B, T, recompute, use_master_weights, gpt2_scratch_bytes, zero1 ? multi_gpu.world : 1);
     size_t N = (size_t)B * T;
     size_t n = model->num_parameters;
+    model->shard = zero1 ? zero1_shard(n, multi_gpu.world, multi_gpu.rank) : Shard{0, n, n};
+    const size_t ns = model->shard.size, off = model->shard.offset;
 
     cudaCheck(cudaMalloc(&model->grads_memory, n * sizeof(floatX)));
     point_parameters(&model->grads, model->grads_memory, model->param_sizes);
     cudaCheck(cudaMemset(model->grads_memory, 0, n * sizeof(floatX)));
-    cudaCheck(cudaMalloc(&model->m_memory, n * sizeof(float)));
-    cudaCheck(cudaMalloc(&model->v_memory, n * sizeof(float)));
-    cudaCheck(cudaMemset(model->m_memory, 0, n * sizeof(float)));
-    cudaCheck(cudaMemset(model->v_memory, 0, n * sizeof(float)));
+    cudaCheck(cudaMalloc(&model->m_memory, std::max(ns, (size_t)1) * sizeof(float)));
+    cudaCheck(cudaMalloc(&model->v_memory, std::max(ns, (size_t)1) * sizeof(float)));
+    cudaCheck(cudaMemset(model->m_memory, 0, ns * sizeof(float)));
+    cudaCheck(cudaMemset(model->v_memory, 0, ns * sizeof(float)));
     model->master_weights = nullptr;
     if (use_master_weights) {
-        cudaCheck(cudaMalloc(&model->master_weights, n * sizeof(float)));
-        floatX* tmp = (floatX*)mallocCheck(n * sizeof(floatX));
-        float* tmpf = (float*)mallocCheck(n * sizeof(float));
-        cudaCheck(cudaMemcpy(tmp, model->params_memory, n * sizeof(floatX), cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n; i++) tmpf[i] = __bfloat162float(tmp[i]);
-        cudaCheck(cudaMemcpy(model->master_weights, tmpf, n * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMalloc(&model->master_weights, std::max(ns, (size_t)1) * sizeof(float)));
+        floatX* tmp = (floatX*)mallocCheck(std::max(ns, (size_t)1) * sizeof(floatX));
+        float* tmpf = (float*)mallocCheck(std::max(ns, (size_t)1) * sizeof(float));
+        cudaCheck(cudaMemcpy(tmp, model->params_memory + off, ns * sizeof(floatX), cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < ns; i++) tmpf[i] = __bfloat162float(tmp[i]);
+        cudaCheck(cudaMemcpy(model->master_weights, tmpf, ns * sizeof(float), cudaMemcpyHostToDevice));
         free(tmp);
         free(tmpf);
     }
@@ -621,9 +663,18 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
 
 // global norm of the grads (stays on the GPU); then one sync to read loss and norm back
 void gpt2_finish_step(GPT2* model) {
-    multi_gpu_average(model->grads_memory, model->num_parameters, true, main_stream);   // data parallel: the ranks' mean
     multi_gpu_average(model->accumulated_loss, 1, false, main_stream);
-    global_norm(model->norm, model->reduce_scratch, model->grads_memory, model->num_parameters, main_stream);
+    if (multi_gpu.zero_stage == 1 && multi_gpu.world > 1) {
+        // ZeRO-1: each rank gets the ranks' mean of its own shard only, and the norm sums the shards' squares
+        multi_gpu_reduce_shards(model->grads_memory, model->num_parameters, main_stream);
+        global_norm(model->norm, model->reduce_scratch, model->grads_memory + model->shard.offset, model->shard.size, main_stream, true);
+        multi_gpu_sum(model->norm, main_stream);
+        sqrt_in_place_kernel<<<1, 1, 0, main_stream>>>(model->norm);
+        cudaCheck(cudaGetLastError());
+    } else {
+        multi_gpu_average(model->grads_memory, model->num_parameters, true, main_stream);   // data parallel: the ranks' mean
+        global_norm(model->norm, model->reduce_scratch, model->grads_memory, model->num_parameters, main_stream);
+    }
     cudaCheck(cudaMemcpyAsync(&model->readback_pinned[0], model->accumulated_loss, sizeof(float), cudaMemcpyDeviceToHost, main_stream));
     cudaCheck(cudaMemcpyAsync(&model->readback_pinned[1], model->norm, sizeof(float), cudaMemcpyDeviceToHost, main_stream));
     wait_stream(main_stream);
@@ -634,15 +685,21 @@ void gpt2_finish_step(GPT2* model) {
 // t: the step number counted from 1 (bias correction)
 void gpt2_update(GPT2* model, float learning_rate, float beta1, float beta2, float eps, float weight_decay,
                  float max_norm, int t) {
+    // the tensors' offsets relative to this rank's first parameter (all of them unless ZeRO-1)
+    const size_t off = model->shard.offset;
     AdamWTensorTable table;
     table.offsets[0] = 0;
+    size_t end = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        table.offsets[i + 1] = table.offsets[i] + model->param_sizes[i];
+        end += model->param_sizes[i];
+        table.offsets[i + 1] = end > off ? end - off : 0;
         table.weight_decay[i] = parameter_gets_weight_decay(i) ? weight_decay : 0.0f;
     }
-    adamw_update(model->params_memory, model->master_weights, model->grads_memory, model->m_memory, model->v_memory,
-                 model->num_parameters, table, model->norm, max_norm, learning_rate, beta1, beta2, t, eps,
-                 model->stochastic_rounding, model->rounding_seed, main_stream);
+    if (model->shard.size > 0)
+        adamw_update(model->params_memory + off, model->master_weights, model->grads_memory + off, model->m_memory, model->v_memory,
+                     model->shard.size, table, model->norm, max_norm, learning_rate, beta1, beta2, t, eps,
+                     model->stochastic_rounding, model->rounding_seed, main_stream, off);
+    if (multi_gpu.zero_stage == 1) multi_gpu_gather_shards(model->params_memory, model->num_parameters, main_stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -679,7 +736,7 @@ void gpt2_write_checkpoint(GPT2* model, const char* dir, int step, const DataLoa
     s.num_parameters = model->num_parameters;
     int header[CKPT_HEADER_INTS];
     state_header_fill(header, s);
-    size_t n = model->num_parameters;
+    size_t n = model->shard.size;   // ZeRO-1: this rank's shard of the optimizer state
     std::vector<float> m = device_to_host(model->m_memory, n), v = device_to_host(model->v_memory, n), master;
     std::vector<FileChunk> chunks = {{header, sizeof(header)}, {m.data(), n * sizeof(float)}, {v.data(), n * sizeof(float)}};
     if (model->use_master_weights) {
@@ -699,8 +756,8 @@ TrainState gpt2_load_state(GPT2* model, const char* path, int num_processes, int
     if (fread(header, sizeof(int), CKPT_HEADER_INTS, fp) != CKPT_HEADER_INTS) exit_on_error(strfmt("state file '%s' is truncated", path));
     TrainState s;
     exit_on_error(state_header_parse(header, path, &s));
-    exit_on_error(state_check_compatible(s, path, model->num_parameters, num_processes, process_rank, model->use_master_weights));
-    size_t n = model->num_parameters;
+    size_t n = model->shard.size;   // ZeRO-1: this rank's shard of the optimizer state
+    exit_on_error(state_check_compatible(s, path, model->num_parameters, num_processes, process_rank, model->use_master_weights, n));
     std::vector<float> buf(n);
     float* targets[3] = {model->m_memory, model->v_memory, model->master_weights};
     for (int k = 0; k < 2 + model->use_master_weights; k++) {
@@ -1011,9 +1068,10 @@ std::string print_memory_plan(const GPT2Config& config, const TrainConfig& cfg) 
     size_t free_bytes, total_bytes;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
     size_t budget = memory_budget(free_bytes);
-    MemoryPlan plan = memory_plan(config, cfg.B, cfg.T, cfg.recompute, cfg.use_master_weights, gpt2_scratch_bytes);
-    int largest_B = memory_plan_largest_B(config, cfg.T, cfg.recompute, cfg.use_master_weights, gpt2_scratch_bytes, budget);
-    int largest_B_r2 = cfg.recompute < 2 ? memory_plan_largest_B(config, cfg.T, 2, cfg.use_master_weights, gpt2_scratch_bytes, budget) : -1;
+    const int shards = cfg.zero_stage == 1 ? cfg.num_processes : 1;   // ZeRO-1: the optimizer state split over the ranks
+    MemoryPlan plan = memory_plan(config, cfg.B, cfg.T, cfg.recompute, cfg.use_master_weights, gpt2_scratch_bytes, shards);
+    int largest_B = memory_plan_largest_B(config, cfg.T, cfg.recompute, cfg.use_master_weights, gpt2_scratch_bytes, budget, shards);
+    int largest_B_r2 = cfg.recompute < 2 ? memory_plan_largest_B(config, cfg.T, 2, cfg.use_master_weights, gpt2_scratch_bytes, budget, shards) : -1;
     printf("+-----------------------------------------------------------------------\n");
     printf("%s", memory_plan_report(plan, config, free_bytes, largest_B).c_str());
     return memory_plan_check(plan, free_bytes, largest_B, largest_B_r2);
@@ -1062,6 +1120,7 @@ int main(int argc, char** argv) {
     exit_on_error(train_config_check(&cfg));
     multi_gpu.world = ranks.world;
     multi_gpu.rank = ranks.rank;
+    multi_gpu.zero_stage = cfg.zero_stage;
     if (ranks.world > 1) {   // this rank's GPU; only rank 0 prints (errors go to stderr on every rank)
         int devices = 0;
         cudaCheck(cudaGetDeviceCount(&devices));

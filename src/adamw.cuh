@@ -47,11 +47,13 @@ typedef struct {
     float weight_decay[NUM_PARAMETER_TENSORS];
 } AdamWTensorTable;
 
-// params (n) bf16, master (n) fp32 or null, grads (n) bf16, m/v (n) fp32; norm (1) device
+// params (n) bf16, master (n) fp32 or null, grads (n) bf16, m/v (n) fp32; norm (1) device; index_base: params[0]'s
+// index in the whole parameter buffer (a ZeRO-1 shard rounds with the bits the whole update would use)
 __global__ void adamw_kernel(floatX* params, float* master, const floatX* grads, float* m_memory, float* v_memory,
                              size_t n, AdamWTensorTable table, const float* norm, float max_norm,
                              float learning_rate, float beta1, float beta2, float beta1_correction,
-                             float beta2_correction, float eps, bool stochastic_rounding, uint32_t step_seed) {
+                             float beta2_correction, float eps, bool stochastic_rounding, uint32_t step_seed,
+                             size_t index_base) {
     float clip_scale = 1.0f;
     if (max_norm > 0.0f) {
         float gn = *norm;
@@ -69,14 +71,15 @@ __global__ void adamw_kernel(floatX* params, float* master, const floatX* grads,
         float p = master ? master[i] : __bfloat162float(params[i]);
         float update = (m / beta1_correction) / (sqrtf(v / beta2_correction) + eps) + wd * p;
         p -= learning_rate * update;
-        params[i] = stochastic_rounding ? round_bf16_stochastic(p, rounding_bits(step_seed, i)) : __float2bfloat16(p);
+        params[i] = stochastic_rounding ? round_bf16_stochastic(p, rounding_bits(step_seed, index_base + i)) : __float2bfloat16(p);
         if (master) master[i] = p;
     }
 }
 
 void adamw_update(floatX* params, float* master, const floatX* grads, float* m_memory, float* v_memory, size_t n,
                   const AdamWTensorTable& table, const float* norm, float max_norm, float learning_rate, float beta1,
-                  float beta2, int t, float eps, bool stochastic_rounding, uint32_t seed, cudaStream_t stream) {
+                  float beta2, int t, float eps, bool stochastic_rounding, uint32_t seed, cudaStream_t stream,
+                  size_t index_base = 0) {
     NVTX_RANGE_FN();
     float beta1_correction = 1.0f - powf(beta1, (float)t);
     float beta2_correction = 1.0f - powf(beta2, (float)t);
@@ -84,6 +87,6 @@ void adamw_update(floatX* params, float* master, const floatX* grads, float* m_m
     int num_blocks = std::min((int)ceil_div(n, (size_t)block_size), device_props().multiProcessorCount * 8);
     adamw_kernel<<<num_blocks, block_size, 0, stream>>>(params, master, grads, m_memory, v_memory, n, table, norm, max_norm,
                                                         learning_rate, beta1, beta2, beta1_correction, beta2_correction, eps,
-                                                        stochastic_rounding, adamw_step_seed(seed, t));
+                                                        stochastic_rounding, adamw_step_seed(seed, t), index_base);
     cudaCheck(cudaGetLastError());
 }

@@ -122,8 +122,11 @@ inline std::string state_header_parse(const int* header, const char* path, Train
 }
 
 // Checks a state against the run about to use it. Returns "" or why they do not fit.
+// state_elements: the floats of each state array in the file (ZeRO-1: the rank's shard; 0 = num_parameters)
 inline std::string state_check_compatible(const TrainState& s, const char* path, size_t num_parameters,
-                                          int num_processes, int process_rank, int use_master_weights) {
+                                          int num_processes, int process_rank, int use_master_weights,
+                                          size_t state_elements = 0) {
+    if (state_elements == 0) state_elements = num_parameters;
     if (s.num_parameters != num_parameters)
         return strfmt("state file '%s' is for a model of %zu parameters, this model has %zu", path, s.num_parameters, num_parameters);
     if (s.num_processes != num_processes || s.process_rank != process_rank)
@@ -131,7 +134,7 @@ inline std::string state_check_compatible(const TrainState& s, const char* path,
                       path, s.process_rank, s.num_processes, process_rank, num_processes);
     if (s.use_master_weights != use_master_weights)
         return strfmt("state file '%s' has use_master_weights=%d but the run has -w %d", path, s.use_master_weights, use_master_weights);
-    long long expected = (long long)CKPT_HEADER_INTS * sizeof(int) + (long long)num_parameters * sizeof(float) * (2 + use_master_weights);
+    long long expected = (long long)CKPT_HEADER_INTS * sizeof(int) + (long long)state_elements * sizeof(float) * (2 + use_master_weights);
     long long size = file_size_bytes(path);
     if (size != expected) return strfmt("state file '%s' is %lld bytes, expected %lld: truncated or corrupt", path, size, expected);
     return "";

@@ -137,7 +137,7 @@ typedef struct {
     int gen_T;                        // -g  tokens to sample
     int hellaswag_eval;               // -h  not supported yet: 1 is an error
     int recompute;                    // -r  0 none, 1 recompute GELU, 2 GELU + layernorms
-    int zero_stage;                   // -z  only 0 (single GPU)
+    int zero_stage;                   // -z  0: every rank keeps all optimizer state; 1: its shard (ZeRO-1)
     int use_master_weights;           // -w
     int stochastic_rounding;          // -sr 1: bf16 weights rounded stochastically from the update (llm.c), 0: to nearest
     int document_masking;             // -dm 1: attention stops at <|endoftext|>: each token sees its own document only
@@ -230,7 +230,7 @@ inline const char* train_usage() {
         "  -g <int>    number of tokens to sample (default = 64)\n"
         "  -h <int>    HellaSwag eval (not supported yet; default = 0)\n"
         "  -r <int>    recompute: 0 none, 1 GELU, 2 GELU + layernorm (default = 1)\n"
-        "  -z <int>    ZeRO stage (only 0: single GPU)\n"
+        "  -z <int>    ZeRO stage: 0, or 1 (the optimizer state sharded over the ranks) (default = 0)\n"
         "  -w <int>    keep fp32 master weights (default = 1)\n"
         "  -sr <int>   round the bf16 weights stochastically after each update, 0: to nearest (default = 1)\n"
         "  -dm <int>   document masking: attention stops at each <|endoftext|> in a sequence (default = 0)\n"
@@ -332,7 +332,7 @@ inline std::string train_config_check(TrainConfig* c) {
     if (c->num_processes > 1) return strfmt("-pn %d: this build has no NCCL (the Makefile found no nccl.h): one process only", c->num_processes);
 #endif
     if (strcmp(c->init_method, "fs") != 0 && strcmp(c->init_method, "tcp") != 0) return strfmt("-pi %s: fs or tcp", c->init_method);
-    if (c->zero_stage != 0) return strfmt("-z %d: only ZeRO stage 0 is implemented (the gradients all-reduced)", c->zero_stage);
+    if (c->zero_stage != 0 && c->zero_stage != 1) return strfmt("-z %d: ZeRO stage 0 or 1", c->zero_stage);
     long long tokens_per_micro = (long long)c->B * c->T * c->num_processes;
     if (c->total_batch_size == -1) c->total_batch_size = (int)tokens_per_micro;
     if (c->total_batch_size < 1) return strfmt("total batch size -d %d must be >= 1", c->total_batch_size);

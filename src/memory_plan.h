@@ -104,9 +104,10 @@ struct MemoryPlan {
     size_t total_bytes() const { return fixed_bytes() + activation_bytes + scratch_bytes + input_bytes; }
 };
 
+// shards > 1: ZeRO-1, this rank keeps 1 / shards of the AdamW moments and master weights (src/distributed.h)
 inline MemoryPlan memory_plan(const GPT2Config& c, int B, int T, int recompute, int use_master_weights,
-                              ScratchBytesFn scratch_bytes) {
-    size_t n = count_parameters(c);
+                              ScratchBytesFn scratch_bytes, int shards = 1) {
+    size_t n = count_parameters(c), n_shard = (n + shards - 1) / shards;
     MemoryPlan p;
     p.B = B;
     p.T = T;
@@ -114,8 +115,8 @@ inline MemoryPlan memory_plan(const GPT2Config& c, int B, int T, int recompute, 
     p.use_master_weights = use_master_weights;
     p.param_bytes = n * 2;
     p.grad_bytes = n * 2;
-    p.adamw_bytes = n * 2 * sizeof(float);
-    p.master_bytes = use_master_weights ? n * sizeof(float) : 0;
+    p.adamw_bytes = n_shard * 2 * sizeof(float);
+    p.master_bytes = use_master_weights ? n_shard * sizeof(float) : 0;
     p.per_sequence_bytes = activation_bytes(c, 1, T, recompute);
     p.activation_bytes = activation_bytes(c, B, T, recompute);
     p.scratch_bytes = scratch_bytes(c, B, T);
@@ -130,8 +131,8 @@ inline size_t memory_budget(size_t free_bytes) { return free_bytes > kMemoryRese
 // activations and inputs linearly, the scratch never shrinks), so doubling then bisecting finds the boundary.
 // B * T stays within an int (the kernels take N = B * T as one).
 inline int memory_plan_largest_B(const GPT2Config& c, int T, int recompute, int use_master_weights,
-                                 ScratchBytesFn scratch_bytes, size_t budget) {
-    auto fits = [&](int B) { return memory_plan(c, B, T, recompute, use_master_weights, scratch_bytes).total_bytes() <= budget; };
+                                 ScratchBytesFn scratch_bytes, size_t budget, int shards = 1) {
+    auto fits = [&](int B) { return memory_plan(c, B, T, recompute, use_master_weights, scratch_bytes, shards).total_bytes() <= budget; };
     const int max_B = 2147483647 / T;
     if (!fits(1)) return 0;
     int lo = 1, hi = 2;                       // fits(lo); hi is the first candidate not yet known to fit

@@ -64,6 +64,8 @@ TEST(memory_plan_sums) {
     CHECK(p.input_bytes == (6ull * 8192 + 1) * 4 + 8);   // inputs, targets, document starts, buckets (3N + 1) as ints; loss and norm
     CHECK(p.total_bytes() == 16 * n + p.activation_bytes + p.scratch_bytes + p.input_bytes);
     CHECK(memory_plan(c, 8, 1024, 1, 0, fake_scratch_bytes).total_bytes() == p.total_bytes() - 4 * n);   // -w 0
+    const MemoryPlan z = memory_plan(c, 8, 1024, 1, 1, fake_scratch_bytes, 4);   // ZeRO-1 over 4 ranks: a quarter of the optimizer state
+    CHECK(z.adamw_bytes == 8 * (n / 4) && z.master_bytes == 4 * (n / 4) && z.fixed_bytes() == 4 * n + 12 * (n / 4));
     CHECK(parse_model_descriptor("d12", &c) == "");
     CHECK(memory_plan(c, 1, 1024, 1, 1, fake_scratch_bytes).fixed_bytes() == 16ull * 124475904);
 }
