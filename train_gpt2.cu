@@ -90,13 +90,13 @@ void nccl_wait_issued(const char* what) {
     nccl_check(state, what);
 }
 
-void multi_gpu_init(const char* init_method, const char* fs_dir, const char* tcp, time_t start) {
+void multi_gpu_init(const char* init_method, const char* fs_dir, const char* tcp) {
     ncclUniqueId id;
     if (multi_gpu.rank == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
     static_assert(sizeof(id) == kRendezvousBytes, "the NCCL id is 128 bytes");
     std::string err;
     if (!strcmp(init_method, "fs")) {
-        err = rendezvous_fs(fs_dir, multi_gpu.rank, (unsigned char*)&id, kMultiGpuTimeoutS, start);
+        err = rendezvous_fs(fs_dir, multi_gpu.rank, (unsigned char*)&id, kMultiGpuTimeoutS);
     } else {
         std::string host, spec = tcp ? tcp : "";
         int port = 0;
@@ -113,6 +113,7 @@ void multi_gpu_init(const char* init_method, const char* fs_dir, const char* tcp
     config.blocking = 0;   // calls return at once: wait_stream polls for errors and the timeout instead of hanging
     nccl_check(ncclCommInitRankConfig(&multi_gpu.comm, multi_gpu.world, id, multi_gpu.rank, &config), "ncclCommInitRank");
     nccl_wait_issued("ncclCommInitRank");
+    if (multi_gpu.rank == 0 && !strcmp(init_method, "fs")) rendezvous_fs_clear(fs_dir);   // every rank has joined
     cudaCheck(cudaMalloc(&multi_gpu.barrier, sizeof(float)));
 }
 #endif
@@ -1112,12 +1113,12 @@ int main(int argc, char** argv) {
     std::string err = train_config_parse(&cfg, argc, argv);
     if (!err.empty()) exit_on_error(err + " (./train_gpt2cu --help lists the flags)");
     // ranks: -pn / -pr, else torchrun's or Slurm's environment; -pn 0 (the default) means "from the environment"
-    const time_t start_time = time(nullptr);
     RankInfo ranks;
     exit_on_error(resolve_ranks(&ranks, cfg.num_processes, cfg.process_rank));
     cfg.num_processes = ranks.world;
     cfg.process_rank = ranks.rank;
     exit_on_error(train_config_check(&cfg));
+    if (ranks.world > 1 && ranks.rank == 0 && !strcmp(cfg.init_method, "fs")) rendezvous_fs_clear(cfg.init_fs_dir);   // an old run's id
     multi_gpu.world = ranks.world;
     multi_gpu.rank = ranks.rank;
     multi_gpu.zero_stage = cfg.zero_stage;
@@ -1179,7 +1180,7 @@ int main(int argc, char** argv) {
     common_start();
 #ifdef FLASHGPT_NCCL
     if (multi_gpu.world > 1) {
-        multi_gpu_init(cfg.init_method, cfg.init_fs_dir, cfg.init_tcp, start_time);
+        multi_gpu_init(cfg.init_method, cfg.init_fs_dir, cfg.init_tcp);
         printf("| data parallel over NCCL: %d ranks (-pi %s), gradients averaged in bf16 after each step\n", multi_gpu.world, cfg.init_method);
     }
 #endif

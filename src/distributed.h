@@ -5,8 +5,8 @@ Multi-GPU data parallelism: one process per GPU, the launch arithmetic and the N
               SLURM_PROCID, SLURM_LOCALID), which takes precedence where -pn is not given; the local rank picks the GPU
   rendezvous  rank 0 makes the NCCL unique id (128 bytes) and hands it to the others:
                 fs   (-pi fs -pf DIR): a file DIR/flashgpt_nccl_id written atomically (temporary file + rename), which
-                     the other ranks poll for; they accept only a file written after their own start, so an earlier
-                     run's id is not picked up
+                     the other ranks poll for; rank 0 removes it when it starts and again once every rank has joined,
+                     so a later run does not find this run's id
                 tcp  (-pi tcp -ps HOST:PORT, or MASTER_ADDR / MASTER_PORT): rank 0 listens, the others connect and read
               both wait at most timeout_s seconds and then fail with a message naming the missing step: no hang
   ZeRO-1      each rank owns a contiguous shard of the parameters (zero1_shard): its slice of the fp32 master weights and
@@ -19,7 +19,6 @@ tests/test_train_distributed.cpp runs the arithmetic and both rendezvous between
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <chrono>
 #include <cstdio>
@@ -87,9 +86,12 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// fs: rank 0 writes DIR/flashgpt_nccl_id atomically; the others wait for a file written after not_before (their start)
-inline std::string rendezvous_fs(const std::string& dir, int rank, unsigned char* blob, double timeout_s, time_t not_before) {
-    const std::string path = dir + "/flashgpt_nccl_id";
+inline std::string rendezvous_fs_path(const std::string& dir) { return dir + "/flashgpt_nccl_id"; }
+inline void rendezvous_fs_clear(const std::string& dir) { remove(rendezvous_fs_path(dir).c_str()); }
+
+// fs: rank 0 writes DIR/flashgpt_nccl_id atomically; the others wait for it
+inline std::string rendezvous_fs(const std::string& dir, int rank, unsigned char* blob, double timeout_s) {
+    const std::string path = rendezvous_fs_path(dir);
     if (rank == 0) {
         const std::string tmp = path + ".tmp." + std::to_string(getpid());
         FILE* f = fopen(tmp.c_str(), "wb");
@@ -100,14 +102,11 @@ inline std::string rendezvous_fs(const std::string& dir, int rank, unsigned char
     }
     const auto t0 = std::chrono::steady_clock::now();
     while (seconds_since(t0) < timeout_s) {
-        struct stat st;
-        if (stat(path.c_str(), &st) == 0 && st.st_mtime >= not_before) {
-            FILE* f = fopen(path.c_str(), "rb");
-            if (f) {
-                const size_t n = fread(blob, 1, kRendezvousBytes, f);
-                fclose(f);
-                if (n == (size_t)kRendezvousBytes) return "";
-            }
+        FILE* f = fopen(path.c_str(), "rb");
+        if (f) {
+            const size_t n = fread(blob, 1, kRendezvousBytes, f);
+            fclose(f);
+            if (n == (size_t)kRendezvousBytes) return "";
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }

@@ -69,8 +69,11 @@ static int rendezvous_processes(int world, Rendezvous rendezvous) {
 
 TEST(distributed_rendezvous_through_a_file) {
     const std::string dir = test_tmpdir();
-    const time_t start = time(nullptr);
-    CHECK(rendezvous_processes(4, [&](int rank, unsigned char* blob) { return rendezvous_fs(dir, rank, blob, 10.0, start); }) == 0);
+    CHECK(rendezvous_processes(4, [&](int rank, unsigned char* blob) { return rendezvous_fs(dir, rank, blob, 10.0); }) == 0);
+    rendezvous_fs_clear(dir);
+    FILE* f = fopen(rendezvous_fs_path(dir).c_str(), "rb");
+    CHECK(f == nullptr);
+    if (f) fclose(f);
     test_rmdir(dir);
 }
 
@@ -83,7 +86,7 @@ TEST(distributed_rendezvous_fails_in_bounded_time_without_rank_0) {
     const std::string dir = test_tmpdir();
     unsigned char blob[kRendezvousBytes];
     const auto t0 = std::chrono::steady_clock::now();
-    std::string err = rendezvous_fs(dir, 1, blob, 0.5, time(nullptr));
+    std::string err = rendezvous_fs(dir, 1, blob, 0.5);
     printf("  message: %s\n", err.c_str());
     CHECK(!err.empty() && seconds_since(t0) < 3.0);
     err = rendezvous_tcp("127.0.0.1", 20000 + (int)(getpid() % 20000) + 1, 1, 2, blob, 0.5);
