@@ -523,7 +523,6 @@ void launch_attention_forward(const AttentionForwardParams& p, cudaStream_t stre
     constexpr auto kernel = attention_forward_kernel<HS, kWarpTilesM, kNWarps, kBlockN, kGeneral, kExtras>;
     if (!kGeneral) attention_check_self_causal(p);
     const int smem = Tile::kSmemBytes + (kExtras && p.x.bias ? 2 * Tile::kBlockM * bias_tile_pitch(kBlockN, p.x.bias_fp32) : 0);
-    if (kExtras) cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));   // size varies by call
     launch_with_smem<kernel>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)), Tile::kThreads, smem, stream, p);
 }
 
@@ -3400,7 +3399,6 @@ void launch_attention_backward_dkdv(const AttentionBackwardParams& p, cudaStream
     using Tile = BackwardKVTile<HS, kNWarps, kMT, kBlockM, kAtomicDq>;
     constexpr auto kernel = attention_backward_dkdv_kernel<HS, kNWarps, kMT, kBlockM, kAtomicDq, kExtras>;
     const int smem = Tile::kSmemBytes + (kExtras && p.x.bias ? 2 * kBlockM * bias_tile_pitch(Tile::kBlockN, p.x.bias_fp32) : 0);
-    if (kExtras) cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));   // size varies by call
     launch_with_smem<kernel>(dim3(p.B * p.NH_kv, ceil_div(p.Tk, Tile::kBlockN), HS > 128 ? 2 : 1), Tile::kThreads, smem, stream, p);
 }
 
@@ -3409,7 +3407,6 @@ void launch_attention_backward_dq(const AttentionBackwardParams& p, cudaStream_t
     using Tile = BackwardQTile<HS, kNWarps, kMT, kBlockN>;
     constexpr auto kernel = attention_backward_dq_kernel<HS, kNWarps, kMT, kBlockN, kExtras>;
     const int smem = Tile::kSmemBytes + (kExtras && p.x.bias ? 2 * Tile::kBlockM * bias_tile_pitch(kBlockN, p.x.bias_fp32) : 0);
-    if (kExtras) cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));   // size varies by call
     launch_with_smem<kernel>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)), Tile::kThreads, smem, stream, p);
 }
 

@@ -432,15 +432,16 @@ __device__ __forceinline__ void init_mbarriers(uint64_t* bars, int n, int empty_
 // host: launches, the sm_90a probe, TMA tensor maps
 
 // Launch kKernel (a __global__ taking its arguments by value) with smem_bytes of dynamic shared memory,
-// raising the kernel's limit on its first launch (above 48 KB a kernel must opt in). One static flag per kernel.
+// raising the kernel's limit whenever a launch needs more than any before (above 48 KB a kernel must opt in; the
+// extras' kernels need more with an fp32 bias than with a bf16 one). One static per kernel.
 // early_start (sm_90+, programmatic dependent launch): the kernel may start while the one before it in the stream
 // still runs, once every CTA of that one has executed griddepcontrol.launch_dependents (pdl_launch_dependents above).
 template <auto kKernel, class... Args>
 void launch_with_smem_ex(dim3 grid, int threads, int smem_bytes, cudaStream_t stream, bool early_start, const Args&... args) {
-    static bool smem_set = false;
-    if (!smem_set) {
+    static int smem_limit = -1;
+    if (smem_bytes > smem_limit) {
         cudaCheck(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-        smem_set = true;
+        smem_limit = smem_bytes;
     }
     cudaLaunchConfig_t config = {};
     cudaLaunchAttribute attr[1];
