@@ -13,6 +13,7 @@ torch.multinomial with a seeded generator, or argmax. Prints one RESULT line in 
 """
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -20,6 +21,7 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train_gpt2 import read_model  # noqa: E402
@@ -37,6 +39,12 @@ class KVCache:
         self.k = torch.empty(shape, device=device, dtype=dtype)
         self.v = torch.empty(shape, device=device, dtype=dtype)
         self.length = 0
+
+
+# SDPA's backends for generation. PyTorch's default order tries cuDNN first on Hopper, and cuDNN builds a new execution
+# plan for every new key length: milliseconds per call, one per layer and step. FlashAttention-2 (then the
+# memory-efficient kernel) takes any length without one; --sdpa auto keeps PyTorch's choice.
+SDPA_CHOICES = {"flash": [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH], "auto": None}
 
 
 def attention_cached(attn, x, cache, layer, start):
@@ -119,6 +127,8 @@ def main():
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--warmup", type=int, default=1, help="1: one untimed prefill + two decode steps first")
     p.add_argument("--device", default=None, help="cuda if available, else cpu")
+    p.add_argument("--sdpa", choices=sorted(SDPA_CHOICES), default="flash",
+                   help="flash: FlashAttention-2, else memory-efficient (default); auto: PyTorch's order (cuDNN first)")
     p.add_argument("--verify", action="store_true", help="greedy KV cache vs full recompute in fp32 (8 tokens); exit 1 if they differ")
     args = p.parse_args()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -147,10 +157,12 @@ def main():
     model.to(device=device, dtype=torch.bfloat16)
     name = torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"
     print(f"PyTorch {torch.__version__} on {name}: B={args.batch_size} prompt {len(prompt_ids)} tokens, {args.new_tokens} new, "
-          f"{'greedy' if args.greedy else f'top-k {args.top_k} temperature {args.temperature}'}, bf16, SDPA, KV cache, eager")
-    if args.warmup:
-        generate(model, prompt, min(args.new_tokens, 3), args, gen)
-    tokens, prefill_s, decode_s = generate(model, prompt, args.new_tokens, args, gen)
+          f"{'greedy' if args.greedy else f'top-k {args.top_k} temperature {args.temperature}'}, bf16, SDPA ({args.sdpa}), KV cache, eager")
+    backends = SDPA_CHOICES[args.sdpa]
+    with sdpa_kernel(backends) if backends else contextlib.nullcontext():
+        if args.warmup:
+            generate(model, prompt, min(args.new_tokens, 3), args, gen)
+        tokens, prefill_s, decode_s = generate(model, prompt, args.new_tokens, args, gen)
     B, n = args.batch_size, args.new_tokens
     decode_tok_s = B * (n - 1) / decode_s if n > 1 else 0.0
     print(f"prefill: {B * len(prompt_ids)} prompt tokens in {1e3 * prefill_s:.2f} ms")

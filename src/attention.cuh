@@ -1192,8 +1192,9 @@ void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStr
 // R = T * NH / NH_kv query rows that read this key/value head (with GQA the group's heads share every K/V byte read),
 // padded to one m16 tile, against one split of the keys. Its 4 warps take 16 keys each of every 64-key stage of a
 // 3-deep cp.async ring and keep their own online softmax; at the end the CTA merges its warps. With one split it
-// writes O and LSE itself; otherwise each split leaves (O / l, LSE) in fp32 scratch and a second kernel combines the
-// splits, each weighted by exp(LSE_split - LSE). seqlens_k (optional, per sequence): the keys of sequence b are
+// writes O and LSE itself; otherwise each split leaves (O / l, LSE) in fp32 scratch, and the last split of a
+// (b, key/value head) to finish (a counter per pair) combines them, each weighted by exp(LSE_split - LSE): no second
+// kernel, whose launch and ramp cost more than the combine itself. seqlens_k (optional, per sequence): the keys of sequence b are
 // 0 .. seqlens_k[b] - 1 of the cache, the last T of them the new tokens' (causal: query t sees keys <= t + len - T).
 constexpr int kDecodeRows = 16, kDecodeWarps = 4, kDecodeKeys = 64, kDecodeStages = 3;
 
@@ -1206,19 +1207,19 @@ struct DecodeTile {
     // the warps' (row max, row sum, O) for the merge overlay the ring once the walk is done
     static constexpr int kMergeFloats = kDecodeRows * (HS + 2);
     static_assert(kDecodeWarps * kMergeFloats * 4 <= kDecodeStages * kStageBytes, "the warps' partials fit in the ring");
+    // the combining split keeps every split's weight of its rows in the ring too
+    static constexpr int kMaxSplits = (kDecodeStages * kStageBytes / 4 - kDecodeRows) / kDecodeRows;
 };
 
-// the splits' partials: lse [split][row], o [split][row][HS] (row = (b * NH + h) * T + t), fp32
-struct DecodePartials { float* lse; float* o; };
+// the splits' partials: lse [split][row], o [split][row][HS] (row = (b * NH + h) * T + t), fp32; done: per
+// (b, key/value head), the splits finished so far (zero between launches: the last split resets it)
+struct DecodePartials { float* lse; float* o; int* done; };
 
 template <int HS>
 __global__ void __launch_bounds__(32 * kDecodeWarps)
 attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, int split_keys, DecodePartials part) {
     using Tile = DecodeTile<HS>;
     constexpr int kKS = HS / 16, kDT = HS / 8;
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    pdl_launch_dependents();   // the combine kernel's CTAs get ready (and wait) while the splits run
-#endif
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* q_smem = smem;                   // (16, HS): the R rows, zeros below
     uint8_t* ring = smem + Tile::kQBytes;     // [stage][K, V] (64, HS)
@@ -1339,6 +1340,7 @@ attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, in
             *reinterpret_cast<float2*>(mine + 32 + r * HS + dt * 8 + 2 * tq) = make_float2(o_acc[dt][2 * half], o_acc[dt][2 * half + 1]);
     }
     __syncthreads();
+    const size_t rows = (size_t)gridDim.y * R;   // B * NH * T
     for (int c = threadIdx.x; c < R * (HS / 4); c += Tile::kThreads) {
         const int r = c / (HS / 4), col = (c % (HS / 4)) * 4;
         float m = -INFINITY;
@@ -1365,41 +1367,66 @@ attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, in
             *reinterpret_cast<uint2*>(dst) = make_uint2(pack_bf16x2(acc.x * inv_l, acc.y * inv_l), pack_bf16x2(acc.z * inv_l, acc.w * inv_l));
             if (p.lse && col == 0) p.lse[row] = lse;
         } else {
-            *reinterpret_cast<float4*>(part.o + ((size_t)split * gridDim.y * R + row) * HS + col) =
+            *reinterpret_cast<float4*>(part.o + (split * rows + row) * HS + col) =
                 make_float4(acc.x * inv_l, acc.y * inv_l, acc.z * inv_l, acc.w * inv_l);
-            if (col == 0) part.lse[(size_t)split * gridDim.y * R + row] = lse;
+            if (col == 0) part.lse[split * rows + row] = lse;
         }
     }
-}
+    if (num_splits == 1) return;
 
-// O and LSE of each row from the splits' partials: weights exp(lse_split - lse), lse = log sum_split exp(lse_split)
-template <int HS>
-__global__ void attention_decode_combine_kernel(const AttentionForwardParams p, int num_splits, DecodePartials part) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    pdl_wait_prerequisites();   // launched early (programmatic dependent launch): the splits' partials are complete here
-#endif
-    const size_t rows = (size_t)p.B * p.NH * p.T;
-    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= rows * (HS / 4)) return;
-    const size_t row = idx / (HS / 4);
-    const int col = (int)(idx % (HS / 4)) * 4;
-    float m = -INFINITY;
-    for (int s = 0; s < num_splits; s++) m = fmaxf(m, part.lse[s * rows + row]);
-    float w_sum = 0.0f;
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (m != -INFINITY) {
-        for (int s = 0; s < num_splits; s++) {
-            const float w = expf(part.lse[s * rows + row] - m);
-            const float4 x = *reinterpret_cast<const float4*>(part.o + (s * rows + row) * HS + col);
-            w_sum += w;
-            acc.x += w * x.x; acc.y += w * x.y; acc.z += w * x.z; acc.w += w * x.w;
-        }
+    // the last split of this (b, key/value head) combines: O = sum_s exp(lse_s - lse) O_s, lse = log sum_s exp(lse_s)
+    __shared__ int is_last;
+    __threadfence();   // this split's partials are visible device-wide before it is counted
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const int finished = atomicAdd(&part.done[blockIdx.y], 1);
+        is_last = finished == num_splits - 1;
+        if (is_last) part.done[blockIdx.y] = 0;   // every split of this launch has counted: ready for the next
     }
-    const float inv = w_sum > 0.0f ? 1.0f / w_sum : 0.0f;
-    const int t = (int)(row % p.T), h = (int)(row / p.T % p.NH), b = (int)(row / ((size_t)p.T * p.NH));
-    floatX* dst = p.out + b * p.o_st.batch + t * p.o_st.row + h * p.o_st.head + col;
-    *reinterpret_cast<uint2*>(dst) = make_uint2(pack_bf16x2(acc.x * inv, acc.y * inv), pack_bf16x2(acc.z * inv, acc.w * inv));
-    if (p.lse && col == 0) p.lse[row] = w_sum > 0.0f ? m + logf(w_sum) : -INFINITY;
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    // each row's split weights exp(lse_s - lse) into the ring (its merge is done): a warp a row, its lanes over the splits
+    float* w = merge;                                    // [split][16]
+    float* row_lse = merge + num_splits * kDecodeRows;   // [16]: the combined lse, or -inf
+    for (int r = warp; r < R; r += kDecodeWarps) {
+        const size_t row = ((size_t)b * p.NH + h_kv * group + r / T) * T + r % T;
+        float m = -INFINITY;
+        for (int s = lane; s < num_splits; s += 32) {
+            const float x = __ldcg(part.lse + s * rows + row);   // from L2: other SMs wrote it
+            w[s * kDecodeRows + r] = x;
+            m = fmaxf(m, x);
+        }
+        #pragma unroll
+        for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
+        float sum = 0.0f;
+        for (int s = lane; s < num_splits; s += 32) {
+            const float e = m == -INFINITY ? 0.0f : expf(w[s * kDecodeRows + r] - m);
+            w[s * kDecodeRows + r] = e;
+            sum += e;
+        }
+        #pragma unroll
+        for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffff, sum, o);
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        for (int s = lane; s < num_splits; s += 32) w[s * kDecodeRows + r] *= inv;
+        if (lane == 0) row_lse[r] = sum > 0.0f ? m + logf(sum) : -INFINITY;
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < R * (HS / 4); c += Tile::kThreads) {
+        const int r = c / (HS / 4), col = (c % (HS / 4)) * 4;
+        const int h = h_kv * group + r / T, t = r % T;
+        const size_t row = ((size_t)b * p.NH + h) * T + t;
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        #pragma unroll 16
+        for (int s = 0; s < num_splits; s++) {
+            const float ws = w[s * kDecodeRows + r];
+            const float4 x = __ldcg(reinterpret_cast<const float4*>(part.o + (s * rows + row) * HS + col));
+            acc.x += ws * x.x; acc.y += ws * x.y; acc.z += ws * x.z; acc.w += ws * x.w;
+        }
+        floatX* dst = p.out + b * p.o_st.batch + t * p.o_st.row + h * p.o_st.head + col;
+        *reinterpret_cast<uint2*>(dst) = make_uint2(pack_bf16x2(acc.x, acc.y), pack_bf16x2(acc.z, acc.w));
+        if (p.lse && col == 0) p.lse[row] = row_lse[r];
+    }
 }
 
 // the decode kernels run where the R = T * NH / NH_kv rows that share a key/value head fit one m16 tile, and the keys
@@ -1409,11 +1436,20 @@ inline bool attention_decode_applies(const AttentionForwardParams& p) {
            !p.x.bias && !p.x.cu_seqlens_q && !p.x.cu_seqlens_k && !p.x.gate && !p.x.doc_start && p.HS >= 32;
 }
 
-// fp32 scratch for the splits' partials, grown as needed (the decode call owns it; one stream at a time)
+// fp32 scratch for the splits' partials, grown as needed, and the zeroed split counters (the decode call owns them; one
+// stream at a time)
 inline void* attention_decode_scratch(size_t bytes) {
     static void* buf = nullptr;
     static size_t capacity = 0;
     return grow_device_buffer(buf, capacity, bytes);
+}
+inline int* attention_decode_counters(int n) {
+    static void* buf = nullptr;
+    static size_t capacity = 0;
+    const size_t had = capacity;
+    int* counters = (int*)grow_device_buffer(buf, capacity, n * sizeof(int));
+    if (capacity != had) cudaCheck(cudaMemset(counters, 0, capacity));
+    return counters;
 }
 
 template <int HS>
@@ -1421,22 +1457,17 @@ void launch_attention_decode(const AttentionForwardParams& p, const int* seqlens
     using Tile = DecodeTile<HS>;
     // splits: about two CTAs per SM over all (b, key/value head), each split at least 4 stages of keys
     const int kv_heads = p.B * p.NH_kv, sms = device_props().multiProcessorCount;
-    int splits = std::max(1, std::min(ceil_div(2 * sms, kv_heads), ceil_div(p.Tk, 4 * kDecodeKeys)));
+    int splits = std::max(1, std::min({ceil_div(2 * sms, kv_heads), ceil_div(p.Tk, 4 * kDecodeKeys), Tile::kMaxSplits}));
     const int split_keys = ceil_div(ceil_div(p.Tk, splits), kDecodeKeys) * kDecodeKeys;
     splits = ceil_div(p.Tk, split_keys);
-    DecodePartials part{nullptr, nullptr};
+    DecodePartials part{nullptr, nullptr, nullptr};
     if (splits > 1) {
         const size_t rows = (size_t)p.B * p.NH * p.T;
         float* buf = (float*)attention_decode_scratch(splits * rows * (HS + 1) * sizeof(float));
-        part = {buf, buf + splits * rows};
+        part = {buf, buf + splits * rows, attention_decode_counters(kv_heads)};
     }
     launch_with_smem<attention_decode_kernel<HS>>(dim3(splits, kv_heads), Tile::kThreads, Tile::kSmemBytes, stream, p, seqlens_k,
                                                   split_keys, part);
-    if (splits > 1) {   // on sm_90a launched early, hiding its launch behind the splits' tail
-        const size_t threads = (size_t)p.B * p.NH * p.T * (HS / 4);
-        launch_with_smem_ex<attention_decode_combine_kernel<HS>>(dim3((unsigned)ceil_div(threads, (size_t)256)), 256, 0, stream,
-                                                                hopper_path_available(), p, splits, part);
-    }
 }
 
 // ----------------------------------------------------------------------------
@@ -1544,6 +1575,9 @@ inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stre
         if (HS == 64 && (long)p.B * p.NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true, 1, false, true>(p, stream);
         else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true>(p, stream);
         else if (HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true>(p, stream);
+        // HS 256 causal: the items' lengths differ, and with the heads cut into sections (see persistent_section_heads)
+        // the round-robin walk leaves the SMs unevenly loaded; from T = 4096 the items are claimed
+        else if (p.causal && claimed_schedule(T)) launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, true, true>(p, stream);
         else launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, false, true>(p, stream);
     }
     else if (HS == 64) launch_attention_forward<64, 2, 4, 64, true>(p, stream);

@@ -17,7 +17,9 @@ plus a small constant for bf16 rounding of the output (see fa_rule_check).
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 // ----------------------------------------------------------------------------
@@ -204,11 +206,24 @@ inline int general_softmax_row(std::vector<double>& P, double* lse, const float*
     return last;
 }
 
+// fn(unit) for unit = 0 .. units - 1 on every core. Each unit writes only its own outputs and sums in a fixed order, so
+// the results do not depend on the thread count.
+template <class Fn>
+void parallel_units(int units, Fn fn) {
+    const int threads = (int)std::min<unsigned>((unsigned)std::max(units, 1), std::max(1u, std::thread::hardware_concurrency()));
+    std::atomic<int> next{0};
+    auto work = [&] { for (int u = next++; u < units; u = next++) fn(u); };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; t++) pool.emplace_back(work);
+    work();
+    for (std::thread& t : pool) t.join();
+}
+
 inline void attention_forward_cpu_general(float* out, float* lse, const float* q, const float* k, const float* v,
                                           const GeneralShape& s, bool round_like_bf16 = false, const GeneralExtras* x = nullptr) {
+    parallel_units(s.B * s.NH, [&](int unit) {   // one (b, h) a unit
+    const int b = unit / s.NH, h = unit % s.NH;
     std::vector<double> p(s.Tk), acc(s.HS);
-    for (int b = 0; b < s.B; b++)
-    for (int h = 0; h < s.NH; h++)
     for (int i = 0; i < s.T; i++) {
         double row_lse;
         const int last = general_softmax_row(p, &row_lse, q, k, s, b, h, i, round_like_bf16, x), hk = h / (s.NH / s.NH_kv);
@@ -221,6 +236,7 @@ inline void attention_forward_cpu_general(float* out, float* lse, const float* q
         for (int d = 0; d < s.HS; d++) o[d] = round_like_bf16 ? round_to_bf16((float)acc[d]) : (float)acc[d];
         if (lse) lse[lse_index(b, h, i, s.T, s.NH)] = (float)row_lse;
     }
+    });
 }
 
 // backward from dout; recomputes P in double, rounding like a naive bf16 implementation with round_like_bf16.
@@ -230,9 +246,12 @@ inline void attention_backward_cpu_general(float* dq, float* dk, float* dv, cons
                                            const GeneralExtras* x = nullptr, float* dbias_full = nullptr) {
     if (dbias_full) std::fill(dbias_full, dbias_full + (size_t)s.B * s.NH * s.T * s.Tk, 0.0f);
     auto rnd = [&](double x) { return round_like_bf16 ? (double)round_to_bf16((float)x) : x; };
-    std::vector<double> P(s.Tk), dS(s.Tk), acc_dk((size_t)s.B * s.Tk * s.NH_kv * s.HS, 0.0), acc_dv(acc_dk.size(), 0.0), dqi(s.HS);
-    for (int b = 0; b < s.B; b++)
-    for (int h = 0; h < s.NH; h++)
+    std::vector<double> acc_dk((size_t)s.B * s.Tk * s.NH_kv * s.HS, 0.0), acc_dv(acc_dk.size(), 0.0);
+    const int group = s.NH / s.NH_kv;
+    parallel_units(s.B * s.NH_kv, [&](int unit) {   // one (b, key/value head) a unit: its dK, dV sum its group's heads
+    const int b = unit / s.NH_kv;
+    std::vector<double> P(s.Tk), dS(s.Tk), dqi(s.HS);
+    for (int h = unit % s.NH_kv * group; h < (unit % s.NH_kv + 1) * group; h++)
     for (int i = 0; i < s.T; i++) {
         double row_lse, D = 0.0;
         const int last = general_softmax_row(P, &row_lse, q, k, s, b, h, i, round_like_bf16, x), hk = h / (s.NH / s.NH_kv);
@@ -260,6 +279,7 @@ inline void attention_backward_cpu_general(float* dq, float* dk, float* dv, cons
         float* dqo = &dq[bthd_index(b, i, h, 0, s.T, s.NH, s.HS)];
         for (int d = 0; d < s.HS; d++) dqo[d] = (float)rnd(dqi[d] * s.scale);
     }
+    });
     for (size_t x = 0; x < acc_dk.size(); x++) { dk[x] = (float)rnd(acc_dk[x] * s.scale); dv[x] = (float)rnd(acc_dv[x]); }
 }
 
