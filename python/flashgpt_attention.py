@@ -24,6 +24,11 @@ Extras (src/attention.cuh's AttentionExtras):
                max_seqlen_k the longest sequences (read from cu_seqlens, which synchronises, when not given).
                cu_seqlens / max_seqlen stand for both (a packed self-attention batch). The layout does not apply.
                A bias is then (B, H, max_seqlen_q, max_seqlen_k), each sequence's (i, j) from (0, 0).
+  gate         output gating (AlphaFold's): a bf16 tensor of out's shape (in the call's layout; packed (total_q, H, D));
+               the call returns out * gate, the product taken in the kernel as it writes out, and with
+               gate.requires_grad the gate's gradient comes back too. A gate whose memory differs from out's
+               ((B, T, H, D) contiguous; packed (total_q, H, D)) is copied into such memory first; its gradient has
+               out's memory.
 A row whose keys are all masked (key_lengths, -inf bias, causal) gives 0 and no gradient (SDPA gives NaN). The lengths
 are not checked against the shapes (that would synchronise): they must lie within them.
 
@@ -44,6 +49,8 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB_NAME = "libflashgpt_attention.so"
 LAYOUTS = ("bhtd", "bthd")
+# the version of src/attention_capi.h's signatures this module calls (flashgpt_attention_abi): 2, the gate arguments
+ABI = 2
 
 
 class FlashAttentionError(RuntimeError):
@@ -68,20 +75,28 @@ def _library():
             raise FlashAttentionError(f"{path} not found: build it with `make lib` in {REPO_ROOT}, "
                                       "or point FLASHGPT_ATTENTION_LIB at it")
         lib = ctypes.CDLL(path)
-        if not hasattr(lib, "flashgpt_attention_forward_ex"):
-            raise FlashAttentionError(f"{path} predates the attention extras (bias, key lengths, packed sequences): "
-                                      f"rebuild it with `make lib` in {REPO_ROOT}")
+        # an older library's _ex calls take other arguments (calling them would pass garbage): refuse it
+        abi = 0
+        if hasattr(lib, "flashgpt_attention_abi"):
+            lib.flashgpt_attention_abi.argtypes = []
+            lib.flashgpt_attention_abi.restype = ctypes.c_int
+            abi = lib.flashgpt_attention_abi()
+        if abi < ABI:
+            raise FlashAttentionError(f"{path} predates this module's interface (its ABI {abi or 'unnumbered'}, this "
+                                      f"module needs {ABI}: the gate arguments): rebuild it with `make lib` in "
+                                      f"{REPO_ROOT}")
         ptr, strides, i32 = ctypes.c_void_p, ctypes.POINTER(ctypes.c_longlong), ctypes.c_int
         shape = [i32] * 7  # B, T, Tk, NH, NH_kv, HS, causal
-        # bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k
-        extras = [ptr, strides, i32, ptr, ptr, ptr]
+        # bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, gate, gate_strides
+        extras = [ptr, strides, i32, ptr, ptr, ptr, ptr, strides]
         lib.flashgpt_attention_forward_ex.argtypes = ([ptr] * 5 + [strides] * 4 + shape + [ctypes.c_float] + extras +
-                                                      [ptr])  # stream
+                                                      [ptr, ptr])  # gated_out, stream
         lib.flashgpt_attention_forward_ex.restype = ctypes.c_char_p
         lib.flashgpt_attention_backward_scratch_bytes_ex.argtypes = shape + extras + [ptr]  # + dbias
         lib.flashgpt_attention_backward_scratch_bytes_ex.restype = ctypes.c_size_t
+        # after the extras: dgate, dbias, scratch, scratch_bytes, stream
         lib.flashgpt_attention_backward_ex.argtypes = ([ptr] * 9 + [strides] * 8 + shape + [ctypes.c_float] + extras +
-                                                       [ptr, ptr, ctypes.c_size_t, ptr])  # dbias, scratch, size, stream
+                                                       [ptr, ptr, ptr, ctypes.c_size_t, ptr])
         lib.flashgpt_attention_backward_ex.restype = ctypes.c_char_p
         lib.flashgpt_attention_version.argtypes = []
         lib.flashgpt_attention_version.restype = ctypes.c_char_p
@@ -175,34 +190,37 @@ def _ptr(x):
     return None if x is None else x.data_ptr()
 
 
-def _extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k):
-    """the library's extras arguments: bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k (None:
-    a null pointer)"""
+def _extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k, gate, layout):
+    """the library's extras arguments: bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, gate,
+    gate_strides (None: a null pointer)"""
     bias_strides = None if bias is None else (ctypes.c_longlong * 3)(*_bias_strides(bias))
     bias_fp32 = int(bias is not None and bias.dtype == torch.float32)
-    return [_ptr(bias), bias_strides, bias_fp32, _ptr(key_lengths), _ptr(cu_seqlens_q), _ptr(cu_seqlens_k)]
+    gate_strides = None if gate is None else _c_strides(gate, layout)
+    return [_ptr(bias), bias_strides, bias_fp32, _ptr(key_lengths), _ptr(cu_seqlens_q), _ptr(cu_seqlens_k),
+            _ptr(gate), gate_strides]
 
 
 def _stream(x):
     return ctypes.c_void_p(torch.cuda.current_stream(x.device).cuda_stream)
 
 
-def _describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths):
+def _describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths, gate):
     text = f"B={B} T={T} Tk={Tk} H={H} H_kv={H_kv} D={D} causal={int(causal)} layout={layout}"
     if bias is not None:
         text += f" bias={tuple(bias.shape)} {'fp32' if bias.dtype == torch.float32 else 'bf16'}"
-    return text + (" key_lengths" if key_lengths is not None else "")
+    return text + (" key_lengths" if key_lengths is not None else "") + (" gate" if gate is not None else "")
 
 
 # ----------------------------------------------------------------------------
 # autograd
 
 class FlashAttentionFunction(torch.autograd.Function):
-    # bias (4-d, or None) is input 3: its gradient is the fourth of backward's results
-    BIAS = 3
+    # bias (4-d, or None) is input 3 and gate (out's shape, or None) input 4: their gradients are the fourth and fifth
+    # of backward's results
+    BIAS, GATE = 3, 4
 
     @staticmethod
-    def forward(ctx, q, k, v, bias, causal, scale, layout, key_lengths, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+    def forward(ctx, q, k, v, bias, gate, causal, scale, layout, key_lengths, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                 max_seqlen_k):
         q, k, v = (_ready(x, layout) for x in (q, k, v))
         B, T, H, D = _sizes(q, layout)
@@ -214,27 +232,37 @@ class FlashAttentionFunction(torch.autograd.Function):
             # it reads (a copy has the same gradient; an expanded bias gets one gradient per element, as autograd wants)
             bias = bias.contiguous()
         out = _empty_out(q, layout)
+        gated_out = None
+        if gate is not None:
+            # the library writes dgate with the gate's strides: the gate it reads has out's memory (a copy where the
+            # given one differs), so dgate, allocated as out, has its strides
+            if not (_usable(gate, layout) and _strides(gate, layout) == _strides(out, layout)):
+                gate = _empty_out(gate, layout).copy_(gate)
+            gated_out = _empty_out(q, layout)
         lse = torch.empty((B, H, T), dtype=torch.float32, device=q.device)  # natural log, saved for the backward
         with torch.cuda.device(q.device):
             err = _library().flashgpt_attention_forward_ex(
                 q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
                 _c_strides(q, layout), _c_strides(k, layout), _c_strides(v, layout), _c_strides(out, layout),
-                B, T, Tk, H, H_kv, D, int(causal), scale, *_extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k),
-                _stream(q))
+                B, T, Tk, H, H_kv, D, int(causal), scale,
+                *_extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k, gate, layout), _ptr(gated_out), _stream(q))
         if err:
             raise FlashAttentionError(f"flashgpt attention forward "
-                                      f"({_describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths)}): "
+                                      f"({_describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths, gate)}): "
                                       f"{err.decode()}")
-        ctx.save_for_backward(q, k, v, out, lse, bias, key_lengths, cu_seqlens_q, cu_seqlens_k)
+        # the backward reads the ungated out (it needs O), whichever of the two the call returns
+        ctx.save_for_backward(q, k, v, out, lse, bias, gate, key_lengths, cu_seqlens_q, cu_seqlens_k)
         ctx.causal, ctx.scale, ctx.layout, ctx.sizes = causal, scale, layout, (B, T, Tk, H, H_kv, D)
-        return out
+        return out if gate is None else gated_out
 
     @staticmethod
     def backward(ctx, dout):
-        q, k, v, out, lse, bias, key_lengths, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+        q, k, v, out, lse, bias, gate, key_lengths, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
         causal, scale, layout = ctx.causal, ctx.scale, ctx.layout
         B, T, Tk, H, H_kv, D = ctx.sizes
-        dout = _ready(dout, layout)  # e.g. the expanded (all strides 0) gradient of out.sum()
+        # d loss / d out, or with a gate d loss / d gated_out; copied where the kernels can't read it in place, e.g.
+        # the expanded (all strides 0) gradient of out.sum()
+        dout = _ready(dout, layout)
         dq, dk, dv = _empty_grad(q, layout), _empty_grad(k, layout), _empty_grad(v, layout)
         dbias = None
         if bias is not None and ctx.needs_input_grad[FlashAttentionFunction.BIAS]:
@@ -242,10 +270,13 @@ class FlashAttentionFunction(torch.autograd.Function):
             if _bias_strides(dbias) != _bias_strides(bias):  # the forward made the bias contiguous
                 raise FlashAttentionError(f"dbias strides {_bias_strides(dbias)} differ from the bias's "
                                           f"{_bias_strides(bias)}")
-        extras = _extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k)
+        # the library always writes dgate with a gate (the forward gave the gate out's memory, so dgate takes it too)
+        dgate = None if gate is None else _empty_out(gate, layout)
+        extras = _extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k, gate, layout)
         lib = _library()
         with torch.cuda.device(q.device):
-            # the extras and dbias change the scratch (dbias adds B * H * T * Tk fp32): the query takes the backward's
+            # the extras and dbias change the scratch (dbias adds B * H * T * Tk fp32, a gate B * T * H * D bf16): the
+            # query takes the backward's
             scratch_bytes = lib.flashgpt_attention_backward_scratch_bytes_ex(B, T, Tk, H, H_kv, D, int(causal), *extras,
                                                                              _ptr(dbias))
             # 0 when the call is refused: the backward below says why
@@ -255,13 +286,15 @@ class FlashAttentionFunction(torch.autograd.Function):
                 v.data_ptr(), out.data_ptr(), lse.data_ptr(),
                 _c_strides(dq, layout), _c_strides(dk, layout), _c_strides(dv, layout), _c_strides(dout, layout),
                 _c_strides(q, layout), _c_strides(k, layout), _c_strides(v, layout), _c_strides(out, layout),
-                B, T, Tk, H, H_kv, D, int(causal), scale, *extras, _ptr(dbias), scratch.data_ptr(), scratch_bytes,
-                _stream(q))
+                B, T, Tk, H, H_kv, D, int(causal), scale, *extras, _ptr(dgate), _ptr(dbias), scratch.data_ptr(),
+                scratch_bytes, _stream(q))
         if err:
             raise FlashAttentionError(f"flashgpt attention backward "
-                                      f"({_describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths)}): "
+                                      f"({_describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths, gate)}): "
                                       f"{err.decode()}")
-        return dq, dk, dv, dbias, None, None, None, None, None, None, None, None
+        if not ctx.needs_input_grad[FlashAttentionFunction.GATE]:
+            dgate = None
+        return dq, dk, dv, dbias, dgate, None, None, None, None, None, None, None, None
 
 
 # ----------------------------------------------------------------------------
@@ -299,9 +332,9 @@ def _bias_4d(bias, shape, device):
 
 def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, key_lengths=None,
                     cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-                    cu_seqlens=None, max_seqlen=None):
-    """softmax(scale * q k^T + bias, masks) v; scale defaults to 1 / sqrt(D). See the module docstring for shapes and
-    for the extras (bias, key_lengths, packed sequences)."""
+                    cu_seqlens=None, max_seqlen=None, gate=None):
+    """softmax(scale * q k^T + bias, masks) v, times gate when given; scale defaults to 1 / sqrt(D). See the module
+    docstring for shapes and for the extras (bias, key_lengths, packed sequences, gate)."""
     if cu_seqlens is not None or max_seqlen is not None:
         if any(x is not None for x in (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)):
             raise ValueError("give cu_seqlens / max_seqlen (one for q and k) or cu_seqlens_q, cu_seqlens_k / "
@@ -349,7 +382,13 @@ def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, 
             raise ValueError(f"key_lengths must have B = {B} elements, not {key_lengths.numel()}")
     if bias is not None:
         bias = _bias_4d(bias, (B, H, T, Tk), q.device)
+    if gate is not None:
+        if not isinstance(gate, torch.Tensor) or gate.dtype != torch.bfloat16 or gate.device != q.device:
+            raise TypeError(f"gate must be a bfloat16 tensor on q's device {q.device}, not "
+                            f"{getattr(gate, 'dtype', type(gate))} on {getattr(gate, 'device', '-')}")
+        if gate.shape != q.shape:
+            raise ValueError(f"gate {tuple(gate.shape)} must have out's shape, q's {tuple(q.shape)} ({layout})")
     if scale is None:
         scale = 1.0 / math.sqrt(D)
-    return FlashAttentionFunction.apply(q, k, v, bias, bool(causal), float(scale), layout, key_lengths,
+    return FlashAttentionFunction.apply(q, k, v, bias, gate, bool(causal), float(scale), layout, key_lengths,
                                         cu_seqlens_q if packed else None, cu_seqlens_k if packed else None, T, Tk)

@@ -8,7 +8,7 @@ a foreign caller gets wrong (null pointers, a small scratch, another device), an
 letting attention_forward / attention_backward exit the process. After the launches it returns cudaGetLastError's
 message, if any. CUDA failures inside src/attention.cuh's own cudaCheck calls (a failed launch, say) still exit, as
 they do in train_gpt2cu. The calls without _ex are the _ex calls with every extra (bias, key lengths, packed
-sequences, dbias) off.
+sequences, gate, dbias) off.
 */
 #include "attention_capi.h"
 #include <mutex>
@@ -56,8 +56,10 @@ AttentionStrides strides_of(const long long* s) { return {s[0], s[1], s[2]}; }
 
 // the _ex calls' extras as src/attention.cuh's AttentionExtras; nullptr, or why they are refused
 const char* extras_of(AttentionExtras& x, const void* bias, const long long* bias_strides, int bias_fp32,
-                      const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k) {
+                      const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k,
+                      const void* gate, const long long* gate_strides) {
     if (bias && !bias_strides) return "a bias needs its 3 strides (bias_strides not null)";
+    if (gate && !gate_strides) return "a gate needs its 3 strides (gate_strides not null)";
     x = {};
     x.bias = bias;
     if (bias) x.bias_st = strides_of(bias_strides);
@@ -65,6 +67,22 @@ const char* extras_of(AttentionExtras& x, const void* bias, const long long* bia
     x.seqlens_k = seqlens_k;
     x.cu_seqlens_q = cu_seqlens_q;
     x.cu_seqlens_k = cu_seqlens_k;
+    x.gate = (const floatX*)gate;
+    if (gate) x.gate_st = strides_of(gate_strides);
+    return nullptr;
+}
+
+// nullptr when a gate and what its gating writes (the forward's gated_out, the backward's dgate, named) come together
+// or both stay null, else why not
+const char* gate_output_problem(const void* gate, const void* written, const char* name) {
+    if (gate && !written) {
+        snprintf(g_message, sizeof(g_message), "a gate needs %s, where the gating writes (not null)", name);
+        return g_message;
+    }
+    if (!gate && written) {
+        snprintf(g_message, sizeof(g_message), "%s needs a gate (without one nothing writes it)", name);
+        return g_message;
+    }
     return nullptr;
 }
 
@@ -78,11 +96,16 @@ const char* flashgpt_attention_forward_ex(const void* q, const void* k, const vo
                                           int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
                                           const void* bias, const long long* bias_strides, int bias_fp32,
                                           const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k,
+                                          const void* gate, const long long* gate_strides, void* gated_out,
                                           void* stream) {
     if (!q || !k || !v || !out || !lse) return "q, k, v, out and lse must not be null";
     if (!q_strides || !k_strides || !v_strides || !o_strides) return "every stride array must have 3 elements (not null)";
     AttentionForwardParams p{};
-    if (const char* why = extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k)) return why;
+    if (const char* why = extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k,
+                                    gate, gate_strides))
+        return why;
+    if (const char* why = gate_output_problem(gate, gated_out, "gated_out")) return why;
+    p.x.gated_out = (floatX*)gated_out;
     std::lock_guard<std::mutex> lock(g_call_mutex);
     if (const char* why = device_problem()) return why;
     p.q = (const floatX*)q; p.k = (const floatX*)k; p.v = (const floatX*)v;
@@ -102,17 +125,19 @@ const char* flashgpt_attention_forward(const void* q, const void* k, const void*
                                        int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
                                        void* stream) {
     return flashgpt_attention_forward_ex(q, k, v, out, lse, q_strides, k_strides, v_strides, o_strides, B, T, Tk, NH, NH_kv,
-                                         HS, causal, scale, nullptr, nullptr, 0, nullptr, nullptr, nullptr, stream);
+                                         HS, causal, scale, nullptr, nullptr, 0, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                         nullptr, stream);
 }
 
 size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal,
                                                     const void* bias, const long long* bias_strides, int bias_fp32,
                                                     const int* seqlens_k, const int* cu_seqlens_q,
-                                                    const int* cu_seqlens_k, const void* dbias) {
+                                                    const int* cu_seqlens_k, const void* gate,
+                                                    const long long* gate_strides, const void* dbias) {
     if (B < 1 || T < 1 || Tk < 1 || NH < 1 || NH_kv < 1 || HS < 1) return 0;
     AttentionBackwardParams p{};
-    if (extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k)) return 0;
-    // only whether there is a dbias counts here (the ds buffer it adds), never its address
+    if (extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, gate, gate_strides)) return 0;
+    // only whether there is a gate (the gated dO it adds) or a dbias (the ds buffer) counts here, never an address
     p.dbias = (void*)dbias;
     std::lock_guard<std::mutex> lock(g_call_mutex);
     if (device_problem()) return 0;
@@ -123,7 +148,7 @@ size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, int Tk, int NH
 
 size_t flashgpt_attention_backward_scratch_bytes(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal) {
     return flashgpt_attention_backward_scratch_bytes_ex(B, T, Tk, NH, NH_kv, HS, causal, nullptr, nullptr, 0, nullptr, nullptr,
-                                                        nullptr, nullptr);
+                                                        nullptr, nullptr, nullptr, nullptr);
 }
 
 const char* flashgpt_attention_backward_ex(void* dq, void* dk, void* dv, const void* dout, const void* q,
@@ -135,17 +160,22 @@ const char* flashgpt_attention_backward_ex(void* dq, void* dk, void* dv, const v
                                            int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
                                            const void* bias, const long long* bias_strides, int bias_fp32,
                                            const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k,
+                                           const void* gate, const long long* gate_strides, void* dgate,
                                            void* dbias, void* scratch, size_t scratch_bytes, void* stream) {
     if (!dq || !dk || !dv || !dout || !q || !k || !v || !out || !lse) return "dq, dk, dv, dout, q, k, v, out and lse must not be null";
     if (!dq_strides || !dk_strides || !dv_strides || !do_strides || !q_strides || !k_strides || !v_strides || !o_strides)
         return "every stride array must have 3 elements (not null)";
     if (!scratch || (uintptr_t)scratch % 16) return "scratch must be device memory, 16-byte aligned";
     AttentionBackwardParams p{};
-    if (const char* why = extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k)) return why;
+    if (const char* why = extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k,
+                                    gate, gate_strides))
+        return why;
+    if (const char* why = gate_output_problem(gate, dgate, "dgate")) return why;
     std::lock_guard<std::mutex> lock(g_call_mutex);
     if (const char* why = device_problem()) return why;
     p.dq = (floatX*)dq; p.dk = (floatX*)dk; p.dv = (floatX*)dv;
     p.dbias = dbias;
+    p.dgate = (floatX*)dgate;
     p.scratch = scratch;
     p.dout = (const floatX*)dout;
     p.q = (const floatX*)q; p.k = (const floatX*)k; p.v = (const floatX*)v;
@@ -176,9 +206,12 @@ const char* flashgpt_attention_backward(void* dq, void* dk, void* dv, const void
                                         void* scratch, size_t scratch_bytes, void* stream) {
     return flashgpt_attention_backward_ex(dq, dk, dv, dout, q, k, v, out, lse, dq_strides, dk_strides, dv_strides, do_strides,
                                           q_strides, k_strides, v_strides, o_strides, B, T, Tk, NH, NH_kv, HS, causal, scale,
-                                          nullptr, nullptr, 0, nullptr, nullptr, nullptr, nullptr, scratch, scratch_bytes, stream);
+                                          nullptr, nullptr, 0, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                          scratch, scratch_bytes, stream);
 }
 
 const char* flashgpt_attention_version(void) { return GIT_COMMIT; }
+
+int flashgpt_attention_abi(void) { return FLASHGPT_ATTENTION_ABI; }
 
 }  // extern "C"

@@ -24,10 +24,19 @@ without _ex (which are the _ex calls with them all null):
        cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of q and out (of k and v with cu_seqlens_k), with the batch strides 0;
        T and Tk are then the longest lengths. lse stays (B, NH, T), only the first T_b rows of each sequence written.
        seqlens_k and cu_seqlens_k exclude each other.
+  gate (B, T, NH, HS) bf16 like q, with its own gate_strides (batch, row, head) (packed: the batch stride 0, rows
+       as q's): output gating. The forward then also writes gated_out = out * gate (like out, with o_strides; out
+       itself is still written, as the backward reads it); the backward takes dout = d loss / d gated_out and writes
+       dgate = d loss / d gate, with gate_strides. A gate needs gated_out (forward) and dgate (backward), and neither
+       comes without a gate; all three 16-byte aligned, strides multiples of 8. The backward's scratch grows with a
+       gate (B * T * NH * HS bf16).
   dbias (backward only): d loss / d bias, in the bias's dtype and with its strides (summed over its broadcast
        dimensions); needs a bias, and the scratch that flashgpt_attention_backward_scratch_bytes_ex gives with it.
 Each sequence b runs with its own lengths T_b, Tk_b, the causal diagonal aligned bottom-right per sequence
 (key j <= i + Tk_b - T_b); a row that sees no key (all its keys masked) gets 0 and no gradient.
+
+flashgpt_attention_abi() says which version of these signatures the library has, FLASHGPT_ATTENTION_ABI when it was
+built from this header (2: the _ex calls take the gate arguments), so a caller can refuse a library built from another.
 
 The calls return nullptr on success, else a message that says why: a call src/attention.cuh does not support (its
 attention_unsupported_reason), or a CUDA error. They never exit the process for an unsupported call. All calls must
@@ -76,16 +85,19 @@ FLASHGPT_API const char* flashgpt_attention_forward_ex(const void* q, const void
                                                        int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
                                                        const void* bias, const long long* bias_strides, int bias_fp32,
                                                        const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k,
+                                                       const void* gate, const long long* gate_strides, void* gated_out,
                                                        void* stream);
 
 // flashgpt_attention_backward_scratch_bytes for flashgpt_attention_backward_ex with these extras (pass the backward's
-// own: dbias adds B * NH * T * Tk fp32, and the extras change which kernels run)
+// own: dbias adds B * NH * T * Tk fp32, a gate B * T * NH * HS bf16, and the extras change which kernels run)
 FLASHGPT_API size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal,
                                                                  const void* bias, const long long* bias_strides, int bias_fp32,
                                                                  const int* seqlens_k, const int* cu_seqlens_q,
-                                                                 const int* cu_seqlens_k, const void* dbias);
+                                                                 const int* cu_seqlens_k, const void* gate,
+                                                                 const long long* gate_strides, const void* dbias);
 
-// flashgpt_attention_backward with the extras above (the forward's) and, optionally, dbias (overwritten);
+// flashgpt_attention_backward with the extras above (the forward's) and, optionally, dbias (overwritten); with a gate,
+// dout is d loss / d gated_out, out is still the forward's out (not gated_out), and dgate is overwritten;
 // scratch_bytes >= flashgpt_attention_backward_scratch_bytes_ex() with the same arguments
 FLASHGPT_API const char* flashgpt_attention_backward_ex(void* dq, void* dk, void* dv, const void* dout, const void* q,
                                                         const void* k, const void* v, const void* out, const float* lse,
@@ -96,10 +108,16 @@ FLASHGPT_API const char* flashgpt_attention_backward_ex(void* dq, void* dk, void
                                                         int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
                                                         const void* bias, const long long* bias_strides, int bias_fp32,
                                                         const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k,
+                                                        const void* gate, const long long* gate_strides, void* dgate,
                                                         void* dbias, void* scratch, size_t scratch_bytes, void* stream);
 
 // the git commit the library was built from
 FLASHGPT_API const char* flashgpt_attention_version(void);
+
+// the version of these signatures the library was built with, FLASHGPT_ATTENTION_ABI; a library without this call
+// predates the gate arguments of the _ex calls
+#define FLASHGPT_ATTENTION_ABI 2
+FLASHGPT_API int flashgpt_attention_abi(void);
 
 #ifdef __cplusplus
 }

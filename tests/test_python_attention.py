@@ -13,7 +13,8 @@ with Tq != Tk passes SDPA the mask j <= i + Tk - Tq (its is_causal aligns the di
 
 The extras: a bias goes to SDPA as its additive attn_mask (with -inf where our masks hide a key), and its gradient is
 checked like the others; key lengths become that mask too; packed sequences are compared with SDPA on each sequence
-alone. A row that sees no key gives 0 here and NaN in SDPA: such rows must be exactly 0, and are left out of the rest.
+alone; a gate multiplies SDPA's output (the reference is sdpa * gate), and its gradient is checked like the others.
+A row that sees no key gives 0 here and NaN in SDPA: such rows must be exactly 0, and are left out of the rest.
 """
 import copy
 import itertools
@@ -102,8 +103,8 @@ def sdpa(q, k, v, causal, scale, layout, attn_mask=None):
 
 
 def out_and_grads(fn, q, k, v, dout, *extra):
-    """fn(q, k, v, *extra) and the gradients of <fn(q, k, v, *extra), dout> for q, k, v and each extra (a bias), on
-    leaf copies of the inputs"""
+    """fn(q, k, v, *extra) and the gradients of <fn(q, k, v, *extra), dout> for q, k, v and each extra (a bias, a
+    gate), on leaf copies of the inputs"""
     inputs = [x.detach().requires_grad_() for x in (q, k, v) + extra]
     out = fn(*inputs)
     grads = torch.autograd.grad(out, inputs, dout.to(out.dtype))
@@ -191,30 +192,38 @@ def visible(Tq, Tk, causal, key_lengths=None):
     return seen & (j <= i + L - Tq) if causal else seen
 
 
-def extras_case(name, B, H, H_kv, Tq, Tk, D, causal, make_bias=None, bias_grad=False, key_lengths=None):
-    """one case on (B, H, T, D) inputs with a bias (make_bias() builds it; bias_grad: its gradient is checked too)
-    and / or key_lengths (a list of B). SDPA gets one additive mask: the bias plus -inf where our masks hide a key.
-    Rows that see no key must be 0 in ours; SDPA's mask opens them (else NaN) and dout is 0 there, so they add no
-    gradient in any run, and out is compared on the other rows."""
+def extras_case(name, B, H, H_kv, Tq, Tk, D, causal, make_bias=None, bias_grad=False, key_lengths=None, gated=False):
+    """one case on (B, H, T, D) inputs with a bias (make_bias() builds it; bias_grad: its gradient is checked too),
+    key_lengths (a list of B) and / or a gate (gated: a (B, H, T, D) contiguous gate, so flash_attention copies it
+    into out's (B, T, H, D) memory; its gradient is checked). SDPA gets one additive mask: the bias plus -inf where
+    our masks hide a key, and its output times the gate. Rows that see no key must be 0 in ours; SDPA's mask opens
+    them (else NaN) and dout is 0 there, so they add no gradient in any run, and out is compared on the other rows."""
     def run_case():
         q, k, v = randn_bf16(B, H, Tq, D), randn_bf16(B, H_kv, Tk, D), randn_bf16(B, H_kv, Tk, D)
         bias = make_bias() if make_bias else None
+        gate = randn_bf16(B, H, Tq, D) if gated else None
         lengths = torch.tensor(key_lengths, dtype=torch.int32, device="cuda") if key_lengths else None
         seen = visible(Tq, Tk, causal, lengths)
         alive = seen.any(dim=-1, keepdim=True)  # rows that see a key
         dout = randn_bf16(B, H, Tq, D) * alive
         s = 1.0 / math.sqrt(D)
 
-        def ours_fn(q, k, v, *grad_bias):
-            return fa.flash_attention(q, k, v, causal=causal, bias=grad_bias[0] if grad_bias else bias,
-                                      key_lengths=lengths)
+        def bias_and_gate(extra):
+            """the bias and gate of one run: the leaf copies in extra where their gradients are checked"""
+            extra = list(extra)
+            return extra.pop(0) if bias_grad else bias, extra.pop(0) if gated else None
 
-        def ref_fn(q, k, v, *grad_bias):
+        def ours_fn(q, k, v, *extra):
+            b, g = bias_and_gate(extra)
+            return fa.flash_attention(q, k, v, causal=causal, bias=b, key_lengths=lengths, gate=g)
+
+        def ref_fn(q, k, v, *extra):
             mask = torch.zeros(seen.shape, dtype=q.dtype, device="cuda").masked_fill(~(seen | ~alive), -math.inf)
-            b = grad_bias[0] if grad_bias else bias
-            return sdpa(q, k, v, False, s, "bhtd", attn_mask=mask if b is None else b.to(q.dtype) + mask)
+            b, g = bias_and_gate(extra)
+            out = sdpa(q, k, v, False, s, "bhtd", attn_mask=mask if b is None else b.to(q.dtype) + mask)
+            return out if g is None else out * g
 
-        extra = (bias,) if bias_grad else ()
+        extra = ((bias,) if bias_grad else ()) + ((gate,) if gated else ())
         ours = out_and_grads(ours_fn, q, k, v, dout, *extra)
         with math_sdpa(reduced=True):
             naive = out_and_grads(ref_fn, q, k, v, dout, *extra)
@@ -227,7 +236,8 @@ def extras_case(name, B, H, H_kv, Tq, Tk, D, causal, make_bias=None, bias_grad=F
             check(dead == 0, "rows that see no key must give 0")
         for run_out in (ours, naive, ref):
             run_out[0] = run_out[0] * alive
-        fa_rule(("out", "dq", "dk", "dv") + (("dbias",) if bias_grad else ()), ours, naive, ref)
+        fa_rule(("out", "dq", "dk", "dv") + (("dbias",) if bias_grad else ()) + (("dgate",) if gated else ()), ours,
+                naive, ref)
     run(f"{name}: B={B} H={H} H_kv={H_kv} Tq={Tq} Tk={Tk} D={D} causal={int(causal)}", run_case)
 
 
@@ -240,40 +250,44 @@ def masked_bias(B, Tk, fraction):
     return bias.masked_fill(drop, -math.inf)
 
 
-def varlen_case(seqlens_q, seqlens_k, H, H_kv, D, causal, one_cu_seqlens=False):
+def varlen_case(seqlens_q, seqlens_k, H, H_kv, D, causal, one_cu_seqlens=False, gated=False):
     """packed sequences: q (total_q, H, D), k and v (total_k, H_kv, D) against SDPA on each sequence alone, packed
-    back. one_cu_seqlens: the cu_seqlens shorthand (q and k alike), the longest length read from it."""
+    back. one_cu_seqlens: the cu_seqlens shorthand (q and k alike), the longest length read from it. gated: a
+    (total_q, H, D) gate (out's memory: no copy), its gradient checked too."""
     def run_case():
         starts_q, starts_k = [0, *itertools.accumulate(seqlens_q)], [0, *itertools.accumulate(seqlens_k)]
         cu_q = torch.tensor(starts_q, dtype=torch.int32, device="cuda")
         cu_k = torch.tensor(starts_k, dtype=torch.int32, device="cuda")
         q, dout = randn_bf16(starts_q[-1], H, D), randn_bf16(starts_q[-1], H, D)
         k, v = randn_bf16(starts_k[-1], H_kv, D), randn_bf16(starts_k[-1], H_kv, D)
+        extra = (randn_bf16(starts_q[-1], H, D),) if gated else ()
         s = 1.0 / math.sqrt(D)
 
-        def ours_fn(q, k, v):
+        def ours_fn(q, k, v, *gate):
+            g = gate[0] if gate else None
             if one_cu_seqlens:
-                return fa.flash_attention(q, k, v, causal=causal, cu_seqlens=cu_q)
+                return fa.flash_attention(q, k, v, causal=causal, cu_seqlens=cu_q, gate=g)
             return fa.flash_attention(q, k, v, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
-                                      max_seqlen_q=max(seqlens_q), max_seqlen_k=max(seqlens_k))
+                                      max_seqlen_q=max(seqlens_q), max_seqlen_k=max(seqlens_k), gate=g)
 
-        def ref_fn(q, k, v):
+        def ref_fn(q, k, v, *gate):
             outs = []
             for b in range(len(seqlens_q)):
                 rows_q, rows_k = slice(starts_q[b], starts_q[b + 1]), slice(starts_k[b], starts_k[b + 1])
                 outs.append(sdpa(q[rows_q][None], k[rows_k][None], v[rows_k][None], causal, s, "bthd")[0])
-            return torch.cat(outs)
+            out = torch.cat(outs)
+            return out * gate[0] if gate else out
 
-        ours = out_and_grads(ours_fn, q, k, v, dout)
+        ours = out_and_grads(ours_fn, q, k, v, dout, *extra)
         with math_sdpa(reduced=True):
-            naive = out_and_grads(ref_fn, q, k, v, dout)
+            naive = out_and_grads(ref_fn, q, k, v, dout, *extra)
         with math_sdpa():
-            ref = out_and_grads(ref_fn, q.float(), k.float(), v.float(), dout.float())
+            ref = out_and_grads(ref_fn, q.float(), k.float(), v.float(), dout.float(), *(x.float() for x in extra))
         check(ours[0].shape == ref[0].shape, f"out shape {tuple(ours[0].shape)} != {tuple(ref[0].shape)}")
-        fa_rule(("out", "dq", "dk", "dv"), ours, naive, ref)
+        fa_rule(("out", "dq", "dk", "dv") + (("dgate",) if gated else ()), ours, naive, ref)
     lengths = f"seqlens {seqlens_q}" if one_cu_seqlens else f"seqlens_q {seqlens_q} seqlens_k {seqlens_k}"
     run(f"packed {lengths} H={H} H_kv={H_kv} D={D} causal={int(causal)}"
-        + (" (cu_seqlens, max_seqlen read back)" if one_cu_seqlens else ""), run_case)
+        + (" (cu_seqlens, max_seqlen read back)" if one_cu_seqlens else "") + (" gated" if gated else ""), run_case)
 
 
 # ----------------------------------------------------------------------------
@@ -365,6 +379,11 @@ def main():
     extras_case("key_lengths [160, 97, 1]", 3, 2, 2, 160, 160, 128, causal=True, key_lengths=[160, 97, 1])
     varlen_case([50, 130, 7], [80, 130, 40], 4, 2, 64, causal=True)
     varlen_case([33, 1, 200], [33, 1, 200], 2, 2, 128, causal=False, one_cu_seqlens=True)
+    extras_case("gate (B, H, Tq, D), copied to out's memory", 2, 3, 3, 140, 140, 64, causal=False, gated=True)
+    extras_case("gate with a bias (B, 1, Tq, Tk) bf16 and key_lengths [130, 50], dbias and dgate", 2, 4, 2, 96, 130,
+                64, causal=True, make_bias=lambda: randn_bf16(2, 1, 96, 130), bias_grad=True, key_lengths=[130, 50],
+                gated=True)
+    varlen_case([40, 100, 9], [60, 100, 9], 2, 2, 64, causal=True, gated=True)
     run("unsupported calls raise FlashAttentionError with the library's reason", unsupported_calls)
     run("nanoGPT CausalSelfAttention: flash_attention in place of SDPA, loss and gradients", nanogpt_drop_in)
     n_pass = sum(s == "PASS" for s, _ in results)
