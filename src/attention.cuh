@@ -571,41 +571,6 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[kNT * 4], float (
     }
 }
 
-// S += bias / scale on one thread's rows r0 and r0 + 8 of a tile of kNT * 8 keys from key0, read straight from global
-// memory (mostly L2: a broadcast bias is read by every CTA it broadcasts over), all loads issued before the first
-// use; 0 past T or Tk (those entries are masked, or their rows never stored). pairs: every row starts aligned to two
-// elements, so each thread's two neighbouring keys come in one load.
-template <int kNT>
-__device__ __forceinline__ void add_bias_rows(float (&s)[kNT * 4], const BiasRows& bias, int r0, int key0, int T, int Tk,
-                                              float inv_scale, int tq, bool pairs) {
-    #pragma unroll
-    for (int half = 0; half < 2; half++) {   // a row at a time: its kNT pairs in flight together, few registers held
-        const int row = r0 + 8 * half;
-        const bool row_in = (unsigned)row < (unsigned)T;
-        const uint8_t* base = bias.base + (row_in ? (long long)row * bias.row : 0) * (bias.fp32 ? 4 : 2);
-        float2 v[kNT];
-        #pragma unroll
-        for (int i = 0; i < kNT; i++) {
-            const int key = key0 + i * 8 + 2 * tq;
-            v[i] = make_float2(0.0f, 0.0f);
-            if (bias.fp32) {
-                const float* src = reinterpret_cast<const float*>(base) + key;
-                if (pairs && row_in && key + 1 < Tk) v[i] = __ldg(reinterpret_cast<const float2*>(src));
-                else { if (row_in && key < Tk) v[i].x = __ldg(src); if (row_in && key + 1 < Tk) v[i].y = __ldg(src + 1); }
-            } else {
-                const __nv_bfloat16* src = reinterpret_cast<const __nv_bfloat16*>(base) + key;
-                if (pairs && row_in && key + 1 < Tk) v[i] = __bfloat1622float2(__ldg(reinterpret_cast<const __nv_bfloat162*>(src)));
-                else {
-                    if (row_in && key < Tk) v[i].x = __bfloat162float(__ldg(src));
-                    if (row_in && key + 1 < Tk) v[i].y = __bfloat162float(__ldg(src + 1));
-                }
-            }
-        }
-        #pragma unroll
-        for (int i = 0; i < kNT; i++) { s[4 * i + 2 * half] += v[i].x * inv_scale; s[4 * i + 2 * half + 1] += v[i].y * inv_scale; }
-    }
-}
-
 // epilogue, as in the mma.sync kernel: O /= l, LSE = m * scale + log(l); each warp stages only its own 16 rows
 // of O (swizzle<HS>, in Q's shared memory: the caller ordered every wgmma read of Q before this) for 16-byte stores;
 // kStaged false: no staging (q_smem unused), each thread stores its own bf16 pairs
@@ -907,7 +872,7 @@ __device__ __forceinline__ void forward_ws_producer(const ForwardWsSmem<Tile>& s
 
 // A consumer warpgroup (cwg: query rows 64 cwg .. 64 cwg + 63 of each block): per work item, the intra-warpgroup
 // overlap loop over its K/V tiles, then the epilogue.
-template <class Tile, bool kPingPong, int kCluster, bool kDynamic, bool kGeneral, bool kBias>
+template <class Tile, bool kPingPong, int kCluster, bool kDynamic, bool kGeneral>
 __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams& p, const ForwardWsSmem<Tile>& sm,
                                                     const ForwardWsWalk<Tile::kBlockM, Tile::kBlockN, kCluster, kGeneral>& walk, int cwg) {
     constexpr int HS = Tile::kHeadSize, kNCWG = Tile::kNCWG, kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
@@ -932,12 +897,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
     // It runs its own copy of the consumer code, half_diag a constant: ptxas serialises every wgmma of a kernel
     // that has one under a branch it cannot prove uniform (C7520). HS 128 runs the one copy: its kernels serve long
     // T, where the saving is under 1% and a second copy measured slower.
-    constexpr bool kHalfDiag = kBlockM == kBlockN && HS == 64 && !kBias;
-    // kBias (general copies only): the additive bias of p.x, added to each S tile before its mask and softmax
-    const float inv_scale = 1.0f / p.scale;
-    const size_t bias_elem = p.x.bias_fp32 ? 4 : 2;
-    const bool bias_pairs = kBias && (uintptr_t)p.x.bias % (2 * bias_elem) == 0 && p.x.bias_st.row % 2 == 0 &&
-                            p.x.bias_st.batch % 2 == 0 && p.x.bias_st.head % 2 == 0;
+    constexpr bool kHalfDiag = kBlockM == kBlockN && HS == 64;
     auto consumer = [&](auto wg0) {
         constexpr bool half_diag = kHalfDiag && decltype(wg0)::value;
         float s[kNT * 4];       // S of the current tile, then P in fp32
@@ -1047,11 +1007,8 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
             const int qslot = tile_iter % Tile::kQSlots;
             bool has_next = false;
             if constexpr (!kDynamic) has_next = item_of(tile_iter + 1) < num_items;
-            BiasRows bias{};
-            if constexpr (kBias) bias = bias_rows(p.x, b, h);
             auto softmax = [&](int j) {   // on tile j (loop order): P_j (fp32) in s, row statistics, alpha
                 const int key0 = (n_blocks - 1 - j) * kBlockN;
-                if constexpr (kBias) add_bias_rows<kNT>(s, bias, m_start + warp_row0 + g, key0, p.T, Tk, inv_scale, tq, bias_pairs);
                 constexpr bool kKeyBound = !std::remove_reference_t<decltype(walk)>::kSelfCausal;
                 if (key0 + kBlockN - 1 > (kKeyBound ? min(m_start + warp_row0 + diag, Tk - 1) : m_start + warp_row0 + diag))
                     mask_tile<kNT, kKeyBound>(s, m_start + warp_row0 + diag, key0, Tk, g, tq);
@@ -1151,8 +1108,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
 // for and releases without computing). Needs an even number of query blocks (the launcher checks).
 // kDynamic: items past the first round claimed from a counter (see persistent_claim); in a pair rank 0 claims and
 // hands each index to rank 1 through its shared memory.
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false, bool kGeneral = false,
-          bool kBias = false>
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false, bool kGeneral = false>
 __global__ void __launch_bounds__(HopperWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
 attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_constant__ HopperTmaMaps maps, int section_heads) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1190,7 +1146,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
 
     // ---- consumers
     setmaxnreg_inc<Tile::kConsumerRegs>();
-    forward_ws_consumer<Tile, kPingPong, kCluster, kDynamic, kGeneral, kBias>(p, sm, walk, /*cwg=*/wg - 1);
+    forward_ws_consumer<Tile, kPingPong, kCluster, kDynamic, kGeneral>(p, sm, walk, /*cwg=*/wg - 1);
     if constexpr (kCluster > 1) cluster_sync();   // no CTA leaves while its peer may still arrive on its barriers
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
@@ -1201,14 +1157,11 @@ inline CUtensorMap attention_tensor_map(const floatX* base, const AttentionStrid
 
 // kCluster 2: pairs of CTAs (thread-block clusters, launched with cudaLaunchKernelEx), as many pairs as fit at once
 // kGeneral: any call (non-causal, T != Tk); otherwise causal self-attention only (T = Tk, checked here)
-// kBias: a general copy that adds p.x.bias (its only extra: the launcher's caller checks)
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false, bool kGeneral = false,
-          bool kBias = false>
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false, bool kGeneral = false>
 void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStream_t stream) {
     using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages>;
-    constexpr auto kKernel = attention_forward_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kPingPong, kCluster, kDynamic, kGeneral, kBias>;
+    constexpr auto kKernel = attention_forward_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kPingPong, kCluster, kDynamic, kGeneral>;
     static_assert(!kGeneral || kCluster == 1, "CTA pairs walk the causal diagonal of self-attention");
-    static_assert(!kBias || kGeneral, "the bias runs on the general copies");
     if (!kGeneral) attention_check_self_causal(p);
     constexpr int kSmemBytes = Tile::kSmemBytes + (kDynamic ? Tile::kDynamicBytes : 0);
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
@@ -1504,21 +1457,32 @@ void launch_attention_decode(const AttentionForwardParams& p, const int* seqlens
     using Tile = DecodeTile<HS>;
     // splits: the count whose kv_heads * splits CTAs fill the GPU's CTA slots best (the last wave of a memory-bound
     // grid that is partly empty streams at part of the bandwidth), the fewest among equals (each split adds a partial
-    // to combine); each split at least 4 stages of keys
+    // to combine). Each split streams at least 16 stages of keys (a shorter one spends much of its time filling its
+    // ring), or 4 where 16 leave most slots empty.
     const int kv_heads = p.B * p.NH_kv;
-    const cudaDeviceProp& dp = device_props();
-    const int per_sm = std::max(1, std::min((int)(dp.sharedMemPerMultiprocessor / (Tile::kSmemBytes + dp.reservedSharedMemPerBlock)),
-                                            dp.maxThreadsPerMultiProcessor / Tile::kThreads));
-    const long slots = (long)per_sm * dp.multiProcessorCount;
-    const int max_splits = std::max(1, std::min(ceil_div(p.Tk, 4 * kDecodeKeys), Tile::kMaxSplits));
-    int splits = 1;
-    double best = 0.0;
-    for (int s = 1; s <= max_splits; s++) {
-        const long ctas = (long)kv_heads * s;
-        const double fill = (double)ctas / (double)(ceil_div(ctas, slots) * slots);
-        if (fill > best * 1.02) { best = fill; splits = s; }
-        if (ctas >= 4 * slots) break;   // past a few waves the fill only creeps up
+    static int per_sm = 0;   // CTAs an SM holds (registers and shared memory)
+    if (!per_sm) {
+        cudaCheck(cudaFuncSetAttribute(attention_decode_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_decode_kernel<HS>, Tile::kThreads, Tile::kSmemBytes));
+        per_sm = std::max(per_sm, 1);
     }
+    const long slots = (long)per_sm * device_props().multiProcessorCount;
+    auto best_splits = [&](int min_stages, double* fill_out) {
+        const int max_splits = std::max(1, std::min(p.Tk / (min_stages * kDecodeKeys), Tile::kMaxSplits));
+        int best_s = 1;
+        double best = 0.0;
+        for (int s = 1; s <= max_splits; s++) {
+            const long ctas = (long)kv_heads * s;
+            const double fill = (double)ctas / (double)(ceil_div(ctas, slots) * slots);
+            if (fill > best * 1.02) { best = fill; best_s = s; }
+            if (ctas >= 4 * slots) break;   // past a few waves the fill only creeps up
+        }
+        *fill_out = best;
+        return best_s;
+    };
+    double fill = 0.0;
+    int splits = best_splits(16, &fill);
+    if (fill < 0.5) splits = best_splits(4, &fill);
     const int split_keys = ceil_div(ceil_div(p.Tk, splits), kDecodeKeys) * kDecodeKeys;
     splits = ceil_div(p.Tk, split_keys);
     DecodePartials part{nullptr, nullptr, nullptr};
@@ -1622,13 +1586,7 @@ inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stre
     const int HS = p.HS, T = p.T;
     if (attention_decode_applies(p)) { attention_forward_kvcache(p, p.x.seqlens_k, stream); return; }
     if (attention_self_causal(p)) { attention_forward_self_causal_path(p, stream); return; }
-    const bool bias_only = p.x.bias && !p.x.seqlens_k && !p.x.cu_seqlens_q && !p.x.cu_seqlens_k && !p.x.gate && !p.x.doc_start;
-    if (bias_only && attention_forward_uses_hopper(HS)) {   // a bias alone: the Hopper kernels' kBias copies (tiles below)
-        if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, true>(p, stream);
-        else if (HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, true>(p, stream);
-        else launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, false, true, true>(p, stream);
-    }
-    else if (attention_has_extras(p.x) || HS <= 16) {   // bias, key lengths, packed sequences, HS 8 and 16: the mma.sync kExtras copies
+    if (attention_has_extras(p.x) || HS <= 16) {   // bias, key lengths, packed sequences, HS 8 and 16: the mma.sync kExtras copies
         if (HS <= 16) launch_attention_forward<16, 2, 4, 64, true, true>(p, stream);
         else if (HS == 64) launch_attention_forward<64, 2, 4, 64, true, true>(p, stream);
         else if (HS == 128) launch_attention_forward<128, 2, 4, 48, true, true>(p, stream);
