@@ -1468,7 +1468,7 @@ void launch_attention_decode(const AttentionForwardParams& p, const int* seqlens
     }
     const long slots = (long)per_sm * device_props().multiProcessorCount;
     auto best_splits = [&](int min_stages, double* fill_out) {
-        const int max_splits = std::max(1, std::min(p.Tk / (min_stages * kDecodeKeys), Tile::kMaxSplits));
+        const int max_splits = std::max(1, std::min(ceil_div(p.Tk, min_stages * kDecodeKeys), Tile::kMaxSplits));
         int best_s = 1;
         double best = 0.0;
         for (int s = 1; s <= max_splits; s++) {
