@@ -571,6 +571,25 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[kNT * 4], float (
     }
 }
 
+// S += bias / scale on one thread's rows r and r + 8 of a bias tile in shared memory (TMA-loaded: kNT * 8 / 64 boxes
+// of 64 keys x rows, 128-byte swizzle; rows = 1 where the bias broadcasts over queries: row 0 for every row, each box
+// 1024 bytes apart, so that its one row is unswizzled). A quad reads 16 contiguous bytes of a row, and the swizzle
+// puts a warp's 8 rows in 8 different chunks: no bank conflicts.
+template <int kNT, int kBlockM>
+__device__ __forceinline__ void add_bias_tile_smem(float (&s)[kNT * 4], const uint8_t* tile, int rows, int r, int tq, float inv_scale) {
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        #pragma unroll
+        for (int i = 0; i < kNT; i++) {
+            const int offset = rows == 1 ? (i / 8) * 1024 + (i % 8) * 16 + 4 * tq
+                                         : swizzle_wgmma<kBlockM>(r + 8 * half, i) + 4 * tq;
+            const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(tile + offset));
+            s[4 * i + 2 * half] += b.x * inv_scale;
+            s[4 * i + 2 * half + 1] += b.y * inv_scale;
+        }
+    }
+}
+
 // epilogue, as in the mma.sync kernel: O /= l, LSE = m * scale + log(l); each warp stages only its own 16 rows
 // of O (swizzle<HS>, in Q's shared memory: the caller ordered every wgmma read of Q before this) for 16-byte stores;
 // kStaged false: no staging (q_smem unused), each thread stores its own bf16 pairs
@@ -638,22 +657,32 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
 // kv_iter % kStages with phase parity (kv_iter / kStages) & 1. A fresh mbarrier is in phase 0, so waiting for
 // parity 1 passes at once: the producer's first pass over the empty barriers does not block.
 
-struct HopperTmaMaps { CUtensorMap q, k, v; };   // passed as a __grid_constant__ kernel argument
+// passed as a __grid_constant__ kernel argument; the kBias kernels' adds their (B, NH, T, Tk) bf16 bias
+struct HopperTmaMaps { CUtensorMap q, k, v; };
+struct HopperBiasTmaMaps : HopperTmaMaps { CUtensorMap bias; };
 
-template <int HS, int kNCWG_, int kBlockN_, int kStages_>
+// kBias: a ring of kBiasStages bias tiles (kBlockM queries x kBlockN keys, bf16, the layout of a wgmma tile of kBlockN
+// "head dims": kBlockN / 64 TMA boxes of 64 keys), loaded with each K tile
+template <int HS, int kNCWG_, int kBlockN_, int kStages_, bool kBias_ = false>
 struct HopperWsTile {
     static constexpr int kHeadSize = HS, kNCWG = kNCWG_, kBlockN = kBlockN_, kStages = kStages_;
     static constexpr int kBlockM = 64 * kNCWG, kThreads = 128 * (kNCWG + 1);
     static constexpr int kQBytes = kBlockM * HS * 2, kTileBytes = kBlockN * HS * 2;
+    static constexpr bool kBias = kBias_;
+    static constexpr int kBiasStages = kBias ? 2 : 0, kBiasBytes = kBlockM * kBlockN * 2;
+    static constexpr int kRingBytes = 2 * kStages * kTileBytes + kBiasStages * kBiasBytes;   // K, V (and bias) rings
     // two Q slots where they fit (not HS 128 with 128-key tiles and a 3-deep ring), so the next work item's Q
     // loads while this one finishes
-    static constexpr int kQSlots = 3 * kQBytes + 2 * kStages * kTileBytes + 8 * (4 + 4 * kStages) + 1024 <= 227 * 1024 ? 2 : 1;
-    static constexpr int kNumBars = 2 * kQSlots + 4 * kStages;   // q_full[], q_empty[], k_full[], k_empty[], v_full[], v_empty[]
+    static constexpr int kQSlots = 3 * kQBytes + kRingBytes + 8 * (4 + 4 * kStages + 2 * kBiasStages) + 1024 <= 227 * 1024 ? 2 : 1;
+    // q_full[], q_empty[], k_full[], k_empty[], v_full[], v_empty[], bias_full[], bias_empty[]
+    static constexpr int kNumBars = 2 * kQSlots + 4 * kStages + 2 * kBiasStages;
     // O is staged in shared memory for 16-byte stores where that fits; otherwise (HS 128 with a 3-deep ring) each
     // thread stores its own bf16 pairs, 4-byte stores once per work item
-    static constexpr bool kStageO = (kQSlots + 1) * kQBytes + 2 * kStages * kTileBytes + 8 * kNumBars + 1024 <= 227 * 1024;
-    // Q slots | K ring | V ring | O staging (kBlockM rows, swizzle<HS>) | mbarriers; + 1 KB to align to the swizzle atom
-    static constexpr int kBarOffset = (kQSlots + kStageO) * kQBytes + 2 * kStages * kTileBytes;
+    static constexpr bool kStageO = (kQSlots + 1) * kQBytes + kRingBytes + 8 * kNumBars + 1024 <= 227 * 1024;
+    // Q slots | K ring | V ring | O staging (kBlockM rows, swizzle<HS>) | bias ring | mbarriers; + 1 KB to align to
+    // the swizzle atom
+    static constexpr int kBiasOffset = (kQSlots + kStageO) * kQBytes + 2 * kStages * kTileBytes;
+    static constexpr int kBarOffset = kBiasOffset + kBiasStages * kBiasBytes;
     static constexpr int kSmemBytes = kBarOffset + 8 * kNumBars + 1024;
     // the claimed schedule (kDynamic) adds, after the mbarriers: hand_full[], hand_empty[] (CTA pairs: rank 0 hands
     // rank 1 each item), item_w[] (each Q slot's item, for the consumers), hand_w[] (written by the peer)
@@ -741,7 +770,8 @@ inline bool backward_early_start() { return attention_tuning().pdl; }
 template <class Tile>
 struct ForwardWsSmem {
     uint8_t *q, *k, *v, *o;   // [kQSlots] (kBlockM, HS), [kStages] (kBlockN, HS) twice: swizzle_wgmma; O: swizzle<HS>
-    uint64_t *q_full, *q_empty, *k_full, *k_empty, *v_full, *v_empty;
+    uint8_t* bias;            // kBias: [kBiasStages] (kBlockM, kBlockN)
+    uint64_t *q_full, *q_empty, *k_full, *k_empty, *v_full, *v_empty, *bias_full, *bias_empty;
     uint64_t *hand_full, *hand_empty;   // kDynamic (Tile::kDynamicBytes): rank 0 of a pair hands rank 1 each item
     int *item_w, *hand_w;               // each Q slot's item, for the consumers; the index the peer wrote
     __device__ __forceinline__ explicit ForwardWsSmem(uint8_t* smem) {
@@ -749,6 +779,7 @@ struct ForwardWsSmem {
         k = q + Tile::kQSlots * Tile::kQBytes;
         v = k + Tile::kStages * Tile::kTileBytes;
         o = v + Tile::kStages * Tile::kTileBytes;   // kStageO: each warp stages its 16 rows
+        bias = smem + Tile::kBiasOffset;
         uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Tile::kBarOffset);
         q_full = bars;
         q_empty = bars + Tile::kQSlots;
@@ -756,7 +787,9 @@ struct ForwardWsSmem {
         k_empty = k_full + Tile::kStages;
         v_full = k_empty + Tile::kStages;
         v_empty = v_full + Tile::kStages;
-        hand_full = v_empty + Tile::kStages;
+        bias_full = v_empty + Tile::kStages;
+        bias_empty = bias_full + Tile::kBiasStages;
+        hand_full = bars + Tile::kNumBars;
         hand_empty = hand_full + Tile::kQSlots;
         item_w = reinterpret_cast<int*>(hand_empty + Tile::kQSlots);
         hand_w = item_w + Tile::kQSlots;
@@ -771,6 +804,10 @@ struct ForwardWsSmem {
 template <int kBlockM, int kBlockN, int kCluster, bool kGeneral>
 struct ForwardWsWalk {
     int T, Tk, NH, group, diag, num_bh, num_m_blocks, num_ranks, num_items, section_heads, cta_rank;
+    // kBias: rows of a bias tile (kBlockM, or 1 where the bias broadcasts over queries), and whether it has a head and
+    // a batch dimension (else they broadcast)
+    int bias_rows;
+    bool bias_h, bias_b;
     bool snake;   // see persistent_work
     // !kGeneral (CTA pairs are never general): attention_self_causal, so Tk, the diagonal and the GQA group are
     // constants to the compiler
@@ -779,7 +816,9 @@ struct ForwardWsWalk {
         : T(p.T), Tk(kSelfCausal ? p.T : p.Tk), NH(p.NH), group(kSelfCausal ? 1 : p.NH / p.NH_kv),
           diag(kSelfCausal ? 0 : attention_diagonal(p)), num_bh(p.B * p.NH),
           num_m_blocks(ceil_div(p.T, kBlockM)), num_ranks(num_m_blocks / kCluster), num_items(num_ranks * num_bh),
-          section_heads(section_heads_), cta_rank(kCluster > 1 ? cluster_cta_rank() : 0), snake(section_heads_ >= num_bh) {}
+          section_heads(section_heads_), cta_rank(kCluster > 1 ? cluster_cta_rank() : 0),
+          bias_rows(p.x.bias_st.row ? kBlockM : 1), bias_h(p.x.bias_st.head != 0), bias_b(p.x.bias_st.batch != 0),
+          snake(section_heads_ >= num_bh) {}
     __device__ __forceinline__ int block_start(int m_block) const {
         return kBlockM != kBlockN ? T - (num_m_blocks - m_block) * kBlockM : m_block * kBlockM;
     }
@@ -796,8 +835,8 @@ struct ForwardWsWalk {
 // The producer (one thread): per work item, its Q into the next Q slot, then its K/V walk into the ring, the diagonal
 // tile first; with kDynamic the items past the first round are claimed (by rank 0 of a pair, which hands each index
 // to rank 1), and an index past the items tells the consumers to stop.
-template <class Tile, int kCluster, bool kDynamic, bool kGeneral>
-__device__ __forceinline__ void forward_ws_producer(const ForwardWsSmem<Tile>& sm, const HopperTmaMaps& maps,
+template <class Tile, int kCluster, bool kDynamic, bool kGeneral, class Maps>
+__device__ __forceinline__ void forward_ws_producer(const ForwardWsSmem<Tile>& sm, const Maps& maps,
                                                     const ForwardWsWalk<Tile::kBlockM, Tile::kBlockN, kCluster, kGeneral>& walk) {
     constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
     constexpr int kCB = Tile::kHeadSize / 64;   // 64-column blocks of a tile (swizzle_wgmma): one TMA box each
@@ -828,6 +867,14 @@ __device__ __forceinline__ void forward_ws_producer(const ForwardWsSmem<Tile>& s
                     uint8_t* dst = k_smem + slot * Tile::kTileBytes + c * kBlockN * 128;
                     if constexpr (kCluster == 1) tma_load_4d(dst, &maps.k, &k_full[slot], 64 * c, h_kv, key0, b);
                     else if (c == cta_rank) tma_load_4d_multicast(dst, &maps.k, &k_full[slot], 0x3, 64 * c, h_kv, key0, b);
+                }
+                if constexpr (Tile::kBias) {   // this K tile's bias tile: kBlockM rows (one if they broadcast) x kBlockN keys
+                    const int bslot = kv_iter % Tile::kBiasStages, bphase = (kv_iter / Tile::kBiasStages) & 1;
+                    mbar_wait(&sm.bias_empty[bslot], bphase ^ 1);
+                    mbar_arrive_expect_tx(&sm.bias_full[bslot], walk.bias_rows * kBlockN * 2);
+                    for (int c = 0; c < kBlockN / 64; c++)   // boxes 1024-byte aligned: the swizzle follows address bits 7-9
+                        tma_load_4d(sm.bias + bslot * Tile::kBiasBytes + c * max(walk.bias_rows, 8) * 128, &maps.bias, &sm.bias_full[bslot],
+                                    key0 + 64 * c, walk.bias_rows > 1 ? m_start : 0, walk.bias_h ? h : 0, walk.bias_b ? b : 0);
                 }
                 mbar_wait(&v_empty[slot], phase ^ 1);
                 mbar_arrive_expect_tx(&v_full[slot], Tile::kTileBytes);
@@ -889,6 +936,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
     const int g = lane / 4, tq = lane % 4;
     const int warp_row0 = cwg * 64 + (warp % 4) * 16;   // this warp's 16 rows of the tile
     const float scale_log2 = p.scale * kLog2e;
+    const float inv_scale = 1.0f / p.scale;   // kBias: S + bias / scale, so the softmax's scale gives scale S + bias
     uint64_t q_desc;   // this warpgroup's rows of column block 0 of the work item's Q slot
 
     // kHalfDiag: with kBlockM = kBlockN an item's first tile is its diagonal block, whose right half (keys
@@ -897,7 +945,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
     // It runs its own copy of the consumer code, half_diag a constant: ptxas serialises every wgmma of a kernel
     // that has one under a branch it cannot prove uniform (C7520). HS 128 runs the one copy: its kernels serve long
     // T, where the saving is under 1% and a second copy measured slower.
-    constexpr bool kHalfDiag = kBlockM == kBlockN && HS == 64;
+    constexpr bool kHalfDiag = kBlockM == kBlockN && HS == 64 && !Tile::kBias;   // (the bias ring goes tile by tile)
     auto consumer = [&](auto wg0) {
         constexpr bool half_diag = kHalfDiag && decltype(wg0)::value;
         float s[kNT * 4];       // S of the current tile, then P in fp32
@@ -1009,6 +1057,13 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
             if constexpr (!kDynamic) has_next = item_of(tile_iter + 1) < num_items;
             auto softmax = [&](int j) {   // on tile j (loop order): P_j (fp32) in s, row statistics, alpha
                 const int key0 = (n_blocks - 1 - j) * kBlockN;
+                if constexpr (Tile::kBias) {   // its bias tile (loaded with K tile j), then handed back
+                    const int it = kv_iter + j, bslot = it % Tile::kBiasStages;
+                    mbar_wait(&sm.bias_full[bslot], (it / Tile::kBiasStages) & 1);
+                    add_bias_tile_smem<kNT, kBlockM>(s, sm.bias + bslot * Tile::kBiasBytes, walk.bias_rows, warp_row0 + g, tq, inv_scale);
+                    __syncwarp();
+                    release(&sm.bias_empty[bslot]);
+                }
                 constexpr bool kKeyBound = !std::remove_reference_t<decltype(walk)>::kSelfCausal;
                 if (key0 + kBlockN - 1 > (kKeyBound ? min(m_start + warp_row0 + diag, Tk - 1) : m_start + warp_row0 + diag))
                     mask_tile<kNT, kKeyBound>(s, m_start + warp_row0 + diag, key0, Tk, g, tq);
@@ -1108,16 +1163,20 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
 // for and releases without computing). Needs an even number of query blocks (the launcher checks).
 // kDynamic: items past the first round claimed from a counter (see persistent_claim); in a pair rank 0 claims and
 // hands each index to rank 1 through its shared memory.
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false, bool kGeneral = false>
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false, bool kGeneral = false,
+          bool kBias = false>
 __global__ void __launch_bounds__(HopperWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
-attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_constant__ HopperTmaMaps maps, int section_heads) {
+attention_forward_hopper_ws_kernel(const AttentionForwardParams p,
+                                   const __grid_constant__ std::conditional_t<kBias, HopperBiasTmaMaps, HopperTmaMaps> maps,
+                                   int section_heads) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(HS == 64 || HS == 128 || HS == 256, "head dims 64, 128, 256");
     static_assert(kStages >= 2, "V_{j-1} and K_j are in flight together");
     static_assert(!kPingPong || kNCWG >= 2, "ping-pong needs two consumer warpgroups");
-    using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages>;
+    using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages, kBias>;
     constexpr int kBlockM = Tile::kBlockM;
     static_assert(kCluster == 1 || (kCluster == 2 && HS == 128 && kBlockN == kBlockM), "pairs split HS 128's two column boxes");
+    static_assert(!kBias || (kGeneral && kCluster == 1 && kBlockN % 64 == 0), "the bias runs on the general copies");
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const ForwardWsSmem<Tile> sm(smem);
@@ -1131,6 +1190,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
             mbar_init(&sm.k_full[s], 1); mbar_init(&sm.k_empty[s], kConsumerWarps * kCluster);
             mbar_init(&sm.v_full[s], 1); mbar_init(&sm.v_empty[s], kConsumerWarps * kCluster);
         }
+        for (int s = 0; s < Tile::kBiasStages; s++) { mbar_init(&sm.bias_full[s], 1); mbar_init(&sm.bias_empty[s], kConsumerWarps); }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");   // visible to the async (TMA) proxy
     }
     if constexpr (kCluster > 1) cluster_sync();   // the peer's barriers exist before anything reaches them
@@ -1155,19 +1215,45 @@ inline CUtensorMap attention_tensor_map(const floatX* base, const AttentionStrid
     return bthd_tensor_map(base, st.row, st.head, st.batch, B, T, NH, HS, box_rows);
 }
 
+// The Hopper forward's kBias copies take a bf16 bias, the only extra, whose pointer and non-zero strides TMA accepts
+// (16 bytes), at head dims 64, 128 and 256; everything else with a bias runs on the mma.sync kExtras copies.
+inline bool attention_forward_hopper_bias_fits(const AttentionForwardParams& p) {
+    const AttentionExtras& x = p.x;
+    if (!x.bias || x.bias_fp32 || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.gate || x.doc_start) return false;
+    if (!(p.HS == 64 || p.HS == 128 || p.HS == 256) || !hopper_path_available()) return false;
+    return (uintptr_t)x.bias % 16 == 0 && x.bias_st.row % 8 == 0 && x.bias_st.head % 8 == 0 && x.bias_st.batch % 8 == 0;
+}
+// The bias as a 4-D tensor map (Tk, T, NH, B): boxes of 64 keys x box_rows queries (1 where it broadcasts over
+// queries) x 1 x 1, 128-byte swizzle; a dimension that broadcasts (stride 0) has extent 1, read at 0.
+inline CUtensorMap bias_tensor_map(const AttentionForwardParams& p, int box_rows) {
+    const AttentionStrides& st = p.x.bias_st;
+    const cuuint64_t dims[4] = {(cuuint64_t)p.Tk, (cuuint64_t)(st.row ? p.T : 1), (cuuint64_t)(st.head ? p.NH : 1),
+                                (cuuint64_t)(st.batch ? p.B : 1)};
+    // a dimension of extent 1 is never stepped along: it gets the stride it would have packed after the one before
+    const cuuint64_t row = st.row ? st.row * 2 : ((cuuint64_t)p.Tk * 2 + 15) / 16 * 16;
+    const cuuint64_t head = st.head ? st.head * 2 : row * dims[1];
+    const cuuint64_t strides[3] = {row, head, st.batch ? (cuuint64_t)st.batch * 2 : head * dims[2]};
+    const cuuint32_t box[4] = {64, (cuuint32_t)(st.row ? box_rows : 1), 1, 1};
+    return swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, p.x.bias, dims, strides, box);
+}
+
 // kCluster 2: pairs of CTAs (thread-block clusters, launched with cudaLaunchKernelEx), as many pairs as fit at once
 // kGeneral: any call (non-causal, T != Tk); otherwise causal self-attention only (T = Tk, checked here)
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false, bool kGeneral = false>
+// kBias: a general copy that adds p.x.bias, its only extra (attention_forward_hopper_bias_fits says which biases)
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false, bool kGeneral = false,
+          bool kBias = false>
 void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStream_t stream) {
-    using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages>;
-    constexpr auto kKernel = attention_forward_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kPingPong, kCluster, kDynamic, kGeneral>;
+    using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages, kBias>;
+    constexpr auto kKernel = attention_forward_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kPingPong, kCluster, kDynamic, kGeneral, kBias>;
     static_assert(!kGeneral || kCluster == 1, "CTA pairs walk the causal diagonal of self-attention");
     if (!kGeneral) attention_check_self_causal(p);
     constexpr int kSmemBytes = Tile::kSmemBytes + (kDynamic ? Tile::kDynamicBytes : 0);
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
-    const HopperTmaMaps maps{attention_tensor_map(p.q, p.q_st, p.B, p.T, p.NH, HS, Tile::kBlockM),
-                             attention_tensor_map(p.k, p.k_st, p.B, p.Tk, p.NH_kv, HS, kBlockN),
-                             attention_tensor_map(p.v, p.v_st, p.B, p.Tk, p.NH_kv, HS, kBlockN)};
+    std::conditional_t<kBias, HopperBiasTmaMaps, HopperTmaMaps> maps;
+    maps.q = attention_tensor_map(p.q, p.q_st, p.B, p.T, p.NH, HS, Tile::kBlockM);
+    maps.k = attention_tensor_map(p.k, p.k_st, p.B, p.Tk, p.NH_kv, HS, kBlockN);
+    maps.v = attention_tensor_map(p.v, p.v_st, p.B, p.Tk, p.NH_kv, HS, kBlockN);
+    if constexpr (kBias) maps.bias = bias_tensor_map(p, Tile::kBlockM);
     const int num_m_blocks = ceil_div(p.T, Tile::kBlockM), section_heads = persistent_section_heads(p.B * p.NH, p.Tk, HS);
     if constexpr (kCluster == 1) {
         const int num_items = p.B * p.NH * num_m_blocks;
@@ -1586,7 +1672,12 @@ inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stre
     const int HS = p.HS, T = p.T;
     if (attention_decode_applies(p)) { attention_forward_kvcache(p, p.x.seqlens_k, stream); return; }
     if (attention_self_causal(p)) { attention_forward_self_causal_path(p, stream); return; }
-    if (attention_has_extras(p.x) || HS <= 16) {   // bias, key lengths, packed sequences, HS 8 and 16: the mma.sync kExtras copies
+    if (attention_forward_hopper_bias_fits(p)) {   // a bf16 bias alone: the Hopper kernels' kBias copies (tiles below)
+        if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, true>(p, stream);
+        else if (HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, true>(p, stream);
+        else launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, false, true, true>(p, stream);
+    }
+    else if (attention_has_extras(p.x) || HS <= 16) {   // bias, key lengths, packed sequences, HS 8 and 16: the mma.sync kExtras copies
         if (HS <= 16) launch_attention_forward<16, 2, 4, 64, true, true>(p, stream);
         else if (HS == 64) launch_attention_forward<64, 2, 4, 64, true, true>(p, stream);
         else if (HS == 128) launch_attention_forward<128, 2, 4, 48, true, true>(p, stream);
