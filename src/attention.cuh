@@ -657,7 +657,7 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
 // kv_iter % kStages with phase parity (kv_iter / kStages) & 1. A fresh mbarrier is in phase 0, so waiting for
 // parity 1 passes at once: the producer's first pass over the empty barriers does not block.
 
-// passed as a __grid_constant__ kernel argument; the kBias kernels' adds their (B, NH, T, Tk) bf16 bias
+// passed as a __grid_constant__ kernel argument; the kBias kernels' also holds the (B, NH, T, Tk) bf16 bias
 struct HopperTmaMaps { CUtensorMap q, k, v; };
 struct HopperBiasTmaMaps : HopperTmaMaps { CUtensorMap bias; };
 
@@ -1280,8 +1280,9 @@ void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStr
 // 3-deep cp.async ring and keep their own online softmax; at the end the CTA merges its warps. With one split it
 // writes O and LSE itself; otherwise each split leaves (O / l, LSE) in fp32 scratch, and the last split of a
 // (b, key/value head) to finish (a counter per pair) combines them, each weighted by exp(LSE_split - LSE): no second
-// kernel, whose launch and ramp cost more than the combine itself. seqlens_k (optional, per sequence): the keys of sequence b are
-// 0 .. seqlens_k[b] - 1 of the cache, the last T of them the new tokens' (causal: query t sees keys <= t + len - T).
+// kernel, whose launch and ramp cost more than the combine itself. seqlens_k (optional, per sequence): the keys of
+// sequence b are 0 .. seqlens_k[b] - 1 of the cache, the last T of them the new tokens' (causal: query t sees keys
+// <= t + len - T).
 constexpr int kDecodeRows = 16, kDecodeWarps = 4, kDecodeKeys = 64, kDecodeStages = 3;
 
 template <int HS>
