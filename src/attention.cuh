@@ -222,16 +222,21 @@ __device__ __forceinline__ void mask_before_documents(float (&s)[kMT][kNT][4], c
             for (int e = 0; e < 4; e++)
                 if (key0 + nt * 8 + 2 * tq + (e % 2) < doc_first[mt][e / 2]) s[mt][nt][e] = -INFINITY;
 }
-// this thread's rows' document starts (rows past T: T, which masks nothing they need)
-template <int kMT>
-__device__ __forceinline__ void load_document_starts(int (&doc_first)[kMT][2], const int* doc_start_row0, int row0, int T, int lane) {
+// Document masking of a query block from m_start (docs: the sequence's doc_start row): the first key tile any of its
+// rows sees, this thread's rows' document starts (rows past T: T, which masks nothing they need), and this warp's
+// earliest
+template <int kMT, int kBlockN>
+__device__ __forceinline__ void query_block_documents(int& n_first, int (&doc_first)[kMT][2], int& warp_doc_first, const int* docs,
+                                                      int m_start, int warp_row0, int T, int lane) {
+    n_first = docs[m_start] / kBlockN;
     #pragma unroll
     for (int mt = 0; mt < kMT; mt++)
         #pragma unroll
         for (int half = 0; half < 2; half++) {
-            const int row = row0 + mt * 16 + lane / 4 + 8 * half;
-            doc_first[mt][half] = row < T ? doc_start_row0[row] : T;
+            const int row = m_start + warp_row0 + mt * 16 + lane / 4 + 8 * half;
+            doc_first[mt][half] = row < T ? docs[row] : T;
         }
+    warp_doc_first = docs[min(m_start + warp_row0, T - 1)];
 }
 
 // eight bf16 products (fp32 math, one rounding)
@@ -308,12 +313,9 @@ attention_forward_kernel(const AttentionForwardParams p) {
     // document masking: the block's first row starts the earliest document; the key tiles before it are skipped
     int n_first = 0, doc_first[kMT][2] = {}, warp_doc_first = 0;
     if constexpr (kExtras) {
-        if (p.x.doc_start) {
-            const int* docs = p.x.doc_start + (size_t)b * p.T;
-            n_first = docs[m_start] / kBlockN;
-            load_document_starts<kMT>(doc_first, docs, m_start + warp_row0, T, lane);
-            warp_doc_first = docs[min(m_start + warp_row0, T - 1)];
-        }
+        if (p.x.doc_start)
+            query_block_documents<kMT, kBlockN>(n_first, doc_first, warp_doc_first, p.x.doc_start + (size_t)b * p.T, m_start,
+                                                warp_row0, T, lane);
     }
     auto k_tile = [&](int stage) { return kv_smem + stage * 2 * Tile::kTileBytes; };
     auto v_tile = [&](int stage) { return kv_smem + stage * 2 * Tile::kTileBytes + Tile::kTileBytes; };
@@ -2304,12 +2306,9 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
     // document masking: the block's first row starts the earliest document; the key tiles before it are skipped
     int n_first = 0, doc_first[kMT][2] = {}, warp_doc_first = 0;
     if constexpr (kExtras) {
-        if (p.x.doc_start) {
-            const int* docs = p.x.doc_start + (size_t)b * p.T;
-            n_first = docs[m_start] / kBlockN;
-            load_document_starts<kMT>(doc_first, docs, m_start + warp_row0, T, lane);
-            warp_doc_first = docs[min(m_start + warp_row0, T - 1)];
-        }
+        if (p.x.doc_start)
+            query_block_documents<kMT, kBlockN>(n_first, doc_first, warp_doc_first, p.x.doc_start + (size_t)b * p.T, m_start,
+                                                warp_row0, T, lane);
     }
 
     // kExtras with a bias: its (kBlockM, kBlockN) tiles ride in the K/V pipeline, double buffered after the K/V stages

@@ -111,6 +111,18 @@ def out_and_grads(fn, q, k, v, dout, *extra):
     return [t.float() for t in (out,) + grads]
 
 
+def three_runs(ours_fn, ref_fn, q, k, v, dout, extra=()):
+    """out_and_grads of ours_fn, of ref_fn reducing in bf16 (the naive computation) and of ref_fn in fp32 (the
+    reference), with the shapes of ours and the reference checked equal"""
+    ours = out_and_grads(ours_fn, q, k, v, dout, *extra)
+    with math_sdpa(reduced=True):
+        naive = out_and_grads(ref_fn, q, k, v, dout, *extra)
+    with math_sdpa():
+        ref = out_and_grads(ref_fn, q.float(), k.float(), v.float(), dout.float(), *(x.float() for x in extra))
+    check(ours[0].shape == ref[0].shape, f"out shape {tuple(ours[0].shape)} != {tuple(ref[0].shape)}")
+    return ours, naive, ref
+
+
 def fa_rule(names, ours, naive, ref):
     """FlashAttention's pass rule per tensor; prints one line each and fails on any"""
     bad = []
@@ -137,14 +149,8 @@ def attention_case(B, H, H_kv, Tq, Tk, D, causal, layout="bhtd", scale=None, mak
         q, k, v = make_input(shape(B, H, Tq)), make_input(shape(B, H_kv, Tk)), make_input(shape(B, H_kv, Tk))
         dout = randn_bf16(*shape(B, H, Tq))
         s = scale if scale is not None else 1.0 / math.sqrt(D)
-        ours = out_and_grads(lambda q, k, v: fa.flash_attention(q, k, v, causal=causal, scale=scale, layout=layout),
-                             q, k, v, dout)
-        with math_sdpa(reduced=True):
-            naive = out_and_grads(lambda q, k, v: sdpa(q, k, v, causal, s, layout), q, k, v, dout)
-        with math_sdpa():
-            ref = out_and_grads(lambda q, k, v: sdpa(q, k, v, causal, s, layout), q.float(), k.float(), v.float(),
-                                dout.float())
-        check(ours[0].shape == ref[0].shape, f"out shape {tuple(ours[0].shape)} != {tuple(ref[0].shape)}")
+        ours_fn = lambda q, k, v: fa.flash_attention(q, k, v, causal=causal, scale=scale, layout=layout)  # noqa: E731
+        ours, naive, ref = three_runs(ours_fn, lambda q, k, v: sdpa(q, k, v, causal, s, layout), q, k, v, dout)
         fa_rule(("out", "dq", "dk", "dv"), ours, naive, ref)
     name = (f"B={B} H={H} H_kv={H_kv} Tq={Tq} Tk={Tk} D={D} causal={int(causal)} {layout}"
             + (f" scale={scale}" if scale is not None else "") + (" (inputs copied)" if make else ""))
@@ -224,12 +230,7 @@ def extras_case(name, B, H, H_kv, Tq, Tk, D, causal, make_bias=None, bias_grad=F
             return out if g is None else out * g
 
         extra = ((bias,) if bias_grad else ()) + ((gate,) if gated else ())
-        ours = out_and_grads(ours_fn, q, k, v, dout, *extra)
-        with math_sdpa(reduced=True):
-            naive = out_and_grads(ref_fn, q, k, v, dout, *extra)
-        with math_sdpa():
-            ref = out_and_grads(ref_fn, q.float(), k.float(), v.float(), dout.float(), *(x.float() for x in extra))
-        check(ours[0].shape == ref[0].shape, f"out shape {tuple(ours[0].shape)} != {tuple(ref[0].shape)}")
+        ours, naive, ref = three_runs(ours_fn, ref_fn, q, k, v, dout, extra)
         if not alive.all():
             dead = (ours[0] * ~alive).abs().max().item()
             print(f"  {(~alive).sum().item()} (b, row) see no key: max|out| there {dead:.3e}")
@@ -278,12 +279,7 @@ def varlen_case(seqlens_q, seqlens_k, H, H_kv, D, causal, one_cu_seqlens=False, 
             out = torch.cat(outs)
             return out * gate[0] if gate else out
 
-        ours = out_and_grads(ours_fn, q, k, v, dout, *extra)
-        with math_sdpa(reduced=True):
-            naive = out_and_grads(ref_fn, q, k, v, dout, *extra)
-        with math_sdpa():
-            ref = out_and_grads(ref_fn, q.float(), k.float(), v.float(), dout.float(), *(x.float() for x in extra))
-        check(ours[0].shape == ref[0].shape, f"out shape {tuple(ours[0].shape)} != {tuple(ref[0].shape)}")
+        ours, naive, ref = three_runs(ours_fn, ref_fn, q, k, v, dout, extra)
         fa_rule(("out", "dq", "dk", "dv") + (("dgate",) if gated else ()), ours, naive, ref)
     lengths = f"seqlens {seqlens_q}" if one_cu_seqlens else f"seqlens_q {seqlens_q} seqlens_k {seqlens_k}"
     run(f"packed {lengths} H={H} H_kv={H_kv} D={D} causal={int(causal)}"
