@@ -663,6 +663,27 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
 struct HopperTmaMaps { CUtensorMap q, k, v; };
 struct HopperBiasTmaMaps : HopperTmaMaps { CUtensorMap bias; };
 
+// The kBias copies' bias tiles (the forward's and the backward's): kRows queries x kKeys keys, bf16, loaded by TMA as
+// kKeys / 64 boxes of 64 keys x rows with the 128-byte swizzle (the layout of a wgmma tile of kKeys "head dims").
+// rows = kRows, or 1 where the bias broadcasts over queries; head and batch: whether it has those dimensions.
+struct HopperBiasBoxes {
+    int rows;
+    bool head, batch;
+    __host__ __device__ HopperBiasBoxes(const AttentionExtras& x, int tile_rows)
+        : rows(x.bias_st.row ? tile_rows : 1), head(x.bias_st.head != 0), batch(x.bias_st.batch != 0) {}
+    __device__ __forceinline__ int tile_bytes(int keys) const { return rows * keys * 2; }
+};
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// the bias tile of query rows row0.. and keys key0.. of head h, batch b; boxes 1024 bytes apart even of one row (the
+// swizzle follows address bits 7-9, so a one-row box stays unswizzled only there)
+template <int kKeys>
+__device__ __forceinline__ void tma_load_bias_tile(uint8_t* dst, const CUtensorMap* map, uint64_t* bar, const HopperBiasBoxes& bb,
+                                                   int row0, int key0, int h, int b) {
+    for (int c = 0; c < kKeys / 64; c++)
+        tma_load_4d(dst + c * max(bb.rows, 8) * 128, map, bar, key0 + 64 * c, bb.rows > 1 ? row0 : 0, bb.head ? h : 0, bb.batch ? b : 0);
+}
+#endif
+
 // kBias: a ring of kBiasStages bias tiles (kBlockM queries x kBlockN keys, bf16, the layout of a wgmma tile of kBlockN
 // "head dims": kBlockN / 64 TMA boxes of 64 keys), loaded with each K tile
 template <int HS, int kNCWG_, int kBlockN_, int kStages_, bool kBias_ = false>
@@ -806,10 +827,7 @@ struct ForwardWsSmem {
 template <int kBlockM, int kBlockN, int kCluster, bool kGeneral>
 struct ForwardWsWalk {
     int T, Tk, NH, group, diag, num_bh, num_m_blocks, num_ranks, num_items, section_heads, cta_rank;
-    // kBias: rows of a bias tile (kBlockM, or 1 where the bias broadcasts over queries), and whether it has a head and
-    // a batch dimension (else they broadcast)
-    int bias_rows;
-    bool bias_h, bias_b;
+    HopperBiasBoxes bias;   // kBias
     bool snake;   // see persistent_work
     // !kGeneral (CTA pairs are never general): attention_self_causal, so Tk, the diagonal and the GQA group are
     // constants to the compiler
@@ -819,8 +837,7 @@ struct ForwardWsWalk {
           diag(kSelfCausal ? 0 : attention_diagonal(p)), num_bh(p.B * p.NH),
           num_m_blocks(ceil_div(p.T, kBlockM)), num_ranks(num_m_blocks / kCluster), num_items(num_ranks * num_bh),
           section_heads(section_heads_), cta_rank(kCluster > 1 ? cluster_cta_rank() : 0),
-          bias_rows(p.x.bias_st.row ? kBlockM : 1), bias_h(p.x.bias_st.head != 0), bias_b(p.x.bias_st.batch != 0),
-          snake(section_heads_ >= num_bh) {}
+          bias(p.x, kBlockM), snake(section_heads_ >= num_bh) {}
     __device__ __forceinline__ int block_start(int m_block) const {
         return kBlockM != kBlockN ? T - (num_m_blocks - m_block) * kBlockM : m_block * kBlockM;
     }
@@ -873,10 +890,8 @@ __device__ __forceinline__ void forward_ws_producer(const ForwardWsSmem<Tile>& s
                 if constexpr (Tile::kBias) {   // this K tile's bias tile: kBlockM rows (one if they broadcast) x kBlockN keys
                     const int bslot = kv_iter % Tile::kBiasStages, bphase = (kv_iter / Tile::kBiasStages) & 1;
                     mbar_wait(&sm.bias_empty[bslot], bphase ^ 1);
-                    mbar_arrive_expect_tx(&sm.bias_full[bslot], walk.bias_rows * kBlockN * 2);
-                    for (int c = 0; c < kBlockN / 64; c++)   // boxes 1024-byte aligned: the swizzle follows address bits 7-9
-                        tma_load_4d(sm.bias + bslot * Tile::kBiasBytes + c * max(walk.bias_rows, 8) * 128, &maps.bias, &sm.bias_full[bslot],
-                                    key0 + 64 * c, walk.bias_rows > 1 ? m_start : 0, walk.bias_h ? h : 0, walk.bias_b ? b : 0);
+                    mbar_arrive_expect_tx(&sm.bias_full[bslot], walk.bias.tile_bytes(kBlockN));
+                    tma_load_bias_tile<kBlockN>(sm.bias + bslot * Tile::kBiasBytes, &maps.bias, &sm.bias_full[bslot], walk.bias, m_start, key0, h, b);
                 }
                 mbar_wait(&v_empty[slot], phase ^ 1);
                 mbar_arrive_expect_tx(&v_full[slot], Tile::kTileBytes);
@@ -1062,7 +1077,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
                 if constexpr (Tile::kBias) {   // its bias tile (loaded with K tile j), then handed back
                     const int it = kv_iter + j, bslot = it % Tile::kBiasStages;
                     mbar_wait(&sm.bias_full[bslot], (it / Tile::kBiasStages) & 1);
-                    add_bias_tile_smem<kNT, kBlockM>(s, sm.bias + bslot * Tile::kBiasBytes, walk.bias_rows, warp_row0 + g, tq, inv_scale);
+                    add_bias_tile_smem<kNT, kBlockM>(s, sm.bias + bslot * Tile::kBiasBytes, walk.bias.rows, warp_row0 + g, tq, inv_scale);
                     __syncwarp();
                     release(&sm.bias_empty[bslot]);
                 }
@@ -1217,26 +1232,28 @@ inline CUtensorMap attention_tensor_map(const floatX* base, const AttentionStrid
     return bthd_tensor_map(base, st.row, st.head, st.batch, B, T, NH, HS, box_rows);
 }
 
-// The Hopper forward's kBias copies take a bf16 bias, the only extra, whose pointer and non-zero strides TMA accepts
-// (16 bytes), at head dims 64, 128 and 256; everything else with a bias runs on the mma.sync kExtras copies.
-inline bool attention_forward_hopper_bias_fits(const AttentionForwardParams& p) {
-    const AttentionExtras& x = p.x;
+// The Hopper kernels' kBias copies take a bf16 bias, the only extra, whose pointer and non-zero strides TMA accepts
+// (16 bytes): the forward at head dims 64, 128 and 256, the backward at 64 and 128 (with dBias too); everything else
+// with a bias runs on the mma.sync kExtras copies.
+inline bool attention_hopper_bias_fits(const AttentionExtras& x) {
     if (!x.bias || x.bias_fp32 || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.gate || x.doc_start) return false;
-    if (!(p.HS == 64 || p.HS == 128 || p.HS == 256) || !hopper_path_available()) return false;
-    return (uintptr_t)x.bias % 16 == 0 && x.bias_st.row % 8 == 0 && x.bias_st.head % 8 == 0 && x.bias_st.batch % 8 == 0;
+    return (uintptr_t)x.bias % 16 == 0 && x.bias_st.row % 8 == 0 && x.bias_st.head % 8 == 0 && x.bias_st.batch % 8 == 0 &&
+           hopper_path_available();
+}
+inline bool attention_forward_hopper_bias_fits(const AttentionForwardParams& p) {
+    return (p.HS == 64 || p.HS == 128 || p.HS == 256) && attention_hopper_bias_fits(p.x);
 }
 // The bias as a 4-D tensor map (Tk, T, NH, B): boxes of 64 keys x box_rows queries (1 where it broadcasts over
 // queries) x 1 x 1, 128-byte swizzle; a dimension that broadcasts (stride 0) has extent 1, read at 0.
-inline CUtensorMap bias_tensor_map(const AttentionForwardParams& p, int box_rows) {
-    const AttentionStrides& st = p.x.bias_st;
-    const cuuint64_t dims[4] = {(cuuint64_t)p.Tk, (cuuint64_t)(st.row ? p.T : 1), (cuuint64_t)(st.head ? p.NH : 1),
-                                (cuuint64_t)(st.batch ? p.B : 1)};
+inline CUtensorMap bias_tensor_map(const AttentionExtras& x, int B, int T, int Tk, int NH, int box_rows) {
+    const AttentionStrides& st = x.bias_st;
+    const cuuint64_t dims[4] = {(cuuint64_t)Tk, (cuuint64_t)(st.row ? T : 1), (cuuint64_t)(st.head ? NH : 1), (cuuint64_t)(st.batch ? B : 1)};
     // a dimension of extent 1 is never stepped along: it gets the stride it would have packed after the one before
-    const cuuint64_t row = st.row ? st.row * 2 : ((cuuint64_t)p.Tk * 2 + 15) / 16 * 16;
+    const cuuint64_t row = st.row ? st.row * 2 : ((cuuint64_t)Tk * 2 + 15) / 16 * 16;
     const cuuint64_t head = st.head ? st.head * 2 : row * dims[1];
     const cuuint64_t strides[3] = {row, head, st.batch ? (cuuint64_t)st.batch * 2 : head * dims[2]};
-    const cuuint32_t box[4] = {64, (cuuint32_t)(st.row ? box_rows : 1), 1, 1};
-    return swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, p.x.bias, dims, strides, box);
+    const cuuint32_t box[4] = {64, (cuuint32_t)HopperBiasBoxes(x, box_rows).rows, 1, 1};
+    return swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, x.bias, dims, strides, box);
 }
 
 // kCluster 2: pairs of CTAs (thread-block clusters, launched with cudaLaunchKernelEx), as many pairs as fit at once
@@ -1255,7 +1272,7 @@ void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStr
     maps.q = attention_tensor_map(p.q, p.q_st, p.B, p.T, p.NH, HS, Tile::kBlockM);
     maps.k = attention_tensor_map(p.k, p.k_st, p.B, p.Tk, p.NH_kv, HS, kBlockN);
     maps.v = attention_tensor_map(p.v, p.v_st, p.B, p.Tk, p.NH_kv, HS, kBlockN);
-    if constexpr (kBias) maps.bias = bias_tensor_map(p, Tile::kBlockM);
+    if constexpr (kBias) maps.bias = bias_tensor_map(p.x, p.B, p.T, p.Tk, p.NH, Tile::kBlockM);
     const int num_m_blocks = ceil_div(p.T, Tile::kBlockM), section_heads = persistent_section_heads(p.B * p.NH, p.Tk, HS);
     if constexpr (kCluster == 1) {
         const int num_items = p.B * p.NH * num_m_blocks;
@@ -2502,6 +2519,11 @@ __global__ void attention_dbias_kernel(const AttentionBackwardParams p) {
     if (p.x.bias_fp32) ((float*)p.dbias)[at] = sum;
     else ((__nv_bfloat16*)p.dbias)[at] = __float2bfloat16(sum);
 }
+inline void launch_attention_dbias(const AttentionBackwardParams& p, cudaStream_t stream) {
+    const size_t n = attention_dbias_elements(p);
+    attention_dbias_kernel<<<(unsigned)ceil_div(n, (size_t)256), 256, 0, stream>>>(p);
+    cudaCheck(cudaGetLastError());
+}
 
 // ----------------------------------------------------------------------------
 // fused kernel: dK, dV and (kDq) dQ in one kernel, 5 GEMMs per tile pair, shaped for shared-memory traffic. Without
@@ -2840,11 +2862,29 @@ __device__ __forceinline__ void issue_s_dp(float (&s)[N / 2], float (&dp)[N / 2]
     wgmma_commit();
 }
 
-// wait for S^T, P^T; wait for dP^T, dS^T; give P^T, dS^T as bf16 A fragments (pa, dsa)
-template <int HS, int kBlockM>
+// The kBias copies' bias tile of a backward step in shared memory (see HopperBiasBoxes), added to S (or S^T) as
+// bias / scale before the exponentials, as the forward adds it
+struct BiasTile { const uint8_t* tile; int rows; float inv_scale; };
+
+// bias^T at this thread's four elements of S^T's query group i (keys warp_key0 + g, + 8 of the box; queries 8i + 2tq,
+// + 1). box: the bias tile's box of this warpgroup's 64 keys ([query][key], kBlockM rows, or 1 that every query
+// shares). ldmatrix.trans turns its two 8 x 8 blocks (8 queries x keys warp_key0.., warp_key0 + 8..) into the
+// accumulator's layout; the 8 rows of a block sit in 8 different 16-byte chunks (the swizzle): no bank conflicts.
+__device__ __forceinline__ void bias_t_frag(float (&b)[4], const BiasTile& bias, int warp_key0, int i) {
+    const int lane = threadIdx.x % 32;
+    const int q = bias.rows > 1 ? 8 * i + lane % 8 : 0, chunk = warp_key0 / 8 + (lane / 8) % 2;
+    uint32_t r[2];
+    ldmatrix_x2_trans(r, smem_addr(bias.tile + q * 128 + ((chunk ^ (q % 8)) * 16)));
+    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r[0]));
+    const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r[1]));
+    b[0] = lo.x; b[1] = lo.y; b[2] = hi.x; b[3] = hi.y;
+}
+
+// wait for S^T, P^T; wait for dP^T, dS^T; give P^T, dS^T as bf16 A fragments (pa, dsa). kBias: S^T += the bias first
+template <int HS, int kBlockM, bool kBias = false>
 __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)[kBlockM / 2], uint32_t (&pa)[kBlockM / 16][4],
                                           uint32_t (&dsa)[kBlockM / 16][4], const float* lse2_s, const float* dpsum_s,
-                                          int n_start, int m_start, int warp_row0, float scale_log2) {
+                                          int n_start, int m_start, int warp_row0, float scale_log2, BiasTile bias = {}) {
     constexpr int kQT = kBlockM / 8;      // n8 column groups of S^T (queries)
     constexpr int kQS = kBlockM / 16;     // k16 steps of dV, dK (over queries)
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
@@ -2856,6 +2896,12 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
     #pragma unroll
     for (int i = 0; i < kQT; i++) {
         const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * tq);
+        if constexpr (kBias) {   // S^T += bias^T / scale, as the forward adds it
+            float b[4];
+            bias_t_frag(b, bias, warp_row0 % 64, i);
+            #pragma unroll
+            for (int e = 0; e < 4; e++) st[4 * i + e] += b[e] * bias.inv_scale;
+        }
         #pragma unroll
         for (int e = 0; e < 4; e++) {
             float x = st[4 * i + e] * scale_log2 - (e % 2 ? l2.y : l2.x);
@@ -2888,14 +2934,14 @@ __device__ __forceinline__ void dkdv_issue_dv_dk(float (&dk_acc)[HS / 2], float 
 }
 
 // the whole step; returns with every wgmma complete, so the caller may hand the stage back
-template <int HS, int kBlockM, int kBlockN>
+template <int HS, int kBlockM, int kBlockN, bool kBias = false>
 __device__ __forceinline__ void dkdv_hopper_step(float (&dk_acc)[HS / 2], float (&dv_acc)[HS / 2], uint64_t k_desc, uint64_t v_desc,
                                                  const uint8_t* q_s, const uint8_t* do_s, const float* lse2_s, const float* dpsum_s,
-                                                 int n_start, int m_start, int warp_row0, float scale_log2) {
+                                                 int n_start, int m_start, int warp_row0, float scale_log2, BiasTile bias = {}) {
     float st[kBlockM / 2], dpt[kBlockM / 2];
     uint32_t pa[kBlockM / 16][4], dsa[kBlockM / 16][4];
     issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_s, do_s);
-    dkdv_p_ds<HS, kBlockM>(st, dpt, pa, dsa, lse2_s, dpsum_s, n_start, m_start, warp_row0, scale_log2);
+    dkdv_p_ds<HS, kBlockM, kBias>(st, dpt, pa, dsa, lse2_s, dpsum_s, n_start, m_start, warp_row0, scale_log2, bias);
     dkdv_issue_dv_dk<HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_s, do_s);
     wgmma_wait<0>();
 }
@@ -2936,14 +2982,15 @@ __device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardPara
 // tiles) against key block n_block (k_s, v_s: (kBlockN, HS) tiles). S = Q K^T, dP = dO V^T, dS, then dQ += dS K, in
 // three parts like the dK/dV step's (issue_s_dp, dq_p_ds, dq_issue_dq). row_lse2 / row_dpsum: rows g and g + 8 of this warp.
 
-// wait for S, P; wait for dP, dS; give dS as bf16 A fragments
-template <int HS, int kBlockN>
+// wait for S, P; wait for dP, dS; give dS as bf16 A fragments. kBias: S += the bias (kBlockM rows) first
+template <int HS, int kBlockN, int kBlockM = 0, bool kBias = false>
 __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBlockN / 2], uint32_t (&dsa)[kBlockN / 16][4],
                                         const float (&row_lse2)[2], const float (&row_dpsum)[2], int n_block, int m_start, int warp_row0,
-                                        float scale_log2, int diag = 0, int Tk = 1 << 30) {
+                                        float scale_log2, int diag = 0, int Tk = 1 << 30, BiasTile bias = {}) {
     constexpr int kNT = kBlockN / 8;      // n8 column groups of S (keys)
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     wgmma_wait<1>();   // S is ready; dP may still be running
+    if constexpr (kBias) add_bias_tile_smem<kNT, kBlockM>(s, bias.tile, bias.rows, warp_row0 + g, tq, bias.inv_scale);
     // keys past a row's limit (key > row + diag, key >= Tk) masked; causal self-attention: diag 0, no key bound
     const bool need_mask = n_block * kBlockN + kBlockN - 1 > min(m_start + warp_row0 + diag, Tk - 1);
     #pragma unroll 1
@@ -2973,16 +3020,32 @@ __device__ __forceinline__ void dq_issue_dq(float (&dq_acc)[HS / 2], const uint3
     wgmma_commit();
 }
 
-// the whole step; returns with every wgmma complete
-template <int HS, int kBlockM, int kBlockN>
+// the whole step; returns with every wgmma complete. kBias: with the bias tile; ds_rows (dBias): this warp's rows g,
+// g + 8 of the fp32 dS scratch ((b, h, query) rows of Tk keys; nullptr: a row past T or no dBias), written while dQ runs
+template <int HS, int kBlockM, int kBlockN, bool kBias = false>
 __device__ __forceinline__ void dq_hopper_step(float (&dq_acc)[HS / 2], uint64_t q_desc, uint64_t do_desc, const uint8_t* k_s, const uint8_t* v_s,
                                                const float (&row_lse2)[2], const float (&row_dpsum)[2], int n_block, int m_start, int warp_row0,
-                                               float scale_log2, int diag = 0, int Tk = 1 << 30) {
+                                               float scale_log2, int diag = 0, int Tk = 1 << 30, BiasTile bias = {},
+                                               float* const (&ds_rows)[2] = {}) {
     float s[kBlockN / 2], dp[kBlockN / 2];
     uint32_t dsa[kBlockN / 16][4];
     issue_s_dp<HS, kBlockN, kBlockM>(s, dp, q_desc, do_desc, k_s, v_s);
-    dq_p_ds<HS, kBlockN>(s, dp, dsa, row_lse2, row_dpsum, n_block, m_start, warp_row0, scale_log2, diag, Tk);
+    dq_p_ds<HS, kBlockN, kBlockM, kBias>(s, dp, dsa, row_lse2, row_dpsum, n_block, m_start, warp_row0, scale_log2, diag, Tk, bias);
     dq_issue_dq<HS, kBlockN>(dq_acc, dsa, k_s);
+    if constexpr (kBias) {
+        const int tq = threadIdx.x % 4;
+        #pragma unroll
+        for (int half = 0; half < 2; half++) {
+            if (!ds_rows[half]) continue;
+            #pragma unroll
+            for (int i = 0; i < kBlockN / 8; i++)
+                #pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int key = n_block * kBlockN + i * 8 + 2 * tq + e;
+                    if (key < Tk) ds_rows[half][key] = dp[4 * i + 2 * half + e];
+                }
+        }
+    }
     wgmma_wait<0>();
 }
 
@@ -3013,22 +3076,27 @@ __device__ __forceinline__ void dq_hopper_epilogue(const AttentionBackwardParams
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-// dq_accum: the atomic path's fp32 (B * NH, T, HS) accumulator, as a 3-D tensor map for TMA reduce-adds
+// dq_accum: the atomic path's fp32 (B * NH, T, HS) accumulator, as a 3-D tensor map for TMA reduce-adds; the kBias
+// kernels' also hold the bias's
 struct HopperBackwardTmaMaps { CUtensorMap q, k, v, dout, dq_accum; };
+struct HopperBackwardBiasTmaMaps : HopperBackwardTmaMaps { CUtensorMap bias; };
 
 // kAtomicDq: the dK/dV kernel also computes dQ (see its consumer loop): 2 consumer warpgroups, 64-query stages, and
 // step buffers (dS^T twice, each warpgroup's dQ half twice) in the dK/dV staging's memory, the stages' statistics
 // apart from them (so two dQ buffers fit at HS 128), and the dQ writer's barriers (see the kernel)
-template <int HS, int kNCWG_, int kBlockM_, int kStages_, bool kAtomicDq_ = false>
+// kBias: each stage also holds the bias tile of its kBlockM queries x kBlockN keys (HopperBiasBoxes), the statistics
+// apart as with kAtomicDq (so that it fits at HS 128)
+template <int HS, int kNCWG_, int kBlockM_, int kStages_, bool kAtomicDq_ = false, bool kBias_ = false>
 struct HopperBackwardKVWsTile {
     static constexpr int kHeadSize = HS, kNCWG = kNCWG_, kBlockM = kBlockM_, kStages = kStages_;
-    static constexpr bool kAtomicDq = kAtomicDq_;
+    static constexpr bool kAtomicDq = kAtomicDq_, kBias = kBias_, kStatApart = kAtomicDq || kBias;
     static constexpr int kBlockN = 64 * kNCWG, kThreads = 128 * (kNCWG + 1);
     static constexpr int kKVBytes = kBlockN * HS * 2, kQBytes = kBlockM * HS * 2;
+    static constexpr int kBiasBytes = kBias ? kBlockM * kBlockN * 2 : 0;
     static constexpr int kStatBytes = 2 * kBlockM * 4;                   // lse2, D
-    // Q, dO, statistics (<= 1 KB: kBlockM <= 128); atomic dQ: Q, dO, the statistics of all stages in kStatRegion
-    static constexpr int kStageBytes = 2 * kQBytes + (kAtomicDq ? 0 : 1024);
-    static constexpr int kStatRegion = kAtomicDq ? (kStages * kStatBytes + 1023) / 1024 * 1024 : 0;
+    // Q, dO, (bias,) statistics (<= 1 KB: kBlockM <= 128); kStatApart: the statistics of all stages in kStatRegion
+    static constexpr int kStageBytes = 2 * kQBytes + kBiasBytes + (kStatApart ? 0 : 1024);
+    static constexpr int kStatRegion = kStatApart ? (kStages * kStatBytes + 1023) / 1024 * 1024 : 0;
     static constexpr int kOutBytes = 2 * kKVBytes;                       // dK, dV staging
     static constexpr int kDsBytes = kBlockN * kBlockM * 2;               // dS^T (keys x queries) bf16
     static constexpr int kDqBoxBytes = kBlockM * 32 * 4;                 // one TMA box: 32 fp32 columns of dQ
@@ -3049,13 +3117,15 @@ struct HopperBackwardKVWsTile {
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
 
-template <int HS, int kNCWG, int kBlockN, int kStages>
+// kBias: each stage also holds the bias tile of the item's kBlockM queries x the stage's kBlockN keys
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kBias = false>
 struct HopperBackwardQWsTile {
     static constexpr int kBlockM = 64 * kNCWG, kThreads = 128 * (kNCWG + 1);
     static constexpr int kQBytes = kBlockM * HS * 2, kTileBytes = kBlockN * HS * 2;
-    // Q | dO | stages of (K, V) | dQ staging | mbarriers (qo_full, qo_empty, kv_full[], kv_empty[]), the item index
-    // (kDynamic) | + 1 KB align
-    static constexpr int kBarOffset = 2 * kQBytes + kStages * 2 * kTileBytes + kQBytes;
+    static constexpr int kStageBytes = 2 * kTileBytes + (kBias ? kBlockM * kBlockN * 2 : 0);
+    // Q | dO | stages of (K, V, bias) | dQ staging | mbarriers (qo_full, qo_empty, kv_full[], kv_empty[]), the item
+    // index (kDynamic) | + 1 KB align
+    static constexpr int kBarOffset = 2 * kQBytes + kStages * kStageBytes + kQBytes;
     static constexpr int kSmemBytes = kBarOffset + 8 * (3 + 2 * kStages) + 1024;
     static constexpr int kProducerRegs = 24, kConsumerRegs = kNCWG == 2 ? 240 : 160;
 };
@@ -3160,8 +3230,9 @@ struct DkdvWsSmem {
     __device__ __forceinline__ uint64_t* stage_empty(int s) const { return bars + 3 + 2 * s; }
     __device__ __forceinline__ uint8_t* q_tile(int s) const { return stage + s * Tile::kStageBytes; }
     __device__ __forceinline__ uint8_t* do_tile(int s) const { return stage + s * Tile::kStageBytes + Tile::kQBytes; }
+    __device__ __forceinline__ uint8_t* bias_tile(int s) const { return stage + s * Tile::kStageBytes + 2 * Tile::kQBytes; }
     __device__ __forceinline__ float* lse2_tile(int s) const {
-        if constexpr (Tile::kAtomicDq) return stat + s * 2 * kBlockM;
+        if constexpr (Tile::kStatApart) return stat + s * 2 * kBlockM;
         else return reinterpret_cast<float*>(stage + s * Tile::kStageBytes + 2 * Tile::kQBytes);
     }
 };
@@ -3174,12 +3245,13 @@ template <class Tile>
 struct DkdvWsWalk {
     int T, Tk, NH, NH_kv, group, diag, Tp, num_bh, num_n_blocks, num_items, m_blocks, section_heads;
     bool snake, ordered_dq;
+    HopperBiasBoxes bias;   // kBias
     template <bool kGeneral>
     __device__ __forceinline__ DkdvWsWalk(const AttentionBackwardParams& p, int section_heads_, bool ordered_dq_, std::bool_constant<kGeneral>)
         : T(p.T), Tk(kGeneral ? p.Tk : p.T), NH(p.NH), NH_kv(kGeneral ? p.NH_kv : p.NH), group(kGeneral ? p.NH / p.NH_kv : 1),
           diag(kGeneral ? attention_diagonal(p) : 0), Tp(bwd_padded_T(p.T)), num_bh(p.B * NH_kv), num_n_blocks(ceil_div(Tk, Tile::kBlockN)),
           num_items(num_n_blocks * num_bh), m_blocks(ceil_div(p.T, Tile::kBlockM)), section_heads(section_heads_),
-          snake(section_heads_ >= num_bh), ordered_dq(ordered_dq_) {}
+          snake(section_heads_ >= num_bh), ordered_dq(ordered_dq_), bias(p.x, Tile::kBlockM) {}
     __device__ __forceinline__ int key_block_of(int rank) const { return Tile::kAtomicDq && ordered_dq ? num_n_blocks - 1 - rank : rank; }
     // the first query block with a query that sees a key of the block starting at n_start (query i sees key j iff j <= i + diag)
     __device__ __forceinline__ int first_query_block(int n_start) const { return max(n_start - diag, 0) / Tile::kBlockM; }
@@ -3187,9 +3259,9 @@ struct DkdvWsWalk {
 
 // The dK/dV kernel's producer (one thread): per item its K, V once, then a ring of stages of Q, dO (TMA) and their
 // rows' lse2, D (1-D bulk copies of kBlockM floats: rows padded to kBwdRowPad, always in bounds)
-template <class Tile, bool kDynamic>
-__device__ __forceinline__ void dkdv_ws_producer(const DkdvWsSmem<Tile>& sm, const HopperBackwardTmaMaps& maps,
-                                                 const DkdvWsWalk<Tile>& walk, const BackwardScratch& sc) {
+template <class Tile, bool kDynamic, class Maps>
+__device__ __forceinline__ void dkdv_ws_producer(const DkdvWsSmem<Tile>& sm, const Maps& maps, const DkdvWsWalk<Tile>& walk,
+                                                 const BackwardScratch& sc) {
     constexpr int HS = Tile::kHeadSize, kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
     const int NH = walk.NH, Tp = walk.Tp, num_bh = walk.num_bh, num_n_blocks = walk.num_n_blocks, num_items = walk.num_items;
     const int m_blocks = walk.m_blocks, section_heads = walk.section_heads;
@@ -3217,9 +3289,11 @@ __device__ __forceinline__ void dkdv_ws_producer(const DkdvWsSmem<Tile>& sm, con
             const int s = stage_iter % kStages, phase = (stage_iter / kStages) & 1;
             const size_t bh = (size_t)b * NH + h;
             mbar_wait(stage_empty(s), phase ^ 1);
-            mbar_arrive_expect_tx(stage_full(s), 2 * Tile::kQBytes + Tile::kStatBytes);
+            mbar_arrive_expect_tx(stage_full(s), 2 * Tile::kQBytes + Tile::kStatBytes + (Tile::kBias ? walk.bias.tile_bytes(kBlockN) : 0));
             tma_load_tile<HS, kBlockM>(sm.q_tile(s), &maps.q, stage_full(s), h, m_block * kBlockM, b);
             tma_load_tile<HS, kBlockM>(sm.do_tile(s), &maps.dout, stage_full(s), h, m_block * kBlockM, b);
+            if constexpr (Tile::kBias)
+                tma_load_bias_tile<kBlockN>(sm.bias_tile(s), &maps.bias, stage_full(s), walk.bias, m_block * kBlockM, n_start, h, b);
             bulk_load(sm.lse2_tile(s), sc.lse2 + bh * Tp + m_block * kBlockM, kBlockM * 4, stage_full(s));
             bulk_load(sm.lse2_tile(s) + kBlockM, sc.dpsum + bh * Tp + m_block * kBlockM, kBlockM * 4, stage_full(s));
         }
@@ -3271,13 +3345,17 @@ __device__ __forceinline__ void dkdv_ws_dq_writer(const DkdvWsSmem<Tile>& sm, co
 #endif
 
 // ordered_dq (atomic dQ): the key blocks of a head add into each query block's dQ in a fixed order (deterministic)
-template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kDynamic = false, bool kGeneral = false>
+// kBias: a general copy that adds p.x.bias, its only extra (attention_hopper_bias_fits)
+template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kDynamic = false, bool kGeneral = false,
+          bool kBias = false>
 __global__ void __launch_bounds__(HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>::kThreads, 1)
-attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps,
+attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p,
+                                         const __grid_constant__ std::conditional_t<kBias, HopperBackwardBiasTmaMaps, HopperBackwardTmaMaps> maps,
                                          int section_heads, bool ordered_dq) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(HS == 64 || HS == 128, "head size 64 or 128");
-    using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>;
+    static_assert(!kBias || (kGeneral && !kAtomicDq), "the bias runs on the general copies of the split");
+    using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq, kBias>;
     constexpr int kBlockN = Tile::kBlockN;
     constexpr int kDT = HS / 8;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -3368,9 +3446,10 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                 const int s = stage_iter % kStages;
                 mbar_wait(stage_full(s), (stage_iter / kStages) & 1);
                 // the mask compares key > query + diag: queries offset by the diagonal
-                dkdv_hopper_step<HS, kBlockM, kBlockN>(dk_acc, dv_acc, k_desc, v_desc, q_tile(s), do_tile(s), lse2_tile(s),
-                                                       lse2_tile(s) + kBlockM, n_start, m_block * kBlockM + walk.diag, warp_row0,
-                                                       p.scale * kLog2e);
+                const BiasTile bias{sm.bias_tile(s) + cwg * max(walk.bias.rows, 8) * 128, walk.bias.rows, 1.0f / p.scale};   // this warpgroup's box
+                dkdv_hopper_step<HS, kBlockM, kBlockN, kBias>(dk_acc, dv_acc, k_desc, v_desc, q_tile(s), do_tile(s), lse2_tile(s),
+                                                              lse2_tile(s) + kBlockM, n_start, m_block * kBlockM + walk.diag, warp_row0,
+                                                              p.scale * kLog2e, bias);
                 mbar_arrive(stage_empty(s));
             }
         } else {
@@ -3419,29 +3498,34 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
 }
 
 // kGeneral false: causal self-attention without GQA (the diagonal a constant, no key bound)
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false, bool kGeneral = false>
+// kBias: a general copy that adds p.x.bias, its only extra, and writes dS for dBias where p.dbias is set
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false, bool kGeneral = false, bool kBias = false>
 __global__ void __launch_bounds__(HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
-attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps,
+attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p,
+                                       const __grid_constant__ std::conditional_t<kBias, HopperBackwardBiasTmaMaps, HopperBackwardTmaMaps> maps,
                                        int section_heads) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(HS == 64 || HS == 128, "head size 64 or 128");
-    using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>;
+    static_assert(!kBias || kGeneral, "the bias runs on the general copies");
+    using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages, kBias>;
     constexpr int kBlockM = Tile::kBlockM;
     constexpr int kDT = HS / 8;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     uint8_t* q_smem = smem;
     uint8_t* do_smem = q_smem + Tile::kQBytes;
-    uint8_t* kv_smem = do_smem + Tile::kQBytes;                          // [kStages][K, V]
-    uint8_t* dq_stage = kv_smem + kStages * 2 * Tile::kTileBytes;        // swizzle<HS>
+    uint8_t* kv_smem = do_smem + Tile::kQBytes;                          // [kStages][K, V (, bias)]
+    uint8_t* dq_stage = kv_smem + kStages * Tile::kStageBytes;           // swizzle<HS>
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Tile::kBarOffset);   // pairs (full, empty): Q/dO, then stages
     uint64_t* qo_full = bars;
     uint64_t* qo_empty = bars + 1;
     auto kv_full = [&](int s) { return bars + 2 + 2 * s; };
     auto kv_empty = [&](int s) { return bars + 3 + 2 * s; };
     int* item_w = reinterpret_cast<int*>(bars + 2 + 2 * kStages);   // kDynamic: the item's index, with its Q/dO
-    auto k_tile = [&](int s) { return kv_smem + s * 2 * Tile::kTileBytes; };
-    auto v_tile = [&](int s) { return kv_smem + s * 2 * Tile::kTileBytes + Tile::kTileBytes; };
+    auto k_tile = [&](int s) { return kv_smem + s * Tile::kStageBytes; };
+    auto v_tile = [&](int s) { return kv_smem + s * Tile::kStageBytes + Tile::kTileBytes; };
+    auto bias_tile = [&](int s) { return kv_smem + s * Tile::kStageBytes + 2 * Tile::kTileBytes; };
+    const HopperBiasBoxes bias_boxes(p.x, kBlockM);   // kBias
     if (threadIdx.x == 0) init_mbarriers(bars, 2 + 2 * kStages, 4 * kNCWG);
     __syncthreads();
 
@@ -3475,9 +3559,10 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
                     const int s = kv_iter % kStages, phase = (kv_iter / kStages) & 1;
                     const int key0 = (n_blocks - 1 - i) * kBlockN;
                     mbar_wait(kv_empty(s), phase ^ 1);
-                    mbar_arrive_expect_tx(kv_full(s), 2 * Tile::kTileBytes);
+                    mbar_arrive_expect_tx(kv_full(s), 2 * Tile::kTileBytes + (kBias ? bias_boxes.tile_bytes(kBlockN) : 0));
                     tma_load_tile<HS, kBlockN>(k_tile(s), &maps.k, kv_full(s), h_kv, key0, b);
                     tma_load_tile<HS, kBlockN>(v_tile(s), &maps.v, kv_full(s), h_kv, key0, b);
+                    if constexpr (kBias) tma_load_bias_tile<kBlockN>(bias_tile(s), &maps.bias, kv_full(s), bias_boxes, m_start, key0, h, b);
                 }
             }
             if constexpr (kDynamic) persistent_stop(qo_full, qo_empty, item_w, item_iter, w, kCounterDq);
@@ -3511,12 +3596,21 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
         }
         #pragma unroll
         for (int i = 0; i < kDT * 4; i++) dq_acc[i] = 0.0f;
+        float* ds_rows[2] = {nullptr, nullptr};   // kBias with dBias: this thread's rows of the dS scratch (rows < T)
+        if (kBias && p.dbias) {
+            #pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int row = m_start + warp_row0 + g + 8 * half;
+                if (row < T) ds_rows[half] = sc.ds + ((size_t)bh * T + row) * Tk;
+            }
+        }
         mbar_wait(qo_full, item_iter & 1);
         for (int i = 0; i < n_blocks; i++, kv_iter++) {
             const int s = kv_iter % kStages;
             mbar_wait(kv_full(s), (kv_iter / kStages) & 1);
-            dq_hopper_step<HS, kBlockM, kBlockN>(dq_acc, q_desc, do_desc, k_tile(s), v_tile(s), row_lse2, row_dpsum,
-                                                 n_blocks - 1 - i, m_start, warp_row0, p.scale * kLog2e, diag, kGeneral ? Tk : 1 << 30);
+            const BiasTile bias{bias_tile(s), bias_boxes.rows, 1.0f / p.scale};
+            dq_hopper_step<HS, kBlockM, kBlockN, kBias>(dq_acc, q_desc, do_desc, k_tile(s), v_tile(s), row_lse2, row_dpsum, n_blocks - 1 - i,
+                                                        m_start, warp_row0, p.scale * kLog2e, diag, kGeneral ? Tk : 1 << 30, bias, ds_rows);
             release(kv_empty(s));
         }
         release(qo_empty);
@@ -3568,34 +3662,41 @@ inline HopperBackwardTmaMaps backward_tma_maps(const AttentionBackwardParams& p,
 }
 
 // early_start: launched to overlap the preprocess's tail (programmatic dependent launch)
-// kGeneral false: causal self-attention without GQA only (checked here)
-template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kDynamic = false, bool kGeneral = false>
+// kGeneral false: causal self-attention without GQA only (checked here); kBias: a bf16 bias (attention_hopper_bias_fits)
+template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kDynamic = false, bool kGeneral = false,
+          bool kBias = false>
 void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false,
                                               bool ordered_dq = false) {
-    using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>;
+    using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq, kBias>;
     if (!kGeneral) attention_check_self_causal(p);
     const int num_items = p.B * p.NH_kv * ceil_div(p.Tk, Tile::kBlockN);
-    HopperBackwardTmaMaps maps = backward_tma_maps(p, kBlockM, Tile::kBlockN);
+    std::conditional_t<kBias, HopperBackwardBiasTmaMaps, HopperBackwardTmaMaps> maps;
+    static_cast<HopperBackwardTmaMaps&>(maps) = backward_tma_maps(p, kBlockM, Tile::kBlockN);
+    if constexpr (kBias) maps.bias = bias_tensor_map(p.x, p.B, p.T, p.Tk, p.NH, kBlockM);
     if (kAtomicDq) {   // dq_accum (B * NH, T, HS) fp32 as (HS, T, B * NH), boxes of 32 columns x kBlockM rows
         const cuuint64_t dims[3] = {(cuuint64_t)HS, (cuuint64_t)p.T, (cuuint64_t)p.B * p.NH};
         const cuuint64_t strides[2] = {(cuuint64_t)HS * 4, (cuuint64_t)p.T * HS * 4};
         const cuuint32_t box[3] = {32, (cuuint32_t)kBlockM, 1};
         maps.dq_accum = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, backward_scratch(p).dq_accum, dims, strides, box);
     }
-    launch_with_smem_ex<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kDynamic, kGeneral>>(
+    launch_with_smem_ex<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kDynamic, kGeneral, kBias>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p, maps,
         persistent_section_heads(p.B * p.NH_kv, p.T * (p.NH / p.NH_kv), HS), ordered_dq);
 }
 
 // early_start: launched to overlap the dK/dV kernel before it (programmatic dependent launch)
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false, bool kGeneral = false>
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false, bool kGeneral = false, bool kBias = false>
 void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false) {
-    using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>;
+    using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages, kBias>;
     if (!kGeneral) attention_check_self_causal(p);
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockM);
-    launch_with_smem_ex<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kDynamic, kGeneral>>(
-        dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p,
-        backward_tma_maps(p, Tile::kBlockM, kBlockN), persistent_section_heads(p.B * p.NH, p.Tk, HS));
+    std::conditional_t<kBias, HopperBackwardBiasTmaMaps, HopperBackwardTmaMaps> maps;
+    static_cast<HopperBackwardTmaMaps&>(maps) = backward_tma_maps(p, Tile::kBlockM, kBlockN);
+    if constexpr (kBias) maps.bias = bias_tensor_map(p.x, p.B, p.T, p.Tk, p.NH, Tile::kBlockM);
+    static_assert(Tile::kSmemBytes <= 227 * 1024, "shared memory");
+    launch_with_smem_ex<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kDynamic, kGeneral, kBias>>(
+        dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p, maps,
+        persistent_section_heads(p.B * p.NH, p.Tk, HS));
 }
 
 // atomic path: preprocess (+ zero dq_accum), dK/dV with red.global.add of dQ, dQ convert. Non-deterministic.
@@ -3640,27 +3741,25 @@ void attention_backward_split(const AttentionBackwardParams& p, cudaStream_t str
     if (kExtras && p.x.gate) { q.dout = backward_scratch(p).gated_dout; q.do_st = gated_dout_strides(p); }
     launch_attention_backward_dkdv<HS, kKVWarps, kKVMT, kKVBlockM, /*kAtomicDq=*/false, kExtras>(q, stream);
     launch_attention_backward_dq<HS, kQWarps, kQMT, kQBlockN, kExtras>(q, stream);
-    if (kExtras && p.dbias) {
-        const size_t n = attention_dbias_elements(p);
-        attention_dbias_kernel<<<(unsigned)ceil_div(n, (size_t)256), 256, 0, stream>>>(p);
-        cudaCheck(cudaGetLastError());
-    }
+    if (kExtras && p.dbias) launch_attention_dbias(p, stream);
 }
 
 // the same split, warp-specialised: dK/dV with kKVWG consumer warpgroups (64 keys each) and kKVBlockM-query
 // stages, dQ with kQWG consumer warpgroups (64 query rows each) and kQBlockN-key stages; kStages-deep rings
 // kGeneral: any call (non-causal, T != Tk, GQA); otherwise causal self-attention without GQA
-template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages, bool kGeneral = false>
+// kBias (general): with a bf16 bias (attention_hopper_bias_fits), and dBias from the dQ kernel's dS where p.dbias is set
+template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages, bool kGeneral = false, bool kBias = false>
 void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
     const bool early = backward_early_start();
     if (claimed_schedule(p.T)) {
-        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, true, kGeneral>(p, stream, early);
-        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, true, kGeneral>(p, stream, early);
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, true, kGeneral, kBias>(p, stream, early);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, true, kGeneral, kBias>(p, stream, early);
     } else {
-        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, kGeneral>(p, stream, early);
-        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, kGeneral>(p, stream, early);
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, kGeneral, kBias>(p, stream, early);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, kGeneral, kBias>(p, stream, early);
     }
+    if (kBias && p.dbias) launch_attention_dbias(p, stream);
 }
 
 // Hopper atomic path (HS 64 or 128, sm_90a; dev variant 7): preprocess (+ zero dq_accum and dq_order), the
@@ -3778,7 +3877,10 @@ inline void attention_backward_self_causal_path(const AttentionBackwardParams& p
 inline void attention_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
     if (const char* why = attention_backward_unsupported_reason(p)) attention_exit_unsupported("backward", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
     const int HS = p.HS;
-    if (attention_has_extras(p.x) || HS <= 16) {   // the mma.sync split's kExtras copies
+    if ((HS == 64 || HS == 128) && attention_hopper_bias_fits(p.x)) {   // a bf16 bias alone: the Hopper split's kBias copies
+        if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, true>(p, stream);
+        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, true>(p, stream);
+    } else if (attention_has_extras(p.x) || HS <= 16) {   // the mma.sync split's kExtras copies
         if (HS <= 16) attention_backward_split<16, 4, 1, 64, 4, 1, 64, true>(p, stream);
         else if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64, true>(p, stream);
         else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64, true>(p, stream);

@@ -100,10 +100,14 @@ static const char* kValidationCases[] = {
     "b=3,h=2,tq=130,d=64,causal=0,bias=b1tt,dbias=1,mask=1",     "b=2,h=4,hkv=2,tq=100,tk=257,d=32,causal=0,bias=b11t,dbias=1",
     "b=2,h=2,tq=190,d=96,bias=11tt,biasf32=1,dbias=1,mask=1",    "b=2,h=2,tq=70,d=256,causal=0,bias=1htt,dbias=1",
     "b=2,h=2,tq=64,tk=300,d=64,causal=0,bias=b11t,mask=1,layout=bthd",
-    // bf16 biases whose strides TMA takes: the Hopper forward's kBias copies (rows broadcast, GQA, causal T != Tk)
+    // bf16 biases whose strides TMA takes: the Hopper kBias copies, forward and (head dims 64, 128) backward, with dBias
+    // (rows broadcast, GQA, causal T != Tk, fully masked rows, several items per CTA, claimed items from T = 4096)
     "b=2,h=3,tq=200,tk=256,d=64,causal=0,bias=b11t,mask=1",      "b=2,h=2,tq=150,tk=192,d=128,bias=11tt,mask=1",
     "b=1,h=2,tq=130,tk=192,d=256,bias=bhtt,mask=1,dbias=1",      "b=2,h=4,hkv=2,tq=129,tk=320,d=64,bias=1htt",
     "b=8,h=8,tq=512,d=64,bias=1htt,mask=1",                      "b=8,h=8,tq=384,d=128,bias=b1tt",
+    "b=2,h=4,hkv=2,tq=200,tk=136,d=128,causal=0,bias=b11t,dbias=1,mask=1", "b=2,h=2,tq=150,tk=192,d=128,bias=bhtt,dbias=1,mask=1",
+    "b=3,h=2,tq=100,tk=64,d=64,bias=b1tt,dbias=1",               "b=1,h=2,tq=4096,d=128,bias=11tt,mask=1",
+    "b=1,h=2,tq=4096,tk=4104,d=64,causal=0,bias=1htt,dbias=1",
     "b=4,h=2,tq=129,tk=300,d=64,causal=0,keylens=1",             "b=4,h=4,hkv=2,tq=77,tk=200,d=128,keylens=1",
     "b=5,h=3,tq=300,d=64,varlen=1",                              "b=4,h=4,hkv=1,tq=200,tk=333,d=128,causal=0,varlen=1",
     "b=3,h=2,tq=150,d=64,varlen=1,bias=1htt,dbias=1,mask=1",     "b=64,h=2,tq=300,d=64,varlen=1",
