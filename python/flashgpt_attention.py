@@ -49,8 +49,8 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB_NAME = "libflashgpt_attention.so"
 LAYOUTS = ("bhtd", "bthd")
-# the version of src/attention_capi.h's signatures this module calls (flashgpt_attention_abi): 2, the gate arguments
-ABI = 2
+# the version of src/attention_capi.h's signatures this module calls (flashgpt_attention_abi): 3, the packed totals
+ABI = 3
 
 
 class FlashAttentionError(RuntimeError):
@@ -83,12 +83,12 @@ def _library():
             abi = lib.flashgpt_attention_abi()
         if abi < ABI:
             raise FlashAttentionError(f"{path} predates this module's interface (its ABI {abi or 'unnumbered'}, this "
-                                      f"module needs {ABI}: the gate arguments): rebuild it with `make lib` in "
+                                      f"module needs {ABI}: the packed totals): rebuild it with `make lib` in "
                                       f"{REPO_ROOT}")
         ptr, strides, i32 = ctypes.c_void_p, ctypes.POINTER(ctypes.c_longlong), ctypes.c_int
         shape = [i32] * 7  # B, T, Tk, NH, NH_kv, HS, causal
-        # bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, gate, gate_strides
-        extras = [ptr, strides, i32, ptr, ptr, ptr, ptr, strides]
+        # bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, total_q, total_k, gate, gate_strides
+        extras = [ptr, strides, i32, ptr, ptr, ptr, i32, i32, ptr, strides]
         lib.flashgpt_attention_forward_ex.argtypes = ([ptr] * 5 + [strides] * 4 + shape + [ctypes.c_float] + extras +
                                                       [ptr, ptr])  # gated_out, stream
         lib.flashgpt_attention_forward_ex.restype = ctypes.c_char_p
@@ -190,13 +190,14 @@ def _ptr(x):
     return None if x is None else x.data_ptr()
 
 
-def _extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k, gate, layout):
-    """the library's extras arguments: bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, gate,
-    gate_strides (None: a null pointer)"""
+def _extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k, gate, layout, q, k):
+    """the library's extras arguments: bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, total_q,
+    total_k (packed: q's and k's rows), gate, gate_strides (None: a null pointer)"""
     bias_strides = None if bias is None else (ctypes.c_longlong * 3)(*_bias_strides(bias))
     bias_fp32 = int(bias is not None and bias.dtype == torch.float32)
     gate_strides = None if gate is None else _c_strides(gate, layout)
-    return [_ptr(bias), bias_strides, bias_fp32, _ptr(key_lengths), _ptr(cu_seqlens_q), _ptr(cu_seqlens_k),
+    totals = (q.shape[0], k.shape[0]) if layout == "thd" else (0, 0)
+    return [_ptr(bias), bias_strides, bias_fp32, _ptr(key_lengths), _ptr(cu_seqlens_q), _ptr(cu_seqlens_k), *totals,
             _ptr(gate), gate_strides]
 
 
@@ -245,7 +246,7 @@ class FlashAttentionFunction(torch.autograd.Function):
                 q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
                 _c_strides(q, layout), _c_strides(k, layout), _c_strides(v, layout), _c_strides(out, layout),
                 B, T, Tk, H, H_kv, D, int(causal), scale,
-                *_extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k, gate, layout), _ptr(gated_out), _stream(q))
+                *_extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k, gate, layout, q, k), _ptr(gated_out), _stream(q))
         if err:
             raise FlashAttentionError(f"flashgpt attention forward "
                                       f"({_describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths, gate)}): "
@@ -272,7 +273,7 @@ class FlashAttentionFunction(torch.autograd.Function):
                                           f"{_bias_strides(bias)}")
         # the library always writes dgate with a gate (the forward gave the gate out's memory, so dgate takes it too)
         dgate = None if gate is None else _empty_out(gate, layout)
-        extras = _extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k, gate, layout)
+        extras = _extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k, gate, layout, q, k)
         lib = _library()
         with torch.cuda.device(q.device):
             # the extras and dbias change the scratch (dbias adds B * H * T * Tk fp32, a gate B * T * H * D bf16): the

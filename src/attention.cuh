@@ -79,6 +79,9 @@ struct AttentionExtras {
                                   // query i of sequence b sees keys doc_start[b * T + i] .. i (its document's first
                                   // token on), nondecreasing along each sequence; key tiles before a block's first
                                   // document are skipped
+    int total_q, total_k;         // packed sequences: the rows of Q / O and of K / V (cu_seqlens_q[B], cu_seqlens_k[B]).
+                                  // Where both are given (and the batch strides are 0) the Hopper kernels run the pack,
+                                  // their tile loads bounded by them; 0: the mma.sync kExtras copies
 };
 __host__ __device__ inline bool attention_has_extras(const AttentionExtras& x) {
     return x.bias || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.gate || x.doc_start;
@@ -595,12 +598,14 @@ __device__ __forceinline__ void add_bias_tile_smem(float (&s)[kNT * 4], const ui
 // epilogue, as in the mma.sync kernel: O /= l, LSE = m * scale + log(l); each warp stages only its own 16 rows
 // of O (swizzle<HS>, in Q's shared memory: the caller ordered every wgmma read of Q before this) for 16-byte stores;
 // kStaged false: no staging (q_smem unused), each thread stores its own bf16 pairs
+// Packed sequences: out_row0 = the sequence's first row of O, rows = its length (0: p.T); the LSE rows stay (B, NH, T)
 template <int HS, bool kStaged = true>
 __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardParams& p, float (&o_acc)[HS / 2],
                                                         const float (&row_max)[2], const float (&row_sum)[2],
-                                                        uint8_t* q_smem, int b, int h, int m_start, int warp_row0) {
+                                                        uint8_t* q_smem, int b, int h, int m_start, int warp_row0,
+                                                        int out_row0 = 0, int rows = 0) {
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    const int T = p.T, NH = p.NH;
+    const int T = rows ? rows : p.T, NH = p.NH;
     const float scale = p.scale;
     __syncwarp();   // a persistent kernel comes back here: this warp's reads of its previous O rows are done
     #pragma unroll
@@ -611,12 +616,12 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
         const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
         const int row = warp_row0 + g + 8 * half;
         if (tq == 0 && (unsigned)(m_start + row) < (unsigned)T)   // m_start < 0: see block_start
-            p.lse[((size_t)b * NH + h) * T + m_start + row] = l > 0.0f ? row_max[half] * scale + logf(l) : -INFINITY;
+            p.lse[((size_t)b * NH + h) * p.T + m_start + row] = l > 0.0f ? row_max[half] * scale + logf(l) : -INFINITY;
         #pragma unroll
         for (int dt = 0; dt < HS / 8; dt++) {
             const uint32_t o2 = pack_bf16x2(o_acc[4 * dt + 2 * half] * inv_l, o_acc[4 * dt + 2 * half + 1] * inv_l);
             if constexpr (kStaged) *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) = o2;
-            else if ((unsigned)(m_start + row) < (unsigned)T) *reinterpret_cast<uint32_t*>(p.out + b * p.o_st.batch + (m_start + row) * p.o_st.row + h * p.o_st.head + dt * 8 + 2 * tq) = o2;
+            else if ((unsigned)(m_start + row) < (unsigned)T) *reinterpret_cast<uint32_t*>(p.out + b * p.o_st.batch + (out_row0 + m_start + row) * p.o_st.row + h * p.o_st.head + dt * 8 + 2 * tq) = o2;
         }
     }
     if constexpr (!kStaged) return;
@@ -625,7 +630,7 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
     for (int c = lane; c < 16 * (HS / 8); c += 32) {
         int row = warp_row0 + c / (HS / 8), ch = c % (HS / 8);
         if ((unsigned)(m_start + row) < (unsigned)T)
-            *reinterpret_cast<uint4*>(out_gl + (m_start + row) * p.o_st.row + ch * 8) =
+            *reinterpret_cast<uint4*>(out_gl + (out_row0 + m_start + row) * p.o_st.row + ch * 8) =
                 *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
     }
 }
@@ -662,6 +667,49 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
 // passed as a __grid_constant__ kernel argument; the kBias kernels' also holds the (B, NH, T, Tk) bf16 bias
 struct HopperTmaMaps { CUtensorMap q, k, v; };
 struct HopperBiasTmaMaps : HopperTmaMaps { CUtensorMap bias; };
+struct HopperPackedTmaMaps : HopperTmaMaps { const int* packed; };   // kVarlen: the pack's block table (below)
+template <bool kBias, bool kVarlen>
+using HopperForwardMaps = std::conditional_t<kBias, HopperBiasTmaMaps, std::conditional_t<kVarlen, HopperPackedTmaMaps, HopperTmaMaps>>;
+
+// Packed sequences on the Hopper kernels (kVarlen copies; AttentionExtras total_q / total_k): Q, K, V are read through
+// tensor maps of all the pack's rows, and the kernels walk a table of its blocks of block_rows rows: the count, then
+// (b, block) pairs, each sequence's last block first (the longest items first where causal). One CTA builds it on the
+// device from cu_seqlens before the kernels; within one block index the order varies run to run, which changes no
+// result (every item writes only its own outputs).
+__global__ void packed_blocks_kernel(const int* cu_seqlens, int B, int block_rows, int max_blocks, int* table) {
+    __shared__ int count;
+    if (threadIdx.x == 0) count = 0;
+    __syncthreads();
+    for (int m = max_blocks - 1; m >= 0; m--) {
+        for (int b = threadIdx.x; b < B; b += blockDim.x)
+            if (m * block_rows < cu_seqlens[b + 1] - cu_seqlens[b]) {
+                const int i = atomicAdd(&count, 1);
+                table[1 + 2 * i] = b;
+                table[2 + 2 * i] = m;
+            }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) table[0] = count;
+}
+// the table of the blocks of block_rows rows of the sequences cu_seqlens (the longest T rows): slot 0 the queries',
+// slot 1 the keys' (the backward walks both at once)
+inline const int* packed_blocks_table(const int* cu_seqlens, int B, int T, int block_rows, int slot, cudaStream_t stream) {
+    static void* buf[2] = {nullptr, nullptr};
+    static size_t capacity[2] = {0, 0};
+    const int max_blocks = ceil_div(T, block_rows);
+    int* table = (int*)grow_device_buffer(buf[slot], capacity[slot], (1 + 2 * (size_t)B * max_blocks) * sizeof(int));
+    packed_blocks_kernel<<<1, 1024, 0, stream>>>(cu_seqlens, B, block_rows, max_blocks, table);
+    cudaCheck(cudaGetLastError());
+    return table;
+}
+// entry `pair` of a table: sequence b's block `block`, its first rows and lengths, and its causal diagonal
+struct PackedBlock { int b, block, q0, T, k0, Tk, diag; };
+__device__ __forceinline__ PackedBlock packed_block(const int* table, int pair, const AttentionExtras& x, bool causal) {
+    const int b = table[1 + 2 * pair], block = table[2 + 2 * pair];
+    const int q0 = x.cu_seqlens_q[b], k0 = x.cu_seqlens_k[b];
+    const int T = x.cu_seqlens_q[b + 1] - q0, Tk = x.cu_seqlens_k[b + 1] - k0;
+    return {b, block, q0, T, k0, Tk, attention_diagonal(causal, T, Tk)};
+}
 
 // The kBias copies' bias tiles (the forward's and the backward's): kRows queries x kKeys keys, bf16, loaded by TMA as
 // kKeys / 64 boxes of 64 keys x rows with the 128-byte swizzle (the layout of a wgmma tile of kKeys "head dims").
@@ -686,12 +734,13 @@ __device__ __forceinline__ void tma_load_bias_tile(uint8_t* dst, const CUtensorM
 
 // kBias: a ring of kBiasStages bias tiles (kBlockM queries x kBlockN keys, bf16, the layout of a wgmma tile of kBlockN
 // "head dims": kBlockN / 64 TMA boxes of 64 keys), loaded with each K tile
-template <int HS, int kNCWG_, int kBlockN_, int kStages_, bool kBias_ = false>
+// kVarlen: packed sequences (the table above)
+template <int HS, int kNCWG_, int kBlockN_, int kStages_, bool kBias_ = false, bool kVarlen_ = false>
 struct HopperWsTile {
     static constexpr int kHeadSize = HS, kNCWG = kNCWG_, kBlockN = kBlockN_, kStages = kStages_;
     static constexpr int kBlockM = 64 * kNCWG, kThreads = 128 * (kNCWG + 1);
     static constexpr int kQBytes = kBlockM * HS * 2, kTileBytes = kBlockN * HS * 2;
-    static constexpr bool kBias = kBias_;
+    static constexpr bool kBias = kBias_, kVarlen = kVarlen_;
     static constexpr int kBiasStages = kBias ? 2 : 0, kBiasBytes = kBlockM * kBlockN * 2;
     static constexpr int kRingBytes = 2 * kStages * kTileBytes + kBiasStages * kBiasBytes;   // K, V (and bias) rings
     // two Q slots where they fit (not HS 128 with 128-key tiles and a 3-deep ring), so the next work item's Q
@@ -829,15 +878,24 @@ struct ForwardWsWalk {
     int T, Tk, NH, group, diag, num_bh, num_m_blocks, num_ranks, num_items, section_heads, cta_rank;
     HopperBiasBoxes bias;   // kBias
     bool snake;   // see persistent_work
+    const int* packed;      // kVarlen: the pack's query-block table (item w: entry w / NH, head w % NH); else nullptr
+    AttentionExtras x;
+    bool causal;
     // !kGeneral (CTA pairs are never general): attention_self_causal, so Tk, the diagonal and the GQA group are
     // constants to the compiler
     static constexpr bool kSelfCausal = !kGeneral || kCluster > 1;
-    __device__ __forceinline__ ForwardWsWalk(const AttentionForwardParams& p, int section_heads_)
+    __device__ __forceinline__ ForwardWsWalk(const AttentionForwardParams& p, int section_heads_, const int* packed_ = nullptr)
         : T(p.T), Tk(kSelfCausal ? p.T : p.Tk), NH(p.NH), group(kSelfCausal ? 1 : p.NH / p.NH_kv),
           diag(kSelfCausal ? 0 : attention_diagonal(p)), num_bh(p.B * p.NH),
-          num_m_blocks(ceil_div(p.T, kBlockM)), num_ranks(num_m_blocks / kCluster), num_items(num_ranks * num_bh),
-          section_heads(section_heads_), cta_rank(kCluster > 1 ? cluster_cta_rank() : 0),
-          bias(p.x, kBlockM), snake(section_heads_ >= num_bh) {}
+          num_m_blocks(ceil_div(p.T, kBlockM)), num_ranks(num_m_blocks / kCluster),
+          num_items(packed_ ? packed_[0] * p.NH : num_ranks * num_bh), section_heads(section_heads_),
+          cta_rank(kCluster > 1 ? cluster_cta_rank() : 0), bias(p.x, kBlockM), snake(packed_ || section_heads_ >= num_bh),
+          packed(packed_), x(p.x), causal(p.causal) {}
+    __device__ __forceinline__ PackedBlock packed_item(int w) const { return packed_block(packed, w / NH, x, causal); }
+    // a packed item's key tiles: up to its sequence's last visible key from its block's last row in the sequence
+    __device__ __forceinline__ int packed_key_blocks(const PackedBlock& pb) const {
+        return attention_key_blocks(min(pb.block * kBlockM + kBlockM, pb.T) - 1, pb.diag, pb.Tk, kBlockN);
+    }
     __device__ __forceinline__ int block_start(int m_block) const {
         return kBlockM != kBlockN ? T - (num_m_blocks - m_block) * kBlockM : m_block * kBlockM;
     }
@@ -867,16 +925,26 @@ __device__ __forceinline__ void forward_ws_producer(const ForwardWsSmem<Tile>& s
     const int num_m_blocks = walk.num_m_blocks, num_ranks = walk.num_ranks, num_bh = walk.num_bh, section_heads = walk.section_heads;
         int kv_iter = 0;
         auto load_item = [&](int w, int tile_iter) {   // its Q into slot tile_iter % kQSlots, then its K/V walk
-            const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
-            const int m_top = num_m_blocks - 1 - kCluster * item.rank;   // the item's upper block: its walk is the ring's
-            const int m_block = m_top - cta_rank, b = item.bh / NH, h = item.bh % NH, h_kv = h / walk.group;
-            const int m_start = walk.block_start(m_block);
-            const int n_blocks = walk.key_blocks(walk.block_start(m_top));
+            // the item's block, its key tiles, and where its rows lie in the tensor maps (packed: rows q0.., k0.. of
+            // one batch)
+            int m_start, b, h, n_blocks, q_row0 = 0, k_row0 = 0, map_b;
+            if constexpr (Tile::kVarlen) {
+                const PackedBlock pb = walk.packed_item(w);
+                m_start = pb.block * kBlockM, b = pb.b, h = w % NH, n_blocks = walk.packed_key_blocks(pb);
+                q_row0 = pb.q0, k_row0 = pb.k0, map_b = 0;
+            } else {
+                const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
+                const int m_top = num_m_blocks - 1 - kCluster * item.rank;   // the item's upper block: its walk is the ring's
+                b = item.bh / NH, h = item.bh % NH, map_b = b;
+                m_start = walk.block_start(m_top - cta_rank);
+                n_blocks = walk.key_blocks(walk.block_start(m_top));
+            }
+            const int h_kv = h / walk.group;
             const int qslot = tile_iter % Tile::kQSlots;
             mbar_wait(&q_empty[qslot], ((tile_iter / Tile::kQSlots) & 1) ^ 1);   // the slot's last S has read Q
             mbar_arrive_expect_tx(&q_full[qslot], Tile::kQBytes);
             for (int c = 0; c < kCB; c++)
-                tma_load_4d(q_smem + qslot * Tile::kQBytes + c * kBlockM * 128, &maps.q, &q_full[qslot], 64 * c, h, m_start, b);
+                tma_load_4d(q_smem + qslot * Tile::kQBytes + c * kBlockM * 128, &maps.q, &q_full[qslot], 64 * c, h, q_row0 + m_start, map_b);
             for (int i = 0; i < n_blocks; i++, kv_iter++) {   // the diagonal tile first, as the consumers walk
                 const int slot = kv_iter % kStages, phase = (kv_iter / kStages) & 1;
                 const int key0 = (n_blocks - 1 - i) * kBlockN;
@@ -884,7 +952,7 @@ __device__ __forceinline__ void forward_ws_producer(const ForwardWsSmem<Tile>& s
                 mbar_arrive_expect_tx(&k_full[slot], Tile::kTileBytes);   // with kCluster 2: half from the peer
                 for (int c = 0; c < kCB; c++) {
                     uint8_t* dst = k_smem + slot * Tile::kTileBytes + c * kBlockN * 128;
-                    if constexpr (kCluster == 1) tma_load_4d(dst, &maps.k, &k_full[slot], 64 * c, h_kv, key0, b);
+                    if constexpr (kCluster == 1) tma_load_4d(dst, &maps.k, &k_full[slot], 64 * c, h_kv, k_row0 + key0, map_b);
                     else if (c == cta_rank) tma_load_4d_multicast(dst, &maps.k, &k_full[slot], 0x3, 64 * c, h_kv, key0, b);
                 }
                 if constexpr (Tile::kBias) {   // this K tile's bias tile: kBlockM rows (one if they broadcast) x kBlockN keys
@@ -897,7 +965,7 @@ __device__ __forceinline__ void forward_ws_producer(const ForwardWsSmem<Tile>& s
                 mbar_arrive_expect_tx(&v_full[slot], Tile::kTileBytes);
                 for (int c = 0; c < kCB; c++) {
                     uint8_t* dst = v_smem + slot * Tile::kTileBytes + c * kBlockN * 128;
-                    if constexpr (kCluster == 1) tma_load_4d(dst, &maps.v, &v_full[slot], 64 * c, h_kv, key0, b);
+                    if constexpr (kCluster == 1) tma_load_4d(dst, &maps.v, &v_full[slot], 64 * c, h_kv, k_row0 + key0, map_b);
                     else if (c == cta_rank) tma_load_4d_multicast(dst, &maps.v, &v_full[slot], 0x3, 64 * c, h_kv, key0, b);
                 }
             }
@@ -962,7 +1030,8 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
     // It runs its own copy of the consumer code, half_diag a constant: ptxas serialises every wgmma of a kernel
     // that has one under a branch it cannot prove uniform (C7520). HS 128 runs the one copy: its kernels serve long
     // T, where the saving is under 1% and a second copy measured slower.
-    constexpr bool kHalfDiag = kBlockM == kBlockN && HS == 64 && !Tile::kBias;   // (the bias ring goes tile by tile)
+    // (not with a bias, whose ring goes tile by tile, nor with packed sequences, whose diagonals differ)
+    constexpr bool kHalfDiag = kBlockM == kBlockN && HS == 64 && !Tile::kBias && !Tile::kVarlen;
     auto consumer = [&](auto wg0) {
         constexpr bool half_diag = kHalfDiag && decltype(wg0)::value;
         float s[kNT * 4];       // S of the current tile, then P in fp32
@@ -1065,10 +1134,19 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
         issue_s0(kv_iter % kStages);
         turn_end(false);
         for (int w = item_of(tile_iter); w < num_items; w = item_of(++tile_iter)) {
-            const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
-            const int m_block = num_m_blocks - 1 - kCluster * item.rank - cta_rank, b = item.bh / NH, h = item.bh % NH;
-            const int m_start = walk.block_start(m_block);
-            const int n_blocks = walk.key_blocks(m_start);
+            // the item's block and key tiles; packed: its sequence's lengths, diagonal and first row of O
+            int m_start, b, h, n_blocks, item_Tk = Tk, item_diag = diag, out_row0 = 0, rows = 0;
+            if constexpr (Tile::kVarlen) {
+                const PackedBlock pb = walk.packed_item(w);
+                m_start = pb.block * kBlockM, b = pb.b, h = w % NH, n_blocks = walk.packed_key_blocks(pb);
+                item_Tk = pb.Tk, item_diag = pb.diag, out_row0 = pb.q0, rows = pb.T;
+            } else {
+                const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
+                const int m_block = num_m_blocks - 1 - kCluster * item.rank - cta_rank;
+                b = item.bh / NH, h = item.bh % NH;
+                m_start = walk.block_start(m_block);
+                n_blocks = walk.key_blocks(m_start);
+            }
             const int qslot = tile_iter % Tile::kQSlots;
             bool has_next = false;
             if constexpr (!kDynamic) has_next = item_of(tile_iter + 1) < num_items;
@@ -1082,8 +1160,8 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
                     release(&sm.bias_empty[bslot]);
                 }
                 constexpr bool kKeyBound = !std::remove_reference_t<decltype(walk)>::kSelfCausal;
-                if (key0 + kBlockN - 1 > (kKeyBound ? min(m_start + warp_row0 + diag, Tk - 1) : m_start + warp_row0 + diag))
-                    mask_tile<kNT, kKeyBound>(s, m_start + warp_row0 + diag, key0, Tk, g, tq);
+                if (key0 + kBlockN - 1 > (kKeyBound ? min(m_start + warp_row0 + item_diag, item_Tk - 1) : m_start + warp_row0 + item_diag))
+                    mask_tile<kNT, kKeyBound>(s, m_start + warp_row0 + item_diag, key0, item_Tk, g, tq);
                 online_softmax_tile<kNT>(s, row_max, row_sum, alpha, scale_log2);
             };
             #pragma unroll
@@ -1152,7 +1230,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
             reg_fence(o_acc);
             release_kv(&v_empty[vslot]);
 
-            hopper_forward_epilogue<HS, Tile::kStageO>(p, o_acc, row_max, row_sum, o_smem, b, h, m_start, warp_row0);
+            hopper_forward_epilogue<HS, Tile::kStageO>(p, o_acc, row_max, row_sum, o_smem, b, h, m_start, warp_row0, out_row0, rows);
             if constexpr (!kEarlyS0) {   // the next item's S_0 in a turn of its own
                 if constexpr (kDynamic) has_next = item_of(tile_iter + 1) < num_items;
                 if (has_next) { skip_upper_diagonal(); wait_first_tiles(tile_iter + 1, kv_iter); }
@@ -1180,20 +1258,21 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
 // for and releases without computing). Needs an even number of query blocks (the launcher checks).
 // kDynamic: items past the first round claimed from a counter (see persistent_claim); in a pair rank 0 claims and
 // hands each index to rank 1 through its shared memory.
+// kVarlen: a general copy for packed sequences (attention_hopper_packed_fits), their items from the block table
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false, bool kGeneral = false,
-          bool kBias = false>
+          bool kBias = false, bool kVarlen = false>
 __global__ void __launch_bounds__(HopperWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
-attention_forward_hopper_ws_kernel(const AttentionForwardParams p,
-                                   const __grid_constant__ std::conditional_t<kBias, HopperBiasTmaMaps, HopperTmaMaps> maps,
+attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_constant__ HopperForwardMaps<kBias, kVarlen> maps,
                                    int section_heads) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(HS == 64 || HS == 128 || HS == 256, "head dims 64, 128, 256");
     static_assert(kStages >= 2, "V_{j-1} and K_j are in flight together");
     static_assert(!kPingPong || kNCWG >= 2, "ping-pong needs two consumer warpgroups");
-    using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages, kBias>;
+    using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages, kBias, kVarlen>;
     constexpr int kBlockM = Tile::kBlockM;
     static_assert(kCluster == 1 || (kCluster == 2 && HS == 128 && kBlockN == kBlockM), "pairs split HS 128's two column boxes");
     static_assert(!kBias || (kGeneral && kCluster == 1 && kBlockN % 64 == 0), "the bias runs on the general copies");
+    static_assert(!kVarlen || (kGeneral && kCluster == 1 && !kDynamic && !kBias), "packed sequences run on the general copies");
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const ForwardWsSmem<Tile> sm(smem);
@@ -1212,7 +1291,10 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p,
     }
     if constexpr (kCluster > 1) cluster_sync();   // the peer's barriers exist before anything reaches them
     else __syncthreads();
-    const ForwardWsWalk<kBlockM, kBlockN, kCluster, kGeneral> walk(p, section_heads);
+    const int* packed = nullptr;
+    if constexpr (kVarlen) packed = maps.packed;
+    const ForwardWsWalk<kBlockM, kBlockN, kCluster, kGeneral> walk(p, section_heads, packed);
+    if (kVarlen && (int)blockIdx.x >= walk.num_items) return;   // the grid was sized for the longest sequences
     const int wg = threadIdx.x / 128;
     if (wg == 0) {   // ---- producer
         setmaxnreg_dec<Tile::kProducerRegs>();
@@ -1230,6 +1312,22 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p,
 
 inline CUtensorMap attention_tensor_map(const floatX* base, const AttentionStrides& st, int B, int T, int NH, int HS, int box_rows) {
     return bthd_tensor_map(base, st.row, st.head, st.batch, B, T, NH, HS, box_rows);
+}
+// all `rows` rows of a packed tensor (batch stride 0) as one batch: the loads of a sequence's last tile read the next
+// sequence's first rows, or zeros past the last
+inline CUtensorMap packed_tensor_map(const floatX* base, const AttentionStrides& st, int rows, int NH, int HS, int box_rows) {
+    return bthd_tensor_map(base, st.row, st.head, st.row * rows, 1, rows, NH, HS, box_rows);
+}
+// The Hopper kernels' kVarlen copies take packed sequences (cu_seqlens_q and _k) whose totals are given, with the batch
+// strides 0 and no other extra (strides: the checks of attention_unsupported_reason)
+inline bool attention_hopper_packed_fits(const AttentionExtras& x, std::initializer_list<AttentionStrides> strides) {
+    if (!x.cu_seqlens_q || !x.cu_seqlens_k || x.total_q <= 0 || x.total_k <= 0) return false;
+    if (x.bias || x.seqlens_k || x.gate || x.doc_start || !hopper_path_available()) return false;
+    for (const AttentionStrides& st : strides) if (st.batch != 0) return false;
+    return true;
+}
+inline bool attention_forward_hopper_packed_fits(const AttentionForwardParams& p) {
+    return (p.HS == 64 || p.HS == 128 || p.HS == 256) && attention_hopper_packed_fits(p.x, {p.q_st, p.k_st, p.v_st, p.o_st});
 }
 
 // The Hopper kernels' kBias copies take a bf16 bias, the only extra, whose pointer and non-zero strides TMA accepts
@@ -1259,19 +1357,28 @@ inline CUtensorMap bias_tensor_map(const AttentionExtras& x, int B, int T, int T
 // kCluster 2: pairs of CTAs (thread-block clusters, launched with cudaLaunchKernelEx), as many pairs as fit at once
 // kGeneral: any call (non-causal, T != Tk); otherwise causal self-attention only (T = Tk, checked here)
 // kBias: a general copy that adds p.x.bias, its only extra (attention_forward_hopper_bias_fits says which biases)
+// kVarlen: packed sequences (attention_hopper_packed_fits): Q, K, V through tensor maps of all the pack's rows, the items
+// from the query-block table
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false, bool kGeneral = false,
-          bool kBias = false>
+          bool kBias = false, bool kVarlen = false>
 void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStream_t stream) {
-    using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages, kBias>;
-    constexpr auto kKernel = attention_forward_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kPingPong, kCluster, kDynamic, kGeneral, kBias>;
+    using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages, kBias, kVarlen>;
+    constexpr auto kKernel = attention_forward_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kPingPong, kCluster, kDynamic, kGeneral, kBias, kVarlen>;
     static_assert(!kGeneral || kCluster == 1, "CTA pairs walk the causal diagonal of self-attention");
     if (!kGeneral) attention_check_self_causal(p);
     constexpr int kSmemBytes = Tile::kSmemBytes + (kDynamic ? Tile::kDynamicBytes : 0);
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
-    std::conditional_t<kBias, HopperBiasTmaMaps, HopperTmaMaps> maps;
-    maps.q = attention_tensor_map(p.q, p.q_st, p.B, p.T, p.NH, HS, Tile::kBlockM);
-    maps.k = attention_tensor_map(p.k, p.k_st, p.B, p.Tk, p.NH_kv, HS, kBlockN);
-    maps.v = attention_tensor_map(p.v, p.v_st, p.B, p.Tk, p.NH_kv, HS, kBlockN);
+    HopperForwardMaps<kBias, kVarlen> maps;
+    if constexpr (kVarlen) {
+        maps.q = packed_tensor_map(p.q, p.q_st, p.x.total_q, p.NH, HS, Tile::kBlockM);
+        maps.k = packed_tensor_map(p.k, p.k_st, p.x.total_k, p.NH_kv, HS, kBlockN);
+        maps.v = packed_tensor_map(p.v, p.v_st, p.x.total_k, p.NH_kv, HS, kBlockN);
+        maps.packed = packed_blocks_table(p.x.cu_seqlens_q, p.B, p.T, Tile::kBlockM, 0, stream);
+    } else {
+        maps.q = attention_tensor_map(p.q, p.q_st, p.B, p.T, p.NH, HS, Tile::kBlockM);
+        maps.k = attention_tensor_map(p.k, p.k_st, p.B, p.Tk, p.NH_kv, HS, kBlockN);
+        maps.v = attention_tensor_map(p.v, p.v_st, p.B, p.Tk, p.NH_kv, HS, kBlockN);
+    }
     if constexpr (kBias) maps.bias = bias_tensor_map(p.x, p.B, p.T, p.Tk, p.NH, Tile::kBlockM);
     const int num_m_blocks = ceil_div(p.T, Tile::kBlockM), section_heads = persistent_section_heads(p.B * p.NH, p.Tk, HS);
     if constexpr (kCluster == 1) {
@@ -1696,6 +1803,11 @@ inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stre
         if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, true>(p, stream);
         else if (HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, true>(p, stream);
         else launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, false, true, true>(p, stream);
+    }
+    else if (attention_forward_hopper_packed_fits(p)) {   // packed sequences with their totals: the kVarlen copies
+        if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, false, true>(p, stream);
+        else if (HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, false, true>(p, stream);
+        else launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, false, true, false, true>(p, stream);
     }
     else if (attention_has_extras(p.x) || HS <= 16) {   // bias, key lengths, packed sequences, HS 8 and 16: the mma.sync kExtras copies
         if (HS <= 16) launch_attention_forward<16, 2, 4, 64, true, true>(p, stream);
@@ -2948,9 +3060,11 @@ __device__ __forceinline__ void dkdv_hopper_step(float (&dk_acc)[HS / 2], float 
 
 // dK *= scale; dK, dV -> bf16, staged in this warp's own 16 rows of dk_stage / dv_stage (swizzle<HS>: 256-byte rows at
 // HS 128, not the column blocks; each warp reads back only what it wrote), then 16-byte stores into dk, dv
+// (packed sequences: row0 = the sequence's first row of dK, dV, rows = its keys; rows 0: p.Tk)
 template <int HS>
 __device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardParams& p, const float (&dk_acc)[HS / 2], const float (&dv_acc)[HS / 2],
-                                                     uint8_t* dk_stage, uint8_t* dv_stage, int b, int h, int n_start, int warp_row0) {
+                                                     uint8_t* dk_stage, uint8_t* dv_stage, int b, int h, int n_start, int warp_row0,
+                                                     int row0 = 0, int rows = 0) {
     constexpr int kDT = HS / 8;
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const float scale = p.scale;
@@ -2969,11 +3083,12 @@ __device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardPara
     __syncwarp();
     floatX* dk_gl = p.dk + b * p.dk_st.batch + h * p.dk_st.head;   // h: the key/value head
     floatX* dv_gl = p.dv + b * p.dv_st.batch + h * p.dv_st.head;
+    const int Tk = rows ? rows : p.Tk;
     for (int c = lane; c < 16 * kDT; c += 32) {
         const int row = warp_row0 + c / kDT, ch = c % kDT, t = n_start + row;
-        if (t < p.Tk) {
-            *reinterpret_cast<uint4*>(dk_gl + t * p.dk_st.row + ch * 8) = *reinterpret_cast<const uint4*>(dk_stage + swizzle<HS>(row, ch));
-            *reinterpret_cast<uint4*>(dv_gl + t * p.dv_st.row + ch * 8) = *reinterpret_cast<const uint4*>(dv_stage + swizzle<HS>(row, ch));
+        if (t < Tk) {
+            *reinterpret_cast<uint4*>(dk_gl + (row0 + t) * p.dk_st.row + ch * 8) = *reinterpret_cast<const uint4*>(dk_stage + swizzle<HS>(row, ch));
+            *reinterpret_cast<uint4*>(dv_gl + (row0 + t) * p.dv_st.row + ch * 8) = *reinterpret_cast<const uint4*>(dv_stage + swizzle<HS>(row, ch));
         }
     }
 }
@@ -3050,12 +3165,13 @@ __device__ __forceinline__ void dq_hopper_step(float (&dq_acc)[HS / 2], uint64_t
 }
 
 // dQ * scale -> bf16, staged in this warp's own 16 rows of `stage` (swizzle<HS>), then 16-byte stores into dq
+// (packed sequences: row0 = the sequence's first row of dQ, rows = its length; rows 0: p.T)
 template <int HS>
 __device__ __forceinline__ void dq_hopper_epilogue(const AttentionBackwardParams& p, const float (&dq_acc)[HS / 2], uint8_t* stage,
-                                                   int b, int h, int m_start, int warp_row0) {
+                                                   int b, int h, int m_start, int warp_row0, int row0 = 0, int rows = 0) {
     constexpr int kDT = HS / 8;
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    const int T = p.T;
+    const int T = rows ? rows : p.T;
     const float scale = p.scale;
     __syncwarp();   // as in dkdv_hopper_epilogue
     #pragma unroll
@@ -3071,7 +3187,7 @@ __device__ __forceinline__ void dq_hopper_epilogue(const AttentionBackwardParams
     for (int c = lane; c < 16 * kDT; c += 32) {
         const int row = warp_row0 + c / kDT, ch = c % kDT;
         if (m_start + row < T)
-            *reinterpret_cast<uint4*>(dq_gl + (m_start + row) * p.dq_st.row + ch * 8) = *reinterpret_cast<const uint4*>(stage + swizzle<HS>(row, ch));
+            *reinterpret_cast<uint4*>(dq_gl + (row0 + m_start + row) * p.dq_st.row + ch * 8) = *reinterpret_cast<const uint4*>(stage + swizzle<HS>(row, ch));
     }
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -3080,16 +3196,21 @@ __device__ __forceinline__ void dq_hopper_epilogue(const AttentionBackwardParams
 // kernels' also hold the bias's
 struct HopperBackwardTmaMaps { CUtensorMap q, k, v, dout, dq_accum; };
 struct HopperBackwardBiasTmaMaps : HopperBackwardTmaMaps { CUtensorMap bias; };
+struct HopperBackwardPackedTmaMaps : HopperBackwardTmaMaps { const int* packed; };   // kVarlen: the kernel's block table
+template <bool kBias, bool kVarlen>
+using HopperBackwardMaps =
+    std::conditional_t<kBias, HopperBackwardBiasTmaMaps, std::conditional_t<kVarlen, HopperBackwardPackedTmaMaps, HopperBackwardTmaMaps>>;
 
 // kAtomicDq: the dK/dV kernel also computes dQ (see its consumer loop): 2 consumer warpgroups, 64-query stages, and
 // step buffers (dS^T twice, each warpgroup's dQ half twice) in the dK/dV staging's memory, the stages' statistics
 // apart from them (so two dQ buffers fit at HS 128), and the dQ writer's barriers (see the kernel)
 // kBias: each stage also holds the bias tile of its kBlockM queries x kBlockN keys (HopperBiasBoxes), the statistics
 // apart as with kAtomicDq (so that it fits at HS 128)
-template <int HS, int kNCWG_, int kBlockM_, int kStages_, bool kAtomicDq_ = false, bool kBias_ = false>
+// kVarlen: packed sequences (items from the pack's key-block table)
+template <int HS, int kNCWG_, int kBlockM_, int kStages_, bool kAtomicDq_ = false, bool kBias_ = false, bool kVarlen_ = false>
 struct HopperBackwardKVWsTile {
     static constexpr int kHeadSize = HS, kNCWG = kNCWG_, kBlockM = kBlockM_, kStages = kStages_;
-    static constexpr bool kAtomicDq = kAtomicDq_, kBias = kBias_, kStatApart = kAtomicDq || kBias;
+    static constexpr bool kAtomicDq = kAtomicDq_, kBias = kBias_, kVarlen = kVarlen_, kStatApart = kAtomicDq || kBias;
     static constexpr int kBlockN = 64 * kNCWG, kThreads = 128 * (kNCWG + 1);
     static constexpr int kKVBytes = kBlockN * HS * 2, kQBytes = kBlockM * HS * 2;
     static constexpr int kBiasBytes = kBias ? kBlockM * kBlockN * 2 : 0;
@@ -3246,15 +3367,35 @@ struct DkdvWsWalk {
     int T, Tk, NH, NH_kv, group, diag, Tp, num_bh, num_n_blocks, num_items, m_blocks, section_heads;
     bool snake, ordered_dq;
     HopperBiasBoxes bias;   // kBias
+    const int* packed;      // kVarlen: the pack's key-block table (item w: entry w / NH_kv, head w % NH_kv); else nullptr
+    AttentionExtras x;
+    bool causal;
     template <bool kGeneral>
-    __device__ __forceinline__ DkdvWsWalk(const AttentionBackwardParams& p, int section_heads_, bool ordered_dq_, std::bool_constant<kGeneral>)
+    __device__ __forceinline__ DkdvWsWalk(const AttentionBackwardParams& p, int section_heads_, bool ordered_dq_, std::bool_constant<kGeneral>,
+                                          const int* packed_ = nullptr)
         : T(p.T), Tk(kGeneral ? p.Tk : p.T), NH(p.NH), NH_kv(kGeneral ? p.NH_kv : p.NH), group(kGeneral ? p.NH / p.NH_kv : 1),
           diag(kGeneral ? attention_diagonal(p) : 0), Tp(bwd_padded_T(p.T)), num_bh(p.B * NH_kv), num_n_blocks(ceil_div(Tk, Tile::kBlockN)),
-          num_items(num_n_blocks * num_bh), m_blocks(ceil_div(p.T, Tile::kBlockM)), section_heads(section_heads_),
-          snake(section_heads_ >= num_bh), ordered_dq(ordered_dq_), bias(p.x, Tile::kBlockM) {}
+          num_items(packed_ ? packed_[0] * NH_kv : num_n_blocks * num_bh), m_blocks(ceil_div(p.T, Tile::kBlockM)),
+          section_heads(section_heads_), snake(packed_ || section_heads_ >= num_bh), ordered_dq(ordered_dq_), bias(p.x, Tile::kBlockM),
+          packed(packed_), x(p.x), causal(p.causal) {}
     __device__ __forceinline__ int key_block_of(int rank) const { return Tile::kAtomicDq && ordered_dq ? num_n_blocks - 1 - rank : rank; }
     // the first query block with a query that sees a key of the block starting at n_start (query i sees key j iff j <= i + diag)
     __device__ __forceinline__ int first_query_block(int n_start) const { return max(n_start - diag, 0) / Tile::kBlockM; }
+    // item w: its key block, head, query blocks (m_first .. m_end - 1) and diagonal; packed: its sequence's lengths and
+    // where its rows lie in the tensor maps (rows q0.., k0.. of one batch)
+    struct Item { int n_start, b, h_kv, m_first, m_end, diag, Tk, q_row0, k_row0, map_b; };
+    __device__ __forceinline__ Item locate(int w) const {
+        if constexpr (Tile::kVarlen) {
+            const PackedBlock pb = packed_block(packed, w / NH_kv, x, causal);
+            const int n_start = pb.block * Tile::kBlockN;
+            return {n_start, pb.b, w % NH_kv, max(n_start - pb.diag, 0) / Tile::kBlockM, ceil_div(pb.T, Tile::kBlockM), pb.diag, pb.Tk,
+                    pb.q0, pb.k0, 0};
+        } else {
+            const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
+            const int n_start = key_block_of(item.rank) * Tile::kBlockN, b = item.bh / NH_kv;
+            return {n_start, b, item.bh % NH_kv, first_query_block(n_start), m_blocks, diag, Tk, 0, 0, b};
+        }
+    }
 };
 
 // The dK/dV kernel's producer (one thread): per item its K, V once, then a ring of stages of Q, dO (TMA) and their
@@ -3276,22 +3417,21 @@ __device__ __forceinline__ void dkdv_ws_producer(const DkdvWsSmem<Tile>& sm, con
     auto next_item = [&](int round) { return kDynamic ? persistent_claim(kCounterDkdv) : persistent_work(round, snake); };
     int w = persistent_work(0, snake);
     for (; w < num_items; w = next_item(++item_iter)) {
-        const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
-        const int n_block = key_block_of(item.rank), b = item.bh / walk.NH_kv, h_kv = item.bh % walk.NH_kv;
-        const int n_start = n_block * kBlockN;
+        const auto it = walk.locate(w);
+        const int b = it.b, h_kv = it.h_kv, n_start = it.n_start;
         mbar_wait(kv_empty, (item_iter & 1) ^ 1);
         if constexpr (kDynamic) *item_w = w;   // the consumers read it once kv_full completes
         mbar_arrive_expect_tx(kv_full, 2 * Tile::kKVBytes);
-        tma_load_tile<HS, kBlockN>(k_smem, &maps.k, kv_full, h_kv, n_start, b);
-        tma_load_tile<HS, kBlockN>(v_smem, &maps.v, kv_full, h_kv, n_start, b);
+        tma_load_tile<HS, kBlockN>(k_smem, &maps.k, kv_full, h_kv, it.k_row0 + n_start, it.map_b);
+        tma_load_tile<HS, kBlockN>(v_smem, &maps.v, kv_full, h_kv, it.k_row0 + n_start, it.map_b);
         for (int h = h_kv * walk.group; h < (h_kv + 1) * walk.group; h++)
-        for (int m_block = walk.first_query_block(n_start); m_block < m_blocks; m_block++, stage_iter++) {
+        for (int m_block = it.m_first; m_block < it.m_end; m_block++, stage_iter++) {
             const int s = stage_iter % kStages, phase = (stage_iter / kStages) & 1;
             const size_t bh = (size_t)b * NH + h;
             mbar_wait(stage_empty(s), phase ^ 1);
             mbar_arrive_expect_tx(stage_full(s), 2 * Tile::kQBytes + Tile::kStatBytes + (Tile::kBias ? walk.bias.tile_bytes(kBlockN) : 0));
-            tma_load_tile<HS, kBlockM>(sm.q_tile(s), &maps.q, stage_full(s), h, m_block * kBlockM, b);
-            tma_load_tile<HS, kBlockM>(sm.do_tile(s), &maps.dout, stage_full(s), h, m_block * kBlockM, b);
+            tma_load_tile<HS, kBlockM>(sm.q_tile(s), &maps.q, stage_full(s), h, it.q_row0 + m_block * kBlockM, it.map_b);
+            tma_load_tile<HS, kBlockM>(sm.do_tile(s), &maps.dout, stage_full(s), h, it.q_row0 + m_block * kBlockM, it.map_b);
             if constexpr (Tile::kBias)
                 tma_load_bias_tile<kBlockN>(sm.bias_tile(s), &maps.bias, stage_full(s), walk.bias, m_block * kBlockM, n_start, h, b);
             bulk_load(sm.lse2_tile(s), sc.lse2 + bh * Tp + m_block * kBlockM, kBlockM * 4, stage_full(s));
@@ -3346,16 +3486,17 @@ __device__ __forceinline__ void dkdv_ws_dq_writer(const DkdvWsSmem<Tile>& sm, co
 
 // ordered_dq (atomic dQ): the key blocks of a head add into each query block's dQ in a fixed order (deterministic)
 // kBias: a general copy that adds p.x.bias, its only extra (attention_hopper_bias_fits)
+// kVarlen: a general copy for packed sequences (attention_hopper_packed_fits), its items from the key-block table
 template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kDynamic = false, bool kGeneral = false,
-          bool kBias = false>
+          bool kBias = false, bool kVarlen = false>
 __global__ void __launch_bounds__(HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>::kThreads, 1)
-attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p,
-                                         const __grid_constant__ std::conditional_t<kBias, HopperBackwardBiasTmaMaps, HopperBackwardTmaMaps> maps,
+attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardMaps<kBias, kVarlen> maps,
                                          int section_heads, bool ordered_dq) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(HS == 64 || HS == 128, "head size 64 or 128");
     static_assert(!kBias || (kGeneral && !kAtomicDq), "the bias runs on the general copies of the split");
-    using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq, kBias>;
+    static_assert(!kVarlen || (kGeneral && !kAtomicDq && !kDynamic && !kBias), "packed sequences run on the general copies of the split");
+    using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq, kBias, kVarlen>;
     constexpr int kBlockN = Tile::kBlockN;
     constexpr int kDT = HS / 8;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -3384,7 +3525,10 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p,
     pdl_launch_dependents();
 
     static_assert(!(kGeneral && kAtomicDq), "the atomic dQ runs causal self-attention only");
-    const DkdvWsWalk<Tile> walk(p, section_heads, ordered_dq, std::bool_constant<kGeneral>{});
+    const int* packed = nullptr;
+    if constexpr (kVarlen) packed = maps.packed;
+    const DkdvWsWalk<Tile> walk(p, section_heads, ordered_dq, std::bool_constant<kGeneral>{}, packed);
+    if (kVarlen && (int)blockIdx.x >= walk.num_items) return;   // the grid was sized for the longest sequences
     const int T = walk.T, NH = walk.NH, num_bh = walk.num_bh, num_n_blocks = walk.num_n_blocks, num_items = walk.num_items;
     const int m_blocks = walk.m_blocks;
     const bool snake = walk.snake;
@@ -3412,10 +3556,9 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p,
     int stage_iter = 0, item_iter = 0;
     auto item_of = [&](int round) { return persistent_item_index<kDynamic>(kv_full, item_w, round, snake); };
     for (int w = item_of(item_iter); w < num_items; w = item_of(++item_iter)) {
-        const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
-        const int n_block = key_block_of(item.rank), b = item.bh / walk.NH_kv, h_kv = item.bh % walk.NH_kv;
+        const auto it = walk.locate(w);
+        const int n_start = it.n_start, n_block = n_start / kBlockN, b = it.b, h_kv = it.h_kv;
         const int bh = b * NH + h_kv;   // the atomic dQ's query head (kAtomicDq: no GQA)
-        const int n_start = n_block * kBlockN;
         #pragma unroll
         for (int i = 0; i < kDT * 4; i++) dk_acc[i] = dv_acc[i] = 0.0f;
         // atomic dQ: step i's dS^T (both warpgroups' keys) and this warpgroup's dQ staging buffer for it
@@ -3442,13 +3585,13 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p,
         mbar_wait(kv_full, item_iter & 1);
         if constexpr (!kAtomicDq) {
             for (int hq = 0; hq < walk.group; hq++)   // the group's query heads, as the producer loads them
-            for (int m_block = walk.first_query_block(n_start); m_block < m_blocks; m_block++, stage_iter++) {
+            for (int m_block = it.m_first; m_block < it.m_end; m_block++, stage_iter++) {
                 const int s = stage_iter % kStages;
                 mbar_wait(stage_full(s), (stage_iter / kStages) & 1);
                 // the mask compares key > query + diag: queries offset by the diagonal
                 const BiasTile bias{sm.bias_tile(s) + cwg * max(walk.bias.rows, 8) * 128, walk.bias.rows, 1.0f / p.scale};   // this warpgroup's box
                 dkdv_hopper_step<HS, kBlockM, kBlockN, kBias>(dk_acc, dv_acc, k_desc, v_desc, q_tile(s), do_tile(s), lse2_tile(s),
-                                                              lse2_tile(s) + kBlockM, n_start, m_block * kBlockM + walk.diag, warp_row0,
+                                                              lse2_tile(s) + kBlockM, n_start, m_block * kBlockM + it.diag, warp_row0,
                                                               p.scale * kLog2e, bias);
                 mbar_arrive(stage_empty(s));
             }
@@ -3484,7 +3627,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p,
                 mbar_wait(&dq_empty[(i % Tile::kDqBuffers) * kNCWG + cwg], (i / Tile::kDqBuffers) & 1);
             named_barrier_sync(1, 128 * kNCWG);
         }
-        dkdv_hopper_epilogue<HS>(p, dk_acc, dv_acc, dk_stage, dv_stage, b, h_kv, n_start, warp_row0);
+        dkdv_hopper_epilogue<HS>(p, dk_acc, dv_acc, dk_stage, dv_stage, b, h_kv, n_start, warp_row0, it.k_row0, kVarlen ? it.Tk : 0);
         if constexpr (kAtomicDq) named_barrier_sync(1, 128 * kNCWG);   // ... and both have read it back
     }
     if constexpr (kAtomicDq) {   // the writer's stop, in the next dQ buffer
@@ -3499,14 +3642,16 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p,
 
 // kGeneral false: causal self-attention without GQA (the diagonal a constant, no key bound)
 // kBias: a general copy that adds p.x.bias, its only extra, and writes dS for dBias where p.dbias is set
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false, bool kGeneral = false, bool kBias = false>
+// kVarlen: a general copy for packed sequences (attention_hopper_packed_fits), its items from the query-block table
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false, bool kGeneral = false, bool kBias = false,
+          bool kVarlen = false>
 __global__ void __launch_bounds__(HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
-attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p,
-                                       const __grid_constant__ std::conditional_t<kBias, HopperBackwardBiasTmaMaps, HopperBackwardTmaMaps> maps,
+attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardMaps<kBias, kVarlen> maps,
                                        int section_heads) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(HS == 64 || HS == 128, "head size 64 or 128");
     static_assert(!kBias || kGeneral, "the bias runs on the general copies");
+    static_assert(!kVarlen || (kGeneral && !kDynamic && !kBias), "packed sequences run on the general copies");
     using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages, kBias>;
     constexpr int kBlockM = Tile::kBlockM;
     constexpr int kDT = HS / 8;
@@ -3531,12 +3676,32 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p,
 
     const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T), num_bh = p.B * p.NH;
     const int Tk = kGeneral ? p.Tk : T, diag = kGeneral ? attention_diagonal(p) : 0, group = kGeneral ? p.NH / p.NH_kv : 1;
-    const int num_m_blocks = ceil_div(T, kBlockM), num_items = num_m_blocks * num_bh;
-    const bool snake = section_heads >= num_bh;   // see persistent_work
+    const int num_m_blocks = ceil_div(T, kBlockM);
+    int num_items = num_m_blocks * num_bh;
+    bool snake = section_heads >= num_bh;   // see persistent_work
     auto key_blocks = [&](int m_start) {   // the K/V tiles a query block walks
         if constexpr (kGeneral) return attention_key_blocks(m_start + kBlockM - 1, diag, Tk, kBlockN);
         else return min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
     };
+    // item w: its query block, head and key tiles; packed: its sequence's lengths, diagonal and where its rows lie in
+    // the tensor maps (rows q0.., k0.. of one batch)
+    struct Item { int b, h, m_start, n_blocks, diag, Tk, T, q_row0, k_row0, map_b; };
+    auto locate = [&](int w) {
+        if constexpr (kVarlen) {
+            const PackedBlock pb = packed_block(maps.packed, w / NH, p.x, p.causal);
+            const int m_start = pb.block * kBlockM;
+            return Item{pb.b, w % NH, m_start, attention_key_blocks(min(m_start + kBlockM, pb.T) - 1, pb.diag, pb.Tk, kBlockN), pb.diag,
+                        pb.Tk, pb.T, pb.q0, pb.k0, 0};
+        } else {
+            const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
+            const int m_start = (num_m_blocks - 1 - item.rank) * kBlockM, b = item.bh / NH;
+            return Item{b, item.bh % NH, m_start, key_blocks(m_start), diag, Tk, T, 0, 0, b};
+        }
+    };
+    if constexpr (kVarlen) {
+        num_items = maps.packed[0] * NH, snake = true;
+        if ((int)blockIdx.x >= num_items) { pdl_wait_prerequisites(); return; }   // the grid was sized for the longest sequences
+    }
     const int wg = threadIdx.x / 128;
 
     if (wg == 0) {   // ---- producer
@@ -3546,22 +3711,20 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p,
             auto next_item = [&](int round) { return kDynamic ? persistent_claim(kCounterDq) : persistent_work(round, snake); };
             int w = persistent_work(0, snake);
             for (; w < num_items; w = next_item(++item_iter)) {
-                const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
-                const int m_block = num_m_blocks - 1 - item.rank, bh = item.bh, b = bh / NH, h = bh % NH, h_kv = h / group;
-                const int m_start = m_block * kBlockM;
-                const int n_blocks = key_blocks(m_start);
+                const Item it = locate(w);
+                const int b = it.b, h = it.h, h_kv = h / group, m_start = it.m_start, n_blocks = it.n_blocks;
                 mbar_wait(qo_empty, (item_iter & 1) ^ 1);
                 if constexpr (kDynamic) *item_w = w;   // the consumers read it once qo_full completes
                 mbar_arrive_expect_tx(qo_full, 2 * Tile::kQBytes);
-                tma_load_tile<HS, kBlockM>(q_smem, &maps.q, qo_full, h, m_start, b);
-                tma_load_tile<HS, kBlockM>(do_smem, &maps.dout, qo_full, h, m_start, b);
+                tma_load_tile<HS, kBlockM>(q_smem, &maps.q, qo_full, h, it.q_row0 + m_start, it.map_b);
+                tma_load_tile<HS, kBlockM>(do_smem, &maps.dout, qo_full, h, it.q_row0 + m_start, it.map_b);
                 for (int i = 0; i < n_blocks; i++, kv_iter++) {   // the diagonal tile first
                     const int s = kv_iter % kStages, phase = (kv_iter / kStages) & 1;
                     const int key0 = (n_blocks - 1 - i) * kBlockN;
                     mbar_wait(kv_empty(s), phase ^ 1);
                     mbar_arrive_expect_tx(kv_full(s), 2 * Tile::kTileBytes + (kBias ? bias_boxes.tile_bytes(kBlockN) : 0));
-                    tma_load_tile<HS, kBlockN>(k_tile(s), &maps.k, kv_full(s), h_kv, key0, b);
-                    tma_load_tile<HS, kBlockN>(v_tile(s), &maps.v, kv_full(s), h_kv, key0, b);
+                    tma_load_tile<HS, kBlockN>(k_tile(s), &maps.k, kv_full(s), h_kv, it.k_row0 + key0, it.map_b);
+                    tma_load_tile<HS, kBlockN>(v_tile(s), &maps.v, kv_full(s), h_kv, it.k_row0 + key0, it.map_b);
                     if constexpr (kBias) tma_load_bias_tile<kBlockN>(bias_tile(s), &maps.bias, kv_full(s), bias_boxes, m_start, key0, h, b);
                 }
             }
@@ -3583,10 +3746,8 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p,
     // (kDynamic: the row statistics below are read after the wait for the item's Q/dO, not before it)
     auto item_of = [&](int round) { return persistent_item_index<kDynamic>(qo_full, item_w, round, snake); };
     for (int w = item_of(item_iter); w < num_items; w = item_of(++item_iter)) {
-        const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
-        const int m_block = num_m_blocks - 1 - item.rank, bh = item.bh, b = bh / NH, h = bh % NH;
-        const int m_start = m_block * kBlockM;
-        const int n_blocks = key_blocks(m_start);
+        const Item it = locate(w);
+        const int b = it.b, h = it.h, bh = b * NH + h, m_start = it.m_start, n_blocks = it.n_blocks;
         float row_lse2[2], row_dpsum[2];   // rows g, g + 8 of this warp (padded: in bounds)
         #pragma unroll
         for (int half = 0; half < 2; half++) {
@@ -3610,11 +3771,11 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p,
             mbar_wait(kv_full(s), (kv_iter / kStages) & 1);
             const BiasTile bias{bias_tile(s), bias_boxes.rows, 1.0f / p.scale};
             dq_hopper_step<HS, kBlockM, kBlockN, kBias>(dq_acc, q_desc, do_desc, k_tile(s), v_tile(s), row_lse2, row_dpsum, n_blocks - 1 - i,
-                                                        m_start, warp_row0, p.scale * kLog2e, diag, kGeneral ? Tk : 1 << 30, bias, ds_rows);
+                                                        m_start, warp_row0, p.scale * kLog2e, it.diag, kGeneral ? it.Tk : 1 << 30, bias, ds_rows);
             release(kv_empty(s));
         }
         release(qo_empty);
-        dq_hopper_epilogue<HS>(p, dq_acc, dq_stage, b, h, m_start, warp_row0);
+        dq_hopper_epilogue<HS>(p, dq_acc, dq_stage, b, h, m_start, warp_row0, it.q_row0, kVarlen ? it.T : 0);
     }
     // early_start: this grid ends after the dK/dV kernel it overlapped, so what follows in the stream sees both
     pdl_wait_prerequisites();
@@ -3654,47 +3815,55 @@ void launch_attention_backward_dq(const AttentionBackwardParams& p, cudaStream_t
     launch_with_smem<kernel>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)), Tile::kThreads, smem, stream, p);
 }
 
-// Q, dO with boxes of q_rows rows, K, V with boxes of kv_rows rows
+// Q, dO with boxes of q_rows rows, K, V with boxes of kv_rows rows (packed sequences with their totals: all their rows)
 inline HopperBackwardTmaMaps backward_tma_maps(const AttentionBackwardParams& p, int q_rows, int kv_rows) {
+    if (p.x.cu_seqlens_q && p.x.total_q > 0)
+        return {packed_tensor_map(p.q, p.q_st, p.x.total_q, p.NH, p.HS, q_rows), packed_tensor_map(p.k, p.k_st, p.x.total_k, p.NH_kv, p.HS, kv_rows),
+                packed_tensor_map(p.v, p.v_st, p.x.total_k, p.NH_kv, p.HS, kv_rows),
+                packed_tensor_map(p.dout, p.do_st, p.x.total_q, p.NH, p.HS, q_rows)};
     return {attention_tensor_map(p.q, p.q_st, p.B, p.T, p.NH, p.HS, q_rows), attention_tensor_map(p.k, p.k_st, p.B, p.Tk, p.NH_kv, p.HS, kv_rows),
             attention_tensor_map(p.v, p.v_st, p.B, p.Tk, p.NH_kv, p.HS, kv_rows),
             attention_tensor_map(p.dout, p.do_st, p.B, p.T, p.NH, p.HS, q_rows)};
 }
 
 // early_start: launched to overlap the preprocess's tail (programmatic dependent launch)
-// kGeneral false: causal self-attention without GQA only (checked here); kBias: a bf16 bias (attention_hopper_bias_fits)
+// kGeneral false: causal self-attention without GQA only (checked here); kBias: a bf16 bias (attention_hopper_bias_fits);
+// kVarlen: packed sequences (attention_hopper_packed_fits)
 template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kDynamic = false, bool kGeneral = false,
-          bool kBias = false>
+          bool kBias = false, bool kVarlen = false>
 void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false,
                                               bool ordered_dq = false) {
-    using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq, kBias>;
+    using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq, kBias, kVarlen>;
     if (!kGeneral) attention_check_self_causal(p);
     const int num_items = p.B * p.NH_kv * ceil_div(p.Tk, Tile::kBlockN);
-    std::conditional_t<kBias, HopperBackwardBiasTmaMaps, HopperBackwardTmaMaps> maps;
+    HopperBackwardMaps<kBias, kVarlen> maps;
     static_cast<HopperBackwardTmaMaps&>(maps) = backward_tma_maps(p, kBlockM, Tile::kBlockN);
     if constexpr (kBias) maps.bias = bias_tensor_map(p.x, p.B, p.T, p.Tk, p.NH, kBlockM);
+    if constexpr (kVarlen) maps.packed = packed_blocks_table(p.x.cu_seqlens_k, p.B, p.Tk, Tile::kBlockN, 1, stream);
     if (kAtomicDq) {   // dq_accum (B * NH, T, HS) fp32 as (HS, T, B * NH), boxes of 32 columns x kBlockM rows
         const cuuint64_t dims[3] = {(cuuint64_t)HS, (cuuint64_t)p.T, (cuuint64_t)p.B * p.NH};
         const cuuint64_t strides[2] = {(cuuint64_t)HS * 4, (cuuint64_t)p.T * HS * 4};
         const cuuint32_t box[3] = {32, (cuuint32_t)kBlockM, 1};
         maps.dq_accum = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, backward_scratch(p).dq_accum, dims, strides, box);
     }
-    launch_with_smem_ex<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kDynamic, kGeneral, kBias>>(
+    launch_with_smem_ex<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kDynamic, kGeneral, kBias, kVarlen>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p, maps,
         persistent_section_heads(p.B * p.NH_kv, p.T * (p.NH / p.NH_kv), HS), ordered_dq);
 }
 
 // early_start: launched to overlap the dK/dV kernel before it (programmatic dependent launch)
-template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false, bool kGeneral = false, bool kBias = false>
+template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false, bool kGeneral = false, bool kBias = false,
+          bool kVarlen = false>
 void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false) {
     using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages, kBias>;
     if (!kGeneral) attention_check_self_causal(p);
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockM);
-    std::conditional_t<kBias, HopperBackwardBiasTmaMaps, HopperBackwardTmaMaps> maps;
+    HopperBackwardMaps<kBias, kVarlen> maps;
     static_cast<HopperBackwardTmaMaps&>(maps) = backward_tma_maps(p, Tile::kBlockM, kBlockN);
     if constexpr (kBias) maps.bias = bias_tensor_map(p.x, p.B, p.T, p.Tk, p.NH, Tile::kBlockM);
+    if constexpr (kVarlen) maps.packed = packed_blocks_table(p.x.cu_seqlens_q, p.B, p.T, Tile::kBlockM, 0, stream);
     static_assert(Tile::kSmemBytes <= 227 * 1024, "shared memory");
-    launch_with_smem_ex<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kDynamic, kGeneral, kBias>>(
+    launch_with_smem_ex<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kDynamic, kGeneral, kBias, kVarlen>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p, maps,
         persistent_section_heads(p.B * p.NH, p.Tk, HS));
 }
@@ -3748,11 +3917,16 @@ void attention_backward_split(const AttentionBackwardParams& p, cudaStream_t str
 // stages, dQ with kQWG consumer warpgroups (64 query rows each) and kQBlockN-key stages; kStages-deep rings
 // kGeneral: any call (non-causal, T != Tk, GQA); otherwise causal self-attention without GQA
 // kBias (general): with a bf16 bias (attention_hopper_bias_fits), and dBias from the dQ kernel's dS where p.dbias is set
-template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages, bool kGeneral = false, bool kBias = false>
+// kVarlen (general): packed sequences with their totals (attention_hopper_packed_fits), on the round-robin schedule
+template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages, bool kGeneral = false, bool kBias = false,
+          bool kVarlen = false>
 void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
-    launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
+    launch_attention_backward_preprocess<HS, /*kExtras=*/kVarlen>(p, /*zero_dq=*/false, stream);
     const bool early = backward_early_start();
-    if (claimed_schedule(p.T)) {
+    if constexpr (kVarlen) {
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, true, false, true>(p, stream, early);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, true, false, true>(p, stream, early);
+    } else if (claimed_schedule(p.T)) {
         launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, true, kGeneral, kBias>(p, stream, early);
         launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, true, kGeneral, kBias>(p, stream, early);
     } else {
@@ -3880,6 +4054,10 @@ inline void attention_backward(const AttentionBackwardParams& p, cudaStream_t st
     if ((HS == 64 || HS == 128) && attention_hopper_bias_fits(p.x)) {   // a bf16 bias alone: the Hopper split's kBias copies
         if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, true>(p, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, true>(p, stream);
+    } else if ((HS == 64 || HS == 128) && attention_hopper_packed_fits(p.x, {p.q_st, p.k_st, p.v_st, p.o_st, p.do_st, p.dq_st, p.dk_st, p.dv_st})) {
+        // packed sequences with their totals: the Hopper split's kVarlen copies
+        if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, false, true>(p, stream);
+        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, false, true>(p, stream);
     } else if (attention_has_extras(p.x) || HS <= 16) {   // the mma.sync split's kExtras copies
         if (HS <= 16) attention_backward_split<16, 4, 1, 64, 4, 1, 64, true>(p, stream);
         else if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64, true>(p, stream);

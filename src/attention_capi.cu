@@ -56,7 +56,7 @@ AttentionStrides strides_of(const long long* s) { return {s[0], s[1], s[2]}; }
 
 // the _ex calls' extras as src/attention.cuh's AttentionExtras; nullptr, or why they are refused
 const char* extras_of(AttentionExtras& x, const void* bias, const long long* bias_strides, int bias_fp32,
-                      const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k,
+                      const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k, int total_q, int total_k,
                       const void* gate, const long long* gate_strides) {
     if (bias && !bias_strides) return "a bias needs its 3 strides (bias_strides not null)";
     if (gate && !gate_strides) return "a gate needs its 3 strides (gate_strides not null)";
@@ -67,6 +67,8 @@ const char* extras_of(AttentionExtras& x, const void* bias, const long long* bia
     x.seqlens_k = seqlens_k;
     x.cu_seqlens_q = cu_seqlens_q;
     x.cu_seqlens_k = cu_seqlens_k;
+    x.total_q = cu_seqlens_q ? total_q : 0;
+    x.total_k = cu_seqlens_k ? total_k : 0;
     x.gate = (const floatX*)gate;
     if (gate) x.gate_st = strides_of(gate_strides);
     return nullptr;
@@ -95,13 +97,13 @@ const char* flashgpt_attention_forward_ex(const void* q, const void* k, const vo
                                           const long long* v_strides, const long long* o_strides,
                                           int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
                                           const void* bias, const long long* bias_strides, int bias_fp32,
-                                          const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k,
+                                          const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k, int total_q, int total_k,
                                           const void* gate, const long long* gate_strides, void* gated_out,
                                           void* stream) {
     if (!q || !k || !v || !out || !lse) return "q, k, v, out and lse must not be null";
     if (!q_strides || !k_strides || !v_strides || !o_strides) return "every stride array must have 3 elements (not null)";
     AttentionForwardParams p{};
-    if (const char* why = extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k,
+    if (const char* why = extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, total_q, total_k,
                                     gate, gate_strides))
         return why;
     if (const char* why = gate_output_problem(gate, gated_out, "gated_out")) return why;
@@ -125,18 +127,18 @@ const char* flashgpt_attention_forward(const void* q, const void* k, const void*
                                        int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
                                        void* stream) {
     return flashgpt_attention_forward_ex(q, k, v, out, lse, q_strides, k_strides, v_strides, o_strides, B, T, Tk, NH, NH_kv,
-                                         HS, causal, scale, nullptr, nullptr, 0, nullptr, nullptr, nullptr, nullptr, nullptr,
-                                         nullptr, stream);
+                                         HS, causal, scale, nullptr, nullptr, 0, nullptr, nullptr, nullptr, 0, 0, nullptr,
+                                         nullptr, nullptr, stream);
 }
 
 size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal,
                                                     const void* bias, const long long* bias_strides, int bias_fp32,
                                                     const int* seqlens_k, const int* cu_seqlens_q,
-                                                    const int* cu_seqlens_k, const void* gate,
+                                                    const int* cu_seqlens_k, int total_q, int total_k, const void* gate,
                                                     const long long* gate_strides, const void* dbias) {
     if (B < 1 || T < 1 || Tk < 1 || NH < 1 || NH_kv < 1 || HS < 1) return 0;
     AttentionBackwardParams p{};
-    if (extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, gate, gate_strides)) return 0;
+    if (extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, total_q, total_k, gate, gate_strides)) return 0;
     // only whether there is a gate (the gated dO it adds) or a dbias (the ds buffer) counts here, never an address
     p.dbias = (void*)dbias;
     std::lock_guard<std::mutex> lock(g_call_mutex);
@@ -148,7 +150,7 @@ size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, int Tk, int NH
 
 size_t flashgpt_attention_backward_scratch_bytes(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal) {
     return flashgpt_attention_backward_scratch_bytes_ex(B, T, Tk, NH, NH_kv, HS, causal, nullptr, nullptr, 0, nullptr, nullptr,
-                                                        nullptr, nullptr, nullptr, nullptr);
+                                                        nullptr, 0, 0, nullptr, nullptr, nullptr);
 }
 
 const char* flashgpt_attention_backward_ex(void* dq, void* dk, void* dv, const void* dout, const void* q,
@@ -159,7 +161,7 @@ const char* flashgpt_attention_backward_ex(void* dq, void* dk, void* dv, const v
                                            const long long* v_strides, const long long* o_strides,
                                            int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
                                            const void* bias, const long long* bias_strides, int bias_fp32,
-                                           const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k,
+                                           const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k, int total_q, int total_k,
                                            const void* gate, const long long* gate_strides, void* dgate,
                                            void* dbias, void* scratch, size_t scratch_bytes, void* stream) {
     if (!dq || !dk || !dv || !dout || !q || !k || !v || !out || !lse) return "dq, dk, dv, dout, q, k, v, out and lse must not be null";
@@ -167,7 +169,7 @@ const char* flashgpt_attention_backward_ex(void* dq, void* dk, void* dv, const v
         return "every stride array must have 3 elements (not null)";
     if (!scratch || (uintptr_t)scratch % 16) return "scratch must be device memory, 16-byte aligned";
     AttentionBackwardParams p{};
-    if (const char* why = extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k,
+    if (const char* why = extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, total_q, total_k,
                                     gate, gate_strides))
         return why;
     if (const char* why = gate_output_problem(gate, dgate, "dgate")) return why;
@@ -206,7 +208,7 @@ const char* flashgpt_attention_backward(void* dq, void* dk, void* dv, const void
                                         void* scratch, size_t scratch_bytes, void* stream) {
     return flashgpt_attention_backward_ex(dq, dk, dv, dout, q, k, v, out, lse, dq_strides, dk_strides, dv_strides, do_strides,
                                           q_strides, k_strides, v_strides, o_strides, B, T, Tk, NH, NH_kv, HS, causal, scale,
-                                          nullptr, nullptr, 0, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                          nullptr, nullptr, 0, nullptr, nullptr, nullptr, 0, 0, nullptr, nullptr, nullptr, nullptr,
                                           scratch, scratch_bytes, stream);
 }
 

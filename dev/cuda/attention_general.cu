@@ -95,7 +95,9 @@ static const char* kValidationCases[] = {
     "b=2,h=2,tq=1,tk=600,d=256",                  "b=5,h=8,hkv=2,tq=1,tk=2000,d=128,kvlens=1",
     "b=4,h=12,tq=3,tk=999,d=64,kvlens=1,layout=bthd",
     // AttentionExtras: every broadcast pattern of the bias (bf16 and fp32, dbias, -inf entries and fully masked rows),
-    // key lengths 0, 1 and Tk, packed sequences of 1 to 64 with lengths 1 to 4097, self and cross, causal or not
+    // key lengths 0, 1 and Tk, packed sequences of 1 to 64 with lengths 1 to 4097, self and cross, causal or not (packs
+    // carry their totals: the Hopper kVarlen copies at head dims 64, 128 and the forward's 256; with another extra or
+    // head dim, the mma.sync kExtras copies)
     "b=2,h=3,tq=200,d=64,causal=0,bias=1htt,dbias=1",            "b=2,h=2,tq=150,tk=170,d=128,bias=bhtt,biasf32=1,dbias=1,mask=1",
     "b=3,h=2,tq=130,d=64,causal=0,bias=b1tt,dbias=1,mask=1",     "b=2,h=4,hkv=2,tq=100,tk=257,d=32,causal=0,bias=b11t,dbias=1",
     "b=2,h=2,tq=190,d=96,bias=11tt,biasf32=1,dbias=1,mask=1",    "b=2,h=2,tq=70,d=256,causal=0,bias=1htt,dbias=1",
@@ -112,6 +114,8 @@ static const char* kValidationCases[] = {
     "b=5,h=3,tq=300,d=64,varlen=1",                              "b=4,h=4,hkv=1,tq=200,tk=333,d=128,causal=0,varlen=1",
     "b=3,h=2,tq=150,d=64,varlen=1,bias=1htt,dbias=1,mask=1",     "b=64,h=2,tq=300,d=64,varlen=1",
     "b=1,h=2,tq=4097,d=64,varlen=1",                             "b=3,h=2,tq=100,d=32,varlen=1,causal=0",
+    "b=4,h=2,tq=150,tk=260,d=64,varlen=1",                       "b=3,h=4,hkv=2,tq=200,d=256,varlen=1",
+    "b=6,h=2,hkv=1,tq=330,tk=140,d=128,varlen=1",
     // head dims 8 (zero-padded to 16 in the kernels) and 16
     "b=2,h=3,tq=150,d=16",                                       "b=2,h=4,hkv=2,tq=100,tk=230,d=8,causal=0",
     "b=2,h=2,tq=120,d=8,bias=1htt,dbias=1,mask=1",               "b=3,h=2,tq=90,d=16,varlen=1,causal=0,bias=bhtt,biasf32=1",
@@ -247,7 +251,8 @@ struct CaseBuffers {
         if (c.bwd) { scratch_bytes = attention_backward_scratch_bytes(bwd()); d_scratch = device_alloc<uint8_t>(scratch_bytes); }
     }
     AttentionExtras extras() const {
-        return {d_bias, bias_st, c.bias_fp32, c.keylens ? d_seqlens : nullptr, d_cu_q, d_cu_k, d_gate, o.st, d_gated_out, d_doc_start};
+        return {d_bias, bias_st, c.bias_fp32, c.keylens ? d_seqlens : nullptr, d_cu_q, d_cu_k, d_gate, o.st, d_gated_out, d_doc_start,
+                c.varlen ? q.cu.back() : 0, c.varlen ? kv.cu.back() : 0};
     }
     AttentionForwardParams fwd() const {
         const GeneralShape& s = c.s;
