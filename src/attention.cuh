@@ -676,31 +676,38 @@ using HopperForwardMaps = std::conditional_t<kBias, HopperBiasTmaMaps, std::cond
 // (b, block) pairs, each sequence's last block first (the longest items first where causal). One CTA builds it on the
 // device from cu_seqlens before the kernels; within one block index the order varies run to run, which changes no
 // result (every item writes only its own outputs).
-__global__ void packed_blocks_kernel(const int* cu_seqlens, int B, int block_rows, int max_blocks, int* table) {
+struct PackedTableSpec { const int* cu_seqlens; int block_rows, max_blocks; int* table; };
+__global__ void packed_blocks_kernel(PackedTableSpec queries, PackedTableSpec keys, int B) {   // CTA 1: the keys' table
+    const PackedTableSpec t = blockIdx.x ? keys : queries;
     __shared__ int count;
     if (threadIdx.x == 0) count = 0;
     __syncthreads();
-    for (int m = max_blocks - 1; m >= 0; m--) {
+    for (int m = t.max_blocks - 1; m >= 0; m--) {
         for (int b = threadIdx.x; b < B; b += blockDim.x)
-            if (m * block_rows < cu_seqlens[b + 1] - cu_seqlens[b]) {
+            if (m * t.block_rows < t.cu_seqlens[b + 1] - t.cu_seqlens[b]) {
                 const int i = atomicAdd(&count, 1);
-                table[1 + 2 * i] = b;
-                table[2 + 2 * i] = m;
+                t.table[1 + 2 * i] = b;
+                t.table[2 + 2 * i] = m;
             }
         __syncthreads();
     }
-    if (threadIdx.x == 0) table[0] = count;
+    if (threadIdx.x == 0) t.table[0] = count;
 }
-// the table of the blocks of block_rows rows of the sequences cu_seqlens (the longest T rows): slot 0 the queries',
-// slot 1 the keys' (the backward walks both at once)
-inline const int* packed_blocks_table(const int* cu_seqlens, int B, int T, int block_rows, int slot, cudaStream_t stream) {
+// The tables of a call's query blocks of q_rows rows and (k_rows > 0: the backward, which walks both) key blocks of
+// k_rows rows, built by one launch
+struct PackedTables { const int *queries, *keys; };
+inline PackedTables packed_blocks_tables(const AttentionExtras& x, int B, int T, int Tk, int q_rows, int k_rows, cudaStream_t stream) {
     static void* buf[2] = {nullptr, nullptr};
     static size_t capacity[2] = {0, 0};
-    const int max_blocks = ceil_div(T, block_rows);
-    int* table = (int*)grow_device_buffer(buf[slot], capacity[slot], (1 + 2 * (size_t)B * max_blocks) * sizeof(int));
-    packed_blocks_kernel<<<1, 1024, 0, stream>>>(cu_seqlens, B, block_rows, max_blocks, table);
+    auto spec = [&](int slot, const int* cu, int len, int rows) {
+        const int max_blocks = ceil_div(len, rows);
+        int* table = (int*)grow_device_buffer(buf[slot], capacity[slot], (1 + 2 * (size_t)B * max_blocks) * sizeof(int));
+        return PackedTableSpec{cu, rows, max_blocks, table};
+    };
+    const PackedTableSpec q = spec(0, x.cu_seqlens_q, T, q_rows), k = k_rows ? spec(1, x.cu_seqlens_k, Tk, k_rows) : q;
+    packed_blocks_kernel<<<k_rows ? 2 : 1, 1024, 0, stream>>>(q, k, B);
     cudaCheck(cudaGetLastError());
-    return table;
+    return {q.table, k.table};
 }
 // entry `pair` of a table: sequence b's block `block`, its first rows and lengths, and its causal diagonal
 struct PackedBlock { int b, block, q0, T, k0, Tk, diag; };
@@ -1373,7 +1380,7 @@ void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStr
         maps.q = packed_tensor_map(p.q, p.q_st, p.x.total_q, p.NH, HS, Tile::kBlockM);
         maps.k = packed_tensor_map(p.k, p.k_st, p.x.total_k, p.NH_kv, HS, kBlockN);
         maps.v = packed_tensor_map(p.v, p.v_st, p.x.total_k, p.NH_kv, HS, kBlockN);
-        maps.packed = packed_blocks_table(p.x.cu_seqlens_q, p.B, p.T, Tile::kBlockM, 0, stream);
+        maps.packed = packed_blocks_tables(p.x, p.B, p.T, p.Tk, Tile::kBlockM, 0, stream).queries;
     } else {
         maps.q = attention_tensor_map(p.q, p.q_st, p.B, p.T, p.NH, HS, Tile::kBlockM);
         maps.k = attention_tensor_map(p.k, p.k_st, p.B, p.Tk, p.NH_kv, HS, kBlockN);
@@ -3147,18 +3154,22 @@ __device__ __forceinline__ void dq_hopper_step(float (&dq_acc)[HS / 2], uint64_t
     issue_s_dp<HS, kBlockN, kBlockM>(s, dp, q_desc, do_desc, k_s, v_s);
     dq_p_ds<HS, kBlockN, kBlockM, kBias>(s, dp, dsa, row_lse2, row_dpsum, n_block, m_start, warp_row0, scale_log2, diag, Tk, bias);
     dq_issue_dq<HS, kBlockN>(dq_acc, dsa, k_s);
-    if constexpr (kBias) {
+    if constexpr (kBias) {   // pairs of keys as 8-byte stores where Tk is even (the rows then 8-byte aligned)
         const int tq = threadIdx.x % 4;
         #pragma unroll
         for (int half = 0; half < 2; half++) {
             if (!ds_rows[half]) continue;
             #pragma unroll
-            for (int i = 0; i < kBlockN / 8; i++)
-                #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int key = n_block * kBlockN + i * 8 + 2 * tq + e;
-                    if (key < Tk) ds_rows[half][key] = dp[4 * i + 2 * half + e];
+            for (int i = 0; i < kBlockN / 8; i++) {
+                const int key = n_block * kBlockN + i * 8 + 2 * tq;
+                if (Tk % 2 == 0 && key < Tk) {
+                    *reinterpret_cast<float2*>(ds_rows[half] + key) = make_float2(dp[4 * i + 2 * half], dp[4 * i + 2 * half + 1]);
+                } else {
+                    #pragma unroll
+                    for (int e = 0; e < 2; e++)
+                        if (key + e < Tk) ds_rows[half][key + e] = dp[4 * i + 2 * half + e];
                 }
+            }
         }
     }
     wgmma_wait<0>();
@@ -3828,18 +3839,18 @@ inline HopperBackwardTmaMaps backward_tma_maps(const AttentionBackwardParams& p,
 
 // early_start: launched to overlap the preprocess's tail (programmatic dependent launch)
 // kGeneral false: causal self-attention without GQA only (checked here); kBias: a bf16 bias (attention_hopper_bias_fits);
-// kVarlen: packed sequences (attention_hopper_packed_fits)
+// kVarlen: packed sequences (attention_hopper_packed_fits), packed their key-block table
 template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kDynamic = false, bool kGeneral = false,
           bool kBias = false, bool kVarlen = false>
 void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false,
-                                              bool ordered_dq = false) {
+                                              bool ordered_dq = false, const int* packed = nullptr) {
     using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq, kBias, kVarlen>;
     if (!kGeneral) attention_check_self_causal(p);
     const int num_items = p.B * p.NH_kv * ceil_div(p.Tk, Tile::kBlockN);
     HopperBackwardMaps<kBias, kVarlen> maps;
     static_cast<HopperBackwardTmaMaps&>(maps) = backward_tma_maps(p, kBlockM, Tile::kBlockN);
     if constexpr (kBias) maps.bias = bias_tensor_map(p.x, p.B, p.T, p.Tk, p.NH, kBlockM);
-    if constexpr (kVarlen) maps.packed = packed_blocks_table(p.x.cu_seqlens_k, p.B, p.Tk, Tile::kBlockN, 1, stream);
+    if constexpr (kVarlen) maps.packed = packed;
     if (kAtomicDq) {   // dq_accum (B * NH, T, HS) fp32 as (HS, T, B * NH), boxes of 32 columns x kBlockM rows
         const cuuint64_t dims[3] = {(cuuint64_t)HS, (cuuint64_t)p.T, (cuuint64_t)p.B * p.NH};
         const cuuint64_t strides[2] = {(cuuint64_t)HS * 4, (cuuint64_t)p.T * HS * 4};
@@ -3851,17 +3862,19 @@ void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, 
         persistent_section_heads(p.B * p.NH_kv, p.T * (p.NH / p.NH_kv), HS), ordered_dq);
 }
 
-// early_start: launched to overlap the dK/dV kernel before it (programmatic dependent launch)
+// early_start: launched to overlap the dK/dV kernel before it (programmatic dependent launch); packed (kVarlen): the
+// query-block table
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false, bool kGeneral = false, bool kBias = false,
           bool kVarlen = false>
-void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false) {
+void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false,
+                                            const int* packed = nullptr) {
     using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages, kBias>;
     if (!kGeneral) attention_check_self_causal(p);
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockM);
     HopperBackwardMaps<kBias, kVarlen> maps;
     static_cast<HopperBackwardTmaMaps&>(maps) = backward_tma_maps(p, Tile::kBlockM, kBlockN);
     if constexpr (kBias) maps.bias = bias_tensor_map(p.x, p.B, p.T, p.Tk, p.NH, Tile::kBlockM);
-    if constexpr (kVarlen) maps.packed = packed_blocks_table(p.x.cu_seqlens_q, p.B, p.T, Tile::kBlockM, 0, stream);
+    if constexpr (kVarlen) maps.packed = packed;
     static_assert(Tile::kSmemBytes <= 227 * 1024, "shared memory");
     launch_with_smem_ex<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kDynamic, kGeneral, kBias, kVarlen>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p, maps,
@@ -3921,11 +3934,13 @@ void attention_backward_split(const AttentionBackwardParams& p, cudaStream_t str
 template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages, bool kGeneral = false, bool kBias = false,
           bool kVarlen = false>
 void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
+    PackedTables t{};   // kVarlen: built before the preprocess, which the dK/dV kernel's early start overlaps
+    if constexpr (kVarlen) t = packed_blocks_tables(p.x, p.B, p.T, p.Tk, 64 * kQWG, 64 * kKVWG, stream);
     launch_attention_backward_preprocess<HS, /*kExtras=*/kVarlen>(p, /*zero_dq=*/false, stream);
     const bool early = backward_early_start();
     if constexpr (kVarlen) {
-        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, true, false, true>(p, stream, early);
-        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, true, false, true>(p, stream, early);
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, true, false, true>(p, stream, early, false, t.keys);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, true, false, true>(p, stream, early, t.queries);
     } else if (claimed_schedule(p.T)) {
         launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, true, kGeneral, kBias>(p, stream, early);
         launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, true, kGeneral, kBias>(p, stream, early);

@@ -16,7 +16,8 @@ computation's error plus a small constant), every output poisoned before each la
 A case is the anchor script's syntax (../shared/bench/sdpa_general_anchor.py), so both time the same thing:
   b=[8] h=[12] hkv=[h] tq=[1024] tk=[tq] d=[64] causal=[1] bwd=[1] bias=[none]|b1tt|1htt|bhtt|b11t|11tt, plus
   layout=[bhtd]|bthd|qkv, scale=[1/sqrt(d)], and the extras: biasf32=1 (an fp32 bias), dbias=1 (its gradient), mask=1
-  (-inf entries), keylens=1 (per-sequence key lengths), varlen=1 (packed sequences of ragged lengths), gate=1 (output
+  (-inf entries), keylens=1 (per-sequence key lengths), varlen=1 (packed sequences of ragged lengths; varlen=2: of
+  lengths tq / tk, the same tokens as the unpadded batch), gate=1 (output
   gating), docs=1 (document masking), kvlens=1 (a KV cache of per-sequence lengths)
 FLOPs as the anchor script counts them: forward 4*B*H*Tq*Tk*D, halved for causal with tq = tk (per sequence with
 keylens / varlen); backward 2.5x forward. The anchor's causal bias cases fold the mask into the bias; here causal=1
@@ -31,9 +32,10 @@ struct GeneralCase {
     bool kv_lens;         // a KV cache with a different length per sequence (attention_forward_kvcache; forward only)
     // AttentionExtras: the bias's broadcast shape (none, b1tt, 1htt, bhtt, b11t, 11tt), fp32 or bf16, its gradient,
     // -inf entries (mask: 10% of them, and whole rows where the bias has rows); key lengths per sequence (keylens:
-    // seqlens_k on padded tensors); packed sequences of ragged lengths (varlen: cu_seqlens_q / _k)
+    // seqlens_k on padded tensors); packed sequences (varlen: cu_seqlens_q / _k; 1: ragged lengths, 2: all T, Tk)
     std::string bias;
-    bool bias_fp32, dbias, mask, keylens, varlen;
+    bool bias_fp32, dbias, mask, keylens;
+    int varlen;
     bool gate;            // output gating: gated_out = O * gate, dgate
     bool docs;            // document masking: documents of random lengths (1 to ~80) along each sequence
 };
@@ -68,7 +70,7 @@ static GeneralCase parse_case(const std::string& arg) {
     if ((varlen || keylens || gate || bias != "none") && layout == "qkv") { fprintf(stderr, "extras take bthd or bhtd\n"); exit(EXIT_FAILURE); }
     if (varlen) layout = "bthd";   // packed: (total rows, heads, head dim)
     return {{b, tq, tk, h, hkv, d, causal != 0, scale}, layout, bwd != 0, kvlens != 0, bias, biasf32 != 0, dbias != 0 && bias != "none",
-            mask != 0 && bias != "none", keylens != 0, varlen != 0, gate != 0, docs != 0};
+            mask != 0 && bias != "none", keylens != 0, varlen, gate != 0, docs != 0};
 }
 
 // the validation set: every feature of the general interface, ragged lengths, rows that see no key, tiny and large B*NH
@@ -115,7 +117,7 @@ static const char* kValidationCases[] = {
     "b=3,h=2,tq=150,d=64,varlen=1,bias=1htt,dbias=1,mask=1",     "b=64,h=2,tq=300,d=64,varlen=1",
     "b=1,h=2,tq=4097,d=64,varlen=1",                             "b=3,h=2,tq=100,d=32,varlen=1,causal=0",
     "b=4,h=2,tq=150,tk=260,d=64,varlen=1",                       "b=3,h=4,hkv=2,tq=200,d=256,varlen=1",
-    "b=6,h=2,hkv=1,tq=330,tk=140,d=128,varlen=1",
+    "b=6,h=2,hkv=1,tq=330,tk=140,d=128,varlen=1",                "b=3,h=2,tq=200,tk=300,d=128,causal=0,varlen=2",
     // head dims 8 (zero-padded to 16 in the kernels) and 16
     "b=2,h=3,tq=150,d=16",                                       "b=2,h=4,hkv=2,tq=100,tk=230,d=8,causal=0",
     "b=2,h=2,tq=120,d=8,bias=1htt,dbias=1,mask=1",               "b=3,h=2,tq=90,d=16,varlen=1,causal=0,bias=bhtt,biasf32=1",
@@ -136,6 +138,7 @@ static const char* kBenchCases[] = {
     "b=4,h=16,tq=4096,d=128",
     "b=8,h=12,tq=1024,d=64,causal=0,bias=1htt", "b=8,h=12,tq=1024,d=64,bias=1htt", "b=8,h=12,tq=1024,d=64,causal=0,bias=bhtt",
     "b=8,h=12,tq=1024,d=64,causal=0,bias=1htt,dbias=1", "b=16,h=12,tq=1024,d=64,varlen=1", "b=16,h=12,tq=1024,d=64,causal=0,varlen=1",
+    "b=16,h=12,tq=1024,d=64,varlen=2", "b=16,h=12,tq=1024,d=64,causal=0,varlen=2",
     "b=16,h=12,tq=1024,d=64,causal=0,keylens=1", "b=8,h=12,tq=1024,d=64,docs=1",
 };
 
@@ -218,9 +221,10 @@ struct CaseBuffers {
         kv = layout_tensor(c.layout, s.B, s.Tk, s.NH_kv, s.HS);
         o = layout_tensor(c.layout == "qkv" ? "bthd" : c.layout, s.B, s.T, s.NH, s.HS);
         if (c.varlen) {   // ragged lengths, the longest T (Tk) first, a sequence of 1 where B > 2; self-attention keeps T_b = Tk_b
-            for (int b = 0; b < s.B; b++) {
-                ref_x.T_b.push_back(b == 0 ? s.T : b == 2 ? 1 : std::max(1, s.T - (b * 797) % s.T));
-                ref_x.Tk_b.push_back(s.T == s.Tk ? ref_x.T_b.back() : b == 0 ? s.Tk : b == 2 ? 1 : std::max(1, s.Tk - (b * 383) % s.Tk));
+            for (int b = 0; b < s.B; b++) {   // varlen=2: all T (Tk)
+                const bool full = c.varlen == 2 || b == 0;
+                ref_x.T_b.push_back(full ? s.T : b == 2 ? 1 : std::max(1, s.T - (b * 797) % s.T));
+                ref_x.Tk_b.push_back(s.T == s.Tk ? ref_x.T_b.back() : full ? s.Tk : b == 2 ? 1 : std::max(1, s.Tk - (b * 383) % s.Tk));
             }
             q = o = packed_tensor(ref_x.T_b, s.NH, s.HS);
             kv = packed_tensor(ref_x.Tk_b, s.NH_kv, s.HS);
@@ -335,7 +339,7 @@ static std::string case_name(const GeneralCase& c) {
     std::string name = buf;
     if (c.bias != "none") name += " bias=" + c.bias + (c.bias_fp32 ? " fp32" : " bf16") + (c.dbias ? " +dbias" : "") + (c.mask ? " +mask" : "");
     if (c.keylens) name += " keylens";
-    if (c.varlen) name += " varlen";
+    if (c.varlen) name += c.varlen == 2 ? " varlen=2" : " varlen";
     if (c.gate) name += " gate";
     if (c.docs) name += " docs";
     return name;
