@@ -673,25 +673,34 @@ using HopperForwardMaps = std::conditional_t<kBias, HopperBiasTmaMaps, std::cond
 
 // Packed sequences on the Hopper kernels (kVarlen copies; AttentionExtras total_q / total_k): Q, K, V are read through
 // tensor maps of all the pack's rows, and the kernels walk a table of its blocks of block_rows rows: the count, then
-// (b, block) pairs, each sequence's last block first (the longest items first where causal). One CTA builds it on the
-// device from cu_seqlens before the kernels; within one block index the order varies run to run, which changes no
-// result (every item writes only its own outputs).
-struct PackedTableSpec { const int* cu_seqlens; int block_rows, max_blocks; int* table; };
-__global__ void packed_blocks_kernel(PackedTableSpec queries, PackedTableSpec keys, int B) {   // CTA 1: the keys' table
-    const PackedTableSpec t = blockIdx.x ? keys : queries;
-    __shared__ int count;
-    if (threadIdx.x == 0) count = 0;
+// (b, block) pairs, sequence by sequence, each one's last block first (its longest item where causal). Item w is head
+// w / count of entry w % count: the items in flight are then neighbouring blocks of one head, which share its streamed
+// operands in L2 (as the unpadded walk's sections do). One CTA builds the table on the device from cu_seqlens before
+// the kernels: a scan of the sequences' block counts.
+struct PackedTableSpec { const int* cu_seqlens; int block_rows; int* table; };
+__global__ void __launch_bounds__(1024) packed_blocks_kernel(PackedTableSpec queries, PackedTableSpec keys, int B) {
+    const PackedTableSpec t = blockIdx.x ? keys : queries;   // CTA 1: the keys' table
+    auto blocks_of = [&](int b) { return ceil_div(t.cu_seqlens[b + 1] - t.cu_seqlens[b], t.block_rows); };
+    const int per = ceil_div(B, 1024), b0 = threadIdx.x * per, b1 = min(b0 + per, B);   // this thread's sequences
+    int mine = 0;
+    for (int b = b0; b < b1; b++) mine += blocks_of(b);
+    // the threads' exclusive prefix: warp scans, then a scan of the warps' totals
+    __shared__ int warp_total[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int incl = mine;
+    for (int o = 1; o < 32; o *= 2) { const int v = __shfl_up_sync(0xffffffffu, incl, o); if (lane >= o) incl += v; }
+    if (lane == 31) warp_total[warp] = incl;
     __syncthreads();
-    for (int m = t.max_blocks - 1; m >= 0; m--) {
-        for (int b = threadIdx.x; b < B; b += blockDim.x)
-            if (m * t.block_rows < t.cu_seqlens[b + 1] - t.cu_seqlens[b]) {
-                const int i = atomicAdd(&count, 1);
-                t.table[1 + 2 * i] = b;
-                t.table[2 + 2 * i] = m;
-            }
-        __syncthreads();
+    if (warp == 0) {
+        int w = warp_total[lane];
+        for (int o = 1; o < 32; o *= 2) { const int v = __shfl_up_sync(0xffffffffu, w, o); if (lane >= o) w += v; }
+        warp_total[lane] = w;
     }
-    if (threadIdx.x == 0) t.table[0] = count;
+    __syncthreads();
+    int pos = incl - mine + (warp ? warp_total[warp - 1] : 0);
+    for (int b = b0; b < b1; b++)
+        for (int m = blocks_of(b) - 1; m >= 0; m--, pos++) { t.table[1 + 2 * pos] = b; t.table[2 + 2 * pos] = m; }
+    if (threadIdx.x == 1023) t.table[0] = pos;
 }
 // The tables of a call's query blocks of q_rows rows and (k_rows > 0: the backward, which walks both) key blocks of
 // k_rows rows, built by one launch
@@ -700,22 +709,22 @@ inline PackedTables packed_blocks_tables(const AttentionExtras& x, int B, int T,
     static void* buf[2] = {nullptr, nullptr};
     static size_t capacity[2] = {0, 0};
     auto spec = [&](int slot, const int* cu, int len, int rows) {
-        const int max_blocks = ceil_div(len, rows);
-        int* table = (int*)grow_device_buffer(buf[slot], capacity[slot], (1 + 2 * (size_t)B * max_blocks) * sizeof(int));
-        return PackedTableSpec{cu, rows, max_blocks, table};
+        int* table = (int*)grow_device_buffer(buf[slot], capacity[slot], (1 + 2 * (size_t)B * ceil_div(len, rows)) * sizeof(int));
+        return PackedTableSpec{cu, rows, table};
     };
     const PackedTableSpec q = spec(0, x.cu_seqlens_q, T, q_rows), k = k_rows ? spec(1, x.cu_seqlens_k, Tk, k_rows) : q;
     packed_blocks_kernel<<<k_rows ? 2 : 1, 1024, 0, stream>>>(q, k, B);
     cudaCheck(cudaGetLastError());
     return {q.table, k.table};
 }
-// entry `pair` of a table: sequence b's block `block`, its first rows and lengths, and its causal diagonal
-struct PackedBlock { int b, block, q0, T, k0, Tk, diag; };
-__device__ __forceinline__ PackedBlock packed_block(const int* table, int pair, const AttentionExtras& x, bool causal) {
+// item w of a table: head h of sequence b's block `block`, the sequence's first rows and lengths, its causal diagonal
+struct PackedBlock { int b, h, block, q0, T, k0, Tk, diag; };
+__device__ __forceinline__ PackedBlock packed_block(const int* table, int w, const AttentionExtras& x, bool causal) {
+    const int count = table[0], pair = w % count;
     const int b = table[1 + 2 * pair], block = table[2 + 2 * pair];
     const int q0 = x.cu_seqlens_q[b], k0 = x.cu_seqlens_k[b];
     const int T = x.cu_seqlens_q[b + 1] - q0, Tk = x.cu_seqlens_k[b + 1] - k0;
-    return {b, block, q0, T, k0, Tk, attention_diagonal(causal, T, Tk)};
+    return {b, w / count, block, q0, T, k0, Tk, attention_diagonal(causal, T, Tk)};
 }
 
 // The kBias copies' bias tiles (the forward's and the backward's): kRows queries x kKeys keys, bf16, loaded by TMA as
@@ -885,7 +894,7 @@ struct ForwardWsWalk {
     int T, Tk, NH, group, diag, num_bh, num_m_blocks, num_ranks, num_items, section_heads, cta_rank;
     HopperBiasBoxes bias;   // kBias
     bool snake;   // see persistent_work
-    const int* packed;      // kVarlen: the pack's query-block table (item w: entry w / NH, head w % NH); else nullptr
+    const int* packed;      // kVarlen: the pack's query-block table (see packed_block); else nullptr
     AttentionExtras x;
     bool causal;
     // !kGeneral (CTA pairs are never general): attention_self_causal, so Tk, the diagonal and the GQA group are
@@ -898,7 +907,7 @@ struct ForwardWsWalk {
           num_items(packed_ ? packed_[0] * p.NH : num_ranks * num_bh), section_heads(section_heads_),
           cta_rank(kCluster > 1 ? cluster_cta_rank() : 0), bias(p.x, kBlockM), snake(packed_ || section_heads_ >= num_bh),
           packed(packed_), x(p.x), causal(p.causal) {}
-    __device__ __forceinline__ PackedBlock packed_item(int w) const { return packed_block(packed, w / NH, x, causal); }
+    __device__ __forceinline__ PackedBlock packed_item(int w) const { return packed_block(packed, w, x, causal); }
     // a packed item's key tiles: up to its sequence's last visible key from its block's last row in the sequence
     __device__ __forceinline__ int packed_key_blocks(const PackedBlock& pb) const {
         return attention_key_blocks(min(pb.block * kBlockM + kBlockM, pb.T) - 1, pb.diag, pb.Tk, kBlockN);
@@ -937,7 +946,7 @@ __device__ __forceinline__ void forward_ws_producer(const ForwardWsSmem<Tile>& s
             int m_start, b, h, n_blocks, q_row0 = 0, k_row0 = 0, map_b;
             if constexpr (Tile::kVarlen) {
                 const PackedBlock pb = walk.packed_item(w);
-                m_start = pb.block * kBlockM, b = pb.b, h = w % NH, n_blocks = walk.packed_key_blocks(pb);
+                m_start = pb.block * kBlockM, b = pb.b, h = pb.h, n_blocks = walk.packed_key_blocks(pb);
                 q_row0 = pb.q0, k_row0 = pb.k0, map_b = 0;
             } else {
                 const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
@@ -1145,7 +1154,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
             int m_start, b, h, n_blocks, item_Tk = Tk, item_diag = diag, out_row0 = 0, rows = 0;
             if constexpr (Tile::kVarlen) {
                 const PackedBlock pb = walk.packed_item(w);
-                m_start = pb.block * kBlockM, b = pb.b, h = w % NH, n_blocks = walk.packed_key_blocks(pb);
+                m_start = pb.block * kBlockM, b = pb.b, h = pb.h, n_blocks = walk.packed_key_blocks(pb);
                 item_Tk = pb.Tk, item_diag = pb.diag, out_row0 = pb.q0, rows = pb.T;
             } else {
                 const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
@@ -3378,7 +3387,7 @@ struct DkdvWsWalk {
     int T, Tk, NH, NH_kv, group, diag, Tp, num_bh, num_n_blocks, num_items, m_blocks, section_heads;
     bool snake, ordered_dq;
     HopperBiasBoxes bias;   // kBias
-    const int* packed;      // kVarlen: the pack's key-block table (item w: entry w / NH_kv, head w % NH_kv); else nullptr
+    const int* packed;      // kVarlen: the pack's key-block table (see packed_block: its heads are the key/value heads)
     AttentionExtras x;
     bool causal;
     template <bool kGeneral>
@@ -3397,9 +3406,9 @@ struct DkdvWsWalk {
     struct Item { int n_start, b, h_kv, m_first, m_end, diag, Tk, q_row0, k_row0, map_b; };
     __device__ __forceinline__ Item locate(int w) const {
         if constexpr (Tile::kVarlen) {
-            const PackedBlock pb = packed_block(packed, w / NH_kv, x, causal);
+            const PackedBlock pb = packed_block(packed, w, x, causal);
             const int n_start = pb.block * Tile::kBlockN;
-            return {n_start, pb.b, w % NH_kv, max(n_start - pb.diag, 0) / Tile::kBlockM, ceil_div(pb.T, Tile::kBlockM), pb.diag, pb.Tk,
+            return {n_start, pb.b, pb.h, max(n_start - pb.diag, 0) / Tile::kBlockM, ceil_div(pb.T, Tile::kBlockM), pb.diag, pb.Tk,
                     pb.q0, pb.k0, 0};
         } else {
             const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
@@ -3699,9 +3708,9 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
     struct Item { int b, h, m_start, n_blocks, diag, Tk, T, q_row0, k_row0, map_b; };
     auto locate = [&](int w) {
         if constexpr (kVarlen) {
-            const PackedBlock pb = packed_block(maps.packed, w / NH, p.x, p.causal);
+            const PackedBlock pb = packed_block(maps.packed, w, p.x, p.causal);
             const int m_start = pb.block * kBlockM;
-            return Item{pb.b, w % NH, m_start, attention_key_blocks(min(m_start + kBlockM, pb.T) - 1, pb.diag, pb.Tk, kBlockN), pb.diag,
+            return Item{pb.b, pb.h, m_start, attention_key_blocks(min(m_start + kBlockM, pb.T) - 1, pb.diag, pb.Tk, kBlockN), pb.diag,
                         pb.Tk, pb.T, pb.q0, pb.k0, 0};
         } else {
             const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
