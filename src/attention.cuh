@@ -673,26 +673,34 @@ using HopperForwardMaps = std::conditional_t<kBias, HopperBiasTmaMaps, std::cond
 
 // Packed sequences on the Hopper kernels (kVarlen copies; AttentionExtras total_q / total_k): Q, K, V are read through
 // tensor maps of all the pack's rows, and the kernels walk a table of its blocks of block_rows rows: the count, then
-// (b, block) pairs, the highest block index first (the longest items where causal). Items go as the unpadded walk's
-// (persistent_item): sections of heads whose streamed operands fit in L2, each section's entries in table order with
-// its heads innermost. One CTA builds the table on the device from cu_seqlens before the kernels; within one block
-// index the order varies run to run, which changes no result (every item writes only its own outputs).
-struct PackedTableSpec { const int* cu_seqlens; int block_rows, max_blocks; int* table; };
-__global__ void packed_blocks_kernel(PackedTableSpec queries, PackedTableSpec keys, int B) {
+// (b, block) pairs, sequence by sequence, each one's last block first (its longest item where causal). Item w is head
+// w / count of entry w % count: the items in flight are then neighbouring blocks of one head, which share its streamed
+// operands in L2 (as the unpadded walk's sections do). One CTA builds the table on the device from cu_seqlens before
+// the kernels: a scan of the sequences' block counts.
+struct PackedTableSpec { const int* cu_seqlens; int block_rows; int* table; };
+__global__ void __launch_bounds__(1024) packed_blocks_kernel(PackedTableSpec queries, PackedTableSpec keys, int B) {
     const PackedTableSpec t = blockIdx.x ? keys : queries;   // CTA 1: the keys' table
-    __shared__ int count;
-    if (threadIdx.x == 0) count = 0;
+    auto blocks_of = [&](int b) { return ceil_div(t.cu_seqlens[b + 1] - t.cu_seqlens[b], t.block_rows); };
+    const int per = ceil_div(B, 1024), b0 = threadIdx.x * per, b1 = min(b0 + per, B);   // this thread's sequences
+    int mine = 0;
+    for (int b = b0; b < b1; b++) mine += blocks_of(b);
+    // the threads' exclusive prefix: warp scans, then a scan of the warps' totals
+    __shared__ int warp_total[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int incl = mine;
+    for (int o = 1; o < 32; o *= 2) { const int v = __shfl_up_sync(0xffffffffu, incl, o); if (lane >= o) incl += v; }
+    if (lane == 31) warp_total[warp] = incl;
     __syncthreads();
-    for (int m = t.max_blocks - 1; m >= 0; m--) {
-        for (int b = threadIdx.x; b < B; b += blockDim.x)
-            if (m * t.block_rows < t.cu_seqlens[b + 1] - t.cu_seqlens[b]) {
-                const int i = atomicAdd(&count, 1);
-                t.table[1 + 2 * i] = b;
-                t.table[2 + 2 * i] = m;
-            }
-        __syncthreads();
+    if (warp == 0) {
+        int w = warp_total[lane];
+        for (int o = 1; o < 32; o *= 2) { const int v = __shfl_up_sync(0xffffffffu, w, o); if (lane >= o) w += v; }
+        warp_total[lane] = w;
     }
-    if (threadIdx.x == 0) t.table[0] = count;
+    __syncthreads();
+    int pos = incl - mine + (warp ? warp_total[warp - 1] : 0);
+    for (int b = b0; b < b1; b++)
+        for (int m = blocks_of(b) - 1; m >= 0; m--, pos++) { t.table[1 + 2 * pos] = b; t.table[2 + 2 * pos] = m; }
+    if (threadIdx.x == 1023) t.table[0] = pos;
 }
 // The tables of a call's query blocks of q_rows rows and (k_rows > 0: the backward, which walks both) key blocks of
 // k_rows rows, built by one launch
@@ -701,14 +709,22 @@ inline PackedTables packed_blocks_tables(const AttentionExtras& x, int B, int T,
     static void* buf[2] = {nullptr, nullptr};
     static size_t capacity[2] = {0, 0};
     auto spec = [&](int slot, const int* cu, int len, int rows) {
-        const int max_blocks = ceil_div(len, rows);
-        int* table = (int*)grow_device_buffer(buf[slot], capacity[slot], (1 + 2 * (size_t)B * max_blocks) * sizeof(int));
-        return PackedTableSpec{cu, rows, max_blocks, table};
+        int* table = (int*)grow_device_buffer(buf[slot], capacity[slot], (1 + 2 * (size_t)B * ceil_div(len, rows)) * sizeof(int));
+        return PackedTableSpec{cu, rows, table};
     };
     const PackedTableSpec q = spec(0, x.cu_seqlens_q, T, q_rows), k = k_rows ? spec(1, x.cu_seqlens_k, Tk, k_rows) : q;
     packed_blocks_kernel<<<k_rows ? 2 : 1, 1024, 0, stream>>>(q, k, B);
     cudaCheck(cudaGetLastError());
     return {q.table, k.table};
+}
+// item w of a table: head h of sequence b's block `block`, the sequence's first rows and lengths, its causal diagonal
+struct PackedBlock { int b, h, block, q0, T, k0, Tk, diag; };
+__device__ __forceinline__ PackedBlock packed_block(const int* table, int w, const AttentionExtras& x, bool causal) {
+    const int count = table[0], pair = w % count;
+    const int b = table[1 + 2 * pair], block = table[2 + 2 * pair];
+    const int q0 = x.cu_seqlens_q[b], k0 = x.cu_seqlens_k[b];
+    const int T = x.cu_seqlens_q[b + 1] - q0, Tk = x.cu_seqlens_k[b + 1] - k0;
+    return {b, w / count, block, q0, T, k0, Tk, attention_diagonal(causal, T, Tk)};
 }
 
 // The kBias copies' bias tiles (the forward's and the backward's): kRows queries x kKeys keys, bf16, loaded by TMA as
@@ -791,17 +807,6 @@ __device__ __forceinline__ PersistentItem persistent_item(int w, int num_ranks, 
     const int heads_here = min(section_heads, num_bh - first_bh);   // the last section may be short
     const int r = w - first_bh * num_ranks;
     return {r / heads_here, first_bh + r % heads_here};
-}
-// item w of a table over `heads` heads in sections of section_heads: head h of sequence b's block `block`, the
-// sequence's first rows and lengths, its causal diagonal
-struct PackedBlock { int b, h, block, q0, T, k0, Tk, diag; };
-__device__ __forceinline__ PackedBlock packed_block(const int* table, int w, int heads, int section_heads, const AttentionExtras& x,
-                                                    bool causal) {
-    const PersistentItem item = persistent_item(w, table[0], heads, section_heads);   // rank: the table entry
-    const int b = table[1 + 2 * item.rank], block = table[2 + 2 * item.rank];
-    const int q0 = x.cu_seqlens_q[b], k0 = x.cu_seqlens_k[b];
-    const int T = x.cu_seqlens_q[b + 1] - q0, Tk = x.cu_seqlens_k[b + 1] - k0;
-    return {b, item.bh, block, q0, T, k0, Tk, attention_diagonal(causal, T, Tk)};
 }
 // Claimed schedule (kDynamic: the backward kernels and the forward's CTA pairs). With sections, round-robin leaves the
 // SMs unevenly loaded: a CTA's items alternate between one section's long first ranks and another's short last ones.
@@ -900,9 +905,9 @@ struct ForwardWsWalk {
           diag(kSelfCausal ? 0 : attention_diagonal(p)), num_bh(p.B * p.NH),
           num_m_blocks(ceil_div(p.T, kBlockM)), num_ranks(num_m_blocks / kCluster),
           num_items(packed_ ? packed_[0] * p.NH : num_ranks * num_bh), section_heads(section_heads_),
-          cta_rank(kCluster > 1 ? cluster_cta_rank() : 0), bias(p.x, kBlockM), snake(section_heads_ >= (packed_ ? p.NH : num_bh)),
+          cta_rank(kCluster > 1 ? cluster_cta_rank() : 0), bias(p.x, kBlockM), snake(packed_ || section_heads_ >= num_bh),
           packed(packed_), x(p.x), causal(p.causal) {}
-    __device__ __forceinline__ PackedBlock packed_item(int w) const { return packed_block(packed, w, NH, section_heads, x, causal); }
+    __device__ __forceinline__ PackedBlock packed_item(int w) const { return packed_block(packed, w, x, causal); }
     // a packed item's key tiles: up to its sequence's last visible key from its block's last row in the sequence
     __device__ __forceinline__ int packed_key_blocks(const PackedBlock& pb) const {
         return attention_key_blocks(min(pb.block * kBlockM + kBlockM, pb.T) - 1, pb.diag, pb.Tk, kBlockN);
@@ -1391,9 +1396,7 @@ void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStr
         maps.v = attention_tensor_map(p.v, p.v_st, p.B, p.Tk, p.NH_kv, HS, kBlockN);
     }
     if constexpr (kBias) maps.bias = bias_tensor_map(p.x, p.B, p.T, p.Tk, p.NH, Tile::kBlockM);
-    // packed: the sections count heads over the whole pack (see packed_block)
-    const int num_m_blocks = ceil_div(p.T, Tile::kBlockM),
-              section_heads = kVarlen ? persistent_section_heads(p.NH, p.x.total_k, HS) : persistent_section_heads(p.B * p.NH, p.Tk, HS);
+    const int num_m_blocks = ceil_div(p.T, Tile::kBlockM), section_heads = persistent_section_heads(p.B * p.NH, p.Tk, HS);
     if constexpr (kCluster == 1) {
         const int num_items = p.B * p.NH * num_m_blocks;
         launch_with_smem<kKernel>(dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads,
@@ -3393,7 +3396,7 @@ struct DkdvWsWalk {
         : T(p.T), Tk(kGeneral ? p.Tk : p.T), NH(p.NH), NH_kv(kGeneral ? p.NH_kv : p.NH), group(kGeneral ? p.NH / p.NH_kv : 1),
           diag(kGeneral ? attention_diagonal(p) : 0), Tp(bwd_padded_T(p.T)), num_bh(p.B * NH_kv), num_n_blocks(ceil_div(Tk, Tile::kBlockN)),
           num_items(packed_ ? packed_[0] * NH_kv : num_n_blocks * num_bh), m_blocks(ceil_div(p.T, Tile::kBlockM)),
-          section_heads(section_heads_), snake(section_heads_ >= (packed_ ? NH_kv : num_bh)), ordered_dq(ordered_dq_), bias(p.x, Tile::kBlockM),
+          section_heads(section_heads_), snake(packed_ || section_heads_ >= num_bh), ordered_dq(ordered_dq_), bias(p.x, Tile::kBlockM),
           packed(packed_), x(p.x), causal(p.causal) {}
     __device__ __forceinline__ int key_block_of(int rank) const { return Tile::kAtomicDq && ordered_dq ? num_n_blocks - 1 - rank : rank; }
     // the first query block with a query that sees a key of the block starting at n_start (query i sees key j iff j <= i + diag)
@@ -3403,7 +3406,7 @@ struct DkdvWsWalk {
     struct Item { int n_start, b, h_kv, m_first, m_end, diag, Tk, q_row0, k_row0, map_b; };
     __device__ __forceinline__ Item locate(int w) const {
         if constexpr (Tile::kVarlen) {
-            const PackedBlock pb = packed_block(packed, w, NH_kv, section_heads, x, causal);
+            const PackedBlock pb = packed_block(packed, w, x, causal);
             const int n_start = pb.block * Tile::kBlockN;
             return {n_start, pb.b, pb.h, max(n_start - pb.diag, 0) / Tile::kBlockM, ceil_div(pb.T, Tile::kBlockM), pb.diag, pb.Tk,
                     pb.q0, pb.k0, 0};
@@ -3705,7 +3708,7 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
     struct Item { int b, h, m_start, n_blocks, diag, Tk, T, q_row0, k_row0, map_b; };
     auto locate = [&](int w) {
         if constexpr (kVarlen) {
-            const PackedBlock pb = packed_block(maps.packed, w, NH, section_heads, p.x, p.causal);
+            const PackedBlock pb = packed_block(maps.packed, w, p.x, p.causal);
             const int m_start = pb.block * kBlockM;
             return Item{pb.b, pb.h, m_start, attention_key_blocks(min(m_start + kBlockM, pb.T) - 1, pb.diag, pb.Tk, kBlockN), pb.diag,
                         pb.Tk, pb.T, pb.q0, pb.k0, 0};
@@ -3716,7 +3719,7 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
         }
     };
     if constexpr (kVarlen) {
-        num_items = maps.packed[0] * NH, snake = section_heads >= NH;
+        num_items = maps.packed[0] * NH, snake = true;
         if ((int)blockIdx.x >= num_items) { pdl_wait_prerequisites(); return; }   // the grid was sized for the longest sequences
     }
     const int wg = threadIdx.x / 128;
@@ -3865,9 +3868,7 @@ void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, 
     }
     launch_with_smem_ex<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kDynamic, kGeneral, kBias, kVarlen>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p, maps,
-        kVarlen ? persistent_section_heads(p.NH_kv, p.x.total_q * (p.NH / p.NH_kv), HS)
-                : persistent_section_heads(p.B * p.NH_kv, p.T * (p.NH / p.NH_kv), HS),
-        ordered_dq);
+        persistent_section_heads(p.B * p.NH_kv, p.T * (p.NH / p.NH_kv), HS), ordered_dq);
 }
 
 // early_start: launched to overlap the dK/dV kernel before it (programmatic dependent launch); packed (kVarlen): the
@@ -3886,7 +3887,7 @@ void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cu
     static_assert(Tile::kSmemBytes <= 227 * 1024, "shared memory");
     launch_with_smem_ex<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kDynamic, kGeneral, kBias, kVarlen>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p, maps,
-        kVarlen ? persistent_section_heads(p.NH, p.x.total_k, HS) : persistent_section_heads(p.B * p.NH, p.Tk, HS));
+        persistent_section_heads(p.B * p.NH, p.Tk, HS));
 }
 
 // atomic path: preprocess (+ zero dq_accum), dK/dV with red.global.add of dQ, dQ convert. Non-deterministic.
