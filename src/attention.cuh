@@ -30,8 +30,9 @@ forward at 256) run the same loops on wgmma, warp-specialised: a producer warpgr
 strided tensors) into mbarrier rings, consumer warpgroups (setmaxnreg) do the math, persistent CTAs take the longest
 tiles first; the forward's consumers ping-pong their GEMMs. Causal self-attention without GQA (GPT-2's family) runs
 kernels compiled for it (kGeneral false: the diagonal and Tk constants to the compiler); every other call the general
-copies of the same kernels; calls with extras (and head dims 8, 16) the mma.sync kernels' kExtras copies. Decoding (a
-few query rows against a long KV cache) runs split-key kernels.
+copies of the same kernels; a bf16 bias alone (kBias) and packed sequences with their totals (kVarlen) general copies
+of their own; other calls with extras (and head dims 8, 16) the mma.sync kernels' kExtras copies. Decoding (a few query
+rows against a long KV cache) runs split-key kernels.
 */
 #pragma once
 #include <cmath>
