@@ -80,9 +80,9 @@ struct AttentionExtras {
                                   // query i of sequence b sees keys doc_start[b * T + i] .. i (its document's first
                                   // token on), nondecreasing along each sequence; key tiles before a block's first
                                   // document are skipped
-    int total_q, total_k;         // packed sequences: the rows of Q / O and of K / V (cu_seqlens_q[B], cu_seqlens_k[B]).
-                                  // Where both are given (and the batch strides are 0) the Hopper kernels run the pack,
-                                  // their tile loads bounded by them; 0: the mma.sync kExtras copies
+    int total_q, total_k;         // packed sequences: the rows of Q / O and of K / V, which must equal cu_seqlens_q[B]
+                                  // and cu_seqlens_k[B]. Where both are given (and the batch strides are 0) the Hopper
+                                  // kernels run the pack, their tile loads bounded by them; 0: the mma.sync kExtras copies
 };
 __host__ __device__ inline bool attention_has_extras(const AttentionExtras& x) {
     return x.bias || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.gate || x.doc_start;
@@ -706,7 +706,8 @@ __global__ void __launch_bounds__(1024) packed_blocks_kernel(PackedTableSpec que
 // The tables of a call's query blocks of q_rows rows and (k_rows > 0: the backward, which walks both) key blocks of
 // k_rows rows, built by one launch
 struct PackedTables { const int *queries, *keys; };
-inline PackedTables packed_blocks_tables(const AttentionExtras& x, int B, int T, int Tk, int q_rows, int k_rows, cudaStream_t stream) {
+inline PackedTables packed_blocks_tables(const AttentionExtras& x, int B, int T, int Tk, int q_rows, int k_rows,
+                                         cudaStream_t stream) {
     static void* buf[2] = {nullptr, nullptr};
     static size_t capacity[2] = {0, 0};
     auto spec = [&](int slot, const int* cu, int len, int rows) {
