@@ -23,7 +23,8 @@ Extras (src/attention.cuh's AttentionExtras):
                cu_seqlens_q, cu_seqlens_k (B + 1,) int, the first row of each sequence and the total; max_seqlen_q,
                max_seqlen_k the longest sequences (read from cu_seqlens, which synchronises, when not given).
                cu_seqlens / max_seqlen stand for both (a packed self-attention batch). The layout does not apply.
-               A bias is then (B, H, max_seqlen_q, max_seqlen_k), each sequence's (i, j) from (0, 0).
+               A bias is then (B, H, max_seqlen_q, max_seqlen_k), each sequence's (i, j) from (0, 0). On Hopper a
+               pack with no other extra runs the wgmma kernels (D 64, 128; the forward at 256 too).
   gate         output gating (AlphaFold's): a bf16 tensor of out's shape (in the call's layout; packed (total_q, H, D));
                the call returns out * gate, the product taken in the kernel as it writes out, and with
                gate.requires_grad the gate's gradient comes back too. A gate whose memory differs from out's

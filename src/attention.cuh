@@ -80,8 +80,8 @@ struct AttentionExtras {
                                   // query i of sequence b sees keys doc_start[b * T + i] .. i (its document's first
                                   // token on), nondecreasing along each sequence; key tiles before a block's first
                                   // document are skipped
-    int total_q, total_k;         // packed sequences: the rows of Q / O and of K / V, which must equal cu_seqlens_q[B]
-                                  // and cu_seqlens_k[B]. Where both are given (and the batch strides are 0) the Hopper
+    int total_q, total_k;         // packed sequences: the rows of Q / O and of K / V in memory (at least cu_seqlens_q[B]
+                                  // and cu_seqlens_k[B]). Where both are given (and the batch strides are 0) the Hopper
                                   // kernels run the pack, their tile loads bounded by them; 0: the mma.sync kExtras copies
 };
 __host__ __device__ inline bool attention_has_extras(const AttentionExtras& x) {
