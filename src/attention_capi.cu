@@ -97,14 +97,15 @@ const char* flashgpt_attention_forward_ex(const void* q, const void* k, const vo
                                           const long long* v_strides, const long long* o_strides,
                                           int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
                                           const void* bias, const long long* bias_strides, int bias_fp32,
-                                          const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k, int total_q, int total_k,
-                                          const void* gate, const long long* gate_strides, void* gated_out,
+                                          const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k,
+                                          int total_q, int total_k, const void* gate, const long long* gate_strides,
+                                          void* gated_out,
                                           void* stream) {
     if (!q || !k || !v || !out || !lse) return "q, k, v, out and lse must not be null";
     if (!q_strides || !k_strides || !v_strides || !o_strides) return "every stride array must have 3 elements (not null)";
     AttentionForwardParams p{};
-    if (const char* why = extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, total_q, total_k,
-                                    gate, gate_strides))
+    if (const char* why = extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k,
+                                    total_q, total_k, gate, gate_strides))
         return why;
     if (const char* why = gate_output_problem(gate, gated_out, "gated_out")) return why;
     p.x.gated_out = (floatX*)gated_out;
@@ -138,7 +139,8 @@ size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, int Tk, int NH
                                                     const long long* gate_strides, const void* dbias) {
     if (B < 1 || T < 1 || Tk < 1 || NH < 1 || NH_kv < 1 || HS < 1) return 0;
     AttentionBackwardParams p{};
-    if (extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, total_q, total_k, gate, gate_strides)) return 0;
+    if (extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, total_q, total_k, gate, gate_strides))
+        return 0;
     // only whether there is a gate (the gated dO it adds) or a dbias (the ds buffer) counts here, never an address
     p.dbias = (void*)dbias;
     std::lock_guard<std::mutex> lock(g_call_mutex);
@@ -161,16 +163,17 @@ const char* flashgpt_attention_backward_ex(void* dq, void* dk, void* dv, const v
                                            const long long* v_strides, const long long* o_strides,
                                            int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
                                            const void* bias, const long long* bias_strides, int bias_fp32,
-                                           const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k, int total_q, int total_k,
-                                           const void* gate, const long long* gate_strides, void* dgate,
+                                           const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k,
+                                           int total_q, int total_k, const void* gate, const long long* gate_strides,
+                                           void* dgate,
                                            void* dbias, void* scratch, size_t scratch_bytes, void* stream) {
     if (!dq || !dk || !dv || !dout || !q || !k || !v || !out || !lse) return "dq, dk, dv, dout, q, k, v, out and lse must not be null";
     if (!dq_strides || !dk_strides || !dv_strides || !do_strides || !q_strides || !k_strides || !v_strides || !o_strides)
         return "every stride array must have 3 elements (not null)";
     if (!scratch || (uintptr_t)scratch % 16) return "scratch must be device memory, 16-byte aligned";
     AttentionBackwardParams p{};
-    if (const char* why = extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, total_q, total_k,
-                                    gate, gate_strides))
+    if (const char* why = extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k,
+                                    total_q, total_k, gate, gate_strides))
         return why;
     if (const char* why = gate_output_problem(gate, dgate, "dgate")) return why;
     std::lock_guard<std::mutex> lock(g_call_mutex);

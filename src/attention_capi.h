@@ -24,10 +24,10 @@ without _ex (which are the _ex calls with them all null):
        cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of q and out (of k and v with cu_seqlens_k), with the batch strides 0;
        T and Tk are then the longest lengths. lse stays (B, NH, T), only the first T_b rows of each sequence written.
        seqlens_k and cu_seqlens_k exclude each other.
-  total_q, total_k: with cu_seqlens, the rows of q (and out) and of k (and v) in all, cu_seqlens_q[B] and cu_seqlens_k[B]
-       (the tensors' first dimension), so that the kernels' tile loads stay inside them: on Hopper the packed
-       sequences then run on the wgmma kernels (head dims 64, 128; forward 256 too) where no other extra is given;
-       0: unknown (the portable kernels run them)
+  total_q, total_k: with cu_seqlens, the rows of q (and out) and of k (and v) in memory, at least cu_seqlens_q[B] and
+       cu_seqlens_k[B] (the tensors' first dimension), so that the kernels' tile loads stay inside them: on Hopper
+       the packed sequences then run on the wgmma kernels (head dims 64, 128; forward 256 too) where no other extra
+       is given; 0: unknown (the portable kernels run them)
   gate (B, T, NH, HS) bf16 like q, with its own gate_strides (batch, row, head) (packed: the batch stride 0, rows
        as q's): output gating. The forward then also writes gated_out = out * gate (like out, with o_strides; out
        itself is still written, as the backward reads it); the backward takes dout = d loss / d gated_out and writes
@@ -40,7 +40,8 @@ Each sequence b runs with its own lengths T_b, Tk_b, the causal diagonal aligned
 (key j <= i + Tk_b - T_b); a row that sees no key (all its keys masked) gets 0 and no gradient.
 
 flashgpt_attention_abi() says which version of these signatures the library has, FLASHGPT_ATTENTION_ABI when it was
-built from this header (3: the _ex calls take the packed totals, 2: the gate arguments), so a caller can refuse a library built from another.
+built from this header (3: the _ex calls take the packed totals; 2: the gate arguments), so a caller can refuse a
+library built from another.
 
 The calls return nullptr on success, else a message that says why: a call src/attention.cuh does not support (its
 attention_unsupported_reason), or a CUDA error. They never exit the process for an unsupported call. All calls must
@@ -88,8 +89,9 @@ FLASHGPT_API const char* flashgpt_attention_forward_ex(const void* q, const void
                                                        const long long* v_strides, const long long* o_strides,
                                                        int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
                                                        const void* bias, const long long* bias_strides, int bias_fp32,
-                                                       const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k, int total_q, int total_k,
-                                                       const void* gate, const long long* gate_strides, void* gated_out,
+                                                       const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k,
+                                                       int total_q, int total_k, const void* gate, const long long* gate_strides,
+                                                       void* gated_out,
                                                        void* stream);
 
 // flashgpt_attention_backward_scratch_bytes for flashgpt_attention_backward_ex with these extras (pass the backward's
@@ -97,8 +99,8 @@ FLASHGPT_API const char* flashgpt_attention_forward_ex(const void* q, const void
 FLASHGPT_API size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal,
                                                                  const void* bias, const long long* bias_strides, int bias_fp32,
                                                                  const int* seqlens_k, const int* cu_seqlens_q,
-                                                                 const int* cu_seqlens_k, int total_q, int total_k, const void* gate,
-                                                                 const long long* gate_strides, const void* dbias);
+                                                                 const int* cu_seqlens_k, int total_q, int total_k,
+                                                                 const void* gate, const long long* gate_strides, const void* dbias);
 
 // flashgpt_attention_backward with the extras above (the forward's) and, optionally, dbias (overwritten); with a gate,
 // dout is d loss / d gated_out, out is still the forward's out (not gated_out), and dgate is overwritten;
@@ -111,8 +113,9 @@ FLASHGPT_API const char* flashgpt_attention_backward_ex(void* dq, void* dk, void
                                                         const long long* v_strides, const long long* o_strides,
                                                         int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
                                                         const void* bias, const long long* bias_strides, int bias_fp32,
-                                                        const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k, int total_q, int total_k,
-                                                        const void* gate, const long long* gate_strides, void* dgate,
+                                                        const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k,
+                                                        int total_q, int total_k, const void* gate, const long long* gate_strides,
+                                                        void* dgate,
                                                         void* dbias, void* scratch, size_t scratch_bytes, void* stream);
 
 // the git commit the library was built from
