@@ -3426,13 +3426,11 @@ template <class Tile, bool kDynamic, class Maps>
 __device__ __forceinline__ void dkdv_ws_producer(const DkdvWsSmem<Tile>& sm, const Maps& maps, const DkdvWsWalk<Tile>& walk,
                                                  const BackwardScratch& sc) {
     constexpr int HS = Tile::kHeadSize, kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
-    const int NH = walk.NH, Tp = walk.Tp, num_bh = walk.num_bh, num_n_blocks = walk.num_n_blocks, num_items = walk.num_items;
-    const int m_blocks = walk.m_blocks, section_heads = walk.section_heads;
+    const int NH = walk.NH, Tp = walk.Tp, num_items = walk.num_items;
     const bool snake = walk.snake;
     uint8_t *k_smem = sm.k, *v_smem = sm.v;
     uint64_t *kv_full = sm.kv_full, *kv_empty = sm.kv_empty;
     int* item_w = sm.item_w;
-    auto key_block_of = [&](int rank) { return walk.key_block_of(rank); };
     auto stage_full = [&](int s) { return sm.stage_full(s); };
     auto stage_empty = [&](int s) { return sm.stage_empty(s); };
     int stage_iter = 0, item_iter = 0;
@@ -3551,12 +3549,11 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
     if constexpr (kVarlen) packed = maps.packed;
     const DkdvWsWalk<Tile> walk(p, section_heads, ordered_dq, std::bool_constant<kGeneral>{}, packed);
     if (kVarlen && (int)blockIdx.x >= walk.num_items) return;   // the grid was sized for the longest sequences
-    const int T = walk.T, NH = walk.NH, num_bh = walk.num_bh, num_n_blocks = walk.num_n_blocks, num_items = walk.num_items;
+    const int T = walk.T, NH = walk.NH, num_items = walk.num_items;
     const int m_blocks = walk.m_blocks;
     const bool snake = walk.snake;
     const int wg = threadIdx.x / 128;
     const BackwardScratch sc = backward_scratch(p);
-    auto key_block_of = [&](int rank) { return walk.key_block_of(rank); };
 
     if (wg == 0) {   // ---- producer
         setmaxnreg_dec<Tile::kProducerRegs>();
@@ -3837,9 +3834,9 @@ void launch_attention_backward_dq(const AttentionBackwardParams& p, cudaStream_t
     launch_with_smem<kernel>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)), Tile::kThreads, smem, stream, p);
 }
 
-// Q, dO with boxes of q_rows rows, K, V with boxes of kv_rows rows (packed sequences with their totals: all their rows)
-inline HopperBackwardTmaMaps backward_tma_maps(const AttentionBackwardParams& p, int q_rows, int kv_rows) {
-    if (p.x.cu_seqlens_q && p.x.total_q > 0)
+// Q, dO with boxes of q_rows rows, K, V with boxes of kv_rows rows (packed: all the pack's rows, as one batch)
+inline HopperBackwardTmaMaps backward_tma_maps(const AttentionBackwardParams& p, int q_rows, int kv_rows, bool packed = false) {
+    if (packed)
         return {packed_tensor_map(p.q, p.q_st, p.x.total_q, p.NH, p.HS, q_rows), packed_tensor_map(p.k, p.k_st, p.x.total_k, p.NH_kv, p.HS, kv_rows),
                 packed_tensor_map(p.v, p.v_st, p.x.total_k, p.NH_kv, p.HS, kv_rows),
                 packed_tensor_map(p.dout, p.do_st, p.x.total_q, p.NH, p.HS, q_rows)};
@@ -3859,7 +3856,7 @@ void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, 
     if (!kGeneral) attention_check_self_causal(p);
     const int num_items = p.B * p.NH_kv * ceil_div(p.Tk, Tile::kBlockN);
     HopperBackwardMaps<kBias, kVarlen> maps;
-    static_cast<HopperBackwardTmaMaps&>(maps) = backward_tma_maps(p, kBlockM, Tile::kBlockN);
+    static_cast<HopperBackwardTmaMaps&>(maps) = backward_tma_maps(p, kBlockM, Tile::kBlockN, kVarlen);
     if constexpr (kBias) maps.bias = bias_tensor_map(p.x, p.B, p.T, p.Tk, p.NH, kBlockM);
     if constexpr (kVarlen) maps.packed = packed;
     if (kAtomicDq) {   // dq_accum (B * NH, T, HS) fp32 as (HS, T, B * NH), boxes of 32 columns x kBlockM rows
@@ -3883,7 +3880,7 @@ void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cu
     if (!kGeneral) attention_check_self_causal(p);
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockM);
     HopperBackwardMaps<kBias, kVarlen> maps;
-    static_cast<HopperBackwardTmaMaps&>(maps) = backward_tma_maps(p, Tile::kBlockM, kBlockN);
+    static_cast<HopperBackwardTmaMaps&>(maps) = backward_tma_maps(p, Tile::kBlockM, kBlockN, kVarlen);
     if constexpr (kBias) maps.bias = bias_tensor_map(p.x, p.B, p.T, p.Tk, p.NH, Tile::kBlockM);
     if constexpr (kVarlen) maps.packed = packed;
     static_assert(Tile::kSmemBytes <= 227 * 1024, "shared memory");
