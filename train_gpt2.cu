@@ -54,18 +54,18 @@ static cudaStream_t main_stream;
 // data parallelism (-pn > 1, one process per GPU): after the last micro-step the gradients and the loss are averaged
 // over the ranks with NCCL (bf16 gradients, as llm.c), so every rank takes the same update; rank 0 writes the model,
 // logs and prints, every rank its own optimizer state. A rank that dies, or NCCL reporting an error, makes the others
-// leave with a message after at most kMultiGpuTimeoutS (wait_stream), never hang.
+// leave with a message after at most multi_gpu.timeout_s (-pt; wait_stream), never hang.
 
 struct MultiGpu {
     int world = 1, rank = 0;
     int zero_stage = 0;         // -z 1: this rank keeps the AdamW moments and master weights of its shard only
+    double timeout_s = 300.0;   // -pt: how long a rank waits for the others before it gives up
 #ifdef FLASHGPT_NCCL
     ncclComm_t comm = nullptr;
     float* barrier = nullptr;   // one float, all-reduced as a barrier
 #endif
 };
 static MultiGpu multi_gpu;
-constexpr double kMultiGpuTimeoutS = 300.0;
 
 #ifdef FLASHGPT_NCCL
 inline void nccl_check(ncclResult_t r, const char* what) {
@@ -80,9 +80,9 @@ void nccl_wait_issued(const char* what) {
     const auto t0 = std::chrono::steady_clock::now();
     while (state == ncclInProgress) {
         nccl_check(ncclCommGetAsyncError(multi_gpu.comm, &state), "ncclCommGetAsyncError");
-        if (state == ncclInProgress && seconds_since(t0) > kMultiGpuTimeoutS) {
+        if (state == ncclInProgress && seconds_since(t0) > multi_gpu.timeout_s) {
             fprintf(stderr, "[rank %d] NCCL %s did not finish within %.0f s: another rank died or stalled; aborting\n",
-                    multi_gpu.rank, what, kMultiGpuTimeoutS);
+                    multi_gpu.rank, what, multi_gpu.timeout_s);
             ncclCommAbort(multi_gpu.comm);
             exit(EXIT_FAILURE);
         }
@@ -96,7 +96,7 @@ void multi_gpu_init(const char* init_method, const char* fs_dir, const char* tcp
     static_assert(sizeof(id) == kRendezvousBytes, "the NCCL id is 128 bytes");
     std::string err;
     if (!strcmp(init_method, "fs")) {
-        err = rendezvous_fs(fs_dir, multi_gpu.rank, (unsigned char*)&id, kMultiGpuTimeoutS);
+        err = rendezvous_fs(fs_dir, multi_gpu.rank, (unsigned char*)&id, multi_gpu.timeout_s);
     } else {
         std::string host, spec = tcp ? tcp : "";
         int port = 0;
@@ -106,7 +106,7 @@ void multi_gpu_init(const char* init_method, const char* fs_dir, const char* tcp
             spec = strfmt("%s:%d", addr, atoi(mport) + 1);
         }
         exit_on_error(parse_host_port(spec, &host, &port));
-        err = rendezvous_tcp(host, port, multi_gpu.rank, multi_gpu.world, (unsigned char*)&id, kMultiGpuTimeoutS);
+        err = rendezvous_tcp(host, port, multi_gpu.rank, multi_gpu.world, (unsigned char*)&id, multi_gpu.timeout_s);
     }
     if (!err.empty()) exit_on_error(strfmt("[rank %d] %s", multi_gpu.rank, err.c_str()));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -119,7 +119,7 @@ void multi_gpu_init(const char* init_method, const char* fs_dir, const char* tcp
 #endif
 
 // cudaStreamSynchronize, bounded with several ranks: polls the stream and NCCL's error state; on an error, or after
-// kMultiGpuTimeoutS (a rank died), aborts the communicator and exits with a message
+// multi_gpu.timeout_s (a rank died), aborts the communicator and exits with a message
 void wait_stream(cudaStream_t stream) {
 #ifdef FLASHGPT_NCCL
     if (multi_gpu.world > 1) {
@@ -130,10 +130,10 @@ void wait_stream(cudaStream_t stream) {
             if (q != cudaErrorNotReady) cudaCheck(q);
             ncclResult_t state = ncclSuccess;
             ncclCommGetAsyncError(multi_gpu.comm, &state);
-            const bool late = seconds_since(t0) > kMultiGpuTimeoutS;
+            const bool late = seconds_since(t0) > multi_gpu.timeout_s;
             if ((state != ncclSuccess && state != ncclInProgress) || late) {
                 fprintf(stderr, "[rank %d] %s: another rank died or stalled; aborting\n", multi_gpu.rank,
-                        late ? strfmt("no progress in %.0f s", kMultiGpuTimeoutS).c_str() : ncclGetErrorString(state));
+                        late ? strfmt("no progress in %.0f s", multi_gpu.timeout_s).c_str() : ncclGetErrorString(state));
                 ncclCommAbort(multi_gpu.comm);
                 exit(EXIT_FAILURE);
             }
@@ -1122,6 +1122,7 @@ int main(int argc, char** argv) {
     multi_gpu.world = ranks.world;
     multi_gpu.rank = ranks.rank;
     multi_gpu.zero_stage = cfg.zero_stage;
+    multi_gpu.timeout_s = cfg.multi_gpu_timeout;
     if (ranks.world > 1) {   // this rank's GPU; only rank 0 prints (errors go to stderr on every rank)
         int devices = 0;
         cudaCheck(cudaGetDeviceCount(&devices));

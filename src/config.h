@@ -152,6 +152,7 @@ typedef struct {
     const char* init_method;          // -pi fs | tcp: how rank 0 hands the NCCL id to the others
     const char* init_fs_dir;          // -pf DIR (fs)
     const char* init_tcp;             // -ps HOST:PORT (tcp; default MASTER_ADDR:MASTER_PORT + 1)
+    int multi_gpu_timeout;            // -pt seconds a rank waits for the others before it exits with an error
     int memory_plan_only;             // -pm 1: print the memory plan (src/memory_plan.h) and exit
 } TrainConfig;
 
@@ -195,6 +196,7 @@ inline void train_config_defaults(TrainConfig* c) {
     c->init_method = "fs";
     c->init_fs_dir = ".";
     c->init_tcp = nullptr;
+    c->multi_gpu_timeout = 300;
     c->memory_plan_only = 0;
 }
 
@@ -245,6 +247,7 @@ inline const char* train_usage() {
         "  -pi <str>   how the ranks meet: fs (a file in -pf) or tcp (-ps) (default = fs)\n"
         "  -pf <str>   fs: a directory every rank sees (default = .)\n"
         "  -ps <str>   tcp: rank 0's HOST:PORT (default = MASTER_ADDR:MASTER_PORT+1)\n"
+        "  -pt <int>   seconds a rank waits for the others (rendezvous, NCCL) before it exits with an error (default = 300)\n"
         "  -pm <int>   1: print the memory plan (bytes per sequence, total, largest B that fits) and exit (default = 0)\n";
 }
 
@@ -311,6 +314,7 @@ inline std::string train_config_parse(TrainConfig* c, int argc, char** argv) {
         else if (!strcmp(f, "pn")) ok = parse_int_arg(v, &c->num_processes);
         else if (!strcmp(f, "pr")) ok = parse_int_arg(v, &c->process_rank);
         else if (!strcmp(f, "pm")) ok = parse_int_arg(v, &c->memory_plan_only);
+        else if (!strcmp(f, "pt")) ok = parse_int_arg(v, &c->multi_gpu_timeout);
         else if (!strcmp(f, "pi")) c->init_method = v;
         else if (!strcmp(f, "pf")) c->init_fs_dir = v;
         else if (!strcmp(f, "ps")) c->init_tcp = v;
@@ -333,6 +337,7 @@ inline std::string train_config_check(TrainConfig* c) {
 #endif
     if (strcmp(c->init_method, "fs") != 0 && strcmp(c->init_method, "tcp") != 0) return strfmt("-pi %s: fs or tcp", c->init_method);
     if (c->zero_stage != 0 && c->zero_stage != 1) return strfmt("-z %d: ZeRO stage 0 or 1", c->zero_stage);
+    if (c->multi_gpu_timeout < 1) return strfmt("-pt %d: the timeout must be >= 1 second", c->multi_gpu_timeout);
     long long tokens_per_micro = (long long)c->B * c->T * c->num_processes;
     if (c->total_batch_size == -1) c->total_batch_size = (int)tokens_per_micro;
     if (c->total_batch_size < 1) return strfmt("total batch size -d %d must be >= 1", c->total_batch_size);

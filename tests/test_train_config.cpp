@@ -121,9 +121,14 @@ TEST(rand_mt19937_matches_the_reference_sequence) {
     for (int k : seen) CHECK(k == 1);
 }
 
-// multi-GPU flags: the rank within -pn, the rendezvous method; -pn 0 (the default) resolves to one process here
+// multi-GPU flags: the rank within -pn, the rendezvous method, the timeout; -pn 0 (the default) resolves to one
+// process here
 TEST(config_multi_gpu_flags) {
     TrainConfig c;
+    CHECK(parse(&c, {}) == "" && c.multi_gpu_timeout == 300);
+    CHECK(parse(&c, {"-pt", "20"}) == "" && c.multi_gpu_timeout == 20);
+    CHECK(parse(&c, {"-pt", "0"}).find("-pt 0") != std::string::npos);
+    CHECK(strstr(train_usage(), "-pt <int>") != nullptr);
     CHECK(parse(&c, {"-pn", "2", "-pr", "2"}).find("0..pn-1") != std::string::npos);
     CHECK(parse(&c, {"-pi", "mpi"}).find("fs or tcp") != std::string::npos);
     CHECK(parse(&c, {"-pi", "tcp", "-ps", "node0:29501", "-pf", "/shared"}) == "" && !strcmp(c.init_method, "tcp") &&
