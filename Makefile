@@ -35,11 +35,15 @@ CUPTI_HEADER := $(firstword $(wildcard $(CUDA_HOME)/extras/CUPTI/include/cupti.h
 CUPTI_LIBRARY := $(firstword $(wildcard $(CUDA_HOME)/extras/CUPTI/lib64/libcupti.so $(CUDA_HOME)/lib64/libcupti.so $(CUDA_HOME)/targets/*/lib/libcupti.so $(CUDA_HOME)/lib/libcupti.so))
 CUPTI_FLAGS := $(if $(CUPTI_HEADER),-I$(dir $(CUPTI_HEADER))) $(if $(CUPTI_LIBRARY),-DCUPTI_LIBRARY=\"$(CUPTI_LIBRARY)\")
 
-# NCCL for multi-GPU training (-pn > 1): the toolkit's, or NCCL_HOME (e.g. the nvidia-nccl wheel's folder). Without it
-# the binaries are single-GPU and say so.
+# NCCL for multi-GPU training (-pn > 1): the toolkit's, or NCCL_HOME, e.g. the nvidia-nccl wheel's folder
+#   make NCCL_HOME=$(python3 -c "import nvidia.nccl; print(nvidia.nccl.__path__[0])")
+# (the wheel ships libnccl.so.2 alone; the binaries find it through their rpath). Without NCCL the binaries are
+# single-GPU and say so.
 NCCL_HEADER := $(firstword $(wildcard $(NCCL_HOME)/include/nccl.h $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
 NCCL_FLAGS := $(if $(NCCL_HEADER),-DFLASHGPT_NCCL -I$(dir $(NCCL_HEADER)))
-NCCL_LDLIBS := $(if $(NCCL_HEADER),$(if $(NCCL_HOME),-L$(NCCL_HOME)/lib) -lnccl)
+NCCL_HOME_LIB := $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Xlinker -rpath -Xlinker $(NCCL_HOME)/lib \
+                   $(if $(wildcard $(NCCL_HOME)/lib/libnccl.so),-lnccl,-l:libnccl.so.2))
+NCCL_LDLIBS := $(if $(NCCL_HEADER),$(if $(NCCL_HOME),$(NCCL_HOME_LIB),-lnccl))
 
 TRAIN_DEPS := train_gpt2.cu $(wildcard src/*.cuh src/*.h)
 DEV_CUDA := dev/cuda/attention_forward dev/cuda/attention_backward dev/cuda/attention_general
