@@ -3270,7 +3270,8 @@ struct HopperBackwardQWsTile {
     // index (kDynamic) | + 1 KB align
     static constexpr int kBarOffset = 2 * kQBytes + kStages * kStageBytes + kQBytes;
     static constexpr int kSmemBytes = kBarOffset + 8 * (3 + 2 * kStages) + 1024;
-    static constexpr int kProducerRegs = 24, kConsumerRegs = kNCWG == 2 ? 240 : 160;
+    // HS 256: one consumer warpgroup (its 64 x 256 dQ accumulator alone takes 128 registers a thread)
+    static constexpr int kProducerRegs = 24, kConsumerRegs = kNCWG == 2 || HS == 256 ? 240 : 160;
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -3668,7 +3669,8 @@ __global__ void __launch_bounds__(HopperBackwardQWsTile<HS, kNCWG, kBlockN, kSta
 attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardMaps<kBias, kVarlen> maps,
                                        int section_heads) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    static_assert(HS == 64 || HS == 128, "head size 64 or 128");
+    static_assert(HS == 64 || HS == 128 || (HS == 256 && kNCWG == 1 && kGeneral && !kBias && !kVarlen),
+                  "head size 64 or 128; 256 with one consumer warpgroup, general");
     static_assert(!kBias || kGeneral, "the bias runs on the general copies");
     static_assert(!kVarlen || (kGeneral && !kDynamic && !kBias), "packed sequences run on the general copies");
     using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages, kBias>;
@@ -3798,6 +3800,156 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
     }
     // early_start: this grid ends after the dK/dV kernel it overlapped, so what follows in the stream sees both
     pdl_wait_prerequisites();
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+// ----------------------------------------------------------------------------
+// Hopper backward, HS 256. The dK and dV accumulators of 64 keys x 256 take 128 registers a thread each, so one
+// warpgroup cannot hold both. Both consumer warpgroups work on the same 64 keys and split each step's four GEMMs by
+// role: warpgroup 0 computes S^T = K Q^T, P^T and dV += P^T dO; warpgroup 1 computes dP^T = V dO^T, takes P^T from
+// warpgroup 0 through shared memory (fp32, each thread the elements it holds: the two accumulators share a layout)
+// and computes dS^T and dK += dS^T Q. dV and dK are RS wgmmas from each warpgroup's own registers. The producer,
+// stages and walk are the HS 64 / 128 dK/dV kernel's (dkdv_ws_producer, DkdvWsSmem, DkdvWsWalk); dQ comes from the
+// split's dQ kernel with one consumer warpgroup (its 64 x 256 accumulator likewise takes 128 registers). Every output
+// is written once, in a fixed order: deterministic.
+template <int kStages_>
+struct HopperBackwardKV256Tile {
+    static constexpr int kHeadSize = 256, kNCWG = 2, kBlockM = 64, kBlockN = 64, kStages = kStages_, kThreads = 384;
+    static constexpr bool kAtomicDq = false, kBias = false, kVarlen = false, kStatApart = false;
+    static constexpr int kKVBytes = kBlockN * 256 * 2, kQBytes = kBlockM * 256 * 2, kStatBytes = 2 * kBlockM * 4;
+    static constexpr int kStageBytes = 2 * kQBytes + 1024;               // Q, dO, lse2 and D
+    static constexpr int kStatRegion = 0, kDsBytes = 0, kDqBuffers = 0;
+    static constexpr int kPtBytes = kBlockN * kBlockM * 4;               // P^T (fp32), warpgroup 0 -> 1
+    // K | V | stages | P^T (in DkdvWsSmem's dk_stage) | mbarriers, the item index | + 1 KB align
+    static constexpr int kBarOffset = 2 * kKVBytes + kStages * kStageBytes + kPtBytes;
+    static constexpr int kSmemBytes = kBarOffset + 8 * (3 + 2 * kStages) + 1024;
+    static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+    static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+};
+constexpr int kBarPtFull = 2, kBarPtEmpty = 3;   // named barriers of the P^T hand-over (256 threads: both warpgroups)
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// One role's whole consumer loop (kRole 0: S^T, P^T, dV; 1: dP^T, dS^T, dK), each in its own copy of the code: a
+// wgmma under a runtime branch would serialise the kernel's wgmmas
+template <int kRole, class Tile, bool kDynamic>
+__device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& p, const DkdvWsSmem<Tile>& sm, const DkdvWsWalk<Tile>& walk) {
+    constexpr int HS = 256, kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
+    constexpr int kQT = kBlockM / 8;   // n8 column groups of S^T, dP^T (queries)
+    const int tid = threadIdx.x % 128, lane = tid % 32, g = lane / 4, tq = lane % 4;
+    const int warp_row0 = (tid / 32) * 16;   // this warp's 16 of the 64 keys
+    const uint64_t a_desc = wgmma_desc(kRole == 0 ? sm.k : sm.v);
+    float4* pt = reinterpret_cast<float4*>(sm.dk_stage);   // P^T: float4 i of thread tid at [i][tid], no bank conflicts
+    const float scale_log2 = p.scale * kLog2e;
+    float acc[HS / 2];
+    bool pt_lent = false;   // kRole 0: warpgroup 1 has yet to hand the P^T buffer back
+    int stage_iter = 0, item_iter = 0;
+    auto item_of = [&](int round) { return persistent_item_index<kDynamic>(sm.kv_full, sm.item_w, round, walk.snake); };
+    for (int w = item_of(item_iter); w < walk.num_items; w = item_of(++item_iter)) {
+        const auto it = walk.locate(w);
+        #pragma unroll
+        for (int i = 0; i < HS / 2; i++) acc[i] = 0.0f;
+        mbar_wait(sm.kv_full, item_iter & 1);
+        for (int hq = 0; hq < walk.group; hq++)   // the group's query heads, as the producer loads them
+        for (int m_block = it.m_first; m_block < it.m_end; m_block++, stage_iter++) {
+            const int s = stage_iter % kStages;
+            mbar_wait(sm.stage_full(s), (stage_iter / kStages) & 1);
+            const float* lse2_s = sm.lse2_tile(s);
+            const float* dpsum_s = lse2_s + kBlockM;
+            const int m_start = m_block * kBlockM + it.diag;   // the mask compares key > query + diag
+            float x[kBlockM / 2];   // S^T, then P^T (role 0); dP^T, then dS^T (role 1)
+            uint32_t frag[kBlockM / 16][4];
+            wgmma_fence();
+            wgmma_ss_over_hs<HS, kBlockM, kBlockN, 0>(x, a_desc, kRole == 0 ? sm.q_tile(s) : sm.do_tile(s));
+            wgmma_commit();
+            wgmma_wait<0>();
+            if constexpr (kRole == 0) {
+                // P^T = exp2(S^T * c - lse2[query]), 0 where key > query + diag (only where this warp's keys cross the tile)
+                const bool need_mask = it.n_start + warp_row0 + 15 > m_start;
+                #pragma unroll
+                for (int i = 0; i < kQT; i++) {
+                    const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * tq);
+                    #pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float v = x[4 * i + e] * scale_log2 - (e % 2 ? l2.y : l2.x);
+                        if (need_mask && it.n_start + warp_row0 + g + 8 * (e / 2) > m_start + i * 8 + 2 * tq + (e % 2)) v = -INFINITY;
+                        x[4 * i + e] = fast_exp2(v);
+                    }
+                }
+                if (pt_lent) named_barrier_sync(kBarPtEmpty, 256);   // warpgroup 1 has read the last step's
+                #pragma unroll
+                for (int i = 0; i < kQT; i++) pt[i * 128 + tid] = make_float4(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]);
+                named_barrier_arrive(kBarPtFull, 256);
+                pt_lent = true;
+                #pragma unroll
+                for (int j = 0; j < kBlockM / 16; j++) accum_to_a_frag(frag[j], x, j);
+                wgmma_fence();
+                #pragma unroll
+                for (int j = 0; j < kBlockM / 16; j++) wgmma_rs_m64k16_trans_b<HS, kBlockM>(acc, frag[j], sm.do_tile(s), j);   // dV += P^T dO
+                wgmma_commit();
+            } else {
+                // dS^T = P^T * (dP^T - D[query])
+                named_barrier_sync(kBarPtFull, 256);
+                #pragma unroll
+                for (int i = 0; i < kQT; i++) {
+                    const float4 pv = pt[i * 128 + tid];
+                    const float2 dps = *reinterpret_cast<const float2*>(dpsum_s + i * 8 + 2 * tq);
+                    x[4 * i] = pv.x * (x[4 * i] - dps.x);
+                    x[4 * i + 1] = pv.y * (x[4 * i + 1] - dps.y);
+                    x[4 * i + 2] = pv.z * (x[4 * i + 2] - dps.x);
+                    x[4 * i + 3] = pv.w * (x[4 * i + 3] - dps.y);
+                }
+                named_barrier_arrive(kBarPtEmpty, 256);
+                #pragma unroll
+                for (int j = 0; j < kBlockM / 16; j++) accum_to_a_frag(frag[j], x, j);
+                wgmma_fence();
+                #pragma unroll
+                for (int j = 0; j < kBlockM / 16; j++) wgmma_rs_m64k16_trans_b<HS, kBlockM>(acc, frag[j], sm.q_tile(s), j);   // dK += dS^T Q
+                wgmma_commit();
+            }
+            wgmma_wait<0>();
+            mbar_arrive(sm.stage_empty(s));
+        }
+        mbar_arrive(sm.kv_empty);
+        // dV, or dK * scale, as bf16 pairs straight from the accumulator (each quad writes 16 contiguous bytes of a row)
+        const float out_scale = kRole == 0 ? 1.0f : p.scale;
+        floatX* out = kRole == 0 ? p.dv + it.b * p.dv_st.batch + it.h_kv * p.dv_st.head : p.dk + it.b * p.dk_st.batch + it.h_kv * p.dk_st.head;
+        const long long row_st = kRole == 0 ? p.dv_st.row : p.dk_st.row;
+        #pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int t = it.n_start + warp_row0 + g + 8 * half;
+            if (t >= it.Tk) continue;
+            floatX* row = out + (it.k_row0 + t) * row_st + 2 * tq;
+            #pragma unroll
+            for (int dt = 0; dt < HS / 8; dt++)
+                *reinterpret_cast<uint32_t*>(row + dt * 8) = pack_bf16x2(acc[4 * dt + 2 * half] * out_scale, acc[4 * dt + 2 * half + 1] * out_scale);
+        }
+    }
+    if (kRole == 0 && pt_lent) named_barrier_sync(kBarPtEmpty, 256);   // the last hand-back
+}
+#endif
+
+template <int kStages, bool kDynamic = false>
+__global__ void __launch_bounds__(384, 1)
+attention_backward_dkdv256_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps, int section_heads) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using Tile = HopperBackwardKV256Tile<kStages>;
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    const DkdvWsSmem<Tile> sm(smem);
+    if (threadIdx.x == 0) init_mbarriers(sm.bars, 2 + 2 * kStages, 256);   // every consumer thread arrives on the empties
+    __syncthreads();
+    pdl_wait_prerequisites();   // early_start: as the HS 64 / 128 kernel
+    pdl_launch_dependents();
+    const DkdvWsWalk<Tile> walk(p, section_heads, false, std::true_type{});
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {   // ---- producer
+        setmaxnreg_dec<Tile::kProducerRegs>();
+        if (threadIdx.x == 0) dkdv_ws_producer<Tile, kDynamic>(sm, maps, walk, backward_scratch(p));
+        return;
+    }
+    setmaxnreg_inc<Tile::kConsumerRegs>();
+    if (wg == 1) dkdv256_consumer<0, Tile, kDynamic>(p, sm, walk);
+    else dkdv256_consumer<1, Tile, kDynamic>(p, sm, walk);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
@@ -3959,6 +4111,30 @@ void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaSt
     if (kBias && p.dbias) launch_attention_dbias(p, stream);
 }
 
+// HS 256 on Hopper (general): preprocess, the role-split dK/dV kernel (64 keys, 64-query stages), the dQ kernel with
+// one consumer warpgroup (64 rows, 64-key stages); kStages-deep rings. Deterministic.
+template <int kStages, bool kDynamic>
+void launch_attention_backward_dkdv256_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start) {
+    using Tile = HopperBackwardKV256Tile<kStages>;
+    const int num_items = p.B * p.NH_kv * ceil_div(p.Tk, Tile::kBlockN);
+    const HopperBackwardTmaMaps maps = backward_tma_maps(p, Tile::kBlockM, Tile::kBlockN);
+    launch_with_smem_ex<attention_backward_dkdv256_hopper_ws_kernel<kStages, kDynamic>>(
+        dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p, maps,
+        persistent_section_heads(p.B * p.NH_kv, p.T * (p.NH / p.NH_kv), 256));
+}
+template <int kStages>
+void attention_backward_split_hopper_ws_256(const AttentionBackwardParams& p, cudaStream_t stream) {
+    launch_attention_backward_preprocess<256>(p, /*zero_dq=*/false, stream);
+    const bool early = backward_early_start();
+    if (claimed_schedule(p.T)) {
+        launch_attention_backward_dkdv256_hopper_ws<kStages, true>(p, stream, early);
+        launch_attention_backward_dq_hopper_ws<256, 1, 64, kStages, true, true>(p, stream, early);
+    } else {
+        launch_attention_backward_dkdv256_hopper_ws<kStages, false>(p, stream, early);
+        launch_attention_backward_dq_hopper_ws<256, 1, 64, kStages, false, true>(p, stream, early);
+    }
+}
+
 // Hopper atomic path (HS 64 or 128, sm_90a; dev variant 7): preprocess (+ zero dq_accum and dq_order), the
 // warp-specialised dK/dV kernel that also reduce-adds dQ into dq_accum (5 GEMMs a tile pair instead of the split's
 // 7), dQ convert. ordered_dq: the adds into each query block in a fixed order (from the diagonal key block down),
@@ -4088,9 +4264,10 @@ inline void attention_backward(const AttentionBackwardParams& p, cudaStream_t st
         else if (HS == 96) attention_backward_split<96, 4, 1, 32, 4, 1, 32, true>(p, stream);
         else if (HS == 128) attention_backward_split<128, 4, 1, 32, 4, 1, 32, true>(p, stream);
         else attention_backward_split<256, 4, 1, 32, 4, 1, 32, true>(p, stream);
-    } else if (!attention_self_causal(p) && (HS == 64 || HS == 128) && attention_backward_uses_hopper(HS)) {
+    } else if (!attention_self_causal(p) && (HS == 64 || HS == 128 || HS == 256) && attention_backward_uses_hopper(HS)) {
         // the warp-specialised split's general copies (GQA: each dK/dV item sums its group's query heads)
-        if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true>(p, stream);
+        if (HS == 256) attention_backward_split_hopper_ws_256<2>(p, stream);
+        else if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true>(p, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true>(p, stream);
     } else if (!attention_self_causal(p)) {
         // general: preprocess, the dK/dV kernel (GQA: each CTA sums its group's query heads), the dQ kernel

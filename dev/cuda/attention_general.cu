@@ -84,6 +84,9 @@ static const char* kValidationCases[] = {
     "b=2,h=3,tq=333,d=32",                          "b=2,h=4,hkv=2,tq=130,d=32,causal=0",
     "b=2,h=3,tq=333,d=96",                          "b=2,h=2,tq=100,tk=170,d=96,causal=0",
     "b=2,h=2,tq=200,d=256",                         "b=1,h=2,tq=70,tk=130,d=256,causal=0",
+    "b=2,h=4,hkv=2,tq=190,tk=250,d=256",            "b=2,h=2,tq=300,tk=100,d=256",        // HS 256: GQA, causal cross both ways,
+    "b=2,h=2,tq=77,tk=1,d=256,causal=0",            "b=8,h=8,tq=256,d=256",               // Tk = 1, several items a CTA
+    "b=1,h=2,hkv=1,tq=640,d=256,causal=0,layout=bthd",
     "b=2,h=3,tq=129,d=64,layout=qkv,scale=0.3",     "b=2,h=4,tq=600,d=64",                // custom scale; BHTD self-causal
     "b=2,h=2,tq=1024,d=128",                        "b=1,h=1,tq=1,d=64",
     "b=64,h=16,tq=64,d=64,causal=0",
@@ -135,7 +138,8 @@ static const char* kBenchCases[] = {
     "b=8,h=12,tq=1024,d=64,causal=0",      "b=4,h=16,tq=8192,d=128,causal=0", "b=4,h=16,tq=4096,d=256",
     "b=4,h=32,hkv=8,tq=4096,d=128",        "b=8,h=12,tq=1024,tk=4096,d=64,causal=0",
     "b=8,h=12,tq=1024,d=32",               "b=8,h=12,tq=1024,d=96",            "b=4,h=16,tq=4096,d=64",
-    "b=4,h=16,tq=4096,d=128",
+    "b=4,h=16,tq=4096,d=128",              "b=4,h=16,tq=4096,d=256,causal=0",  "b=4,h=32,hkv=8,tq=4096,d=256",
+    "b=8,h=16,tq=1024,d=256",
     "b=8,h=12,tq=1024,d=64,causal=0,bias=1htt", "b=8,h=12,tq=1024,d=64,bias=1htt", "b=8,h=12,tq=1024,d=64,causal=0,bias=bhtt",
     "b=8,h=12,tq=1024,d=64,causal=0,bias=1htt,dbias=1", "b=16,h=12,tq=1024,d=64,varlen=1", "b=16,h=12,tq=1024,d=64,causal=0,varlen=1",
     "b=16,h=12,tq=1024,d=64,varlen=2", "b=16,h=12,tq=1024,d=64,causal=0,varlen=2",
