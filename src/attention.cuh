@@ -3807,8 +3807,8 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
 // Hopper backward, HS 256. The dK and dV accumulators of 64 keys x 256 take 128 registers a thread each, so one
 // warpgroup cannot hold both. Both consumer warpgroups work on the same 64 keys and split each step's four GEMMs by
 // role: warpgroup 0 computes S^T = K Q^T, P^T and dV += P^T dO; warpgroup 1 computes dP^T = V dO^T, takes P^T from
-// warpgroup 0 through shared memory (fp32, each thread the elements it holds: the two accumulators share a layout)
-// and computes dS^T and dK += dS^T Q. dV and dK are RS wgmmas from each warpgroup's own registers. The producer,
+// warpgroup 0 through shared memory (fp32, each thread the elements it holds: the two accumulators share a layout;
+// a full / empty mbarrier pair hands the buffer over) and computes dS^T and dK += dS^T Q. dV and dK are RS wgmmas from each warpgroup's own registers. The producer,
 // stages and walk are the HS 64 / 128 dK/dV kernel's (dkdv_ws_producer, DkdvWsSmem, DkdvWsWalk); dQ comes from the
 // split's dQ kernel with one consumer warpgroup (its 64 x 256 accumulator likewise takes 128 registers). Every output
 // is written once, in a fixed order: deterministic.
@@ -3820,15 +3820,18 @@ struct HopperBackwardKV256Tile {
     static constexpr int kStageBytes = 2 * kQBytes + 1024;               // Q, dO, lse2 and D
     static constexpr int kStatRegion = 0, kDsBytes = 0, kDqBuffers = 0;
     static constexpr int kPtBytes = kBlockN * kBlockM * 4;               // P^T (fp32), warpgroup 0 -> 1
-    // K | V | stages | P^T (in DkdvWsSmem's dk_stage) | mbarriers, the item index | + 1 KB align
+    // K | V | stages | P^T (in DkdvWsSmem's dk_stage) | mbarriers, the item index, P^T's full / empty | + 1 KB align
     static constexpr int kBarOffset = 2 * kKVBytes + kStages * kStageBytes + kPtBytes;
-    static constexpr int kSmemBytes = kBarOffset + 8 * (3 + 2 * kStages) + 1024;
+    static constexpr int kSmemBytes = kBarOffset + 8 * (5 + 2 * kStages) + 1024;
     static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
-constexpr int kBarPtFull = 2, kBarPtEmpty = 3;   // named barriers of the P^T hand-over (256 threads: both warpgroups)
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// P^T's full / empty mbarriers: past the item index (where DkdvWsSmem puts the atomic dQ's barriers)
+template <class Tile>
+__device__ __forceinline__ uint64_t* dkdv256_pt_bars(const DkdvWsSmem<Tile>& sm) { return sm.bars + 3 + 2 * Tile::kStages; }
+
 // One role's whole consumer loop (kRole 0: S^T, P^T, dV; 1: dP^T, dS^T, dK), each in its own copy of the code: a
 // wgmma under a runtime branch would serialise the kernel's wgmmas
 template <int kRole, class Tile, bool kDynamic>
@@ -3839,9 +3842,9 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
     const int warp_row0 = (tid / 32) * 16;   // this warp's 16 of the 64 keys
     const uint64_t a_desc = wgmma_desc(kRole == 0 ? sm.k : sm.v);
     float4* pt = reinterpret_cast<float4*>(sm.dk_stage);   // P^T: float4 i of thread tid at [i][tid], no bank conflicts
+    uint64_t *pt_full = dkdv256_pt_bars(sm), *pt_empty = pt_full + 1;   // 128 arrivals each, one a thread
     const float scale_log2 = p.scale * kLog2e;
     float acc[HS / 2];
-    bool pt_lent = false;   // kRole 0: warpgroup 1 has yet to hand the P^T buffer back
     int stage_iter = 0, item_iter = 0;
     auto item_of = [&](int round) { return persistent_item_index<kDynamic>(sm.kv_full, sm.item_w, round, walk.snake); };
     for (int w = item_of(item_iter); w < walk.num_items; w = item_of(++item_iter)) {
@@ -3875,11 +3878,10 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
                         x[4 * i + e] = fast_exp2(v);
                     }
                 }
-                if (pt_lent) named_barrier_sync(kBarPtEmpty, 256);   // warpgroup 1 has read the last step's
+                mbar_wait(pt_empty, (stage_iter & 1) ^ 1);   // warpgroup 1 has read the last step's
                 #pragma unroll
                 for (int i = 0; i < kQT; i++) pt[i * 128 + tid] = make_float4(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]);
-                named_barrier_arrive(kBarPtFull, 256);
-                pt_lent = true;
+                mbar_arrive(pt_full);
                 #pragma unroll
                 for (int j = 0; j < kBlockM / 16; j++) accum_to_a_frag(frag[j], x, j);
                 wgmma_fence();
@@ -3888,7 +3890,7 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
                 wgmma_commit();
             } else {
                 // dS^T = P^T * (dP^T - D[query])
-                named_barrier_sync(kBarPtFull, 256);
+                mbar_wait(pt_full, stage_iter & 1);
                 #pragma unroll
                 for (int i = 0; i < kQT; i++) {
                     const float4 pv = pt[i * 128 + tid];
@@ -3898,7 +3900,7 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
                     x[4 * i + 2] = pv.z * (x[4 * i + 2] - dps.x);
                     x[4 * i + 3] = pv.w * (x[4 * i + 3] - dps.y);
                 }
-                named_barrier_arrive(kBarPtEmpty, 256);
+                mbar_arrive(pt_empty);
                 #pragma unroll
                 for (int j = 0; j < kBlockM / 16; j++) accum_to_a_frag(frag[j], x, j);
                 wgmma_fence();
@@ -3924,7 +3926,6 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
                 *reinterpret_cast<uint32_t*>(row + dt * 8) = pack_bf16x2(acc[4 * dt + 2 * half] * out_scale, acc[4 * dt + 2 * half + 1] * out_scale);
         }
     }
-    if (kRole == 0 && pt_lent) named_barrier_sync(kBarPtEmpty, 256);   // the last hand-back
 }
 #endif
 
@@ -3936,7 +3937,11 @@ attention_backward_dkdv256_hopper_ws_kernel(const AttentionBackwardParams p, con
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const DkdvWsSmem<Tile> sm(smem);
-    if (threadIdx.x == 0) init_mbarriers(sm.bars, 2 + 2 * kStages, 256);   // every consumer thread arrives on the empties
+    if (threadIdx.x == 0) {   // every consumer thread arrives on the empties; each role's 128 threads on P^T's
+        mbar_init(dkdv256_pt_bars(sm), 128);
+        mbar_init(dkdv256_pt_bars(sm) + 1, 128);
+        init_mbarriers(sm.bars, 2 + 2 * kStages, 256);
+    }
     __syncthreads();
     pdl_wait_prerequisites();   // early_start: as the HS 64 / 128 kernel
     pdl_launch_dependents();

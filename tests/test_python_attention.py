@@ -365,6 +365,7 @@ def main():
     attention_case(2, 8, 2, 150, 150, 128, causal=False, layout="bthd", scale=0.3)
     attention_case(2, 3, 3, 333, 333, 32, causal=True)
     attention_case(2, 3, 3, 170, 170, 96, causal=False)
+    attention_case(2, 4, 2, 150, 210, 256, causal=True)       # head dim 256, GQA, cross
     attention_case(2, 4, 2, 120, 120, 64, causal=True, make=awkward_input)
     # the extras
     extras_case("bias (1, H, Tq, Tk) bf16 with its gradient", 2, 4, 4, 100, 160, 64, causal=True,
