@@ -841,11 +841,12 @@ struct AttentionTuning {
 inline AttentionTuning& attention_tuning() { static AttentionTuning t; return t; }
 
 // Where the persistent Hopper kernels claim their items (kDynamic: both backward kernels, the forward's HS 128 CTA
-// pairs): at T >= 4096. Below that the items are short and a claim costs what the balance gains, so the
-// round-robin walk runs (dev/cuda/README.md has the A/B runs).
-inline bool claimed_schedule(int T) {
+// pairs): at T >= 4096 (from_T). Below that the items are short and a claim costs what the balance gains, so the
+// round-robin walk runs. HS 256 claims from T = 1024: its heads are cut into sections beyond 64 heads of 1024 rows
+// (persistent_section_heads), and round-robin over sections loads the SMs unevenly (dev/cuda/README.md has the A/B runs).
+inline bool claimed_schedule(int T, int from_T = 4096) {
     const int forced = attention_tuning().schedule;
-    return forced == AttentionTuning::kByShape ? T >= 4096 : forced == AttentionTuning::kClaimed;
+    return forced == AttentionTuning::kByShape ? T >= from_T : forced == AttentionTuning::kClaimed;
 }
 // The split's two kernels are independent (both read only the inputs and the preprocess's statistics), so the dQ
 // kernel is launched to start on the SMs the dK/dV kernel's tail leaves idle, and the dK/dV kernel to get ready
@@ -1842,8 +1843,8 @@ inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stre
         else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true>(p, stream);
         else if (HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true>(p, stream);
         // HS 256 causal: the items' lengths differ, and with the heads cut into sections (see persistent_section_heads)
-        // the round-robin walk leaves the SMs unevenly loaded; from T = 4096 the items are claimed
-        else if (p.causal && claimed_schedule(T)) launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, true, true>(p, stream);
+        // the round-robin walk leaves the SMs unevenly loaded; from T = 1024 the items are claimed
+        else if (p.causal && claimed_schedule(T, 1024)) launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, true, true>(p, stream);
         else launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, false, true>(p, stream);
     }
     else if (HS == 64) launch_attention_forward<64, 2, 4, 64, true>(p, stream);
@@ -4131,7 +4132,7 @@ template <int kStages>
 void attention_backward_split_hopper_ws_256(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<256>(p, /*zero_dq=*/false, stream);
     const bool early = backward_early_start();
-    if (claimed_schedule(p.T)) {
+    if (claimed_schedule(p.T, 1024)) {
         launch_attention_backward_dkdv256_hopper_ws<kStages, true>(p, stream, early);
         launch_attention_backward_dq_hopper_ws<256, 1, 64, kStages, true, true>(p, stream, early);
     } else {
