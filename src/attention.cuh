@@ -3861,7 +3861,7 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
             const float* dpsum_s = lse2_s + kBlockM;
             const int m_start = m_block * kBlockM + it.diag;   // the mask compares key > query + diag
             float x[kBlockM / 2];   // S^T, then P^T (role 0); dP^T, then dS^T (role 1)
-            uint32_t frag[kBlockM / 16][4];
+            uint32_t frag[kBlockM / 16][4];   // x as the A fragments of dV (role 0) or dK (role 1)
             wgmma_fence();
             wgmma_ss_over_hs<HS, kBlockM, kBlockN, 0>(x, a_desc, kRole == 0 ? sm.q_tile(s) : sm.do_tile(s));
             wgmma_commit();
@@ -3883,12 +3883,6 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
                 #pragma unroll
                 for (int i = 0; i < kQT; i++) pt[i * 128 + tid] = make_float4(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]);
                 mbar_arrive(pt_full);
-                #pragma unroll
-                for (int j = 0; j < kBlockM / 16; j++) accum_to_a_frag(frag[j], x, j);
-                wgmma_fence();
-                #pragma unroll
-                for (int j = 0; j < kBlockM / 16; j++) wgmma_rs_m64k16_trans_b<HS, kBlockM>(acc, frag[j], sm.do_tile(s), j);   // dV += P^T dO
-                wgmma_commit();
             } else {
                 // dS^T = P^T * (dP^T - D[query])
                 mbar_wait(pt_full, stage_iter & 1);
@@ -3902,13 +3896,14 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
                     x[4 * i + 3] = pv.w * (x[4 * i + 3] - dps.y);
                 }
                 mbar_arrive(pt_empty);
-                #pragma unroll
-                for (int j = 0; j < kBlockM / 16; j++) accum_to_a_frag(frag[j], x, j);
-                wgmma_fence();
-                #pragma unroll
-                for (int j = 0; j < kBlockM / 16; j++) wgmma_rs_m64k16_trans_b<HS, kBlockM>(acc, frag[j], sm.q_tile(s), j);   // dK += dS^T Q
-                wgmma_commit();
             }
+            // dV += P^T dO (role 0), dK += dS^T Q (role 1)
+            #pragma unroll
+            for (int j = 0; j < kBlockM / 16; j++) accum_to_a_frag(frag[j], x, j);
+            wgmma_fence();
+            #pragma unroll
+            for (int j = 0; j < kBlockM / 16; j++) wgmma_rs_m64k16_trans_b<HS, kBlockM>(acc, frag[j], kRole == 0 ? sm.do_tile(s) : sm.q_tile(s), j);
+            wgmma_commit();
             wgmma_wait<0>();
             mbar_arrive(sm.stage_empty(s));
         }
