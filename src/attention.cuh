@@ -25,10 +25,10 @@ query rows and walks the K/V tiles from the last visible one down to key 0, keep
 registers (online softmax, normalised once at the end). The longest Q tiles (the last ones, causal) are launched first.
 
 Paths: sm_80+ mma.sync (m16n8k16 bf16, ldmatrix, cp.async double buffering, 128-byte swizzled shared memory), every
-head dim; on Hopper, when the binary carries sm_90a code, head dims 64 and 128 (and the
-forward at 256) run the same loops on wgmma, warp-specialised: a producer warpgroup issues TMA loads (tensor maps over the
-strided tensors) into mbarrier rings, consumer warpgroups (setmaxnreg) do the math, persistent CTAs take the longest
-tiles first; the forward's consumers ping-pong their GEMMs. Causal self-attention without GQA (GPT-2's family) runs
+head dim; on Hopper, when the binary carries sm_90a code, head dims 64, 128 and 256 run the same loops on wgmma,
+warp-specialised: a producer warpgroup issues TMA loads (tensor maps over the strided tensors) into mbarrier rings,
+consumer warpgroups (setmaxnreg) do the math, persistent CTAs take the longest tiles first; the forward's consumers
+ping-pong their GEMMs. Causal self-attention without GQA (GPT-2's family) runs
 kernels compiled for it (kGeneral false: the diagonal and Tk constants to the compiler); every other call the general
 copies of the same kernels; a bf16 bias alone (kBias) and packed sequences with their totals (kVarlen) general copies
 of their own; other calls with extras (and head dims 8, 16) the mma.sync kernels' kExtras copies. Decoding (a few query
@@ -2953,7 +2953,8 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
 }
 
 // ----------------------------------------------------------------------------
-// Hopper (sm_90a) backward, HS 64 and 128: the split's two kernels on wgmma, warp-specialised as the forward is.
+// Hopper (sm_90a) backward, HS 64 and 128 (HS 256 below): the split's two kernels on wgmma, warp-specialised as the
+// forward is.
 // Same math, scratch and preprocess as the mma.sync path. Every GEMM is a warpgroup MMA reading its shared operands
 // straight from swizzle_wgmma tiles; the GEMMs whose A operand is a softmax-shaped accumulator (P^T, dS^T, dS) take
 // it from registers (the m64nN accumulator in bf16 is the A-fragment layout).
