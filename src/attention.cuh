@@ -28,11 +28,11 @@ Paths: sm_80+ mma.sync (m16n8k16 bf16, ldmatrix, cp.async double buffering, 128-
 head dim; on Hopper, when the binary carries sm_90a code, head dims 64, 128 and 256 run the same loops on wgmma,
 warp-specialised: a producer warpgroup issues TMA loads (tensor maps over the strided tensors) into mbarrier rings,
 consumer warpgroups (setmaxnreg) do the math, persistent CTAs take the longest tiles first; the forward's consumers
-ping-pong their GEMMs. Causal self-attention without GQA (GPT-2's family) runs
-kernels compiled for it (kGeneral false: the diagonal and Tk constants to the compiler); every other call the general
-copies of the same kernels; a bf16 bias alone (kBias) and packed sequences with their totals (kVarlen) general copies
-of their own; other calls with extras (and head dims 8, 16) the mma.sync kernels' kExtras copies. Decoding (a few query
-rows against a long KV cache) runs split-key kernels.
+ping-pong their GEMMs. Causal self-attention without GQA (GPT-2's family) runs kernels compiled for it (kGeneral
+false: the diagonal and Tk constants to the compiler); every other call the general copies of the same kernels; a bf16
+bias alone (kBias) and packed sequences with their totals (kVarlen) general copies of their own; other calls with
+extras (and head dims 8, 16) the mma.sync kernels' kExtras copies. Decoding (a few query rows against a long KV cache)
+runs split-key kernels.
 */
 #pragma once
 #include <cmath>
@@ -3810,10 +3810,10 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
 // warpgroup cannot hold both. Both consumer warpgroups work on the same 64 keys and split each step's four GEMMs by
 // role: warpgroup 0 computes S^T = K Q^T, P^T and dV += P^T dO; warpgroup 1 computes dP^T = V dO^T, takes P^T from
 // warpgroup 0 through shared memory (fp32, each thread the elements it holds: the two accumulators share a layout;
-// a full / empty mbarrier pair hands the buffer over) and computes dS^T and dK += dS^T Q. dV and dK are RS wgmmas from each warpgroup's own registers. The producer,
-// stages and walk are the HS 64 / 128 dK/dV kernel's (dkdv_ws_producer, DkdvWsSmem, DkdvWsWalk); dQ comes from the
-// split's dQ kernel with one consumer warpgroup (its 64 x 256 accumulator likewise takes 128 registers). Every output
-// is written once, in a fixed order: deterministic.
+// a full / empty mbarrier pair hands the buffer over) and computes dS^T and dK += dS^T Q. dV and dK are RS wgmmas
+// from each warpgroup's own registers. The producer, stages and walk are the HS 64 / 128 dK/dV kernel's
+// (dkdv_ws_producer, DkdvWsSmem, DkdvWsWalk); dQ comes from the split's dQ kernel with one consumer warpgroup (its
+// 64 x 256 accumulator likewise takes 128 registers). Every output is written once, in a fixed order: deterministic.
 template <int kStages_>
 struct HopperBackwardKV256Tile {
     static constexpr int kHeadSize = 256, kNCWG = 2, kBlockM = 64, kBlockN = 64, kStages = kStages_, kThreads = 384;
