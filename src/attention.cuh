@@ -3012,6 +3012,20 @@ __device__ __forceinline__ void bias_t_frag(float (&b)[4], const BiasTile& bias,
     b[0] = lo.x; b[1] = lo.y; b[2] = hi.x; b[3] = hi.y;
 }
 
+// P^T at this thread's four elements of S^T's query group i (keys n_start + warp_row0 + g, + 8; queries
+// m_start + 8i + 2tq, + 1): exp2(S^T * c - lse2[query]), 0 where key > query (m_start carries the diagonal)
+template <int N>
+__device__ __forceinline__ void p_t_group(float (&st)[N], int i, float2 l2, bool need_mask, int n_start, int m_start, int warp_row0,
+                                          float scale_log2) {
+    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    #pragma unroll
+    for (int e = 0; e < 4; e++) {
+        float x = st[4 * i + e] * scale_log2 - (e % 2 ? l2.y : l2.x);
+        if (need_mask && n_start + warp_row0 + g + 8 * (e / 2) > m_start + i * 8 + 2 * tq + (e % 2)) x = -INFINITY;
+        st[4 * i + e] = fast_exp2(x);
+    }
+}
+
 // wait for S^T, P^T; wait for dP^T, dS^T; give P^T, dS^T as bf16 A fragments (pa, dsa). kBias: S^T += the bias first
 template <int HS, int kBlockM, bool kBias = false>
 __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)[kBlockM / 2], uint32_t (&pa)[kBlockM / 16][4],
@@ -3019,7 +3033,7 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
                                           int n_start, int m_start, int warp_row0, float scale_log2, BiasTile bias = {}) {
     constexpr int kQT = kBlockM / 8;      // n8 column groups of S^T (queries)
     constexpr int kQS = kBlockM / 16;     // k16 steps of dV, dK (over queries)
-    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const int tq = threadIdx.x % 4;
     wgmma_wait<1>();   // S^T is ready; dP^T may still be running
     // P^T = exp2(S^T * c - lse2[query]), 0 where key > query (only where this warp's keys cross the tile)
     const bool need_mask = n_start + warp_row0 + 15 > m_start;
@@ -3034,12 +3048,7 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
             #pragma unroll
             for (int e = 0; e < 4; e++) st[4 * i + e] += b[e] * bias.inv_scale;
         }
-        #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float x = st[4 * i + e] * scale_log2 - (e % 2 ? l2.y : l2.x);
-            if (need_mask && n_start + warp_row0 + g + 8 * (e / 2) > m_start + i * 8 + 2 * tq + (e % 2)) x = -INFINITY;
-            st[4 * i + e] = fast_exp2(x);
-        }
+        p_t_group(st, i, l2, need_mask, n_start, m_start, warp_row0, scale_log2);
     }
     wgmma_wait<0>();   // dP^T
     // dS^T = P^T * (dP^T - D[query])
@@ -3871,15 +3880,9 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
                 // P^T = exp2(S^T * c - lse2[query]), 0 where key > query + diag (only where this warp's keys cross the tile)
                 const bool need_mask = it.n_start + warp_row0 + 15 > m_start;
                 #pragma unroll
-                for (int i = 0; i < kQT; i++) {
-                    const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * tq);
-                    #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        float v = x[4 * i + e] * scale_log2 - (e % 2 ? l2.y : l2.x);
-                        if (need_mask && it.n_start + warp_row0 + g + 8 * (e / 2) > m_start + i * 8 + 2 * tq + (e % 2)) v = -INFINITY;
-                        x[4 * i + e] = fast_exp2(v);
-                    }
-                }
+                for (int i = 0; i < kQT; i++)
+                    p_t_group(x, i, *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * tq), need_mask, it.n_start, m_start, warp_row0,
+                              scale_log2);
                 mbar_wait(pt_empty, (stage_iter & 1) ^ 1);   // warpgroup 1 has read the last step's
                 #pragma unroll
                 for (int i = 0; i < kQT; i++) pt[i * 128 + tid] = make_float4(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]);
