@@ -30,7 +30,7 @@ training code.
 #include "common.cuh"         // defines: cudaCheck, floatX, ceil_div, device_props, NvtxRange
 #include "cuda_utils.cuh"     // defines: x128, load128/store128, warp/block reductions, reduce_partials_add
 #include "encoder.cuh"        // defines: encoder_forward, encoder_backward, build_token_buckets, document_starts
-#include "layernorm.cuh"      // defines: layernorm_forward, fused_residual_layernorm_forward, layernorm_backward
+#include "layernorm.cuh"      // defines: layernorm_forward, layernorm_backward
 #include "matmul.cuh"         // defines: matmul_forward, matmul_backward, bias_backward (cuBLASLt)
 #include "gelu.cuh"           // defines: gelu_forward, gelu_backward_inplace
 #define FLASHGPT_ATTENTION_GPT2_ONLY   // GPT-2's attention calls only: the general kernels are not compiled here
@@ -255,7 +255,7 @@ typedef struct {
     float* lnf_rstd;    // (N)
     float* losses;      // (N)
     floatX* output;     // (N, Vp) logits, then dlogits in place
-    floatX* scratch;    // (N, C) attproj / fcproj outputs before their residual add
+    floatX* scratch;    // (N, C) unused: the residual adds run in the matmul epilogues; the memory plan still counts it
 } ActivationTensors;
 
 typedef struct {
@@ -525,7 +525,7 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         NvtxRange layer_range("forward layer", l);
         size_t ln_off = model->recompute >= 2 ? 0 : l * NA * C;
         size_t gelu_off = model->recompute >= 1 ? 0 : l * NA * 4 * C;
-        floatX* ln1 = a.ln1 + ln_off;                  // (N, C), computed by the previous layer's fused kernel
+        floatX* ln1 = a.ln1 + ln_off;                  // (N, C), computed by the previous layer's last layernorm
         floatX* qkv = a.qkv + l * NA * 3 * C;          // (N, 3C)
         floatX* atty = a.atty + l * NA * C;            // (N, C)
         float* lse = a.lse + l * NA * NH;              // (B, NH, T)
@@ -535,33 +535,32 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         floatX* fch_gelu = a.fch_gelu + gelu_off;      // (N, 4C)
         floatX* residual3 = a.residual3 + l * NA * C;  // (N, C)
 
-        // qkv = ln1 @ qkvw^T + qkvb; attention; x = x + attproj(atty); ln2 = layernorm(x)
-        matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, N, C, 3 * C, nullptr, main_stream);
+        // qkv = ln1 @ qkvw^T + qkvb; attention; x = x + attproj(atty) (the add in the matmul's epilogue); ln2 = layernorm(x)
+        matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, nullptr, N, C, 3 * C, nullptr, main_stream);
         attention_forward(atty, lse, qkv, B, T, NH, HS, main_stream, doc_start);
-        matmul_forward(a.scratch, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, N, C, C, nullptr, main_stream);
-        fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean + l * NA, a.ln2_rstd + l * NA, residual, a.scratch,
-                                         p.ln2w + l * C, p.ln2b + l * C, N, C, main_stream);
+        matmul_forward(residual2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, residual, N, C, C, nullptr, main_stream);
+        layernorm_forward(ln2, a.ln2_mean + l * NA, a.ln2_rstd + l * NA, residual2, p.ln2w + l * C, p.ln2b + l * C, N, C, main_stream);
         // MLP: fch = ln2 @ fcw^T + fcb; x = x + gelu(fch) @ fcprojw^T + fcprojb
         if (model->gelu_fusion >= 1) {
-            matmul_forward(fch_gelu, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, N, C, 4 * C, fch, main_stream);
+            matmul_forward(fch_gelu, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, nullptr, N, C, 4 * C, fch, main_stream);
         } else {
-            matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, N, C, 4 * C, nullptr, main_stream);
+            matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, nullptr, N, C, 4 * C, nullptr, main_stream);
             gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, main_stream);
         }
-        matmul_forward(a.scratch, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, N, 4 * C, C, nullptr, main_stream);
-        // the residual add, fused with the next layernorm (the next layer's ln1, or lnf after the last layer)
+        matmul_forward(residual3, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, residual2, N, 4 * C, C,
+                       nullptr, main_stream);
+        // the next layernorm: the next layer's ln1, or lnf after the last layer
         if (l + 1 < L) {
             size_t next_ln_off = model->recompute >= 2 ? 0 : (l + 1) * NA * C;
-            fused_residual_layernorm_forward(residual3, a.ln1 + next_ln_off, a.ln1_mean + (l + 1) * NA, a.ln1_rstd + (l + 1) * NA,
-                                             residual2, a.scratch, p.ln1w + (l + 1) * C, p.ln1b + (l + 1) * C, N, C, main_stream);
+            layernorm_forward(a.ln1 + next_ln_off, a.ln1_mean + (l + 1) * NA, a.ln1_rstd + (l + 1) * NA, residual3,
+                              p.ln1w + (l + 1) * C, p.ln1b + (l + 1) * C, N, C, main_stream);
         } else {
-            fused_residual_layernorm_forward(residual3, a.lnf, a.lnf_mean, a.lnf_rstd, residual2, a.scratch,
-                                             p.lnfw, p.lnfb, N, C, main_stream);
+            layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual3, p.lnfw, p.lnfb, N, C, main_stream);
         }
         residual = residual3;
     }
     // logits = lnf @ wte^T (tied weights, no bias)
-    matmul_forward(a.output, a.lnf, p.wte, nullptr, N, C, Vp, nullptr, main_stream);
+    matmul_forward(a.output, a.lnf, p.wte, nullptr, nullptr, N, C, Vp, nullptr, main_stream);
 }
 
 // loss only (validation): adds mean loss * loss_scale to accumulated_loss
@@ -791,7 +790,6 @@ typedef struct {
     floatX* qkv;                // (B*Tp, 3C) = (B, Tp, 3, NH, HS)
     floatX* atty;               // (B*Tp, C)
     float* lse;                 // (B, NH, Tp) prefill attention's, unused after
-    floatX* scratch;            // (B*Tp, C) attproj / fcproj outputs before their residual add
     floatX* fch;                // (B*Tp, 4C) pre-GELU
     floatX* fch_gelu;           // (B*Tp, 4C)
     floatX* lnf_newest;         // (B, C) lnf of each sequence's newest prompt token
@@ -832,7 +830,6 @@ void gpt2_inference_allocate(GPT2Inference* inf, const GPT2Config& c, int B, int
         cuda_alloc(&inf->qkv, N * 3 * C);
         cuda_alloc(&inf->atty, N * C);
         cuda_alloc(&inf->lse, N * NH);
-        cuda_alloc(&inf->scratch, N * C);
         cuda_alloc(&inf->fch, N * 4 * C);
         cuda_alloc(&inf->fch_gelu, N * 4 * C);
         cuda_alloc(&inf->lnf_newest, (size_t)B * C);
@@ -848,7 +845,7 @@ void gpt2_inference_allocate(GPT2Inference* inf, const GPT2Config& c, int B, int
 
 void gpt2_inference_free(GPT2Inference* inf) {
     void* device_ptrs[] = {inf->k_cache, inf->v_cache, inf->residual, inf->ln, inf->ln_mean, inf->ln_rstd, inf->qkv,
-                           inf->atty, inf->lse, inf->scratch, inf->fch, inf->fch_gelu, inf->lnf_newest,
+                           inf->atty, inf->lse, inf->fch, inf->fch_gelu, inf->lnf_newest,
                            inf->prompt_tokens, inf->logits, inf->history, inf->lengths, inf->next_tokens};
     for (void* p : device_ptrs) cudaCheck(cudaFree(p));  // cudaFree(nullptr) is a no-op
     cudaCheck(cudaFreeHost(inf->next_pinned));
@@ -871,7 +868,7 @@ void gpt2_inference_layers(const GPT2* model, GPT2Inference* inf, int Tq, bool p
         floatX* k_cache = inf->k_cache + l * cache_layer;
         floatX* v_cache = inf->v_cache + l * cache_layer;
         // qkv = ln1 @ qkvw^T + qkvb; k, v into the cache; attention
-        matmul_forward(inf->qkv, inf->ln, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, N, C, 3 * C, nullptr, main_stream);
+        matmul_forward(inf->qkv, inf->ln, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, nullptr, N, C, 3 * C, nullptr, main_stream);
         if (prefill) {
             kv_cache_append(k_cache, v_cache, inf->qkv, nullptr, B, Tq, inf->Tmax, C, main_stream);
             attention_forward(inf->atty, inf->lse, inf->qkv, B, Tq, NH, HS, main_stream);
@@ -891,23 +888,25 @@ void gpt2_inference_layers(const GPT2* model, GPT2Inference* inf, int Tq, bool p
             a.scale = 1.0f / sqrtf((float)HS);
             attention_forward_kvcache(a, inf->lengths, main_stream);
         }
-        // x = x + attproj(atty) (in place); ln2 = layernorm(x)
-        matmul_forward(inf->scratch, inf->atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, N, C, C, nullptr, main_stream);
-        fused_residual_layernorm_forward(inf->residual, inf->ln, inf->ln_mean, inf->ln_rstd, inf->residual, inf->scratch,
-                                         p.ln2w + l * C, p.ln2b + l * C, N, C, main_stream);
+        // x = x + attproj(atty) (in place, the add in the matmul's epilogue); ln2 = layernorm(x)
+        matmul_forward(inf->residual, inf->atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, inf->residual, N, C, C,
+                       nullptr, main_stream);
+        layernorm_forward(inf->ln, inf->ln_mean, inf->ln_rstd, inf->residual, p.ln2w + l * C, p.ln2b + l * C, N, C, main_stream);
         // MLP, GELU fused into the matmul or not, as the training forward
         if (inf->gelu_fusion >= 1) {
-            matmul_forward(inf->fch_gelu, inf->ln, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, N, C, 4 * C, inf->fch, main_stream);
+            matmul_forward(inf->fch_gelu, inf->ln, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, nullptr, N, C, 4 * C, inf->fch,
+                           main_stream);
         } else {
-            matmul_forward(inf->fch, inf->ln, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, N, C, 4 * C, nullptr, main_stream);
+            matmul_forward(inf->fch, inf->ln, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, nullptr, N, C, 4 * C, nullptr,
+                           main_stream);
             gelu_forward(inf->fch_gelu, inf->fch, (size_t)N * 4 * C, main_stream);
         }
-        matmul_forward(inf->scratch, inf->fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, N, 4 * C, C, nullptr, main_stream);
-        // x = x + mlp; the next layer's ln1, or lnf after the last layer
+        // x = x + mlp (in place); the next layer's ln1, or lnf after the last layer
+        matmul_forward(inf->residual, inf->fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, inf->residual, N, 4 * C, C,
+                       nullptr, main_stream);
         const floatX* ln_w = l + 1 < L ? p.ln1w + (l + 1) * C : p.lnfw;
         const floatX* ln_b = l + 1 < L ? p.ln1b + (l + 1) * C : p.lnfb;
-        fused_residual_layernorm_forward(inf->residual, inf->ln, inf->ln_mean, inf->ln_rstd, inf->residual, inf->scratch,
-                                         ln_w, ln_b, N, C, main_stream);
+        layernorm_forward(inf->ln, inf->ln_mean, inf->ln_rstd, inf->residual, ln_w, ln_b, N, C, main_stream);
     }
 }
 
@@ -932,7 +931,7 @@ void gpt2_prefill(GPT2* model, GPT2Inference* inf, const int* prompts, const int
     gpt2_inference_layers(model, inf, Tp, /*prefill=*/true);
     // logits = lnf @ wte^T, for row lengths[b] - 1 of each sequence only
     gather_newest_rows(inf->lnf_newest, inf->ln, inf->lengths, B, Tp, C, main_stream);
-    matmul_forward(inf->logits, inf->lnf_newest, model->params.wte, nullptr, B, C, cfg.padded_vocab_size, nullptr, main_stream);
+    matmul_forward(inf->logits, inf->lnf_newest, model->params.wte, nullptr, nullptr, B, C, cfg.padded_vocab_size, nullptr, main_stream);
 }
 
 // Decode: each sequence's newest token (history[b, lengths[b] - 1]) through the layers -> inf->logits
@@ -942,7 +941,7 @@ void gpt2_decode(GPT2* model, GPT2Inference* inf) {
     const int B = inf->B, C = cfg.channels;
     embed_newest_tokens(inf->residual, inf->history, inf->lengths, model->params.wte, model->params.wpe, B, inf->Tmax, C, main_stream);
     gpt2_inference_layers(model, inf, 1, /*prefill=*/false);
-    matmul_forward(inf->logits, inf->ln, model->params.wte, nullptr, B, C, cfg.padded_vocab_size, nullptr, main_stream);
+    matmul_forward(inf->logits, inf->ln, model->params.wte, nullptr, nullptr, B, C, cfg.padded_vocab_size, nullptr, main_stream);
 }
 
 // inf->logits -> the next token of each sequence, appended to it (history, lengths) and in next_tokens

@@ -1,8 +1,7 @@
 /*
 LayerNorm over the channels, one warp per row, fp32 statistics.
 forward:  out = (x - mean) * rstd * w + b, saving mean and rstd (fp32) for the backward
-fused:    residual = a + b; out = layernorm(residual)  (the residual add that precedes every
-          layernorm in GPT-2; one pass instead of two)
+          (the residual add that precedes every layernorm in GPT-2 runs in the matmul's epilogue)
 backward: dinp += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),  dnorm = dout * w
           dw += sum over rows of dout * xhat,  db += sum over rows of dout
 The weight/bias gradients are column sums over B*T rows. To stay deterministic without atomics,
@@ -43,50 +42,11 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
     if (lane == 0 && rstd) rstd[row] = s;
 }
 
-// residual = inp1 + inp2 (rounded to bf16 first, so the backward sees exactly what was normalized)
-__global__ void fused_residual_layernorm_forward_kernel(floatX* residual, floatX* out, float* mean, float* rstd,
-                                                        const floatX* inp1, const floatX* inp2,
-                                                        const floatX* weight, const floatX* bias, int N, int C) {
-    int lane = threadIdx.x % 32;
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (row >= N) return;
-    size_t off = (size_t)row * C;
-    float sum = 0.0f;
-    for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
-        x128 a = load128cs(inp1 + off + c), b = load128cs(inp2 + off + c), r;
-        for (int k = 0; k < X128_SIZE; k++) { r.set(k, a.f(k) + b.f(k)); sum += r.f(k); }
-        store128(residual + off + c, r);
-    }
-    float m = warp_reduce_sum(sum) / C;
-    float var = 0.0f;
-    // each lane re-reads only what it wrote itself above, so no synchronization is needed
-    for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
-        x128 v = load128(residual + off + c);
-        for (int k = 0; k < X128_SIZE; k++) { float d = v.f(k) - m; var += d * d; }
-    }
-    float s = rsqrtf(warp_reduce_sum(var) / C + LN_EPS);
-    for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
-        x128 v = load128(residual + off + c), w = load128(weight + c), b = load128(bias + c), r;
-        for (int k = 0; k < X128_SIZE; k++) r.set(k, (v.f(k) - m) * s * w.f(k) + b.f(k));
-        store128(out + off + c, r);
-    }
-    if (lane == 0) { mean[row] = m; rstd[row] = s; }
-}
-
 void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight, const floatX* bias,
                        int N, int C, cudaStream_t stream) {
     NVTX_RANGE_FN();
     const int block_size = 256;  // 8 rows per block
     layernorm_forward_kernel<<<ceil_div(N, block_size / 32), block_size, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
-    cudaCheck(cudaGetLastError());
-}
-
-void fused_residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* inp1,
-                                      const floatX* inp2, const floatX* weight, const floatX* bias, int N, int C, cudaStream_t stream) {
-    NVTX_RANGE_FN();
-    const int block_size = 256;
-    fused_residual_layernorm_forward_kernel<<<ceil_div(N, block_size / 32), block_size, 0, stream>>>(
-        residual, out, mean, rstd, inp1, inp2, weight, bias, N, C);
     cudaCheck(cudaGetLastError());
 }
 

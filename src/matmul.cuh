@@ -1,7 +1,8 @@
 /*
-Matmuls through cuBLASLt (bf16 in/out, fp32 accumulate), with the bias add and optionally GELU
-fused into the epilogue, plus a deterministic bias-gradient kernel.
+Matmuls through cuBLASLt (bf16 in/out, fp32 accumulate), with the bias add and either the residual
+add or GELU fused into the epilogue, plus a deterministic bias-gradient kernel.
 forward:  out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC)       [PyTorch: F.linear]
+          out (N, OC) = residual (N, OC) + inp @ weight^T + bias        [PyTorch: x + F.linear(...)]
 backward: dinp (N, C) = dout (N, OC) @ weight;  dweight (OC, C) += dout^T @ inp;  dbias += dout.sum(0)
 cuBLASLt is column-major, so a row-major (R, K) array is a column-major (K, R) one: every call
 below is written as D (m, n) = op(A) (m, k) @ op(B) (k, n) in column-major terms.
@@ -34,14 +35,20 @@ void matmul_teardown() {
     cublaslt_handle = nullptr;
 }
 
-// D (m,n) = op(A) @ op(B) [+ D if accumulate] [+ bias (m)], epilogue options:
+// D (m,n) = op(A) @ op(B) [+ C] [+ bias (m)], epilogue options:
 //   gelu_aux && !backward: D = gelu(result), gelu_aux (m,n) = the pre-GELU result
 //   gelu_aux &&  backward: D = result * gelu'(gelu_aux)
-// A is (m,k) column-major, or (k,m) if trans_a; B is (k,n), or (n,k) if trans_b.
-void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const floatX* bias, int m, int n, int k,
-                     bool trans_a, bool trans_b, bool accumulate, floatX* gelu_aux, bool backward, cudaStream_t stream) {
-    if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)d | (uintptr_t)bias | (uintptr_t)gelu_aux) % 16 != 0) {
+// A is (m,k) column-major, or (k,m) if trans_a; B is (k,n), or (n,k) if trans_b. C is (m,n) like D (ld m),
+// added with beta = 1 before the single rounding to bf16; null means beta = 0, and c == d accumulates in place.
+// The GELU epilogues take no C.
+void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const floatX* c, const floatX* bias, int m, int n, int k,
+                     bool trans_a, bool trans_b, floatX* gelu_aux, bool backward, cudaStream_t stream) {
+    if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | (uintptr_t)bias | (uintptr_t)gelu_aux) % 16 != 0) {
         fprintf(stderr, "matmul_cublaslt: pointers must be 16-byte aligned\n");
+        exit(EXIT_FAILURE);
+    }
+    if (c && gelu_aux) {
+        fprintf(stderr, "matmul_cublaslt: a C input with a GELU epilogue is not supported\n");
         exit(EXIT_FAILURE);
     }
     cublasLtMatmulDesc_t desc;
@@ -86,8 +93,9 @@ void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const floatX* 
                 m, n, k, (int)trans_a, (int)trans_b, (int)epilogue);
         exit(EXIT_FAILURE);
     }
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, d, layout_c, d, layout_c,
+    // C and D share one layout; with beta = 0 cuBLASLt reads no C, so D stands in for a null C
+    const float alpha = 1.0f, beta = c ? 1.0f : 0.0f;
+    cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, c ? c : d, layout_c, d, layout_c,
                                &heuristic.algo, cublaslt_workspace, cublaslt_workspace_size, stream));
     cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
     cublasCheck(cublasLtMatmulDescDestroy(desc));
@@ -96,14 +104,15 @@ void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const floatX* 
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_c));
 }
 
-// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
-// With gelu_pre: out = gelu(...) and gelu_pre (N, OC) keeps the pre-GELU values.
-void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC,
-                    floatX* gelu_pre, cudaStream_t stream) {
+// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC) [+ residual (N, OC)]; bias and residual may be null,
+// residual may be out itself (in place). The residual is added to the fp32 result, so out is rounded to bf16 once.
+// With gelu_pre (no residual): out = gelu(...) and gelu_pre (N, OC) keeps the pre-GELU values.
+void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, const floatX* residual,
+                    int N, int C, int OC, floatX* gelu_pre, cudaStream_t stream) {
     NVTX_RANGE_FN();
-    // column-major: out^T (OC, N) = (weight as (C, OC))^T @ inp^T (C, N)
-    matmul_cublaslt(out, weight, inp, bias, OC, N, C, /*trans_a=*/true, /*trans_b=*/false, /*accumulate=*/false,
-                    gelu_pre, /*backward=*/false, stream);
+    // column-major: out^T (OC, N) = (weight as (C, OC))^T @ inp^T (C, N) + residual^T (OC, N)
+    matmul_cublaslt(out, weight, inp, residual, bias, OC, N, C, /*trans_a=*/true, /*trans_b=*/false, gelu_pre,
+                    /*backward=*/false, stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -156,9 +165,9 @@ void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratc
     NVTX_RANGE_FN();
     if (dbias) bias_backward(dbias, scratch, dout, N, OC, stream);
     // column-major: dinp^T (C, N) = (weight as (C, OC)) @ dout^T (OC, N)
-    matmul_cublaslt(dinp, weight, dout, nullptr, C, N, OC, /*trans_a=*/false, /*trans_b=*/false, /*accumulate=*/false,
+    matmul_cublaslt(dinp, weight, dout, /*c=*/nullptr, nullptr, C, N, OC, /*trans_a=*/false, /*trans_b=*/false,
                     gelu_pre, /*backward=*/true, stream);
-    // column-major: dweight^T (C, OC) += inp^T (C, N) @ dout (N, OC) = inp^T @ (dout^T as (OC, N))^T
-    matmul_cublaslt(dweight, inp, dout, nullptr, C, OC, N, /*trans_a=*/false, /*trans_b=*/true, /*accumulate=*/true,
+    // column-major: dweight^T (C, OC) += inp^T (C, N) @ dout (N, OC) = inp^T @ (dout^T as (OC, N))^T (C = D: accumulate)
+    matmul_cublaslt(dweight, inp, dout, /*c=*/dweight, nullptr, C, OC, N, /*trans_a=*/false, /*trans_b=*/true,
                     nullptr, /*backward=*/false, stream);
 }
