@@ -255,7 +255,6 @@ typedef struct {
     float* lnf_rstd;    // (N)
     float* losses;      // (N)
     floatX* output;     // (N, Vp) logits, then dlogits in place
-    floatX* scratch;    // (N, C) unused: the residual adds run in the matmul epilogues; the memory plan still counts it
 } ActivationTensors;
 
 typedef struct {
@@ -436,7 +435,7 @@ void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, int gelu_fusi
                           device_slot(a.qkv), device_slot(a.atty), device_slot(a.lse), device_slot(a.residual2),
                           device_slot(a.ln2), device_slot(a.ln2_mean), device_slot(a.ln2_rstd), device_slot(a.fch),
                           device_slot(a.fch_gelu), device_slot(a.residual3), device_slot(a.lnf), device_slot(a.lnf_mean),
-                          device_slot(a.lnf_rstd), device_slot(a.losses), device_slot(a.output), device_slot(a.scratch),
+                          device_slot(a.lnf_rstd), device_slot(a.losses), device_slot(a.output),
                           device_slot(model->dresidual), device_slot(model->dbtc), device_slot(model->dbt4c)};
     static_assert(sizeof(slots) / sizeof(slots[0]) == NUM_ACTIVATION_TENSORS, "one device pointer per activation tensor");
     TensorSize sizes[NUM_ACTIVATION_TENSORS];
@@ -478,7 +477,7 @@ void gpt2_free(GPT2* model) {
     void* device_ptrs[] = {model->params_memory, model->grads_memory, model->m_memory, model->v_memory, model->master_weights,
                            a.encoded, a.ln1, a.ln1_mean, a.ln1_rstd, a.qkv, a.atty, a.lse, a.residual2, a.ln2, a.ln2_mean,
                            a.ln2_rstd, a.fch, a.fch_gelu, a.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, a.losses, a.output,
-                           a.scratch, model->dresidual, model->dbtc, model->dbt4c, model->attention_scratch,
+                           model->dresidual, model->dbtc, model->dbt4c, model->attention_scratch,
                            model->reduce_scratch, model->inputs, model->targets, model->doc_start, model->buckets,
                            model->accumulated_loss, model->norm};
     for (void* p : device_ptrs) cudaCheck(cudaFree(p));

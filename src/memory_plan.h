@@ -21,12 +21,12 @@ naming the largest B that does.
 enum ActivationIndex {
     ACT_ENCODED, ACT_LN1, ACT_LN1_MEAN, ACT_LN1_RSTD, ACT_QKV, ACT_ATTY, ACT_LSE, ACT_RESIDUAL2, ACT_LN2,
     ACT_LN2_MEAN, ACT_LN2_RSTD, ACT_FCH, ACT_FCH_GELU, ACT_RESIDUAL3, ACT_LNF, ACT_LNF_MEAN, ACT_LNF_RSTD,
-    ACT_LOSSES, ACT_OUTPUT, ACT_SCRATCH, ACT_DRESIDUAL, ACT_DBTC, ACT_DBT4C, NUM_ACTIVATION_TENSORS
+    ACT_LOSSES, ACT_OUTPUT, ACT_DRESIDUAL, ACT_DBTC, ACT_DBT4C, NUM_ACTIVATION_TENSORS
 };
 static const char* const ACTIVATION_NAMES[NUM_ACTIVATION_TENSORS] = {
     "encoded", "ln1", "ln1_mean", "ln1_rstd", "qkv", "atty", "lse", "residual2", "ln2",
     "ln2_mean", "ln2_rstd", "fch", "fch_gelu", "residual3", "lnf", "lnf_mean", "lnf_rstd",
-    "losses", "output", "scratch", "dresidual", "dbtc", "dbt4c"};
+    "losses", "output", "dresidual", "dbtc", "dbt4c"};
 
 struct TensorSize {
     size_t count;       // elements
@@ -59,7 +59,6 @@ inline void fill_in_activation_sizes(TensorSize* sizes, const GPT2Config& c, int
     sizes[ACT_LNF_RSTD] = {N, fp32};
     sizes[ACT_LOSSES] = {N, fp32};
     sizes[ACT_OUTPUT] = {N * Vp, bf16};           // logits, then dlogits in place
-    sizes[ACT_SCRATCH] = {N * C, bf16};
     sizes[ACT_DRESIDUAL] = {N * C, bf16};
     sizes[ACT_DBTC] = {N * C, bf16};
     sizes[ACT_DBT4C] = {N * 4 * C, bf16};         // also holds dqkv (N, 3C)
