@@ -1,7 +1,7 @@
 /*
 LayerNorm over the channels, one warp per row, fp32 statistics.
 forward:  out = (x - mean) * rstd * w + b, saving mean and rstd (fp32) for the backward
-          (the residual add that precedes every layernorm in GPT-2 runs in the matmul's epilogue)
+          (GPT-2's residual add before each layernorm runs in the epilogue of the matmul before it)
 backward: dinp += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),  dnorm = dout * w
           dw += sum over rows of dout * xhat,  db += sum over rows of dout
 The weight/bias gradients are column sums over B*T rows. To stay deterministic without atomics,
