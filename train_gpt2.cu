@@ -784,8 +784,6 @@ typedef struct {
     // one layer's activations for up to B * Tp rows (prefill); a decode step uses the first B rows
     floatX* residual;           // (B*Tp, C) the residual stream, updated in place
     floatX* ln;                 // (B*Tp, C) ln1, ln2, then lnf
-    float* ln_mean;             // (B*Tp)
-    float* ln_rstd;             // (B*Tp)
     floatX* qkv;                // (B*Tp, 3C) = (B, Tp, 3, NH, HS)
     floatX* atty;               // (B*Tp, C)
     float* lse;                 // (B, NH, Tp) prefill attention's, unused after
@@ -824,8 +822,6 @@ void gpt2_inference_allocate(GPT2Inference* inf, const GPT2Config& c, int B, int
         cuda_alloc(&inf->v_cache, L * B * Tmax * C);
         cuda_alloc(&inf->residual, N * C);
         cuda_alloc(&inf->ln, N * C);
-        cuda_alloc(&inf->ln_mean, N);
-        cuda_alloc(&inf->ln_rstd, N);
         cuda_alloc(&inf->qkv, N * 3 * C);
         cuda_alloc(&inf->atty, N * C);
         cuda_alloc(&inf->lse, N * NH);
@@ -843,7 +839,7 @@ void gpt2_inference_allocate(GPT2Inference* inf, const GPT2Config& c, int B, int
 }
 
 void gpt2_inference_free(GPT2Inference* inf) {
-    void* device_ptrs[] = {inf->k_cache, inf->v_cache, inf->residual, inf->ln, inf->ln_mean, inf->ln_rstd, inf->qkv,
+    void* device_ptrs[] = {inf->k_cache, inf->v_cache, inf->residual, inf->ln, inf->qkv,
                            inf->atty, inf->lse, inf->fch, inf->fch_gelu, inf->lnf_newest,
                            inf->prompt_tokens, inf->logits, inf->history, inf->lengths, inf->next_tokens};
     for (void* p : device_ptrs) cudaCheck(cudaFree(p));  // cudaFree(nullptr) is a no-op
@@ -861,7 +857,7 @@ void gpt2_inference_layers(const GPT2* model, GPT2Inference* inf, int Tq, bool p
     const int L = cfg.num_layers, C = cfg.channels, NH = cfg.num_heads, HS = C / NH, B = inf->B, N = B * Tq;
     const ParameterTensors& p = model->params;
     const size_t cache_layer = (size_t)B * inf->Tmax * C;
-    layernorm_forward(inf->ln, inf->ln_mean, inf->ln_rstd, inf->residual, p.ln1w, p.ln1b, N, C, main_stream);
+    layernorm_forward(inf->ln, nullptr, nullptr, inf->residual, p.ln1w, p.ln1b, N, C, main_stream);   // no backward: no statistics
     for (int l = 0; l < L; l++) {
         NvtxRange layer_range(prefill ? "prefill layer" : "decode layer", l);
         floatX* k_cache = inf->k_cache + l * cache_layer;
@@ -890,7 +886,7 @@ void gpt2_inference_layers(const GPT2* model, GPT2Inference* inf, int Tq, bool p
         // x = x + attproj(atty) (in place, the add in the matmul's epilogue); ln2 = layernorm(x)
         matmul_forward(inf->residual, inf->atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, inf->residual, N, C, C,
                        nullptr, main_stream);
-        layernorm_forward(inf->ln, inf->ln_mean, inf->ln_rstd, inf->residual, p.ln2w + l * C, p.ln2b + l * C, N, C, main_stream);
+        layernorm_forward(inf->ln, nullptr, nullptr, inf->residual, p.ln2w + l * C, p.ln2b + l * C, N, C, main_stream);
         // MLP, GELU fused into the matmul or not, as the training forward
         if (inf->gelu_fusion >= 1) {
             matmul_forward(inf->fch_gelu, inf->ln, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, nullptr, N, C, 4 * C, inf->fch,
@@ -905,7 +901,7 @@ void gpt2_inference_layers(const GPT2* model, GPT2Inference* inf, int Tq, bool p
                        nullptr, main_stream);
         const floatX* ln_w = l + 1 < L ? p.ln1w + (l + 1) * C : p.lnfw;
         const floatX* ln_b = l + 1 < L ? p.ln1b + (l + 1) * C : p.lnfb;
-        layernorm_forward(inf->ln, inf->ln_mean, inf->ln_rstd, inf->residual, ln_w, ln_b, N, C, main_stream);
+        layernorm_forward(inf->ln, nullptr, nullptr, inf->residual, ln_w, ln_b, N, C, main_stream);
     }
 }
 
