@@ -1773,7 +1773,7 @@ inline bool attention_forward_uses_hopper(int HS) { return (HS == 64 || HS == 12
 
 inline const char* attention_forward_path_name(int HS) {
     if (attention_forward_uses_hopper(HS) && HS == 256)
-        return "flash forward, wgmma+TMA sm90a, warp-specialised, 128x64 tiles, 2 consumer warpgroups, 2 stages (HS=256)";
+        return "flash forward, wgmma+TMA sm90a, warp-specialised, 128x80 tiles (128x64 with a bias or packed sequences), 2 consumer warpgroups, 2 stages (HS=256)";
     if (attention_forward_uses_hopper(HS))
         return HS == 64 ? "flash forward, wgmma+TMA sm90a, warp-specialised, 192x128 tiles / 3 consumer warpgroups (128x128 / 2 with few tiles), 3 stages (HS=64)"
                         : "flash forward, wgmma+TMA sm90a, warp-specialised, 128x128 tiles, 2 consumer warpgroups, CTA pairs sharing K/V where the blocks pair up (causal, T = Tk), items claimed at T >= 4096 (HS=128)";
@@ -1818,7 +1818,9 @@ inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stre
     const int HS = p.HS, T = p.T;
     if (attention_decode_applies(p)) { attention_forward_kvcache(p, p.x.seqlens_k, stream); return; }
     if (attention_self_causal(p)) { attention_forward_self_causal_path(p, stream); return; }
-    if (attention_forward_hopper_bias_fits(p)) {   // a bf16 bias alone: the Hopper kernels' kBias copies (tiles below)
+    // a bf16 bias alone: the Hopper kernels' kBias copies, the tiles below (HS 256: 64 keys, since a ring of bias tiles
+    // does not fit beside 80-key K/V stages)
+    if (attention_forward_hopper_bias_fits(p)) {
         if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, true>(p, stream);
         else if (HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, true>(p, stream);
         else launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, false, true, true>(p, stream);
@@ -1826,7 +1828,7 @@ inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stre
     else if (attention_forward_hopper_packed_fits(p)) {   // packed sequences with their totals: the kVarlen copies
         if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, false, true>(p, stream);
         else if (HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, false, true>(p, stream);
-        else launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, false, true, false, true>(p, stream);
+        else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, false, true, false, true>(p, stream);
     }
     else if (attention_has_extras(p.x) || HS <= 16) {   // bias, key lengths, packed sequences, HS 8 and 16: the mma.sync kExtras copies
         if (HS <= 16) launch_attention_forward<16, 2, 4, 64, true, true>(p, stream);
@@ -1837,15 +1839,15 @@ inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stre
         else launch_attention_forward<256, 1, 4, 32, true, true>(p, stream);
     }
     else if (attention_forward_uses_hopper(HS)) {
-        // the tiles of the path above; HS 256: 64-key tiles (a 128-row Q block, two 32 KB K/V stages and O's 128
-        // registers a thread fit)
+        // the tiles of the path above; HS 256: 80-key tiles (a 128-row Q block and two 40 KB stages each of K and V
+        // fill the 227 KB; O takes 128 registers a thread, S 40)
         if (HS == 64 && (long)p.B * p.NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true, 1, false, true>(p, stream);
         else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true>(p, stream);
         else if (HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true>(p, stream);
         // HS 256 causal: the items' lengths differ, and with the heads cut into sections (see persistent_section_heads)
         // the round-robin walk leaves the SMs unevenly loaded; from T = 1024 the items are claimed
-        else if (p.causal && claimed_schedule(T, 1024)) launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, true, true>(p, stream);
-        else launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, false, true>(p, stream);
+        else if (p.causal && claimed_schedule(T, 1024)) launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, true, true>(p, stream);
+        else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, false, true>(p, stream);
     }
     else if (HS == 64) launch_attention_forward<64, 2, 4, 64, true>(p, stream);
     else if (HS == 128) launch_attention_forward<128, 2, 4, 48, true>(p, stream);
