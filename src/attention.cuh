@@ -4234,7 +4234,7 @@ inline void attention_backward_self_causal_path(const AttentionBackwardParams& p
         // loses to the split, which runs there either way.
         if (HS == 128 && attention_backward_nondeterministic()) attention_backward_atomic_hopper_ws<128, 2>(p, stream, /*ordered_dq=*/false);
         else if (attention_backward_ordered_dq(T, HS)) attention_backward_atomic_hopper_ws<128, 2>(p, stream, /*ordered_dq=*/true);
-        else if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2>(p, stream);
+        else if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 96, 2>(p, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2>(p, stream);
     } else if (attention_backward_nondeterministic()) {   // the fused kernel (dev variant 8), fastest at every shape measured
         if (HS == 64 && attention_backward_fused_fits<64, 2, 2, false>()) attention_backward_fused<64, 2, 2, false>(p, stream);
@@ -4274,7 +4274,7 @@ inline void attention_backward(const AttentionBackwardParams& p, cudaStream_t st
     } else if (!attention_self_causal(p) && (HS == 64 || HS == 128 || HS == 256) && attention_backward_uses_hopper(HS)) {
         // the warp-specialised split's general copies (GQA: each dK/dV item sums its group's query heads)
         if (HS == 256) attention_backward_split_hopper_ws_256<2>(p, stream);
-        else if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true>(p, stream);
+        else if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 96, 2, true>(p, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true>(p, stream);
     } else if (!attention_self_causal(p)) {
         // general: preprocess, the dK/dV kernel (GQA: each CTA sums its group's query heads), the dQ kernel

@@ -204,11 +204,13 @@ __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence
 #define WGMMA_D16 WGMMA_D8(0), WGMMA_D8(8)
 #define WGMMA_D32 WGMMA_D8(0), WGMMA_D8(8), WGMMA_D8(16), WGMMA_D8(24)
 #define WGMMA_D40 WGMMA_D32, WGMMA_D8(32)
+#define WGMMA_D48 WGMMA_D32, WGMMA_D8(32), WGMMA_D8(40)
 #define WGMMA_D64 WGMMA_D32, WGMMA_D8(32), WGMMA_D8(40), WGMMA_D8(48), WGMMA_D8(56)
 // the same as outputs only (scale-d 0: the old accumulator is dead, so ptxas need not keep it alive up to here)
 #define WGMMA_O8(i) "=f"(d[i]), "=f"(d[i + 1]), "=f"(d[i + 2]), "=f"(d[i + 3]), "=f"(d[i + 4]), "=f"(d[i + 5]), "=f"(d[i + 6]), "=f"(d[i + 7])
 #define WGMMA_O32 WGMMA_O8(0), WGMMA_O8(8), WGMMA_O8(16), WGMMA_O8(24)
 #define WGMMA_O40 WGMMA_O32, WGMMA_O8(32)
+#define WGMMA_O48 WGMMA_O32, WGMMA_O8(32), WGMMA_O8(40)
 #define WGMMA_D16_NAMES "{" \
     "%0, %1, %2, %3, %4, %5, %6, %7, " \
     "%8, %9, %10, %11, %12, %13, %14, %15" \
@@ -225,6 +227,14 @@ __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence
     "%16, %17, %18, %19, %20, %21, %22, %23, " \
     "%24, %25, %26, %27, %28, %29, %30, %31, " \
     "%32, %33, %34, %35, %36, %37, %38, %39" \
+    "}"
+#define WGMMA_D48_NAMES "{" \
+    "%0, %1, %2, %3, %4, %5, %6, %7, " \
+    "%8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, " \
+    "%24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, " \
+    "%40, %41, %42, %43, %44, %45, %46, %47" \
     "}"
 #define WGMMA_D64_NAMES "{" \
     "%0, %1, %2, %3, %4, %5, %6, %7, " \
@@ -260,6 +270,15 @@ __device__ __forceinline__ void wgmma_ss_m64n80k16(float (&d)[40], uint64_t desc
     else asm volatile(WGMMA_SS_N80 : WGMMA_D40 : "l"(desc_a), "l"(desc_b), "n"(1));
 #undef WGMMA_SS_N80
 }
+// d (m64 x n96, fp32, 48 regs a thread): the same, the HS 128 dQ kernel's S and dP over 96-key tiles
+template <int kScaleD = 1>
+__device__ __forceinline__ void wgmma_ss_m64n96k16(float (&d)[48], uint64_t desc_a, uint64_t desc_b) {
+#define WGMMA_SS_N96 "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n" \
+                     "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 " WGMMA_D48_NAMES ", %48, %49, p, 1, 1, 0, 0;\n}\n"
+    if constexpr (kScaleD == 0) asm volatile(WGMMA_SS_N96 : WGMMA_O48 : "l"(desc_a), "l"(desc_b), "n"(0));
+    else asm volatile(WGMMA_SS_N96 : WGMMA_D48 : "l"(desc_a), "l"(desc_b), "n"(1));
+#undef WGMMA_SS_N96
+}
 // d (m64 x n128, fp32, 64 regs a thread) += A (64 x 16, smem descriptor) * B (16 x 128, smem descriptor), both K-major
 template <int kScaleD = 1>
 __device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
@@ -268,11 +287,12 @@ __device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], uint64_t des
     asm volatile(WGMMA_SS_N128 : WGMMA_D64 : "l"(desc_a), "l"(desc_b), "n"(kScaleD));
 #undef WGMMA_SS_N128
 }
-// d (m64 x nN) += A (64 x 16) * B (16 x N), both from shared memory, K-major: N = 64, 80 or 128
+// d (m64 x nN) += A (64 x 16) * B (16 x N), both from shared memory, K-major: N = 64, 80, 96 or 128
 template <int N, int kScaleD = 1>
 __device__ __forceinline__ void wgmma_ss_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
-    static_assert(N == 64 || N == 80 || N == 128, "n64, n80, n128");
+    static_assert(N == 64 || N == 80 || N == 96 || N == 128, "n64, n80, n96, n128");
     if constexpr (N == 128) wgmma_ss_m64n128k16<kScaleD>(d, desc_a, desc_b);
+    else if constexpr (N == 96) wgmma_ss_m64n96k16<kScaleD>(d, desc_a, desc_b);
     else if constexpr (N == 80) wgmma_ss_m64n80k16<kScaleD>(d, desc_a, desc_b);
     else wgmma_ss_m64n64k16<kScaleD>(d, desc_a, desc_b);
 }
