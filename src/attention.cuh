@@ -4197,7 +4197,7 @@ inline const char* attention_backward_path_name(int HS) {
         return "flash backward, wgmma+TMA sm90a, warp-specialised dK/dV 128 keys x 64 with atomic dQ (TMA reduce-add, non-deterministic), 2 consumer warpgroups (HS=128)";
     if (attention_backward_uses_hopper(HS))
         return HS == 64 ? "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys x 128 + dQ 128 x 128, 2 consumer warpgroups each (HS=64)"
-                        : "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys x 64 + dQ 128 x 64, 2 consumer warpgroups each; at T >= 8192 dK/dV 128 keys x 64 with dQ by TMA reduce-add in a fixed order (deterministic) (HS=128)";
+                        : "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys x 64 + dQ 128 x 96, 2 consumer warpgroups each; at T >= 8192 dK/dV 128 keys x 64 with dQ by TMA reduce-add in a fixed order (deterministic) (HS=128)";
     const bool fits = HS == 64 ? attention_backward_fused_fits<64, 2, 2, false>() : attention_backward_fused_fits<128, 2, 2, true>();
     if (attention_backward_nondeterministic() && fits)
         return HS == 64 ? "flash backward, mma.sync sm80, fused with atomic dQ (non-deterministic): 128 keys x 128-query stages, 4x2 warps, dK/dV in registers (HS=64)"
@@ -4230,7 +4230,7 @@ inline void attention_backward_self_causal_path(const AttentionBackwardParams& p
     const int HS = p.HS, T = p.T;
     if (attention_backward_uses_hopper(HS)) {
         // warp-specialised split, 2 consumer warpgroups: dev variant 6's best configs, HS 64 kv128x128+q128x128, HS 128
-        // kv128x64+q128x64. Non-deterministic at HS 128: the 5-GEMM kernel with atomic dQ (dev variant 7); at HS 64 it
+        // kv128x64+q128x96 (96-key dQ steps: see wgmma_ss_m64n96k16). Non-deterministic at HS 128: the 5-GEMM kernel with atomic dQ (dev variant 7); at HS 64 it
         // loses to the split, which runs there either way.
         if (HS == 128 && attention_backward_nondeterministic()) attention_backward_atomic_hopper_ws<128, 2>(p, stream, /*ordered_dq=*/false);
         else if (attention_backward_ordered_dq(T, HS)) attention_backward_atomic_hopper_ws<128, 2>(p, stream, /*ordered_dq=*/true);

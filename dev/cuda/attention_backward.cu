@@ -72,7 +72,7 @@ static const BackwardVariant kVariants[] = {
                           attention_backward5, attention_backward5_supports, false, true},
     {6, "wgmma_split_ws", 5, {"kv128x64+q128x64", "kv128x128+q128x128", "kv128x64+q128x128", "kv128x64+q128x64/s3",
                               "kv128x128+q128x128/s3"},
-                             {"kv128x64+q128x64", "kv128x64+q128x128", nullptr, nullptr, nullptr},
+                             {"kv128x64+q128x64", "kv128x64+q128x128", "kv128x64+q128x96", nullptr, nullptr},
                              attention_backward6, attention_backward6_supports, false, true},
     {7, "wgmma_atomic_ws", 3, {"kv128x64/ordered", "kv128x64", "kv128x64/s3"},
                               {"kv128x64/ordered", "kv128x64", nullptr}, attention_backward7, attention_backward7_supports, false, false},

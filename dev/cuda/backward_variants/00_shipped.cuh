@@ -1,7 +1,7 @@
 /*
 Variant 0: whatever src/attention.cuh ships (attention_backward), so the shipped backward is always validated
 and timed with everything else. Deterministic by default: on Hopper variant 6's split (HS 64 kv128x128+q128x128,
-HS 128 kv128x64+q128x64) and at HS 128 from T = 8192 variant 7 /ordered; elsewhere variant 4's split.
+HS 128 kv128x64+q128x96) and at HS 128 from T = 8192 variant 7 /ordered; elsewhere variant 4's split.
 FLASHGPT_ATTN_NONDETERMINISTIC=1 picks variant 7 at HS 128 on Hopper, and variant 8 off Hopper (variant 3 where
 variant 8's shared memory does not fit). attention_backward_path_name() names the choice.
 */

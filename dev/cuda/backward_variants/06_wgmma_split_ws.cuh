@@ -7,7 +7,9 @@ stage back through an mbarrier, with no CTA-wide barrier in the loop; every cons
 empty barrier, since the lse2 / D reads are ordinary loads. Persistent; items claimed from a counter at
 T >= 4096 (--schedule forces either schedule); the preprocess, dK/dV and dQ kernels overlap by programmatic
 dependent launch (--pdl 0 turns it off). Configs: dK/dV keys x query-step + dQ queries x key-step, ring depth 2
-unless "/s3". ptxas: 168 registers, no spills except HS 128 kv128x64+q128x128 (120 bytes in its dQ kernel).
+unless "/s3". ptxas: 168 registers, no spills except HS 128 kv128x64+q128x128 (120 bytes in its dQ kernel). HS 128
+q128x96 (what src ships): the dQ kernel's S and dP as n96 wgmmas, whose operands take 5 KB of shared memory per 48
+tensor-core cycles where n64's take 4 KB per 32, all the 128 bytes a cycle an SM reads.
 */
 #pragma once
 
@@ -26,6 +28,7 @@ void attention_backward6(const AttentionBackwardParams& p, int config, cudaStrea
         switch (config) {
             case 0: attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2>(p, stream); break;    // kv128x64 + q128x64
             case 1: attention_backward_split_hopper_ws<128, 2, 64, 2, 128, 2>(p, stream); break;   // kv128x64 + q128x128
+            case 2: attention_backward_split_hopper_ws<128, 2, 64, 2, 96, 2>(p, stream); break;    // kv128x64 + q128x96
         }
     }
 }
