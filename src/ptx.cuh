@@ -247,45 +247,36 @@ __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence
     "%56, %57, %58, %59, %60, %61, %62, %63" \
     "}"
 
-// d (m64 x n64, fp32, 32 regs a thread) += A (64 x 16, smem descriptor) * B (16 x 64, smem descriptor), both K-major;
-// kScaleD = 0: d = A * B (the old d is ignored, so the accumulator needs no zeroing), d declared as outputs only:
-// with "+f" ptxas kept the forward's half-diagonal S (n64 into the upper half of the n128 S registers) from
-// pipelining (C7511). The n128 form below keeps "+f": "=f" there changed every forward kernel's schedule.
+// The asm text of d (m64 x nN, fp32) (+)= A (64 x 16, smem descriptor) * B (16 x N, smem descriptor), both K-major:
+// operands %0 .. %(N/2 - 1) = d (NAMES), then the descriptors (%DA, %DB) and scale-d (%SD, 0 or 1)
+#define WGMMA_SS_KMAJOR(N, NAMES, DA, DB, SD) "{\n.reg .pred p;\nsetp.ne.b32 p, %" #SD ", 0;\n" \
+    "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 " NAMES ", %" #DA ", %" #DB ", p, 1, 1, 0, 0;\n}\n"
+// n64, 32 regs a thread. kScaleD = 0: d = A * B (the old d is ignored, so the accumulator needs no zeroing), d declared
+// as outputs only: with "+f" ptxas kept the forward's half-diagonal S (n64 into the upper half of the n128 S
+// registers) from pipelining (C7511). The n128 form below keeps "+f": "=f" there changed every forward kernel's schedule.
 template <int kScaleD = 1>
 __device__ __forceinline__ void wgmma_ss_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
-#define WGMMA_SS_N64 "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D32_NAMES ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-    if constexpr (kScaleD == 0) asm volatile(WGMMA_SS_N64 : WGMMA_O32 : "l"(desc_a), "l"(desc_b), "n"(0));
-    else asm volatile(WGMMA_SS_N64 : WGMMA_D32 : "l"(desc_a), "l"(desc_b), "n"(1));
-#undef WGMMA_SS_N64
+    if constexpr (kScaleD == 0) asm volatile(WGMMA_SS_KMAJOR(64, WGMMA_D32_NAMES, 32, 33, 34) : WGMMA_O32 : "l"(desc_a), "l"(desc_b), "n"(0));
+    else asm volatile(WGMMA_SS_KMAJOR(64, WGMMA_D32_NAMES, 32, 33, 34) : WGMMA_D32 : "l"(desc_a), "l"(desc_b), "n"(1));
 }
-// d (m64 x n80, fp32, 40 regs a thread) += A (64 x 16, smem descriptor) * B (16 x 80, smem descriptor), both K-major:
-// the HS 256 forward's S over 80-key tiles (with n64 its Q K^T reads 4 KB of shared memory per 32 tensor-core cycles,
-// all the 128 bytes a cycle an SM has; n80 reads 4.5 KB per 40)
+// n80, 40 regs a thread: the HS 256 forward's S over 80-key tiles. With both operands in shared memory an m64nNk16
+// wgmma reads 2 KB of A and N * 32 bytes of B: at n64 4 KB per 32 tensor-core cycles, all the 128 bytes a cycle an
+// SM's shared memory gives; n80 reads 4.5 KB per 40 cycles, n96 5 KB per 48.
 template <int kScaleD = 1>
 __device__ __forceinline__ void wgmma_ss_m64n80k16(float (&d)[40], uint64_t desc_a, uint64_t desc_b) {
-#define WGMMA_SS_N80 "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n" \
-                     "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 " WGMMA_D40_NAMES ", %40, %41, p, 1, 1, 0, 0;\n}\n"
-    if constexpr (kScaleD == 0) asm volatile(WGMMA_SS_N80 : WGMMA_O40 : "l"(desc_a), "l"(desc_b), "n"(0));
-    else asm volatile(WGMMA_SS_N80 : WGMMA_D40 : "l"(desc_a), "l"(desc_b), "n"(1));
-#undef WGMMA_SS_N80
+    if constexpr (kScaleD == 0) asm volatile(WGMMA_SS_KMAJOR(80, WGMMA_D40_NAMES, 40, 41, 42) : WGMMA_O40 : "l"(desc_a), "l"(desc_b), "n"(0));
+    else asm volatile(WGMMA_SS_KMAJOR(80, WGMMA_D40_NAMES, 40, 41, 42) : WGMMA_D40 : "l"(desc_a), "l"(desc_b), "n"(1));
 }
-// d (m64 x n96, fp32, 48 regs a thread): the same, the HS 128 dQ kernel's S and dP over 96-key tiles
+// n96, 48 regs a thread: the HS 128 dQ kernel's S and dP over 96-key steps (see n80)
 template <int kScaleD = 1>
 __device__ __forceinline__ void wgmma_ss_m64n96k16(float (&d)[48], uint64_t desc_a, uint64_t desc_b) {
-#define WGMMA_SS_N96 "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n" \
-                     "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 " WGMMA_D48_NAMES ", %48, %49, p, 1, 1, 0, 0;\n}\n"
-    if constexpr (kScaleD == 0) asm volatile(WGMMA_SS_N96 : WGMMA_O48 : "l"(desc_a), "l"(desc_b), "n"(0));
-    else asm volatile(WGMMA_SS_N96 : WGMMA_D48 : "l"(desc_a), "l"(desc_b), "n"(1));
-#undef WGMMA_SS_N96
+    if constexpr (kScaleD == 0) asm volatile(WGMMA_SS_KMAJOR(96, WGMMA_D48_NAMES, 48, 49, 50) : WGMMA_O48 : "l"(desc_a), "l"(desc_b), "n"(0));
+    else asm volatile(WGMMA_SS_KMAJOR(96, WGMMA_D48_NAMES, 48, 49, 50) : WGMMA_D48 : "l"(desc_a), "l"(desc_b), "n"(1));
 }
-// d (m64 x n128, fp32, 64 regs a thread) += A (64 x 16, smem descriptor) * B (16 x 128, smem descriptor), both K-major
+// n128, 64 regs a thread
 template <int kScaleD = 1>
 __device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
-#define WGMMA_SS_N128 "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
-                      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64_NAMES ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-    asm volatile(WGMMA_SS_N128 : WGMMA_D64 : "l"(desc_a), "l"(desc_b), "n"(kScaleD));
-#undef WGMMA_SS_N128
+    asm volatile(WGMMA_SS_KMAJOR(128, WGMMA_D64_NAMES, 64, 65, 66) : WGMMA_D64 : "l"(desc_a), "l"(desc_b), "n"(kScaleD));
 }
 // d (m64 x nN) += A (64 x 16) * B (16 x N), both from shared memory, K-major: N = 64, 80, 96 or 128
 template <int N, int kScaleD = 1>
