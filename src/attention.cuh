@@ -4230,8 +4230,8 @@ inline void attention_backward_self_causal_path(const AttentionBackwardParams& p
     const int HS = p.HS, T = p.T;
     if (attention_backward_uses_hopper(HS)) {
         // warp-specialised split, 2 consumer warpgroups: dev variant 6's best configs, HS 64 kv128x128+q128x128, HS 128
-        // kv128x64+q128x96 (96-key dQ steps: see wgmma_ss_m64n96k16). Non-deterministic at HS 128: the 5-GEMM kernel with atomic dQ (dev variant 7); at HS 64 it
-        // loses to the split, which runs there either way.
+        // kv128x64+q128x96 (96-key dQ steps: see wgmma_ss_m64n80k16). Non-deterministic at HS 128: the 5-GEMM kernel
+        // with atomic dQ (dev variant 7); at HS 64 it loses to the split, which runs there either way.
         if (HS == 128 && attention_backward_nondeterministic()) attention_backward_atomic_hopper_ws<128, 2>(p, stream, /*ordered_dq=*/false);
         else if (attention_backward_ordered_dq(T, HS)) attention_backward_atomic_hopper_ws<128, 2>(p, stream, /*ordered_dq=*/true);
         else if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 96, 2>(p, stream);
