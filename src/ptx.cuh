@@ -211,41 +211,20 @@ __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence
 #define WGMMA_O32 WGMMA_O8(0), WGMMA_O8(8), WGMMA_O8(16), WGMMA_O8(24)
 #define WGMMA_O40 WGMMA_O32, WGMMA_O8(32)
 #define WGMMA_O48 WGMMA_O32, WGMMA_O8(32), WGMMA_O8(40)
-#define WGMMA_D16_NAMES "{" \
-    "%0, %1, %2, %3, %4, %5, %6, %7, " \
-    "%8, %9, %10, %11, %12, %13, %14, %15" \
-    "}"
-#define WGMMA_D32_NAMES "{" \
-    "%0, %1, %2, %3, %4, %5, %6, %7, " \
-    "%8, %9, %10, %11, %12, %13, %14, %15, " \
-    "%16, %17, %18, %19, %20, %21, %22, %23, " \
-    "%24, %25, %26, %27, %28, %29, %30, %31" \
-    "}"
-#define WGMMA_D40_NAMES "{" \
-    "%0, %1, %2, %3, %4, %5, %6, %7, " \
-    "%8, %9, %10, %11, %12, %13, %14, %15, " \
-    "%16, %17, %18, %19, %20, %21, %22, %23, " \
-    "%24, %25, %26, %27, %28, %29, %30, %31, " \
-    "%32, %33, %34, %35, %36, %37, %38, %39" \
-    "}"
-#define WGMMA_D48_NAMES "{" \
-    "%0, %1, %2, %3, %4, %5, %6, %7, " \
-    "%8, %9, %10, %11, %12, %13, %14, %15, " \
-    "%16, %17, %18, %19, %20, %21, %22, %23, " \
-    "%24, %25, %26, %27, %28, %29, %30, %31, " \
-    "%32, %33, %34, %35, %36, %37, %38, %39, " \
-    "%40, %41, %42, %43, %44, %45, %46, %47" \
-    "}"
-#define WGMMA_D64_NAMES "{" \
-    "%0, %1, %2, %3, %4, %5, %6, %7, " \
-    "%8, %9, %10, %11, %12, %13, %14, %15, " \
-    "%16, %17, %18, %19, %20, %21, %22, %23, " \
-    "%24, %25, %26, %27, %28, %29, %30, %31, " \
-    "%32, %33, %34, %35, %36, %37, %38, %39, " \
-    "%40, %41, %42, %43, %44, %45, %46, %47, " \
-    "%48, %49, %50, %51, %52, %53, %54, %55, " \
-    "%56, %57, %58, %59, %60, %61, %62, %63" \
-    "}"
+// the same operands' names in the asm text, eight a piece: {%0, %1, .., %(N/2 - 1)}
+#define WGMMA_R0 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define WGMMA_R8 "%8, %9, %10, %11, %12, %13, %14, %15"
+#define WGMMA_R16 "%16, %17, %18, %19, %20, %21, %22, %23"
+#define WGMMA_R24 "%24, %25, %26, %27, %28, %29, %30, %31"
+#define WGMMA_R32 "%32, %33, %34, %35, %36, %37, %38, %39"
+#define WGMMA_R40 "%40, %41, %42, %43, %44, %45, %46, %47"
+#define WGMMA_R48 "%48, %49, %50, %51, %52, %53, %54, %55"
+#define WGMMA_R56 "%56, %57, %58, %59, %60, %61, %62, %63"
+#define WGMMA_D16_NAMES "{" WGMMA_R0 ", " WGMMA_R8 "}"
+#define WGMMA_D32_NAMES "{" WGMMA_R0 ", " WGMMA_R8 ", " WGMMA_R16 ", " WGMMA_R24 "}"
+#define WGMMA_D40_NAMES "{" WGMMA_R0 ", " WGMMA_R8 ", " WGMMA_R16 ", " WGMMA_R24 ", " WGMMA_R32 "}"
+#define WGMMA_D48_NAMES "{" WGMMA_R0 ", " WGMMA_R8 ", " WGMMA_R16 ", " WGMMA_R24 ", " WGMMA_R32 ", " WGMMA_R40 "}"
+#define WGMMA_D64_NAMES "{" WGMMA_R0 ", " WGMMA_R8 ", " WGMMA_R16 ", " WGMMA_R24 ", " WGMMA_R32 ", " WGMMA_R40 ", " WGMMA_R48 ", " WGMMA_R56 "}"
 
 // The asm text of d (m64 x nN, fp32) (+)= A (64 x 16, smem descriptor) * B (16 x N, smem descriptor), both K-major:
 // operands %0 .. %(N/2 - 1) = d (NAMES), then the descriptors (%DA, %DB) and scale-d (%SD, 0 or 1)
