@@ -596,6 +596,12 @@ __device__ __forceinline__ void add_bias_tile_smem(float (&s)[kNT * 4], const ui
     }
 }
 
+// Head dim 96 runs the HS 128 Hopper copies zero-padded: TMA reads head dims 96..127 as zeros (past the tensor map's
+// inner dimension), so S and dP are exact and the padded columns of O, dQ, dK and dV come out zero and are not stored.
+// Whether the 8 head dims of chunk ch are the caller's:
+template <int HS>
+__device__ __forceinline__ bool head_chunk_stored(int head_dim, int ch) { return HS != 128 || ch * 8 < head_dim; }
+
 // epilogue, as in the mma.sync kernel: O /= l, LSE = m * scale + log(l); each warp stages only its own 16 rows
 // of O (swizzle<HS>, in Q's shared memory: the caller ordered every wgmma read of Q before this) for 16-byte stores;
 // kStaged false: no staging (q_smem unused), each thread stores its own bf16 pairs
@@ -622,7 +628,8 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
         for (int dt = 0; dt < HS / 8; dt++) {
             const uint32_t o2 = pack_bf16x2(o_acc[4 * dt + 2 * half] * inv_l, o_acc[4 * dt + 2 * half + 1] * inv_l);
             if constexpr (kStaged) *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) = o2;
-            else if ((unsigned)(m_start + row) < (unsigned)T) *reinterpret_cast<uint32_t*>(p.out + b * p.o_st.batch + (out_row0 + m_start + row) * p.o_st.row + h * p.o_st.head + dt * 8 + 2 * tq) = o2;
+            else if ((unsigned)(m_start + row) < (unsigned)T && head_chunk_stored<HS>(p.HS, dt))
+                *reinterpret_cast<uint32_t*>(p.out + b * p.o_st.batch + (out_row0 + m_start + row) * p.o_st.row + h * p.o_st.head + dt * 8 + 2 * tq) = o2;
         }
     }
     if constexpr (!kStaged) return;
@@ -630,7 +637,7 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
     floatX* out_gl = p.out + b * p.o_st.batch + h * p.o_st.head;
     for (int c = lane; c < 16 * (HS / 8); c += 32) {
         int row = warp_row0 + c / (HS / 8), ch = c % (HS / 8);
-        if ((unsigned)(m_start + row) < (unsigned)T)
+        if ((unsigned)(m_start + row) < (unsigned)T && head_chunk_stored<HS>(p.HS, ch))
             *reinterpret_cast<uint4*>(out_gl + (out_row0 + m_start + row) * p.o_st.row + ch * 8) =
                 *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
     }
@@ -1346,11 +1353,11 @@ inline bool attention_hopper_packed_fits(const AttentionExtras& x, std::initiali
     return true;
 }
 inline bool attention_forward_hopper_packed_fits(const AttentionForwardParams& p) {
-    return (p.HS == 64 || p.HS == 128 || p.HS == 256) && attention_hopper_packed_fits(p.x, {p.q_st, p.k_st, p.v_st, p.o_st});
+    return (p.HS == 64 || p.HS == 96 || p.HS == 128 || p.HS == 256) && attention_hopper_packed_fits(p.x, {p.q_st, p.k_st, p.v_st, p.o_st});
 }
 
 // The Hopper kernels' kBias copies take a bf16 bias, the only extra, whose pointer and non-zero strides TMA accepts
-// (16 bytes): the forward at head dims 64, 128 and 256, the backward at 64 and 128 (with dBias too); everything else
+// (16 bytes): the forward at head dims 64, 96, 128 and 256, the backward at 64, 96 and 128 (with dBias too); everything else
 // with a bias runs on the mma.sync kExtras copies.
 inline bool attention_hopper_bias_fits(const AttentionExtras& x) {
     if (!x.bias || x.bias_fp32 || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.gate || x.doc_start) return false;
@@ -1358,7 +1365,7 @@ inline bool attention_hopper_bias_fits(const AttentionExtras& x) {
            hopper_path_available();
 }
 inline bool attention_forward_hopper_bias_fits(const AttentionForwardParams& p) {
-    return (p.HS == 64 || p.HS == 128 || p.HS == 256) && attention_hopper_bias_fits(p.x);
+    return (p.HS == 64 || p.HS == 96 || p.HS == 128 || p.HS == 256) && attention_hopper_bias_fits(p.x);
 }
 // The bias as a 4-D tensor map (Tk, T, NH, B): boxes of 64 keys x box_rows queries (1 where it broadcasts over
 // queries) x 1 x 1, 128-byte swizzle; a dimension that broadcasts (stride 0) has extent 1, read at 0.
@@ -1389,14 +1396,14 @@ void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStr
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
     HopperForwardMaps<kBias, kVarlen> maps;
     if constexpr (kVarlen) {
-        maps.q = packed_tensor_map(p.q, p.q_st, p.x.total_q, p.NH, HS, Tile::kBlockM);
-        maps.k = packed_tensor_map(p.k, p.k_st, p.x.total_k, p.NH_kv, HS, kBlockN);
-        maps.v = packed_tensor_map(p.v, p.v_st, p.x.total_k, p.NH_kv, HS, kBlockN);
+        maps.q = packed_tensor_map(p.q, p.q_st, p.x.total_q, p.NH, p.HS, Tile::kBlockM);
+        maps.k = packed_tensor_map(p.k, p.k_st, p.x.total_k, p.NH_kv, p.HS, kBlockN);
+        maps.v = packed_tensor_map(p.v, p.v_st, p.x.total_k, p.NH_kv, p.HS, kBlockN);
         maps.packed = packed_blocks_tables(p.x, p.B, p.T, p.Tk, Tile::kBlockM, 0, stream).queries;
     } else {
-        maps.q = attention_tensor_map(p.q, p.q_st, p.B, p.T, p.NH, HS, Tile::kBlockM);
-        maps.k = attention_tensor_map(p.k, p.k_st, p.B, p.Tk, p.NH_kv, HS, kBlockN);
-        maps.v = attention_tensor_map(p.v, p.v_st, p.B, p.Tk, p.NH_kv, HS, kBlockN);
+        maps.q = attention_tensor_map(p.q, p.q_st, p.B, p.T, p.NH, p.HS, Tile::kBlockM);
+        maps.k = attention_tensor_map(p.k, p.k_st, p.B, p.Tk, p.NH_kv, p.HS, kBlockN);
+        maps.v = attention_tensor_map(p.v, p.v_st, p.B, p.Tk, p.NH_kv, p.HS, kBlockN);
     }
     if constexpr (kBias) maps.bias = bias_tensor_map(p.x, p.B, p.T, p.Tk, p.NH, Tile::kBlockM);
     const int num_m_blocks = ceil_div(p.T, Tile::kBlockM), section_heads = persistent_section_heads(p.B * p.NH, p.Tk, HS);
@@ -1766,14 +1773,17 @@ inline void attention_exit_unsupported(const char* what, int B, int T, int Tk, i
 }
 
 // Dispatch (tiles chosen by dev/cuda/attention_forward's sweeps, see dev/cuda/README.md):
-//   Hopper with sm_90a code in the binary, HS 64, 128, 256 -> the warp-specialised TMA kernel (attention_forward_hopper_ws_kernel)
+//   Hopper with sm_90a code in the binary, HS 64, 96, 128, 256 -> the warp-specialised TMA kernel
+//                (attention_forward_hopper_ws_kernel; HS 96 on HS 128's copies, zero-padded: see head_chunk_stored)
 //   otherwise -> the mma.sync kernel: HS 64 128x64 tiles, HS 128 128x48 (4 warps of 32 rows: the largest key tile with no
 //                spill at 255 registers); HS 32 128x64, HS 96 128x64, HS 256 64x32 (16 rows a warp: O alone is 128 registers)
-inline bool attention_forward_uses_hopper(int HS) { return (HS == 64 || HS == 128 || HS == 256) && hopper_path_available(); }
+inline bool attention_forward_uses_hopper(int HS) { return (HS == 64 || HS == 96 || HS == 128 || HS == 256) && hopper_path_available(); }
 
 inline const char* attention_forward_path_name(int HS) {
     if (attention_forward_uses_hopper(HS) && HS == 256)
         return "flash forward, wgmma+TMA sm90a, warp-specialised, 128x80 tiles (128x64 with a bias or packed sequences), 2 consumer warpgroups, 2 stages (HS=256)";
+    if (attention_forward_uses_hopper(HS) && HS == 96)
+        return "flash forward, wgmma+TMA sm90a, warp-specialised, HS 128's kernel with head dims 96..127 zero-padded, 128x128 tiles, 2 consumer warpgroups (HS=96)";
     if (attention_forward_uses_hopper(HS))
         return HS == 64 ? "flash forward, wgmma+TMA sm90a, warp-specialised, 192x128 tiles / 3 consumer warpgroups (128x128 / 2 with few tiles), 3 stages (HS=64)"
                         : "flash forward, wgmma+TMA sm90a, warp-specialised, 128x128 tiles, 2 consumer warpgroups, CTA pairs sharing K/V where the blocks pair up (causal, T = Tk), items claimed at T >= 4096 (HS=128)";
@@ -1781,7 +1791,7 @@ inline const char* attention_forward_path_name(int HS) {
         case 64: return "flash forward, mma.sync sm80, 128x64 tiles, 4 warps (HS=64)";
         case 128: return "flash forward, mma.sync sm80, 128x48 tiles, 4 warps (HS=128)";
         case 256: return "flash forward, mma.sync sm80, 64x32 tiles, 4 warps (HS=256)";
-        default: return "flash forward, mma.sync sm80, 128x64 tiles, 4 warps (HS=32, 96)";
+        default: return "flash forward, mma.sync sm80, 128x64 tiles, 4 warps (HS=32, 96)";   // HS 96: before sm_90a
     }
 }
 
@@ -1822,12 +1832,12 @@ inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stre
     // does not fit beside 80-key K/V stages)
     if (attention_forward_hopper_bias_fits(p)) {
         if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, true>(p, stream);
-        else if (HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, true>(p, stream);
+        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, true>(p, stream);
         else launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, false, true, true>(p, stream);
     }
     else if (attention_forward_hopper_packed_fits(p)) {   // packed sequences with their totals: the kVarlen copies
         if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, false, true>(p, stream);
-        else if (HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, false, true>(p, stream);
+        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, false, true>(p, stream);
         else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, false, true, false, true>(p, stream);
     }
     else if (attention_has_extras(p.x) || HS <= 16) {   // bias, key lengths, packed sequences, HS 8 and 16: the mma.sync kExtras copies
@@ -1839,11 +1849,11 @@ inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stre
         else launch_attention_forward<256, 1, 4, 32, true, true>(p, stream);
     }
     else if (attention_forward_uses_hopper(HS)) {
-        // the tiles of the path above; HS 256: 80-key tiles (a 128-row Q block and two 40 KB stages each of K and V
+        // the tiles of the path above (HS 96: HS 128's, zero-padded); HS 256: 80-key tiles (a 128-row Q block and two 40 KB stages each of K and V
         // fill the 227 KB; O takes 128 registers a thread, S 40)
         if (HS == 64 && (long)p.B * p.NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true, 1, false, true>(p, stream);
         else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true>(p, stream);
-        else if (HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true>(p, stream);
+        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true>(p, stream);
         // HS 256 causal: the items' lengths differ, and with the heads cut into sections (see persistent_section_heads)
         // the round-robin walk leaves the SMs unevenly loaded; from T = 1024 the items are claimed
         else if (p.causal && claimed_schedule(T, 1024)) launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, true, true>(p, stream);
@@ -3117,7 +3127,7 @@ __device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardPara
     const int Tk = rows ? rows : p.Tk;
     for (int c = lane; c < 16 * kDT; c += 32) {
         const int row = warp_row0 + c / kDT, ch = c % kDT, t = n_start + row;
-        if (t < Tk) {
+        if (t < Tk && head_chunk_stored<HS>(p.HS, ch)) {
             *reinterpret_cast<uint4*>(dk_gl + (row0 + t) * p.dk_st.row + ch * 8) = *reinterpret_cast<const uint4*>(dk_stage + swizzle<HS>(row, ch));
             *reinterpret_cast<uint4*>(dv_gl + (row0 + t) * p.dv_st.row + ch * 8) = *reinterpret_cast<const uint4*>(dv_stage + swizzle<HS>(row, ch));
         }
@@ -3221,7 +3231,7 @@ __device__ __forceinline__ void dq_hopper_epilogue(const AttentionBackwardParams
     floatX* dq_gl = p.dq + b * p.dq_st.batch + h * p.dq_st.head;
     for (int c = lane; c < 16 * kDT; c += 32) {
         const int row = warp_row0 + c / kDT, ch = c % kDT;
-        if (m_start + row < T)
+        if (m_start + row < T && head_chunk_stored<HS>(p.HS, ch))
             *reinterpret_cast<uint4*>(dq_gl + (row0 + m_start + row) * p.dq_st.row + ch * 8) = *reinterpret_cast<const uint4*>(stage + swizzle<HS>(row, ch));
     }
 }
@@ -4103,7 +4113,8 @@ template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages,
 void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     PackedTables t{};   // kVarlen: built before the preprocess, which the dK/dV kernel's early start overlaps
     if constexpr (kVarlen) t = packed_blocks_tables(p.x, p.B, p.T, p.Tk, 64 * kQWG, 64 * kKVWG, stream);
-    launch_attention_backward_preprocess<HS, /*kExtras=*/kVarlen>(p, /*zero_dq=*/false, stream);
+    if (HS == 128 && p.HS == 96) launch_attention_backward_preprocess<96, /*kExtras=*/kVarlen>(p, /*zero_dq=*/false, stream);   // zero-padded
+    else launch_attention_backward_preprocess<HS, /*kExtras=*/kVarlen>(p, /*zero_dq=*/false, stream);
     const bool early = backward_early_start();
     if constexpr (kVarlen) {
         launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, true, false, true>(p, stream, early, false, t.keys);
@@ -4253,16 +4264,17 @@ inline void attention_backward_self_causal_path(const AttentionBackwardParams& p
 
 #ifndef FLASHGPT_ATTENTION_GPT2_ONLY
 // dq, dk, dv for any call attention_backward_unsupported_reason() accepts: GPT-2's family on the kernels above,
-// everything else on the general copies of the Hopper split (HS 64, 128) or the mma.sync split
+// everything else on the general copies of the Hopper split (HS 64, 96, 128, 256) or the mma.sync split
 inline void attention_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
     if (const char* why = attention_backward_unsupported_reason(p)) attention_exit_unsupported("backward", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
     const int HS = p.HS;
-    if ((HS == 64 || HS == 128) && attention_hopper_bias_fits(p.x)) {   // a bf16 bias alone: the Hopper split's kBias copies
-        if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, true>(p, stream);
+    // (HS 96 runs HS 128's Hopper copies, zero-padded: see head_chunk_stored)
+    if ((HS == 64 || HS == 96 || HS == 128) && attention_hopper_bias_fits(p.x)) {   // a bf16 bias alone: the Hopper split's kBias copies
+        if (HS != 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, true>(p, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, true>(p, stream);
-    } else if ((HS == 64 || HS == 128) && attention_hopper_packed_fits(p.x, {p.q_st, p.k_st, p.v_st, p.o_st, p.do_st, p.dq_st, p.dk_st, p.dv_st})) {
+    } else if ((HS == 64 || HS == 96 || HS == 128) && attention_hopper_packed_fits(p.x, {p.q_st, p.k_st, p.v_st, p.o_st, p.do_st, p.dq_st, p.dk_st, p.dv_st})) {
         // packed sequences with their totals: the Hopper split's kVarlen copies
-        if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, false, true>(p, stream);
+        if (HS != 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, false, true>(p, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, false, true>(p, stream);
     } else if (attention_has_extras(p.x) || HS <= 16) {   // the mma.sync split's kExtras copies
         if (HS <= 16) attention_backward_split<16, 4, 1, 64, 4, 1, 64, true>(p, stream);
@@ -4271,10 +4283,10 @@ inline void attention_backward(const AttentionBackwardParams& p, cudaStream_t st
         else if (HS == 96) attention_backward_split<96, 4, 1, 32, 4, 1, 32, true>(p, stream);
         else if (HS == 128) attention_backward_split<128, 4, 1, 32, 4, 1, 32, true>(p, stream);
         else attention_backward_split<256, 4, 1, 32, 4, 1, 32, true>(p, stream);
-    } else if (!attention_self_causal(p) && (HS == 64 || HS == 128 || HS == 256) && attention_backward_uses_hopper(HS)) {
+    } else if (!attention_self_causal(p) && HS >= 64 && attention_backward_uses_hopper(HS)) {
         // the warp-specialised split's general copies (GQA: each dK/dV item sums its group's query heads)
         if (HS == 256) attention_backward_split_hopper_ws_256<2>(p, stream);
-        else if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 96, 2, true>(p, stream);
+        else if (HS != 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 96, 2, true>(p, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true>(p, stream);
     } else if (!attention_self_causal(p)) {
         // general: preprocess, the dK/dV kernel (GQA: each CTA sums its group's query heads), the dQ kernel

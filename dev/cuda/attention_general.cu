@@ -121,6 +121,12 @@ static const char* kValidationCases[] = {
     "b=1,h=2,tq=4097,d=64,varlen=1",                             "b=3,h=2,tq=100,d=32,varlen=1,causal=0",
     "b=4,h=2,tq=150,tk=260,d=64,varlen=1",                       "b=3,h=4,hkv=2,tq=200,d=256,varlen=1",
     "b=6,h=2,hkv=1,tq=330,tk=140,d=128,varlen=1",                "b=3,h=2,tq=200,tk=300,d=128,causal=0,varlen=2",
+    // head dim 96 on HS 128's Hopper copies, zero-padded: GQA, causal cross both ways, Tk = 1, fused QKV, a bf16 bias
+    // with dBias, packed sequences, claimed items (T = 4096)
+    "b=2,h=4,hkv=2,tq=190,tk=250,d=96",                          "b=2,h=2,tq=300,tk=100,d=96",
+    "b=2,h=2,tq=77,tk=1,d=96,causal=0",                          "b=2,h=3,tq=129,d=96,layout=qkv",
+    "b=2,h=2,tq=150,tk=192,d=96,bias=bhtt,dbias=1,mask=1",       "b=3,h=4,hkv=2,tq=200,d=96,varlen=1",
+    "b=1,h=2,tq=4096,d=96,layout=bthd",
     // head dims 8 (zero-padded to 16 in the kernels) and 16
     "b=2,h=3,tq=150,d=16",                                       "b=2,h=4,hkv=2,tq=100,tk=230,d=8,causal=0",
     "b=2,h=2,tq=120,d=8,bias=1htt,dbias=1,mask=1",               "b=3,h=2,tq=90,d=16,varlen=1,causal=0,bias=bhtt,biasf32=1",
@@ -416,7 +422,7 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
     attention_backward_cpu_general(ref_dq.data(), ref_dk.data(), ref_dv.data(), dout_eff.data(), q.data(), k.data(), v.data(), s, false, x,
                                    c.dbias ? ref_ds.data() : nullptr);
     attention_backward_cpu_general(naive_dq.data(), naive_dk.data(), naive_dv.data(), dout_eff.data(), q.data(), k.data(), v.data(), s, true, x,
-                                   c.dbias ? naive_ds.data() : nullptr);
+                                   c.dbias ? naive_ds.data() : nullptr, naive_out.data());
     // dbias: dS summed over the bias's broadcast dimensions (in double; the naive sum rounded to the bias's dtype)
     std::vector<float> ref_dbias(bufs.bias.size(), 0.0f), naive_dbias(bufs.bias.size(), 0.0f);
     if (c.dbias) {

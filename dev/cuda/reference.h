@@ -241,9 +241,14 @@ inline void attention_forward_cpu_general(float* out, float* lse, const float* q
 
 // backward from dout; recomputes P in double, rounding like a naive bf16 implementation with round_like_bf16.
 // dbias_full (optional): d loss / d logit (B, NH, T, Tk), the bias gradient before any broadcast sum (0 where unseen)
+// out_for_d (optional, with round_like_bf16): D = rowsum(dout * out) from this bf16 out (B, T, NH, HS) instead of
+// sum_j P_ij dP_ij, as common.h's GPU reference takes it and for the same reason: where a row's softmax is one-hot
+// (inputs x8, one query against many keys) dP_j - D cancels exactly in the sum form, which then has no error to
+// measure against, while every FlashAttention backward's D carries the rounding of the bf16 O there
 inline void attention_backward_cpu_general(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                                            const float* v, const GeneralShape& s, bool round_like_bf16 = false,
-                                           const GeneralExtras* x = nullptr, float* dbias_full = nullptr) {
+                                           const GeneralExtras* x = nullptr, float* dbias_full = nullptr,
+                                           const float* out_for_d = nullptr) {
     if (dbias_full) std::fill(dbias_full, dbias_full + (size_t)s.B * s.NH * s.T * s.Tk, 0.0f);
     auto rnd = [&](double x) { return round_like_bf16 ? (double)round_to_bf16((float)x) : x; };
     std::vector<double> acc_dk((size_t)s.B * s.Tk * s.NH_kv * s.HS, 0.0), acc_dv(acc_dk.size(), 0.0);
@@ -263,6 +268,12 @@ inline void attention_backward_cpu_general(float* dq, float* dk, float* dv, cons
             for (int d = 0; d < s.HS; d++) dp += (double)doi[d] * (double)vj[d];
             dS[j] = rnd(dp);
             D += P[j] * dS[j];
+        }
+        if (out_for_d) {
+            const float* oi = &out_for_d[bthd_index(b, i, h, 0, s.T, s.NH, s.HS)];
+            D = 0.0;
+            for (int d = 0; d < s.HS; d++) D += (double)doi[d] * (double)oi[d];
+            D = (double)(float)D;   // fp32, as the kernels keep it
         }
         std::fill(dqi.begin(), dqi.end(), 0.0);
         for (int j = 0; j <= last; j++) {
