@@ -598,15 +598,15 @@ __device__ __forceinline__ void add_bias_tile_smem(float (&s)[kNT * 4], const ui
 
 // Head dim 96 runs the HS 128 Hopper copies zero-padded: TMA reads head dims 96..127 as zeros (past the tensor map's
 // inner dimension), so S and dP are exact and the padded columns of O, dQ, dK and dV come out zero and are not stored.
-// Whether the 8 head dims of chunk ch are the caller's:
-template <int HS>
-__device__ __forceinline__ bool head_chunk_stored(int head_dim, int ch) { return HS != 128 || ch * 8 < head_dim; }
+// Whether the 8 head dims of chunk ch are the caller's (kGeneral: the general copies, the only ones HS 96 reaches):
+template <int HS, bool kGeneral>
+__device__ __forceinline__ bool head_chunk_stored(int head_dim, int ch) { return HS != 128 || !kGeneral || ch * 8 < head_dim; }
 
 // epilogue, as in the mma.sync kernel: O /= l, LSE = m * scale + log(l); each warp stages only its own 16 rows
 // of O (swizzle<HS>, in Q's shared memory: the caller ordered every wgmma read of Q before this) for 16-byte stores;
 // kStaged false: no staging (q_smem unused), each thread stores its own bf16 pairs
 // Packed sequences: out_row0 = the sequence's first row of O, rows = its length (0: p.T); the LSE rows stay (B, NH, T)
-template <int HS, bool kStaged = true>
+template <int HS, bool kStaged, bool kGeneral>
 __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardParams& p, float (&o_acc)[HS / 2],
                                                         const float (&row_max)[2], const float (&row_sum)[2],
                                                         uint8_t* q_smem, int b, int h, int m_start, int warp_row0,
@@ -628,7 +628,7 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
         for (int dt = 0; dt < HS / 8; dt++) {
             const uint32_t o2 = pack_bf16x2(o_acc[4 * dt + 2 * half] * inv_l, o_acc[4 * dt + 2 * half + 1] * inv_l);
             if constexpr (kStaged) *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) = o2;
-            else if ((unsigned)(m_start + row) < (unsigned)T && head_chunk_stored<HS>(p.HS, dt))
+            else if ((unsigned)(m_start + row) < (unsigned)T && head_chunk_stored<HS, kGeneral>(p.HS, dt))
                 *reinterpret_cast<uint32_t*>(p.out + b * p.o_st.batch + (out_row0 + m_start + row) * p.o_st.row + h * p.o_st.head + dt * 8 + 2 * tq) = o2;
         }
     }
@@ -637,7 +637,7 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
     floatX* out_gl = p.out + b * p.o_st.batch + h * p.o_st.head;
     for (int c = lane; c < 16 * (HS / 8); c += 32) {
         int row = warp_row0 + c / (HS / 8), ch = c % (HS / 8);
-        if ((unsigned)(m_start + row) < (unsigned)T && head_chunk_stored<HS>(p.HS, ch))
+        if ((unsigned)(m_start + row) < (unsigned)T && head_chunk_stored<HS, kGeneral>(p.HS, ch))
             *reinterpret_cast<uint4*>(out_gl + (out_row0 + m_start + row) * p.o_st.row + ch * 8) =
                 *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
     }
@@ -1256,7 +1256,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
             reg_fence(o_acc);
             release_kv(&v_empty[vslot]);
 
-            hopper_forward_epilogue<HS, Tile::kStageO>(p, o_acc, row_max, row_sum, o_smem, b, h, m_start, warp_row0, out_row0, rows);
+            hopper_forward_epilogue<HS, Tile::kStageO, kGeneral>(p, o_acc, row_max, row_sum, o_smem, b, h, m_start, warp_row0, out_row0, rows);
             if constexpr (!kEarlyS0) {   // the next item's S_0 in a turn of its own
                 if constexpr (kDynamic) has_next = item_of(tile_iter + 1) < num_items;
                 if (has_next) { skip_upper_diagonal(); wait_first_tiles(tile_iter + 1, kv_iter); }
@@ -1853,6 +1853,9 @@ inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stre
         // fill the 227 KB; O takes 128 registers a thread, S 40)
         if (HS == 64 && (long)p.B * p.NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true, 1, false, true>(p, stream);
         else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true>(p, stream);
+        // HS 96 / 128 causal from T = 4096: claimed items, as the self-attention path's CTA pairs (which need T = Tk
+        // and no GQA) claim theirs; round-robin, the long items of the last query blocks end on a few SMs
+        else if ((HS == 96 || HS == 128) && p.causal && claimed_schedule(T)) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, true, true>(p, stream);
         else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true>(p, stream);
         // HS 256 causal: the items' lengths differ, and with the heads cut into sections (see persistent_section_heads)
         // the round-robin walk leaves the SMs unevenly loaded; from T = 1024 the items are claimed
@@ -3102,7 +3105,7 @@ __device__ __forceinline__ void dkdv_hopper_step(float (&dk_acc)[HS / 2], float 
 // dK *= scale; dK, dV -> bf16, staged in this warp's own 16 rows of dk_stage / dv_stage (swizzle<HS>: 256-byte rows at
 // HS 128, not the column blocks; each warp reads back only what it wrote), then 16-byte stores into dk, dv
 // (packed sequences: row0 = the sequence's first row of dK, dV, rows = its keys; rows 0: p.Tk)
-template <int HS>
+template <int HS, bool kGeneral>
 __device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardParams& p, const float (&dk_acc)[HS / 2], const float (&dv_acc)[HS / 2],
                                                      uint8_t* dk_stage, uint8_t* dv_stage, int b, int h, int n_start, int warp_row0,
                                                      int row0 = 0, int rows = 0) {
@@ -3127,7 +3130,7 @@ __device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardPara
     const int Tk = rows ? rows : p.Tk;
     for (int c = lane; c < 16 * kDT; c += 32) {
         const int row = warp_row0 + c / kDT, ch = c % kDT, t = n_start + row;
-        if (t < Tk && head_chunk_stored<HS>(p.HS, ch)) {
+        if (t < Tk && head_chunk_stored<HS, kGeneral>(p.HS, ch)) {
             *reinterpret_cast<uint4*>(dk_gl + (row0 + t) * p.dk_st.row + ch * 8) = *reinterpret_cast<const uint4*>(dk_stage + swizzle<HS>(row, ch));
             *reinterpret_cast<uint4*>(dv_gl + (row0 + t) * p.dv_st.row + ch * 8) = *reinterpret_cast<const uint4*>(dv_stage + swizzle<HS>(row, ch));
         }
@@ -3211,7 +3214,7 @@ __device__ __forceinline__ void dq_hopper_step(float (&dq_acc)[HS / 2], uint64_t
 
 // dQ * scale -> bf16, staged in this warp's own 16 rows of `stage` (swizzle<HS>), then 16-byte stores into dq
 // (packed sequences: row0 = the sequence's first row of dQ, rows = its length; rows 0: p.T)
-template <int HS>
+template <int HS, bool kGeneral>
 __device__ __forceinline__ void dq_hopper_epilogue(const AttentionBackwardParams& p, const float (&dq_acc)[HS / 2], uint8_t* stage,
                                                    int b, int h, int m_start, int warp_row0, int row0 = 0, int rows = 0) {
     constexpr int kDT = HS / 8;
@@ -3231,7 +3234,7 @@ __device__ __forceinline__ void dq_hopper_epilogue(const AttentionBackwardParams
     floatX* dq_gl = p.dq + b * p.dq_st.batch + h * p.dq_st.head;
     for (int c = lane; c < 16 * kDT; c += 32) {
         const int row = warp_row0 + c / kDT, ch = c % kDT;
-        if (m_start + row < T && head_chunk_stored<HS>(p.HS, ch))
+        if (m_start + row < T && head_chunk_stored<HS, kGeneral>(p.HS, ch))
             *reinterpret_cast<uint4*>(dq_gl + (row0 + m_start + row) * p.dq_st.row + ch * 8) = *reinterpret_cast<const uint4*>(stage + swizzle<HS>(row, ch));
     }
 }
@@ -3670,7 +3673,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                 mbar_wait(&dq_empty[(i % Tile::kDqBuffers) * kNCWG + cwg], (i / Tile::kDqBuffers) & 1);
             named_barrier_sync(1, 128 * kNCWG);
         }
-        dkdv_hopper_epilogue<HS>(p, dk_acc, dv_acc, dk_stage, dv_stage, b, h_kv, n_start, warp_row0, it.k_row0, kVarlen ? it.Tk : 0);
+        dkdv_hopper_epilogue<HS, kGeneral>(p, dk_acc, dv_acc, dk_stage, dv_stage, b, h_kv, n_start, warp_row0, it.k_row0, kVarlen ? it.Tk : 0);
         if constexpr (kAtomicDq) named_barrier_sync(1, 128 * kNCWG);   // ... and both have read it back
     }
     if constexpr (kAtomicDq) {   // the writer's stop, in the next dQ buffer
@@ -3819,7 +3822,7 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
             release(kv_empty(s));
         }
         release(qo_empty);
-        dq_hopper_epilogue<HS>(p, dq_acc, dq_stage, b, h, m_start, warp_row0, it.q_row0, kVarlen ? it.T : 0);
+        dq_hopper_epilogue<HS, kGeneral>(p, dq_acc, dq_stage, b, h, m_start, warp_row0, it.q_row0, kVarlen ? it.T : 0);
     }
     // early_start: this grid ends after the dK/dV kernel it overlapped, so what follows in the stream sees both
     pdl_wait_prerequisites();
@@ -4113,8 +4116,10 @@ template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages,
 void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
     PackedTables t{};   // kVarlen: built before the preprocess, which the dK/dV kernel's early start overlaps
     if constexpr (kVarlen) t = packed_blocks_tables(p.x, p.B, p.T, p.Tk, 64 * kQWG, 64 * kKVWG, stream);
-    if (HS == 128 && p.HS == 96) launch_attention_backward_preprocess<96, /*kExtras=*/kVarlen>(p, /*zero_dq=*/false, stream);   // zero-padded
-    else launch_attention_backward_preprocess<HS, /*kExtras=*/kVarlen>(p, /*zero_dq=*/false, stream);
+    bool padded = false;   // HS 96 on the HS 128 copies: the preprocess reads the caller's 96 head dims
+    if constexpr (kGeneral && HS == 128)
+        if ((padded = p.HS == 96)) launch_attention_backward_preprocess<96, /*kExtras=*/kVarlen>(p, /*zero_dq=*/false, stream);
+    if (!padded) launch_attention_backward_preprocess<HS, /*kExtras=*/kVarlen>(p, /*zero_dq=*/false, stream);
     const bool early = backward_early_start();
     if constexpr (kVarlen) {
         launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, true, false, true>(p, stream, early, false, t.keys);
