@@ -606,7 +606,7 @@ __device__ __forceinline__ bool head_chunk_stored(int head_dim, int ch) { return
 // of O (swizzle<HS>, in Q's shared memory: the caller ordered every wgmma read of Q before this) for 16-byte stores;
 // kStaged false: no staging (q_smem unused), each thread stores its own bf16 pairs
 // Packed sequences: out_row0 = the sequence's first row of O, rows = its length (0: p.T); the LSE rows stay (B, NH, T)
-template <int HS, bool kStaged, bool kGeneral>
+template <int HS, bool kStaged = true, bool kGeneral = false>
 __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardParams& p, float (&o_acc)[HS / 2],
                                                         const float (&row_max)[2], const float (&row_sum)[2],
                                                         uint8_t* q_smem, int b, int h, int m_start, int warp_row0,
@@ -848,12 +848,14 @@ struct AttentionTuning {
 inline AttentionTuning& attention_tuning() { static AttentionTuning t; return t; }
 
 // Where the persistent Hopper kernels claim their items (kDynamic: both backward kernels, the forward's HS 128 CTA
-// pairs): at T >= 4096 (from_T). Below that the items are short and a claim costs what the balance gains, so the
-// round-robin walk runs. HS 256 claims from T = 1024: its heads are cut into sections beyond 64 heads of 1024 rows
-// (persistent_section_heads), and round-robin over sections loads the SMs unevenly (dev/cuda/README.md has the A/B runs).
-inline bool claimed_schedule(int T, int from_T = 4096) {
+// pairs): at T >= 4096 (from_T), where causal items differ in length. Below that the items are short and a claim
+// costs what the balance gains, so the round-robin walk runs; it also runs where every item has the same length
+// (even_items: non-causal), which round-robin balances by itself. HS 256 claims from T = 1024: its heads are cut into
+// sections beyond 64 heads of 1024 rows (persistent_section_heads), and round-robin over sections loads the SMs
+// unevenly (dev/cuda/README.md has the A/B runs).
+inline bool claimed_schedule(int T, int from_T = 4096, bool even_items = false) {
     const int forced = attention_tuning().schedule;
-    return forced == AttentionTuning::kByShape ? T >= from_T : forced == AttentionTuning::kClaimed;
+    return forced == AttentionTuning::kByShape ? !even_items && T >= from_T : forced == AttentionTuning::kClaimed;
 }
 // The split's two kernels are independent (both read only the inputs and the preprocess's statistics), so the dQ
 // kernel is launched to start on the SMs the dK/dV kernel's tail leaves idle, and the dK/dV kernel to get ready
@@ -3105,7 +3107,7 @@ __device__ __forceinline__ void dkdv_hopper_step(float (&dk_acc)[HS / 2], float 
 // dK *= scale; dK, dV -> bf16, staged in this warp's own 16 rows of dk_stage / dv_stage (swizzle<HS>: 256-byte rows at
 // HS 128, not the column blocks; each warp reads back only what it wrote), then 16-byte stores into dk, dv
 // (packed sequences: row0 = the sequence's first row of dK, dV, rows = its keys; rows 0: p.Tk)
-template <int HS, bool kGeneral>
+template <int HS, bool kGeneral = false>
 __device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardParams& p, const float (&dk_acc)[HS / 2], const float (&dv_acc)[HS / 2],
                                                      uint8_t* dk_stage, uint8_t* dv_stage, int b, int h, int n_start, int warp_row0,
                                                      int row0 = 0, int rows = 0) {
@@ -3214,7 +3216,7 @@ __device__ __forceinline__ void dq_hopper_step(float (&dq_acc)[HS / 2], uint64_t
 
 // dQ * scale -> bf16, staged in this warp's own 16 rows of `stage` (swizzle<HS>), then 16-byte stores into dq
 // (packed sequences: row0 = the sequence's first row of dQ, rows = its length; rows 0: p.T)
-template <int HS, bool kGeneral>
+template <int HS, bool kGeneral = false>
 __device__ __forceinline__ void dq_hopper_epilogue(const AttentionBackwardParams& p, const float (&dq_acc)[HS / 2], uint8_t* stage,
                                                    int b, int h, int m_start, int warp_row0, int row0 = 0, int rows = 0) {
     constexpr int kDT = HS / 8;
@@ -4124,7 +4126,7 @@ void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaSt
     if constexpr (kVarlen) {
         launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, true, false, true>(p, stream, early, false, t.keys);
         launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, true, false, true>(p, stream, early, t.queries);
-    } else if (claimed_schedule(p.T)) {
+    } else if (claimed_schedule(p.T, 4096, /*even_items=*/!p.causal)) {
         launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, true, kGeneral, kBias>(p, stream, early);
         launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, true, kGeneral, kBias>(p, stream, early);
     } else {
