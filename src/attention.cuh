@@ -4151,7 +4151,7 @@ template <int kStages>
 void attention_backward_split_hopper_ws_256(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<256>(p, /*zero_dq=*/false, stream);
     const bool early = backward_early_start();
-    if (claimed_schedule(p.T, 1024)) {
+    if (claimed_schedule(p.T, 1024, /*even_items=*/!p.causal)) {
         launch_attention_backward_dkdv256_hopper_ws<kStages, true>(p, stream, early);
         launch_attention_backward_dq_hopper_ws<256, 1, 64, kStages, true, true>(p, stream, early);
     } else {
