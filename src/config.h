@@ -200,8 +200,8 @@ inline void train_config_defaults(TrainConfig* c) {
     c->memory_plan_only = 0;
 }
 
-// -ge -1 (the default): GELU fused into the cuBLASLt epilogues on Hopper, where it measured faster (d12 B=64
-// T=1024 on an H200, 2026-11-21: 509,921 tok/s with -ge 0, 518,594 with -ge 2); llm.c's default 0 elsewhere
+// -ge -1 (the default): GELU fused into the cuBLASLt epilogues (2) on Hopper, where d12 trains faster with it than
+// with -ge 0 or 1 (dev/cuda/README.md's results log); llm.c's default 0 elsewhere
 inline int gelu_fusion_default(int cc_major) { return cc_major >= 9 ? 2 : 0; }
 
 inline const char* train_usage() {
