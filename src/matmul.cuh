@@ -35,13 +35,18 @@ void matmul_teardown() {
     cublaslt_handle = nullptr;
 }
 
+// Which of cuBLASLt's heuristic results runs: 0, its first, always in training; dev/cuda/matmul_algos.cu times the
+// others (matmul_cublaslt then returns false where the heuristic has fewer)
+inline int& cublaslt_algo_rank() { static int rank = 0; return rank; }
+static const int kMaxAlgoRank = 16;
+
 // D (m,n) = op(A) @ op(B) [+ C] [+ bias (m)], epilogue options:
 //   gelu_aux && !backward: D = gelu(result), gelu_aux (m,n) = the pre-GELU result
 //   gelu_aux &&  backward: D = result * gelu'(gelu_aux)
 // A is (m,k) column-major, or (k,m) if trans_a; B is (k,n), or (n,k) if trans_b. C is (m,n) like D (ld m),
 // added with beta = 1 before the single rounding to bf16; null means beta = 0, and c == d accumulates in place.
 // The GELU epilogues take no C.
-void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const floatX* c, const floatX* bias, int m, int n, int k,
+bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const floatX* c, const floatX* bias, int m, int n, int k,
                      bool trans_a, bool trans_b, floatX* gelu_aux, bool backward, cudaStream_t stream) {
     if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | (uintptr_t)bias | (uintptr_t)gelu_aux) % 16 != 0) {
         fprintf(stderr, "matmul_cublaslt: pointers must be 16-byte aligned\n");
@@ -84,10 +89,11 @@ void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const floatX* 
     cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                      &cublaslt_workspace_size, sizeof(cublaslt_workspace_size)));
-    cublasLtMatmulHeuristicResult_t heuristic;
+    cublasLtMatmulHeuristicResult_t heuristic[kMaxAlgoRank];
+    const int rank = std::min(cublaslt_algo_rank(), kMaxAlgoRank - 1);
     int returned = 0;
     cublasCheck(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, layout_a, layout_b, layout_c, layout_c,
-                                               preference, 1, &heuristic, &returned));
+                                               preference, rank + 1, heuristic, &returned));
     if (returned == 0) {
         fprintf(stderr, "matmul_cublaslt: no cuBLASLt algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d epilogue=%d\n",
                 m, n, k, (int)trans_a, (int)trans_b, (int)epilogue);
@@ -95,13 +101,15 @@ void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const floatX* 
     }
     // C and D share one layout; with beta = 0 cuBLASLt reads no C, so D stands in for a null C
     const float alpha = 1.0f, beta = c ? 1.0f : 0.0f;
-    cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, c ? c : d, layout_c, d, layout_c,
-                               &heuristic.algo, cublaslt_workspace, cublaslt_workspace_size, stream));
+    if (rank < returned)
+        cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, c ? c : d, layout_c, d,
+                                   layout_c, &heuristic[rank].algo, cublaslt_workspace, cublaslt_workspace_size, stream));
     cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
     cublasCheck(cublasLtMatmulDescDestroy(desc));
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_a));
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_b));
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_c));
+    return rank < returned;
 }
 
 // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC) [+ residual (N, OC)]; bias and residual may be null,
