@@ -267,11 +267,10 @@ inline void attention_backward_cpu_general(float* dq, float* dk, float* dv, cons
             double dp = 0.0;
             for (int d = 0; d < s.HS; d++) dp += (double)doi[d] * (double)vj[d];
             dS[j] = rnd(dp);
-            D += P[j] * dS[j];
+            if (!out_for_d) D += P[j] * dS[j];
         }
         if (out_for_d) {
             const float* oi = &out_for_d[bthd_index(b, i, h, 0, s.T, s.NH, s.HS)];
-            D = 0.0;
             for (int d = 0; d < s.HS; d++) D += (double)doi[d] * (double)oi[d];
             D = (double)(float)D;   // fp32, as the kernels keep it
         }
