@@ -380,7 +380,8 @@ size_t gpt2_attention_scratch_bytes(const GPT2Config& c, int B, int T) {
 size_t gpt2_reduce_scratch_floats(const GPT2Config& c, int B, int T) {
     int N = B * T, C = c.channels;
     return std::max({layernorm_backward_scratch_floats(N, C), bias_backward_scratch_floats(N, C),
-                     bias_backward_scratch_floats(N, 3 * C), bias_backward_scratch_floats(N, 4 * C), (size_t)GLOBAL_NORM_BLOCKS});
+                     bias_backward_scratch_floats(N, 3 * C), bias_backward_scratch_floats(N, 4 * C), (size_t)GLOBAL_NORM_BLOCKS,
+                     (size_t)B * ceil_div(T, 16) * 3 * C});   // the attention's dqkv sums
 }
 size_t gpt2_scratch_bytes(const GPT2Config& c, int B, int T) {
     return gpt2_attention_scratch_bytes(c, B, T) + gpt2_reduce_scratch_floats(c, B, T) * sizeof(float);
@@ -648,11 +649,13 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         // attention projection: datty = dresidual @ attprojw
         matmul_backward(dbtc, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, scratch, dresidual, atty,
                         p.attprojw + (size_t)l * C * C, N, C, C, nullptr, main_stream);
-        // attention: dqkv (N, 3C) into dbt4c, from out + lse only
-        attention_backward(dbt4c, model->attention_scratch, dbtc, qkv, atty, lse, B, T, NH, HS, main_stream,
-                           model->document_masking ? model->doc_start : nullptr);
+        // attention: dqkv (N, 3C) into dbt4c, from out + lse only. Where it can, the attention also sums dqkv over each
+        // 16 tokens: those partials give the qkv bias gradient without another pass over dqkv
+        const bool qkvb_summed = attention_backward(dbt4c, model->attention_scratch, dbtc, qkv, atty, lse, B, T, NH, HS, main_stream,
+                                                    model->document_masking ? model->doc_start : nullptr, scratch);
+        if (qkvb_summed) reduce_partials_add(g.qkvb + l * 3 * C, nullptr, scratch, B * ceil_div(T, 16), 3 * C, main_stream);
         // qkv: dln1 = dqkv @ qkvw
-        matmul_backward(dbtc, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, scratch, dbt4c, ln1,
+        matmul_backward(dbtc, g.qkvw + (size_t)l * 3 * C * C, qkvb_summed ? nullptr : g.qkvb + l * 3 * C, scratch, dbt4c, ln1,
                         p.qkvw + (size_t)l * 3 * C * C, N, C, 3 * C, nullptr, main_stream);
         layernorm_backward(dresidual, g.ln1w + l * C, g.ln1b + l * C, scratch, dbtc, residual, p.ln1w + l * C,
                            ln1_mean, ln1_rstd, N, C, main_stream);

@@ -1958,6 +1958,9 @@ struct AttentionBackwardParams {
     void* dbias = nullptr;        // optional: d loss / d bias, bias's dtype and strides (summed over its broadcast
                                   // dimensions in a fixed order: deterministic); needs attention_backward_scratch_bytes(p)
     floatX* dgate = nullptr;      // with x.gate (then dout is d loss / d gated_out): d loss / d gate, with x.gate_st
+    float* dqkv_sums = nullptr;   // optional, GPT-2's kernels only (attention_backward_sums_dqkv): (B * ceil(T / 16), 3 * NH * HS)
+                                  // fp32; row (b, t / 16) holds the sums of dQ, dK, dV over tokens t .. t + 15 in the fused
+                                  // QKV column order, so its column sums are the QKV projection's bias gradient
 };
 
 // GPT-2: dqkv (B, T, 3, NH, HS) from dout (B, T, NH, HS)
@@ -3104,6 +3107,29 @@ __device__ __forceinline__ void dkdv_hopper_step(float (&dk_acc)[HS / 2], float 
     wgmma_wait<0>();
 }
 
+// p.dqkv_sums: this warp's 16 rows (first row row0) of an fp32 accumulator (rows g, g + 8 a thread, columns 8 dt + 2 tq
+// and + 1) times scale, summed over its rows before T, into row (b, row0 / 16) from column col0. The rows go through
+// a fixed butterfly of shuffles: deterministic.
+template <int HS>
+__device__ __forceinline__ void store_dqkv_sums(const AttentionBackwardParams& p, const float (&acc)[HS / 2], float scale, int b,
+                                                int row0, int col0) {
+    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    if (row0 >= p.T) return;   // the whole warp: rows past T belong to no group
+    const bool lo = row0 + g < p.T, hi = row0 + g + 8 < p.T;
+    float* dst = p.dqkv_sums + ((size_t)b * ceil_div(p.T, 16) + row0 / 16) * 3 * p.NH * HS + col0;
+    #pragma unroll
+    for (int dt = 0; dt < HS / 8; dt++) {
+        float s0 = (lo ? acc[4 * dt] : 0.0f) + (hi ? acc[4 * dt + 2] : 0.0f);
+        float s1 = (lo ? acc[4 * dt + 1] : 0.0f) + (hi ? acc[4 * dt + 3] : 0.0f);
+        #pragma unroll
+        for (int off = 4; off < 32; off *= 2) {
+            s0 += __shfl_xor_sync(0xffffffffu, s0, off);
+            s1 += __shfl_xor_sync(0xffffffffu, s1, off);
+        }
+        if (g == 0) *reinterpret_cast<float2*>(dst + 8 * dt + 2 * tq) = make_float2(s0 * scale, s1 * scale);
+    }
+}
+
 // dK *= scale; dK, dV -> bf16, staged in this warp's own 16 rows of dk_stage / dv_stage (swizzle<HS>: 256-byte rows at
 // HS 128, not the column blocks; each warp reads back only what it wrote), then 16-byte stores into dk, dv
 // (packed sequences: row0 = the sequence's first row of dK, dV, rows = its keys; rows 0: p.Tk)
@@ -3135,6 +3161,12 @@ __device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardPara
         if (t < Tk && head_chunk_stored<HS, kGeneral>(p.HS, ch)) {
             *reinterpret_cast<uint4*>(dk_gl + (row0 + t) * p.dk_st.row + ch * 8) = *reinterpret_cast<const uint4*>(dk_stage + swizzle<HS>(row, ch));
             *reinterpret_cast<uint4*>(dv_gl + (row0 + t) * p.dv_st.row + ch * 8) = *reinterpret_cast<const uint4*>(dv_stage + swizzle<HS>(row, ch));
+        }
+    }
+    if constexpr (!kGeneral) {
+        if (p.dqkv_sums) {
+            store_dqkv_sums<HS>(p, dk_acc, scale, b, n_start + warp_row0, (p.NH + h) * HS);
+            store_dqkv_sums<HS>(p, dv_acc, 1.0f, b, n_start + warp_row0, (2 * p.NH + h) * HS);
         }
     }
 }
@@ -3238,6 +3270,9 @@ __device__ __forceinline__ void dq_hopper_epilogue(const AttentionBackwardParams
         const int row = warp_row0 + c / kDT, ch = c % kDT;
         if (m_start + row < T && head_chunk_stored<HS, kGeneral>(p.HS, ch))
             *reinterpret_cast<uint4*>(dq_gl + (row0 + m_start + row) * p.dq_st.row + ch * 8) = *reinterpret_cast<const uint4*>(stage + swizzle<HS>(row, ch));
+    }
+    if constexpr (!kGeneral) {
+        if (p.dqkv_sums) store_dqkv_sums<HS>(p, dq_acc, scale, b, m_start + warp_row0, h * HS);
     }
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -4229,6 +4264,13 @@ inline const char* attention_backward_path_name(int HS) {
 }
 
 // nullptr if the call runs on this GPU, else the reason it does not
+// Whether GPT-2's backward writes AttentionBackwardParams::dqkv_sums at this shape: on the deterministic Hopper split
+// (not with the atomic or ordered dQ, not with document masking)
+inline bool attention_backward_sums_dqkv(int T, int HS, bool document_masking) {
+    return attention_backward_uses_hopper(HS) && !attention_backward_nondeterministic() && !attention_backward_ordered_dq(T, HS) &&
+           !document_masking;
+}
+
 inline const char* attention_backward_unsupported_reason(const AttentionBackwardParams& p) {
     AttentionForwardParams f{p.q, p.k, p.v, nullptr, nullptr, p.q_st, p.k_st, p.v_st, p.o_st, p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, p.causal, p.scale, p.x};
     f.x.gated_out = p.dgate;   // the backward's gating output (same checks: 16-byte aligned)
@@ -4237,6 +4279,9 @@ inline const char* attention_backward_unsupported_reason(const AttentionBackward
         if (st.batch % 8 || st.row % 8 || st.head % 8) return "every batch, row and head stride must be a multiple of 8 elements (16 bytes)";
     if (p.dbias && !p.x.bias) return "dbias needs a bias (it takes the bias's dtype, strides and broadcast dimensions)";
     if (p.dbias && (uintptr_t)p.dbias % (p.x.bias_fp32 ? 4 : 2)) return "dbias must be aligned to its element size";
+    if (p.dqkv_sums && !(attention_self_causal(p) && !attention_has_extras(p.x) && attention_backward_sums_dqkv(p.T, p.HS, false)))
+        return "dqkv_sums is written only by GPT-2's causal self-attention on the deterministic Hopper split (attention_backward_sums_dqkv)";
+    if ((uintptr_t)p.dqkv_sums % 8) return "dqkv_sums must be 8-byte aligned";
     for (const void* ptr : {(const void*)p.out, (const void*)p.dout, (const void*)p.dq, (const void*)p.dk, (const void*)p.dv})
         if ((uintptr_t)ptr % 16) return "O, dO, dQ, dK and dV must be 16-byte aligned";
     return nullptr;
@@ -4309,13 +4354,21 @@ inline void attention_backward(const AttentionBackwardParams& p, cudaStream_t st
 #endif  // FLASHGPT_ATTENTION_GPT2_ONLY
 
 // GPT-2: dqkv (B, T, 3, NH, HS) from dout (B, T, NH, HS); scratch: attention_backward_scratch_bytes(B, T, NH, HS)
-// (doc_start: the forward's document masking)
-inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
-                               const float* lse, int B, int T, int NH, int HS, cudaStream_t stream, const int* doc_start = nullptr) {
+// (doc_start: the forward's document masking). dqkv_sums (optional, (B * ceil(T / 16), 3 * NH * HS) fp32): where
+// attention_backward_sums_dqkv, dqkv's sums over each 16 tokens (the QKV bias gradient's partials) go there too;
+// returns whether they did.
+inline bool attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
+                               const float* lse, int B, int T, int NH, int HS, cudaStream_t stream, const int* doc_start = nullptr,
+                               float* dqkv_sums = nullptr) {
     if (const char* why = attention_unsupported_reason(B, T, NH, HS)) attention_exit_unsupported("backward", B, T, T, NH, NH, HS, why);
     AttentionBackwardParams p = fused_qkv_backward_params(dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS);
-    if (!doc_start) { attention_backward_self_causal_path(p, stream); return; }
+    if (!doc_start) {
+        if (attention_backward_sums_dqkv(T, HS, false)) p.dqkv_sums = dqkv_sums;
+        attention_backward_self_causal_path(p, stream);
+        return p.dqkv_sums != nullptr;
+    }
     p.x.doc_start = doc_start;
     if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64, true>(p, stream);
     else attention_backward_split<128, 4, 1, 32, 4, 1, 32, true>(p, stream);
+    return false;
 }

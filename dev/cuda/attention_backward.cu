@@ -111,6 +111,34 @@ std::vector<float> qkv_part(const std::vector<T>& x, const Shape& s, int which) 
     return part;
 }
 
+// AttentionBackwardParams::dqkv_sums (B * ceil(T / 16), 3 * NH * HS) against the sums over the same 16 tokens of the
+// bf16 dqkv the kernels wrote: each fp32 sum within 2^-8 of the sum of |dqkv| (its terms rounded to bf16 once,
+// half an ulp each) + 1e-6, and every one written (the buffer is poisoned before the launch)
+bool dqkv_sums_check(const std::vector<float>& sums, const std::vector<floatX>& dqkv, const Shape& s) {
+    const int groups = ceil_div(s.T, 16), cols = 3 * s.NH * s.HS;
+    size_t bad = 0, nonfinite = 0;
+    double worst = 0.0;   // the largest error as a fraction of its tolerance
+    for (int b = 0; b < s.B; b++)
+        for (int g = 0; g < groups; g++)
+            for (int c = 0; c < cols; c++) {
+                double sum = 0.0, abs_sum = 0.0;
+                for (int t = 16 * g; t < std::min(s.T, 16 * g + 16); t++) {
+                    const double x = __bfloat162float(dqkv[((size_t)b * s.T + t) * cols + c]);
+                    sum += x;
+                    abs_sum += std::fabs(x);
+                }
+                const float got = sums[((size_t)b * groups + g) * cols + c];
+                if (!std::isfinite(got)) { nonfinite++; continue; }
+                const double frac = std::fabs(got - sum) / (std::ldexp(abs_sum, -8) + 1e-6);
+                worst = std::max(worst, frac);
+                bad += frac > 1.0;
+            }
+    const bool ok = bad == 0 && nonfinite == 0;
+    printf("  dqkv sums (%d x %d groups of 16 tokens x %d columns) vs the written dqkv: %zu non-finite, %zu out of tolerance, "
+           "worst %.2f of tol %s\n", s.B, groups, cols, nonfinite, bad, worst, ok ? "ok" : "FAIL");
+    return ok;
+}
+
 struct Row { int variant; std::string config; Shape s; float scale; bool ok; float ms_med, ms_min; };
 
 int main(int argc, char** argv) {
@@ -170,10 +198,17 @@ int main(int argc, char** argv) {
                         continue;
                     }
                     printf("variant %d (%s) cfg %s\n", v->number, v->name, cfg_name);
+                    // the shipped path also writes GPT-2's dqkv sums where it can (the qkv bias gradient's partials)
+                    const bool sums = v->number == 0 && attention_backward_sums_dqkv(s.T, s.HS, false);
+                    const size_t n_sums = (size_t)s.B * ceil_div(s.T, 16) * 3 * s.NH * s.HS;
+                    float* d_sums = sums ? device_alloc<float>(n_sums) : nullptr;
                     std::vector<floatX> runs[2];
                     for (int r = 0; r < 2; r++) {   // poison dqkv and the scratch: everything must be written, nothing assumed
                         poison(buf.dqkv, n_qkv * 2); poison(buf.scratch, scratch_bytes);
-                        v->launch(buf.params(s), cfg, stream);
+                        if (sums) poison(d_sums, n_sums * 4);
+                        AttentionBackwardParams p = buf.params(s);
+                        p.dqkv_sums = d_sums;
+                        v->launch(p, cfg, stream);
                         cudaCheck(cudaGetLastError());
                         cudaCheck(cudaStreamSynchronize(stream));
                         runs[r] = from_device(buf.dqkv, n_qkv);
@@ -183,6 +218,10 @@ int main(int argc, char** argv) {
                     for (int w = 0; w < 3; w++) {
                         std::vector<float> got = qkv_part(runs[0], s, w);
                         ok = fa_rule_check(names[w], got.data(), ref[w].data(), naive[w].data(), n_out, Describe{s, Describe::BTHD}) && ok;
+                    }
+                    if (sums) {   // each 16-token sum against the same sum of the bf16 dqkv written (within its rounding)
+                        ok = dqkv_sums_check(from_device(d_sums, n_sums), runs[1], s) && ok;
+                        cudaCheck(cudaFree(d_sums));
                     }
                     const bool identical = memcmp(runs[0].data(), runs[1].data(), n_qkv * 2) == 0;
                     // variant 0 is what src ships: not deterministic where FLASHGPT_ATTN_NONDETERMINISTIC=1 picks atomics
