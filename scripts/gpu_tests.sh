@@ -19,6 +19,9 @@ fi
 # the fused classifier's kernels (loss and gradient in place) against the fp64 reference, GPT-2's vocabulary and one
 # past the shared-memory kernel's limit, logits at scale 1 and 8
 run_gpu "fused_classifier all --check" ./dev/cuda/fused_classifier all --check
+# layernorm forward and backward, every variant against the fp64 reference at C = 768, 1024, 1600 (the register
+# kernels bit-identical to the others)
+run_gpu "layernorm all --check" ./dev/cuda/layernorm all --check
 # python/flashgpt_attention.py (libflashgpt_attention.so through ctypes; make test builds the library here) against
 # PyTorch's SDPA: out and q/k/v gradients by FlashAttention's rule, a nanoGPT attention block's loss and gradients
 if python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then

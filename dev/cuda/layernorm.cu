@@ -1,0 +1,291 @@
+/*
+LayerNorm forward and backward (src/layernorm.cuh): the variants validated against an fp64 CPU reference and timed
+at GPT-2's training shape.
+
+  make dev/cuda/layernorm && ./dev/cuda/layernorm all [--check] [-n N] [-c C] [--seed S]
+
+Variants, forward and backward alike (0 is what src ships: the register kernel where C <= 1024, else variant 2):
+  1  naive: forward one thread a row; backward one thread a row for dinp, then one thread a channel for dw, db
+  2  a warp a row that re-reads the row for each pass; the backward sums dw, db in shared memory row by row
+     (src's kernels for C > 1024)
+  3  a warp a row that reads the row once into registers and keeps its channels' dw, db sums there (src's for
+     C <= 1024; the same additions in the same order as variant 2, so bit-identical to it)
+
+Validation (--check: N = 4096 at C = 768, 1024, 1600 and N = 1, 7 at C = 768; otherwise the given shape) on fresh
+randn inputs (mean 0.5, so the mean matters), the outputs poisoned (NaN) before each launch: out, mean, rstd and
+dinp (+= onto a random dinp), dw and db (+= onto random values) against fp64. bf16 outputs within 2^-7 relative +
+2^-7 * the row's (column's) scale, fp32 mean and rstd within 1e-5 relative. Variant 3 must equal variant 2 bit for
+bit. Timing (without --check): N = 65536, C = 768, median of 30 launches; bytes: forward one read of inp and one
+write of out; backward reads of dout, inp, dinp and a write of dinp (the fp32 statistics and partials left out).
+*/
+#include "dev/cuda/common.h"
+#include "src/layernorm.cuh"
+#include "src/utils.h"   // strfmt
+
+// ----------------------------------------------------------------------------
+// variant 1: naive
+
+__global__ void layernorm_forward_naive_kernel(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
+                                               const floatX* bias, int N, int C) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= N) return;
+    const floatX* x = inp + (size_t)row * C;
+    float m = 0.0f, v = 0.0f;
+    for (int c = 0; c < C; c++) m += __bfloat162float(x[c]);
+    m /= C;
+    for (int c = 0; c < C; c++) { float d = __bfloat162float(x[c]) - m; v += d * d; }
+    float s = rsqrtf(v / C + LN_EPS);
+    for (int c = 0; c < C; c++)
+        out[(size_t)row * C + c] = __float2bfloat16((__bfloat162float(x[c]) - m) * s * __bfloat162float(weight[c]) + __bfloat162float(bias[c]));
+    mean[row] = m;
+    rstd[row] = s;
+}
+
+__global__ void layernorm_backward_naive_dinp_kernel(floatX* dinp, const floatX* dout, const floatX* inp, const floatX* weight,
+                                                     const float* mean, const float* rstd, int N, int C) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= N) return;
+    size_t off = (size_t)row * C;
+    float m = mean[row], s = rstd[row], dnorm_mean = 0.0f, dnorm_xhat_mean = 0.0f;
+    for (int c = 0; c < C; c++) {
+        float xhat = (__bfloat162float(inp[off + c]) - m) * s, dnorm = __bfloat162float(dout[off + c]) * __bfloat162float(weight[c]);
+        dnorm_mean += dnorm;
+        dnorm_xhat_mean += dnorm * xhat;
+    }
+    dnorm_mean /= C;
+    dnorm_xhat_mean /= C;
+    for (int c = 0; c < C; c++) {
+        float xhat = (__bfloat162float(inp[off + c]) - m) * s, dnorm = __bfloat162float(dout[off + c]) * __bfloat162float(weight[c]);
+        dinp[off + c] = __float2bfloat16(__bfloat162float(dinp[off + c]) + (dnorm - dnorm_mean - xhat * dnorm_xhat_mean) * s);
+    }
+}
+
+__global__ void layernorm_backward_naive_dwdb_kernel(floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
+                                                     const float* mean, const float* rstd, int N, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float dw = 0.0f, db = 0.0f;
+    for (int row = 0; row < N; row++) {
+        float d = __bfloat162float(dout[(size_t)row * C + c]);
+        dw += d * (__bfloat162float(inp[(size_t)row * C + c]) - mean[row]) * rstd[row];
+        db += d;
+    }
+    dweight[c] = __float2bfloat16(__bfloat162float(dweight[c]) + dw);
+    dbias[c] = __float2bfloat16(__bfloat162float(dbias[c]) + db);
+}
+
+// ----------------------------------------------------------------------------
+
+struct LnBuffers {
+    floatX *inp, *weight, *bias, *out, *dout, *dinp, *dweight, *dbias;
+    float *mean, *rstd, *scratch;
+};
+
+static const char* kVariantNames[] = {"shipped (src dispatch)", "naive", "re-read rows, dw/db in shared memory", "row and dw/db in registers"};
+constexpr int kNumVariants = 4;
+
+// the src kernels with a fixed choice (variants 2, 3); false where variant 3 does not take C
+bool launch_forward(int variant, const LnBuffers& b, int N, int C) {
+    const int grid = ceil_div(N, 8);
+    if (variant == 0) layernorm_forward(b.out, b.mean, b.rstd, b.inp, b.weight, b.bias, N, C, 0);
+    else if (variant == 1) layernorm_forward_naive_kernel<<<ceil_div(N, 128), 128>>>(b.out, b.mean, b.rstd, b.inp, b.weight, b.bias, N, C);
+    else if (variant == 2) layernorm_forward_kernel<<<grid, 256>>>(b.out, b.mean, b.rstd, b.inp, b.weight, b.bias, N, C);
+    else switch (layernorm_register_chunks(C)) {
+        case 1: layernorm_forward_registers_kernel<1><<<grid, 256>>>(b.out, b.mean, b.rstd, b.inp, b.weight, b.bias, N, C); break;
+        case 2: layernorm_forward_registers_kernel<2><<<grid, 256>>>(b.out, b.mean, b.rstd, b.inp, b.weight, b.bias, N, C); break;
+        case 3: layernorm_forward_registers_kernel<3><<<grid, 256>>>(b.out, b.mean, b.rstd, b.inp, b.weight, b.bias, N, C); break;
+        case 4: layernorm_forward_registers_kernel<4><<<grid, 256>>>(b.out, b.mean, b.rstd, b.inp, b.weight, b.bias, N, C); break;
+        default: return false;
+    }
+    cudaCheck(cudaGetLastError());
+    return true;
+}
+
+bool launch_backward(int variant, const LnBuffers& b, int N, int C) {
+    const int blocks = layernorm_backward_num_blocks(N), threads = LN_BWD_WARPS * 32;
+    const size_t smem = (size_t)LN_BWD_WARPS * 2 * C * sizeof(float);
+    if (variant == 0) {
+        layernorm_backward(b.dinp, b.dweight, b.dbias, b.scratch, b.dout, b.inp, b.weight, b.mean, b.rstd, N, C, 0);
+        return true;
+    }
+    if (variant == 1) {
+        layernorm_backward_naive_dinp_kernel<<<ceil_div(N, 128), 128>>>(b.dinp, b.dout, b.inp, b.weight, b.mean, b.rstd, N, C);
+        layernorm_backward_naive_dwdb_kernel<<<ceil_div(C, 128), 128>>>(b.dweight, b.dbias, b.dout, b.inp, b.mean, b.rstd, N, C);
+        cudaCheck(cudaGetLastError());
+        return true;
+    }
+    if (variant == 2) {
+        cudaCheck(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        layernorm_backward_kernel<<<blocks, threads, smem>>>(b.dinp, b.scratch, b.dout, b.inp, b.weight, b.mean, b.rstd, N, C);
+    } else switch (layernorm_register_chunks(C)) {
+        case 1: layernorm_backward_registers_kernel<1><<<blocks, threads, smem>>>(b.dinp, b.scratch, b.dout, b.inp, b.weight, b.mean, b.rstd, N, C); break;
+        case 2: layernorm_backward_registers_kernel<2><<<blocks, threads, smem>>>(b.dinp, b.scratch, b.dout, b.inp, b.weight, b.mean, b.rstd, N, C); break;
+        case 3: layernorm_backward_registers_kernel<3><<<blocks, threads, smem>>>(b.dinp, b.scratch, b.dout, b.inp, b.weight, b.mean, b.rstd, N, C); break;
+        case 4: layernorm_backward_registers_kernel<4><<<blocks, threads, smem>>>(b.dinp, b.scratch, b.dout, b.inp, b.weight, b.mean, b.rstd, N, C); break;
+        default: return false;
+    }
+    cudaCheck(cudaGetLastError());
+    reduce_partials_add(b.dweight, b.dbias, b.scratch, blocks, C, 0);
+    return true;
+}
+
+// |got - ref| <= 2^-7 (|ref| + scale) for every element; returns the worst error as a fraction of that
+double bf16_check(const std::vector<floatX>& got, const std::vector<double>& ref, const std::vector<double>& scale, size_t inner,
+                  size_t* bad) {
+    double worst = 0.0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        const double g = __bfloat162float(got[i]), tol = std::ldexp(std::fabs(ref[i]) + scale[i / inner], -7);
+        const double frac = std::isfinite(g) ? std::fabs(g - ref[i]) / tol : INFINITY;
+        worst = std::max(worst, frac);
+        *bad += !(frac <= 1.0);
+    }
+    return worst;
+}
+
+int validate(const HarnessArgs& args, int N, int C, std::mt19937_64& rng) {
+    std::vector<floatX> h_inp((size_t)N * C), h_w(C), h_b(C), h_dout((size_t)N * C), h_dinp((size_t)N * C), h_dw(C), h_db(C);
+    fill_randn_bf16(h_inp, 1.0f, rng);
+    for (floatX& x : h_inp) x = __float2bfloat16(__bfloat162float(x) + 0.5f);
+    fill_randn_bf16(h_w, 1.0f, rng); fill_randn_bf16(h_b, 1.0f, rng); fill_randn_bf16(h_dout, 1.0f, rng);
+    fill_randn_bf16(h_dinp, 1.0f, rng); fill_randn_bf16(h_dw, 1.0f, rng); fill_randn_bf16(h_db, 1.0f, rng);
+    // fp64 reference; the backward takes the fp32 mean/rstd the forward under test wrote, as training does
+    std::vector<double> ref_out((size_t)N * C), ref_mean(N), ref_rstd(N), ones(std::max(N, C), 1.0);
+    for (int r = 0; r < N; r++) {
+        double m = 0.0, v = 0.0;
+        for (int c = 0; c < C; c++) m += __bfloat162float(h_inp[(size_t)r * C + c]);
+        m /= C;
+        for (int c = 0; c < C; c++) { double d = __bfloat162float(h_inp[(size_t)r * C + c]) - m; v += d * d; }
+        const double s = 1.0 / std::sqrt(v / C + LN_EPS);
+        ref_mean[r] = m; ref_rstd[r] = s;
+        for (int c = 0; c < C; c++)
+            ref_out[(size_t)r * C + c] = (__bfloat162float(h_inp[(size_t)r * C + c]) - m) * s * __bfloat162float(h_w[c]) + __bfloat162float(h_b[c]);
+    }
+    std::vector<double> ref_dinp((size_t)N * C), ref_dw(C), ref_db(C), row_scale(N), col_scale(C);
+    for (int c = 0; c < C; c++) { ref_dw[c] = __bfloat162float(h_dw[c]); ref_db[c] = __bfloat162float(h_db[c]); }
+    for (int r = 0; r < N; r++) {
+        const double m = ref_mean[r], s = ref_rstd[r];
+        double dm = 0.0, dxm = 0.0, scale = 0.0;
+        for (int c = 0; c < C; c++) {
+            const double d = __bfloat162float(h_dout[(size_t)r * C + c]), xhat = (__bfloat162float(h_inp[(size_t)r * C + c]) - m) * s;
+            dm += d * __bfloat162float(h_w[c]);
+            dxm += d * __bfloat162float(h_w[c]) * xhat;
+            ref_dw[c] += d * xhat;
+            ref_db[c] += d;
+            col_scale[c] += std::fabs(d);
+        }
+        dm /= C; dxm /= C;
+        for (int c = 0; c < C; c++) {
+            const double d = __bfloat162float(h_dout[(size_t)r * C + c]), xhat = (__bfloat162float(h_inp[(size_t)r * C + c]) - m) * s;
+            const double g = (d * __bfloat162float(h_w[c]) - dm - xhat * dxm) * s;
+            ref_dinp[(size_t)r * C + c] = __bfloat162float(h_dinp[(size_t)r * C + c]) + g;
+            scale = std::max(scale, std::fabs(g));
+        }
+        row_scale[r] = scale + 1.0;   // the initial dinp is randn: its rounding is on the scale of 1
+    }
+    for (int c = 0; c < C; c++) col_scale[c] = col_scale[c] * 4.0 / std::sqrt((double)N) + 1.0;   // sum of N terms: ~sqrt(N) rounding noise
+
+    LnBuffers b;
+    b.inp = device_alloc<floatX>((size_t)N * C); b.weight = device_alloc<floatX>(C); b.bias = device_alloc<floatX>(C);
+    b.out = device_alloc<floatX>((size_t)N * C); b.dout = device_alloc<floatX>((size_t)N * C); b.dinp = device_alloc<floatX>((size_t)N * C);
+    b.dweight = device_alloc<floatX>(C); b.dbias = device_alloc<floatX>(C);
+    b.mean = device_alloc<float>(N); b.rstd = device_alloc<float>(N);
+    b.scratch = device_alloc<float>(layernorm_backward_scratch_floats(N, C));
+    to_device(b.inp, h_inp); to_device(b.weight, h_w); to_device(b.bias, h_b); to_device(b.dout, h_dout);
+    int failures = 0;
+    std::vector<floatX> fwd_v2, dinp_v2, dw_v2;   // variant 2's outputs, which variant 3 must match bit for bit
+    for (int variant : {2, 0, 1, 3}) {
+        if (!args.wants(variant) && variant != 2) continue;
+        poison(b.out, (size_t)N * C * 2); poison(b.mean, N * 4); poison(b.rstd, N * 4);
+        if (!launch_forward(variant, b, N, C)) { printf("  variant %d: C=%d not taken, skipped\n", variant, C); continue; }
+        cudaCheck(cudaDeviceSynchronize());
+        std::vector<floatX> out = from_device(b.out, (size_t)N * C);
+        std::vector<float> mean = from_device(b.mean, N), rstd = from_device(b.rstd, N);
+        size_t bad = 0;
+        const double out_err = bf16_check(out, ref_out, ones, C, &bad);
+        double stat_err = 0.0;
+        for (int r = 0; r < N; r++) {
+            stat_err = std::max(stat_err, std::fabs(mean[r] - ref_mean[r]) / (1e-5 * (std::fabs(ref_mean[r]) + 1.0)));
+            stat_err = std::max(stat_err, std::fabs(rstd[r] - ref_rstd[r]) / (1e-5 * ref_rstd[r]));
+        }
+        if (!(stat_err <= 1.0)) bad++;
+        // backward from this variant's statistics
+        to_device(b.dinp, h_dinp); to_device(b.dweight, h_dw); to_device(b.dbias, h_db);
+        poison(b.scratch, layernorm_backward_scratch_floats(N, C) * 4);
+        launch_backward(variant, b, N, C);
+        cudaCheck(cudaDeviceSynchronize());
+        std::vector<floatX> dinp = from_device(b.dinp, (size_t)N * C), dw = from_device(b.dweight, C), db = from_device(b.dbias, C);
+        const double dinp_err = bf16_check(dinp, ref_dinp, row_scale, C, &bad);
+        const double dw_err = bf16_check(dw, ref_dw, col_scale, 1, &bad), db_err = bf16_check(db, ref_db, col_scale, 1, &bad);
+        dw.insert(dw.end(), db.begin(), db.end());
+        std::string same;
+        if (variant == 2) { fwd_v2 = out; dinp_v2 = dinp; dw_v2 = dw; }
+        else if (variant == 3) {
+            const bool identical = memcmp(out.data(), fwd_v2.data(), out.size() * 2) == 0;
+            const bool identical_b = memcmp(dinp.data(), dinp_v2.data(), dinp.size() * 2) == 0 && memcmp(dw.data(), dw_v2.data(), dw.size() * 2) == 0;
+            same = strfmt(", bit-identical to variant 2: forward %s, backward %s", identical ? "yes" : "NO", identical_b ? "yes" : "NO");
+            if (!identical || !identical_b) bad++;
+        }
+        const bool ok = bad == 0;
+        if (args.wants(variant))
+            printf("  variant %d (%s) N=%d C=%d: out %.2f, mean/rstd %.2f, dinp %.2f, dw %.2f, db %.2f of tol%s %s\n", variant,
+                   kVariantNames[variant], N, C, out_err, stat_err, dinp_err, dw_err, db_err, same.c_str(), ok ? "ok" : "FAIL");
+        failures += !ok && args.wants(variant);
+    }
+    for (void* p : {(void*)b.inp, (void*)b.weight, (void*)b.bias, (void*)b.out, (void*)b.dout, (void*)b.dinp, (void*)b.dweight,
+                    (void*)b.dbias, (void*)b.mean, (void*)b.rstd, (void*)b.scratch})
+        cudaCheck(cudaFree(p));
+    return failures;
+}
+
+void bench(const HarnessArgs& args, int N, int C, std::mt19937_64& rng) {
+    LnBuffers b;
+    std::vector<floatX> h((size_t)N * C);
+    fill_randn_bf16(h, 1.0f, rng);
+    b.inp = device_alloc<floatX>((size_t)N * C); b.weight = device_alloc<floatX>(C); b.bias = device_alloc<floatX>(C);
+    b.out = device_alloc<floatX>((size_t)N * C); b.dout = device_alloc<floatX>((size_t)N * C); b.dinp = device_alloc<floatX>((size_t)N * C);
+    b.dweight = device_alloc<floatX>(C); b.dbias = device_alloc<floatX>(C);
+    b.mean = device_alloc<float>(N); b.rstd = device_alloc<float>(N);
+    b.scratch = device_alloc<float>(layernorm_backward_scratch_floats(N, C));
+    for (floatX* p : {b.inp, b.dout, b.dinp}) to_device(p, h);
+    std::vector<floatX> hw(h.begin(), h.begin() + C);
+    for (floatX* p : {b.weight, b.bias, b.dweight, b.dbias}) to_device(p, hw);
+    const double fwd_bytes = 2.0 * N * C * 2, bwd_bytes = 4.0 * N * C * 2;
+    printf("timing N=%d C=%d (forward %.0f MB, backward %.0f MB a launch)\n", N, C, fwd_bytes / 1e6, bwd_bytes / 1e6);
+    for (int variant = 0; variant < kNumVariants; variant++) {
+        if (!args.wants(variant)) continue;
+        if (!launch_forward(variant, b, N, C)) continue;
+        const Timing f = time_kernel([&](int) { launch_forward(variant, b, N, C); }, args.repeats, 0);
+        const Timing g = time_kernel([&](int) { launch_backward(variant, b, N, C); }, variant == 1 ? 3 : args.repeats, 0, 1);
+        printf("variant %d (%s): forward %.4f ms %.0f GB/s | backward %.4f ms %.0f GB/s\n", variant, kVariantNames[variant],
+               f.median_ms, fwd_bytes / f.median_ms / 1e6, g.median_ms, bwd_bytes / g.median_ms / 1e6);
+        printf("RESULT layernorm variant=%d N=%d C=%d fwd_ms_med=%.4f bwd_ms_med=%.4f\n", variant, N, C, f.median_ms, g.median_ms);
+    }
+    for (void* p : {(void*)b.inp, (void*)b.weight, (void*)b.bias, (void*)b.out, (void*)b.dout, (void*)b.dinp, (void*)b.dweight,
+                    (void*)b.dbias, (void*)b.mean, (void*)b.rstd, (void*)b.scratch})
+        cudaCheck(cudaFree(p));
+}
+
+int main(int argc, char** argv) {
+    // this harness takes -n as the row count and -c as the channels (the shared flags' -n / -t are attention's)
+    int N = 65536, C = 768;
+    std::vector<char*> rest = {argv[0]};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-n") && i + 1 < argc) N = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-c") && i + 1 < argc) C = atoi(argv[++i]);
+        else rest.push_back(argv[i]);
+    }
+    const HarnessArgs args = parse_harness_args((int)rest.size(), rest.data());
+    print_device_banner();
+    printf("seed %llu\n", (unsigned long long)args.seed);
+    std::mt19937_64 rng(args.seed);
+    int failures = 0;
+    if (args.check) {
+        for (int c : {768, 1024, 1600}) failures += validate(args, 4096, c, rng);
+        for (int n : {1, 7}) failures += validate(args, n, 768, rng);
+    } else {
+        failures += validate(args, std::min(N, 4096), C, rng);
+    }
+    if (args.bench && failures == 0) bench(args, N, C, rng);
+    printf("%s\n", failures ? "FAILED" : "all ok");
+    return failures ? EXIT_FAILURE : EXIT_SUCCESS;
+}
