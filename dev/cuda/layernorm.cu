@@ -4,12 +4,12 @@ at GPT-2's training shape.
 
   make dev/cuda/layernorm && ./dev/cuda/layernorm all [--check] [-n N] [-c C] [--seed S]
 
-Variants, forward and backward alike (0 is what src ships: the register kernel where C <= 1024, else variant 2):
+Variants, forward and backward alike (0 is what src ships, variant 2's kernels):
   1  naive: forward one thread a row; backward one thread a row for dinp, then one thread a channel for dw, db
   2  a warp a row that re-reads the row for each pass; the backward sums dw, db in shared memory row by row
-     (src's kernels for C > 1024)
-  3  a warp a row that reads the row once into registers and keeps its channels' dw, db sums there (src's for
-     C <= 1024; the same additions in the same order as variant 2, so bit-identical to it)
+     (src's kernels)
+  3  a warp a row that reads the row once into registers and keeps its channels' dw, db sums there (C <= 1024;
+     the same additions in the same order as variant 2, so bit-identical to it)
 
 Validation (--check: N = 4096 at C = 768, 1024, 1600 and N = 1, 7 at C = 768; otherwise the given shape) on fresh
 randn inputs (mean 0.5, so the mean matters), the outputs poisoned (NaN) before each launch: out, mean, rstd and
@@ -72,6 +72,120 @@ __global__ void layernorm_backward_naive_dwdb_kernel(floatX* dweight, floatX* db
     }
     dweight[c] = __float2bfloat16(__bfloat162float(dweight[c]) + dw);
     dbias[c] = __float2bfloat16(__bfloat162float(dbias[c]) + db);
+}
+
+// ----------------------------------------------------------------------------
+// variant 3: the row (forward) and a lane's channels' dw, db sums (backward) in registers, for C <= 1024. The same
+// additions in the same order as src's kernels, so bit-identical to them. Slower on an H100 (dev/cuda/README.md's
+// results log): the backward's sums take registers, and the warps an SM then holds lose more than the shared-memory
+// adds cost.
+
+// forward: the row read once into registers: lane l holds channels l*8 + 256k .. for k < kChunks
+template <int kChunks>
+__global__ void layernorm_forward_registers_kernel(floatX* out, float* mean, float* rstd, const floatX* inp,
+                                                   const floatX* weight, const floatX* bias, int N, int C) {
+    int lane = threadIdx.x % 32;
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= N) return;
+    const floatX* x = inp + (size_t)row * C;
+    x128 v[kChunks];
+    float sum = 0.0f;
+    #pragma unroll
+    for (int k = 0; k < kChunks; k++) {
+        const int c = lane * X128_SIZE + k * 32 * X128_SIZE;
+        if (c < C) {
+            v[k] = load128cs(x + c);
+            for (int e = 0; e < X128_SIZE; e++) sum += v[k].f(e);
+        }
+    }
+    float m = warp_reduce_sum(sum) / C;
+    float var = 0.0f;
+    #pragma unroll
+    for (int k = 0; k < kChunks; k++) {
+        const int c = lane * X128_SIZE + k * 32 * X128_SIZE;
+        if (c < C) for (int e = 0; e < X128_SIZE; e++) { float d = v[k].f(e) - m; var += d * d; }
+    }
+    float s = rsqrtf(warp_reduce_sum(var) / C + LN_EPS);
+    floatX* o = out + (size_t)row * C;
+    #pragma unroll
+    for (int k = 0; k < kChunks; k++) {
+        const int c = lane * X128_SIZE + k * 32 * X128_SIZE;
+        if (c < C) {
+            x128 w = load128(weight + c), b = load128(bias + c), r;
+            for (int e = 0; e < X128_SIZE; e++) r.set(e, (v[k].f(e) - m) * s * w.f(e) + b.f(e));
+            store128(o + c, r);
+        }
+    }
+    if (lane == 0 && mean) mean[row] = m;
+    if (lane == 0 && rstd) rstd[row] = s;
+}
+
+// 16-byte chunks a lane holds for rows of C channels (C / 256 rounded up), or 0 where the register kernels do not apply
+inline int layernorm_register_chunks(int C) { return C % X128_SIZE == 0 && C <= 4 * 32 * X128_SIZE ? ceil_div(C, 32 * X128_SIZE) : 0; }
+
+// backward: the sums in registers: lane l owns channels l*8 + 256k .. (k < kChunks) and keeps their dw, db sums
+// over its rows there; the warps' sums meet in shared memory once, at the end. The second pass re-reads the row
+// (from L1), as the other kernel does: keeping it in registers too would halve the warps an SM holds.
+template <int kChunks>
+__global__ void layernorm_backward_registers_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
+                                                    const floatX* weight, const float* mean, const float* rstd, int N, int C) {
+    extern __shared__ float ln_bwd_smem[];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    float dw[kChunks][X128_SIZE] = {}, db[kChunks][X128_SIZE] = {};
+    x128 w[kChunks];
+    #pragma unroll
+    for (int k = 0; k < kChunks; k++) {
+        const int c = lane * X128_SIZE + k * 32 * X128_SIZE;
+        if (c < C) w[k] = load128(weight + c);
+    }
+    for (int row = blockIdx.x * LN_BWD_WARPS + warp; row < N; row += gridDim.x * LN_BWD_WARPS) {
+        size_t off = (size_t)row * C;
+        float m = mean[row], s = rstd[row];
+        float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
+        #pragma unroll
+        for (int k = 0; k < kChunks; k++) {
+            const int c = lane * X128_SIZE + k * 32 * X128_SIZE;
+            if (c >= C) continue;
+            const x128 d = load128(dout + off + c), x = load128(inp + off + c);
+            for (int e = 0; e < X128_SIZE; e++) {
+                float xhat = (x.f(e) - m) * s;
+                float dnorm = d.f(e) * w[k].f(e);
+                dnorm_sum += dnorm;
+                dnorm_xhat_sum += dnorm * xhat;
+                dw[k][e] += d.f(e) * xhat;
+                db[k][e] += d.f(e);
+            }
+        }
+        float dnorm_mean = warp_reduce_sum(dnorm_sum) / C;
+        float dnorm_xhat_mean = warp_reduce_sum(dnorm_xhat_sum) / C;
+        #pragma unroll
+        for (int k = 0; k < kChunks; k++) {
+            const int c = lane * X128_SIZE + k * 32 * X128_SIZE;
+            if (c >= C) continue;
+            const x128 d = load128cs(dout + off + c), x = load128cs(inp + off + c);
+            x128 di = load128(dinp + off + c);
+            for (int e = 0; e < X128_SIZE; e++) {
+                float xhat = (x.f(e) - m) * s;
+                float dnorm = d.f(e) * w[k].f(e);
+                di.set(e, di.f(e) + (dnorm - dnorm_mean - xhat * dnorm_xhat_mean) * s);
+            }
+            store128(dinp + off + c, di);
+        }
+    }
+    // each warp's sums into its slice ((LN_BWD_WARPS, 2, C) floats), then the block adds the slices in order
+    float* dw_slice = ln_bwd_smem + (size_t)warp * 2 * C;
+    #pragma unroll
+    for (int k = 0; k < kChunks; k++) {
+        const int c = lane * X128_SIZE + k * 32 * X128_SIZE;
+        if (c >= C) continue;
+        for (int e = 0; e < X128_SIZE; e++) { dw_slice[c + e] = dw[k][e]; dw_slice[C + c + e] = db[k][e]; }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+        float sum = 0.0f;
+        for (int w = 0; w < LN_BWD_WARPS; w++) sum += ln_bwd_smem[(size_t)w * 2 * C + c];
+        partials[(size_t)blockIdx.x * 2 * C + c] = sum;
+    }
 }
 
 // ----------------------------------------------------------------------------
