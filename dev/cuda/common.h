@@ -1,5 +1,6 @@
 /*
-THE harness shared by every dev/cuda file (attention_forward.cu, attention_backward.cu).
+THE harness shared by every dev/cuda file (attention_forward.cu, attention_backward.cu, attention_general.cu, and the
+layer kernels' fused_classifier.cu and layernorm.cu, which take its inputs, poisoning, timing and command line).
 
   - CUDA error checks (cudaCheck from src/common.cuh) and a check after every launch
   - fresh random inputs every run (seeded from the clock unless --seed), randn or randn*scale
