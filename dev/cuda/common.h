@@ -37,9 +37,11 @@ Command line shared by the dev binaries:
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 #include <cublas_v2.h>
 #include "src/attention.cuh"
@@ -332,6 +334,23 @@ inline void print_device_banner() {
     const cudaDeviceProp& p = device_props();
     printf("device: %s (sm_%d%d, %d SMs, L2 %d MB) | commit %s\n", p.name, p.major, p.minor, p.multiProcessorCount,
            p.l2CacheSize >> 20, git_commit().c_str());
+}
+
+// The layer harnesses (fused_classifier.cu, layernorm.cu) size their runs with flags of their own (-n rows, -v
+// vocabulary, -c channels): each listed flag's value is read here, the rest go to parse_harness_args. Prints the
+// device banner and the seed.
+inline HarnessArgs parse_layer_harness_args(int argc, char** argv, std::initializer_list<std::pair<const char*, int*>> sizes) {
+    std::vector<char*> rest = {argv[0]};
+    for (int i = 1; i < argc; i++) {
+        bool taken = false;
+        for (const auto& size : sizes)
+            if (!strcmp(argv[i], size.first) && i + 1 < argc) { *size.second = atoi(argv[++i]); taken = true; break; }
+        if (!taken) rest.push_back(argv[i]);
+    }
+    HarnessArgs args = parse_harness_args((int)rest.size(), rest.data());
+    print_device_banner();
+    printf("seed %llu\n", (unsigned long long)args.seed);
+    return args;
 }
 
 // ----------------------------------------------------------------------------

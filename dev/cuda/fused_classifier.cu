@@ -170,17 +170,8 @@ void bench(const HarnessArgs& args, int N, int V, std::mt19937_64& rng) {
 }
 
 int main(int argc, char** argv) {
-    // this harness takes -n as the row count and -v as the vocabulary (the shared flags' -n / -t are attention's)
     int N = 65536, V = 50257;
-    std::vector<char*> rest = {argv[0]};
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-n") && i + 1 < argc) N = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "-v") && i + 1 < argc) V = atoi(argv[++i]);
-        else rest.push_back(argv[i]);
-    }
-    const HarnessArgs args = parse_harness_args((int)rest.size(), rest.data());
-    print_device_banner();
-    printf("seed %llu\n", (unsigned long long)args.seed);
+    const HarnessArgs args = parse_layer_harness_args(argc, argv, {{"-n", &N}, {"-v", &V}});
     std::mt19937_64 rng(args.seed);
     std::vector<ClassifierCase> cases;
     if (args.check) {
