@@ -363,8 +363,10 @@ inline cublasHandle_t cublas_handle() {
     }
     return handle;
 }
+#ifndef cublasCheck   // src/matmul.cuh has its own
 #define cublasCheck(status) do { cublasStatus_t s_ = (status); if (s_ != CUBLAS_STATUS_SUCCESS) { \
     fprintf(stderr, "[cuBLAS ERROR] %d at %s:%d\n", (int)s_, __FILE__, __LINE__); exit(EXIT_FAILURE); } } while (0)
+#endif
 
 // one device workspace, grown on demand, for variants that need scratch (e.g. the materialized baseline)
 inline void* harness_workspace(size_t bytes) {

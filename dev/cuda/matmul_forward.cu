@@ -1,0 +1,295 @@
+/*
+The forward matmul of GPT-2's layers, out (M, N) = inp (M, K) @ weight (N, K)^T + bias (N) [then GELU, keeping the
+pre-GELU values in aux], as src/matmul.cuh's matmul_forward computes it through cuBLASLt: its variants validated
+against an fp64 CPU reference and timed at GPT-2's training shapes. The first step of flashgpt's own Hopper GEMM.
+
+  make dev/cuda/matmul_forward && ./dev/cuda/matmul_forward all [--check] [-n M] [--seed S]
+
+Variants:
+  0  shipped: matmul_forward (cuBLASLt; GELU through its GELU_AUX_BIAS epilogue)
+  1  naive: one thread per output, fp32 accumulation
+  2  Hopper (sm_90a), warp-specialised and persistent: one TMA producer warpgroup fills a ring of 4 stages of
+     (128 x 64 inp, 256 x 64 weight) tiles, 128-byte swizzle; two consumer warpgroups each run m64n256k16 wgmmas
+     over 64 rows of the 128 x 256 output tile and keep one stage's wgmmas in flight; the epilogue adds the bias
+     (and GELU) from registers and stores bf16 pairs. N must be a multiple of 256, K of 64.
+
+Validation (--check: M = 1000 and 4096 at each shape; otherwise M = min(-n, 4096)): randn inputs scaled by
+1/sqrt(K), outputs poisoned (NaN) before each launch; sampled rows (the first and last 32, 192 more at random) of
+every column against fp64: |got - ref| <= 2^-7 (|ref| + 1) (bf16 keeps 8 bits; the sums carry ~1 in scale).
+Timing (without --check): M = -n (65536) rows, the four forward matmuls of a d12 layer; TFLOP/s = 2 M N K / time.
+*/
+#include "src/matmul.cuh"   // first: its cublasCheck is the one the harness then keeps
+#include "dev/cuda/common.h"
+#include "src/gelu.cuh"
+
+// ----------------------------------------------------------------------------
+// variant 1: naive
+
+__global__ void matmul_forward_naive_kernel(floatX* out, floatX* aux, const floatX* inp, const floatX* weight, const floatX* bias,
+                                            int M, int N, int K, bool gelu_on) {
+    const int col = blockIdx.x * blockDim.x + threadIdx.x, row = blockIdx.y;
+    if (col >= N) return;
+    float acc = bias ? __bfloat162float(bias[col]) : 0.0f;
+    for (int k = 0; k < K; k++) acc += __bfloat162float(inp[(size_t)row * K + k]) * __bfloat162float(weight[(size_t)col * K + k]);
+    if (gelu_on) aux[(size_t)row * N + col] = __float2bfloat16(acc);
+    out[(size_t)row * N + col] = __float2bfloat16(gelu_on ? gelu(acc) : acc);
+}
+
+// ----------------------------------------------------------------------------
+// variant 2: TMA + wgmma, warp-specialised, persistent
+
+constexpr int kGemmBM = 128, kGemmBN = 256, kGemmBK = 64, kGemmStages = 4;
+constexpr int kGemmStageA = kGemmBM * kGemmBK * 2, kGemmStageB = kGemmBN * kGemmBK * 2;   // bytes
+constexpr int kGemmSmem = 1024 + kGemmStages * (kGemmStageA + kGemmStageB) + 2 * kGemmStages * 8;
+constexpr int kGemmThreads = 384;
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// d (m64 x n256, fp32, 128 registers a thread) += A (64 x 16) * B (16 x 256), both K-major in shared memory
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9,"
+                 "%10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28,"
+                 "%29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66,"
+                 "%67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85,"
+                 "%86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103,"
+                 "%104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119,"
+                 "%120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+                   "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+                   "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+                   "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]),
+                   "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+                   "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]),
+                   "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),
+                   "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]),
+                   "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]),
+                   "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]),
+                   "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]),
+                   "+f"(d[127])
+                 : "l"(desc_a), "l"(desc_b), "n"(1));
+}
+
+__device__ __forceinline__ void tma_load_2d(uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 :: "r"(smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar)) : "memory");
+}
+#endif
+
+// map_a: inp as (K, M) boxes of 64 x 128; map_b: weight as (K, N) boxes of 64 x 256; tile t = (t / (N/256), t % (N/256))
+__global__ void __launch_bounds__(kGemmThreads, 1)
+matmul_forward_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, floatX* out,
+                            floatX* aux, const floatX* bias, int M, int N, int K, bool gelu_on) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    uint8_t* tiles_a = smem;
+    uint8_t* tiles_b = smem + kGemmStages * kGemmStageA;
+    uint64_t* full = reinterpret_cast<uint64_t*>(tiles_b + kGemmStages * kGemmStageB);
+    uint64_t* empty = full + kGemmStages;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kGemmStages; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], 256); }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    const int n_tiles = N / kGemmBN, num_tiles = ceil_div(M, kGemmBM) * n_tiles, k_blocks = K / kGemmBK;
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {   // ---- producer: one thread issues every load
+        setmaxnreg_dec<24>();
+        if (threadIdx.x == 0) {
+            int it = 0;
+            for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+                const int m0 = (t / n_tiles) * kGemmBM, n0 = (t % n_tiles) * kGemmBN;
+                for (int kb = 0; kb < k_blocks; kb++, it++) {
+                    const int s = it % kGemmStages;
+                    mbar_wait(&empty[s], ((it / kGemmStages) & 1) ^ 1);   // a fresh barrier passes parity 1 at once
+                    mbar_arrive_expect_tx(&full[s], kGemmStageA + kGemmStageB);
+                    tma_load_2d(tiles_a + s * kGemmStageA, &map_a, &full[s], kb * kGemmBK, m0);
+                    tma_load_2d(tiles_b + s * kGemmStageB, &map_b, &full[s], kb * kGemmBK, n0);
+                }
+            }
+        }
+        return;
+    }
+    // ---- consumers: warpgroup cwg owns rows 64 cwg .. 64 cwg + 63 of each tile
+    setmaxnreg_inc<240>();
+    const int cwg = wg - 1, lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, g = lane / 4, tq = lane % 4;
+    float acc[128];
+    int it = 0;
+    for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+        const int m0 = (t / n_tiles) * kGemmBM, n0 = (t % n_tiles) * kGemmBN;
+        #pragma unroll
+        for (int i = 0; i < 128; i++) acc[i] = 0.0f;
+        int prev = -1;   // the stage whose wgmmas are still in flight
+        for (int kb = 0; kb < k_blocks; kb++, it++) {
+            const int s = it % kGemmStages;
+            mbar_wait(&full[s], (it / kGemmStages) & 1);
+            const uint8_t* a = tiles_a + s * kGemmStageA + cwg * 64 * 128;
+            const uint8_t* b = tiles_b + s * kGemmStageB;
+            wgmma_fence();
+            #pragma unroll
+            for (int ks = 0; ks < kGemmBK / 16; ks++) wgmma_m64n256k16(acc, wgmma_desc(a + 32 * ks), wgmma_desc(b + 32 * ks));
+            wgmma_commit();
+            wgmma_wait<1>();   // the previous stage's wgmmas are done: release it
+            if (prev >= 0) mbar_arrive(&empty[prev]);
+            prev = s;
+        }
+        wgmma_wait<0>();
+        mbar_arrive(&empty[prev]);
+        // epilogue: rows r and r + 8 of this warp, columns 8 j + 2 tq, + 1
+        const int r = m0 + cwg * 64 + warp * 16 + g;
+        #pragma unroll
+        for (int j = 0; j < kGemmBN / 8; j++) {
+            const int col = n0 + 8 * j + 2 * tq;
+            const float b0 = bias ? __bfloat162float(bias[col]) : 0.0f, b1 = bias ? __bfloat162float(bias[col + 1]) : 0.0f;
+            #pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int row = r + 8 * half;
+                if (row >= M) continue;
+                const float x0 = acc[4 * j + 2 * half] + b0, x1 = acc[4 * j + 2 * half + 1] + b1;
+                const size_t off = (size_t)row * N + col;
+                if (gelu_on) {
+                    *reinterpret_cast<__nv_bfloat162*>(aux + off) = __floats2bfloat162_rn(x0, x1);
+                    *reinterpret_cast<__nv_bfloat162*>(out + off) = __floats2bfloat162_rn(gelu(x0), gelu(x1));
+                } else {
+                    *reinterpret_cast<__nv_bfloat162*>(out + off) = __floats2bfloat162_rn(x0, x1);
+                }
+            }
+        }
+    }
+#endif
+}
+
+// false where the shape does not fit variant 2 (N % 256, K % 64, or no sm_90a)
+bool matmul_forward_wgmma(floatX* out, floatX* aux, const floatX* inp, const floatX* weight, const floatX* bias, int M, int N, int K,
+                          bool gelu_on, cudaStream_t stream) {
+    if (N % kGemmBN || K % kGemmBK || !hopper_path_available()) return false;
+    const cuuint64_t dims_a[2] = {(cuuint64_t)K, (cuuint64_t)M}, dims_b[2] = {(cuuint64_t)K, (cuuint64_t)N};
+    const cuuint64_t strides[1] = {(cuuint64_t)K * 2};
+    const cuuint32_t box_a[2] = {kGemmBK, kGemmBM}, box_b[2] = {kGemmBK, kGemmBN};
+    const CUtensorMap map_a = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, inp, dims_a, strides, box_a);
+    const CUtensorMap map_b = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, weight, dims_b, strides, box_b);
+    const int num_tiles = ceil_div(M, kGemmBM) * (N / kGemmBN);
+    launch_with_smem<matmul_forward_wgmma_kernel>(dim3(std::min(num_tiles, device_props().multiProcessorCount)), kGemmThreads,
+                                                  kGemmSmem, stream, map_a, map_b, out, aux, bias, M, N, K, gelu_on);
+    return true;
+}
+
+// ----------------------------------------------------------------------------
+
+struct MatmulShape { const char* name; int N, K; bool gelu; };
+// the forward matmuls of a d12 layer (C = 768): out (M, N) = inp (M, K) @ weight (N, K)^T + bias
+static const MatmulShape kShapes[] = {
+    {"qkv", 2304, 768, false}, {"attproj", 768, 768, false}, {"fc (GELU, aux)", 3072, 768, true}, {"fcproj", 768, 3072, false},
+};
+static const char* kVariantNames[] = {"shipped (cuBLASLt)", "naive", "TMA + wgmma, warp-specialised"};
+constexpr int kNumVariants = 3;
+
+bool run_variant(int variant, floatX* out, floatX* aux, const floatX* inp, const floatX* weight, const floatX* bias, int M, int N, int K,
+                 bool gelu_on) {
+    if (variant == 0) {
+        matmul_forward(out, inp, weight, bias, nullptr, M, K, N, gelu_on ? aux : nullptr, 0);
+        return true;
+    }
+    if (variant == 1) {
+        matmul_forward_naive_kernel<<<dim3(ceil_div(N, 256), M), 256>>>(out, aux, inp, weight, bias, M, N, K, gelu_on);
+        cudaCheck(cudaGetLastError());
+        return true;
+    }
+    const bool ran = matmul_forward_wgmma(out, aux, inp, weight, bias, M, N, K, gelu_on, 0);
+    cudaCheck(cudaGetLastError());
+    return ran;
+}
+
+int validate(const HarnessArgs& args, const MatmulShape& sh, int M, std::mt19937_64& rng) {
+    const int N = sh.N, K = sh.K;
+    std::vector<floatX> h_inp((size_t)M * K), h_w((size_t)N * K), h_b(N);
+    fill_randn_bf16(h_inp, 1.0f, rng);
+    fill_randn_bf16(h_w, 1.0f / std::sqrt((float)K), rng);
+    fill_randn_bf16(h_b, 0.5f, rng);
+    std::vector<int> rows;
+    for (int r = 0; r < std::min(M, 32); r++) rows.push_back(r);
+    for (int r = std::max(32, M - 32); r < M; r++) rows.push_back(r);
+    for (int i = 0; i < 192 && M > 64; i++) rows.push_back(32 + (int)(rng() % (M - 64)));
+    floatX *d_inp = device_alloc<floatX>((size_t)M * K), *d_w = device_alloc<floatX>((size_t)N * K), *d_b = device_alloc<floatX>(N);
+    floatX *d_out = device_alloc<floatX>((size_t)M * N), *d_aux = device_alloc<floatX>((size_t)M * N);
+    to_device(d_inp, h_inp); to_device(d_w, h_w); to_device(d_b, h_b);
+    int failures = 0;
+    for (int variant = 0; variant < kNumVariants; variant++) {
+        if (!args.wants(variant)) continue;
+        poison(d_out, (size_t)M * N * 2); poison(d_aux, (size_t)M * N * 2);
+        if (!run_variant(variant, d_out, d_aux, d_inp, d_w, d_b, M, N, K, sh.gelu)) {
+            printf("  variant %d (%s): %s M=%d N=%d K=%d not taken, skipped\n", variant, kVariantNames[variant], sh.name, M, N, K);
+            continue;
+        }
+        cudaCheck(cudaDeviceSynchronize());
+        std::vector<floatX> out = from_device(d_out, (size_t)M * N), aux = from_device(d_aux, (size_t)M * N);
+        double worst = 0.0;
+        size_t bad = 0;
+        for (int r : rows)
+            for (int c = 0; c < N; c++) {
+                double x = __bfloat162float(h_b[c]);
+                for (int k = 0; k < K; k++) x += (double)__bfloat162float(h_inp[(size_t)r * K + k]) * __bfloat162float(h_w[(size_t)c * K + k]);
+                const double y = sh.gelu ? 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))) : x;
+                for (int which = 0; which < (sh.gelu ? 2 : 1); which++) {
+                    const double ref = which ? x : y, got = __bfloat162float((which ? aux : out)[(size_t)r * N + c]);
+                    const double frac = std::isfinite(got) ? std::fabs(got - ref) / std::ldexp(std::fabs(ref) + 1.0, -7) : INFINITY;
+                    worst = std::max(worst, frac);
+                    bad += !(frac <= 1.0);
+                }
+            }
+        const bool ok = bad == 0;
+        printf("  variant %d (%s): %s M=%d N=%d K=%d: %zu rows x %d columns vs fp64, worst %.2f of tol %s\n", variant,
+               kVariantNames[variant], sh.name, M, N, K, rows.size(), N, worst, ok ? "ok" : "FAIL");
+        failures += !ok;
+    }
+    for (floatX* p : {d_inp, d_w, d_b, d_out, d_aux}) cudaCheck(cudaFree(p));
+    return failures;
+}
+
+void bench(const HarnessArgs& args, int M, std::mt19937_64& rng) {
+    for (const MatmulShape& sh : kShapes) {
+        const int N = sh.N, K = sh.K;
+        std::vector<floatX> h((size_t)M * K), hw((size_t)N * K);
+        fill_randn_bf16(h, 1.0f, rng);
+        fill_randn_bf16(hw, 1.0f / std::sqrt((float)K), rng);
+        floatX *d_inp = device_alloc<floatX>((size_t)M * K), *d_w = device_alloc<floatX>((size_t)N * K), *d_b = device_alloc<floatX>(N);
+        floatX *d_out = device_alloc<floatX>((size_t)M * N), *d_aux = device_alloc<floatX>((size_t)M * N);
+        to_device(d_inp, h); to_device(d_w, hw);
+        cudaCheck(cudaMemcpy(d_b, d_w, N * 2, cudaMemcpyDeviceToDevice));
+        const double flops = 2.0 * M * N * K;
+        for (int variant = 0; variant < kNumVariants; variant++) {
+            if (!args.wants(variant) || (variant == 1 && M > 8192)) continue;   // the naive kernel: validation only at size
+            if (!run_variant(variant, d_out, d_aux, d_inp, d_w, d_b, M, N, K, sh.gelu)) continue;
+            const Timing tm = time_kernel([&](int) { run_variant(variant, d_out, d_aux, d_inp, d_w, d_b, M, N, K, sh.gelu); }, args.repeats, 0);
+            printf("variant %d (%s) %s M=%d N=%d K=%d: %.4f ms (min %.4f) %.0f TFLOP/s\n", variant, kVariantNames[variant], sh.name, M, N, K,
+                   tm.median_ms, tm.min_ms, flops / (tm.median_ms * 1e-3) / 1e12);
+            printf("RESULT matmul_forward variant=%d shape=%s M=%d N=%d K=%d ms_med=%.4f tflops=%.0f\n", variant, sh.name, M, N, K,
+                   tm.median_ms, flops / (tm.median_ms * 1e-3) / 1e12);
+        }
+        for (floatX* p : {d_inp, d_w, d_b, d_out, d_aux}) cudaCheck(cudaFree(p));
+    }
+}
+
+int main(int argc, char** argv) {
+    int M = 65536;
+    const HarnessArgs args = parse_layer_harness_args(argc, argv, {{"-n", &M}});
+    std::mt19937_64 rng(args.seed);
+    matmul_setup();
+    int failures = 0;
+    for (const MatmulShape& sh : kShapes) {
+        if (args.check) for (int m : {1000, 4096}) failures += validate(args, sh, m, rng);
+        else failures += validate(args, sh, std::min(M, 4096), rng);
+    }
+    if (args.bench && failures == 0) bench(args, M, rng);
+    matmul_teardown();
+    printf("%s\n", failures ? "FAILED" : "all ok");
+    return failures ? EXIT_FAILURE : EXIT_SUCCESS;
+}
