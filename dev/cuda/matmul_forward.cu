@@ -12,6 +12,9 @@ Variants:
      (128 x 64 inp, 256 x 64 weight) tiles, 128-byte swizzle; two consumer warpgroups each run m64n256k16 wgmmas
      over 64 rows of the 128 x 256 output tile and keep one stage's wgmmas in flight; the epilogue adds the bias
      (and GELU) from registers and stores bf16 pairs. N must be a multiple of 256, K of 64.
+  3  variant 2 with its epilogue through shared memory: each consumer warpgroup writes its 64 x 256 output (and
+     aux) as swizzled 64 x 64 boxes and one thread stores them by TMA, which runs on while the next tile's mainloop
+     does; GELU with tanh.approx. 3 stages of the ring (2 with GELU: the staging takes their room).
 
 Validation (--check: M = 1000 and 4096 at each shape; otherwise M = min(-n, 4096)): randn inputs scaled by
 1/sqrt(K), outputs poisoned (NaN) before each launch; sampled rows (the first and last 32, 192 more at random) of
@@ -38,10 +41,17 @@ __global__ void matmul_forward_naive_kernel(floatX* out, floatX* aux, const floa
 // ----------------------------------------------------------------------------
 // variant 2: TMA + wgmma, warp-specialised, persistent
 
-constexpr int kGemmBM = 128, kGemmBN = 256, kGemmBK = 64, kGemmStages = 4;
+constexpr int kGemmBM = 128, kGemmBN = 256, kGemmBK = 64;
 constexpr int kGemmStageA = kGemmBM * kGemmBK * 2, kGemmStageB = kGemmBN * kGemmBK * 2;   // bytes
-constexpr int kGemmSmem = 1024 + kGemmStages * (kGemmStageA + kGemmStageB) + 2 * kGemmStages * 8;
 constexpr int kGemmThreads = 384;
+// kStaged (variant 3): each consumer warpgroup's 64 x 256 output (and aux) staged in shared memory as 4 TMA boxes of
+// 64 columns x 64 rows, 128-byte swizzle, then stored by TMA while the next tile's mainloop runs
+constexpr int kGemmStageOut = 64 * kGemmBN * 2;   // bytes a warpgroup, one tensor
+template <bool kStaged, bool kGelu> __host__ __device__ constexpr int gemm_stages() { return kStaged ? (kGelu ? 2 : 3) : 4; }
+template <bool kStaged, bool kGelu> constexpr int gemm_smem_bytes() {
+    return 1024 + gemm_stages<kStaged, kGelu>() * (kGemmStageA + kGemmStageB) + (kStaged ? 2 * (kGelu ? 2 : 1) * kGemmStageOut : 0) +
+           2 * gemm_stages<kStaged, kGelu>() * 8;
+}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // d (m64 x n256, fp32, 128 registers a thread) += A (64 x 16) * B (16 x 256), both K-major in shared memory
@@ -81,18 +91,34 @@ __device__ __forceinline__ void tma_load_2d(uint8_t* dst, const CUtensorMap* map
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                  :: "r"(smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar)) : "memory");
 }
+// one box from shared memory into a 2-D tensor map at (c0, c1); rows past the tensor are skipped (bulk_commit groups it)
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const uint8_t* src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+                 :: "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(src)) : "memory");
+}
+// GELU with the MUFU's tanh (tanh.approx.f32, about 2^-11 relative): variant 3's epilogue
+__device__ __forceinline__ float gelu_tanh_approx(float x) {
+    float t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(GELU_SCALE * (x + 0.044715f * x * x * x)));
+    return 0.5f * x * (1.0f + t);
+}
 #endif
 
-// map_a: inp as (K, M) boxes of 64 x 128; map_b: weight as (K, N) boxes of 64 x 256; tile t = (t / (N/256), t % (N/256))
+// map_a: inp as (K, M) boxes of 64 x 128; map_b: weight as (K, N) boxes of 64 x 256; tile t = (t / (N/256), t % (N/256)).
+// kStaged: map_out / map_aux, out and aux as (N, M) boxes of 64 x 64 (variant 3); otherwise out and aux directly.
+template <bool kStaged, bool kGelu>
 __global__ void __launch_bounds__(kGemmThreads, 1)
-matmul_forward_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, floatX* out,
-                            floatX* aux, const floatX* bias, int M, int N, int K, bool gelu_on) {
+matmul_forward_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                            const __grid_constant__ CUtensorMap map_out, const __grid_constant__ CUtensorMap map_aux, floatX* out,
+                            floatX* aux, const floatX* bias, int M, int N, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int kGemmStages = gemm_stages<kStaged, kGelu>();
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     uint8_t* tiles_a = smem;
     uint8_t* tiles_b = smem + kGemmStages * kGemmStageA;
-    uint64_t* full = reinterpret_cast<uint64_t*>(tiles_b + kGemmStages * kGemmStageB);
+    uint8_t* staging = tiles_b + kGemmStages * kGemmStageB;   // kStaged: (warpgroup, tensor) blocks of kGemmStageOut
+    uint64_t* full = reinterpret_cast<uint64_t*>(staging + (kStaged ? 2 * (kGelu ? 2 : 1) * kGemmStageOut : 0));
     uint64_t* empty = full + kGemmStages;
     if (threadIdx.x == 0) {
         for (int s = 0; s < kGemmStages; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], 256); }
@@ -144,41 +170,91 @@ matmul_forward_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __g
         wgmma_wait<0>();
         mbar_arrive(&empty[prev]);
         // epilogue: rows r and r + 8 of this warp, columns 8 j + 2 tq, + 1
-        const int r = m0 + cwg * 64 + warp * 16 + g;
-        #pragma unroll
-        for (int j = 0; j < kGemmBN / 8; j++) {
-            const int col = n0 + 8 * j + 2 * tq;
-            const float b0 = bias ? __bfloat162float(bias[col]) : 0.0f, b1 = bias ? __bfloat162float(bias[col + 1]) : 0.0f;
+        if constexpr (kStaged) {
+            // the previous tile's stores have read the staging before it is written again
+            if (threadIdx.x % 128 == 0) bulk_wait_read<0>();
+            named_barrier_sync(1 + cwg, 128);
+            uint8_t* stage_out = staging + cwg * (kGelu ? 2 : 1) * kGemmStageOut;
+            uint8_t* stage_aux = stage_out + kGemmStageOut;
             #pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int row = r + 8 * half;
-                if (row >= M) continue;
-                const float x0 = acc[4 * j + 2 * half] + b0, x1 = acc[4 * j + 2 * half + 1] + b1;
-                const size_t off = (size_t)row * N + col;
-                if (gelu_on) {
-                    *reinterpret_cast<__nv_bfloat162*>(aux + off) = __floats2bfloat162_rn(x0, x1);
-                    *reinterpret_cast<__nv_bfloat162*>(out + off) = __floats2bfloat162_rn(gelu(x0), gelu(x1));
-                } else {
-                    *reinterpret_cast<__nv_bfloat162*>(out + off) = __floats2bfloat162_rn(x0, x1);
+            for (int j = 0; j < kGemmBN / 8; j++) {
+                const int c = 8 * j + 2 * tq;   // the tile's column
+                const float b0 = bias ? __bfloat162float(bias[n0 + c]) : 0.0f, b1 = bias ? __bfloat162float(bias[n0 + c + 1]) : 0.0f;
+                #pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int rr = warp * 16 + g + 8 * half;   // the warpgroup's row
+                    const int at = (c / 64) * 8192 + rr * 128 + (((c % 64) / 8) ^ (rr % 8)) * 16 + (c % 8) * 2;
+                    const float x0 = acc[4 * j + 2 * half] + b0, x1 = acc[4 * j + 2 * half + 1] + b1;
+                    if constexpr (kGelu) {
+                        *reinterpret_cast<__nv_bfloat162*>(stage_aux + at) = __floats2bfloat162_rn(x0, x1);
+                        *reinterpret_cast<__nv_bfloat162*>(stage_out + at) = __floats2bfloat162_rn(gelu_tanh_approx(x0), gelu_tanh_approx(x1));
+                    } else {
+                        *reinterpret_cast<__nv_bfloat162*>(stage_out + at) = __floats2bfloat162_rn(x0, x1);
+                    }
+                }
+            }
+            fence_proxy_async();   // the staging's writes are visible to the TMA ...
+            named_barrier_sync(1 + cwg, 128);   // ... from every thread of the warpgroup
+            if (threadIdx.x % 128 == 0) {
+                for (int blk = 0; blk < kGemmBN / 64; blk++) {
+                    tma_store_2d(&map_out, stage_out + blk * 8192, n0 + 64 * blk, m0 + 64 * cwg);
+                    if constexpr (kGelu) tma_store_2d(&map_aux, stage_aux + blk * 8192, n0 + 64 * blk, m0 + 64 * cwg);
+                }
+                bulk_commit();
+            }
+        } else {
+            const int r = m0 + cwg * 64 + warp * 16 + g;
+            #pragma unroll
+            for (int j = 0; j < kGemmBN / 8; j++) {
+                const int col = n0 + 8 * j + 2 * tq;
+                const float b0 = bias ? __bfloat162float(bias[col]) : 0.0f, b1 = bias ? __bfloat162float(bias[col + 1]) : 0.0f;
+                #pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int row = r + 8 * half;
+                    if (row >= M) continue;
+                    const float x0 = acc[4 * j + 2 * half] + b0, x1 = acc[4 * j + 2 * half + 1] + b1;
+                    const size_t off = (size_t)row * N + col;
+                    if constexpr (kGelu) {
+                        *reinterpret_cast<__nv_bfloat162*>(aux + off) = __floats2bfloat162_rn(x0, x1);
+                        *reinterpret_cast<__nv_bfloat162*>(out + off) = __floats2bfloat162_rn(gelu(x0), gelu(x1));
+                    } else {
+                        *reinterpret_cast<__nv_bfloat162*>(out + off) = __floats2bfloat162_rn(x0, x1);
+                    }
                 }
             }
         }
     }
+    if constexpr (kStaged) {
+        if (threadIdx.x % 128 == 0) bulk_wait<0>();   // every store done before the kernel ends
+    }
 #endif
 }
 
-// false where the shape does not fit variant 2 (N % 256, K % 64, or no sm_90a)
-bool matmul_forward_wgmma(floatX* out, floatX* aux, const floatX* inp, const floatX* weight, const floatX* bias, int M, int N, int K,
-                          bool gelu_on, cudaStream_t stream) {
+// false where the shape does not fit variants 2 and 3 (N % 256, K % 64, or no sm_90a)
+template <bool kStaged, bool kGelu>
+void launch_matmul_forward_wgmma(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_out, const CUtensorMap& map_aux,
+                                 floatX* out, floatX* aux, const floatX* bias, int M, int N, int K, cudaStream_t stream) {
+    const int num_tiles = ceil_div(M, kGemmBM) * (N / kGemmBN);
+    launch_with_smem<matmul_forward_wgmma_kernel<kStaged, kGelu>>(dim3(std::min(num_tiles, device_props().multiProcessorCount)), kGemmThreads,
+                                                                   gemm_smem_bytes<kStaged, kGelu>(), stream, map_a, map_b, map_out, map_aux,
+                                                                   out, aux, bias, M, N, K);
+}
+
+bool matmul_forward_wgmma(bool staged, floatX* out, floatX* aux, const floatX* inp, const floatX* weight, const floatX* bias, int M, int N,
+                          int K, bool gelu_on, cudaStream_t stream) {
     if (N % kGemmBN || K % kGemmBK || !hopper_path_available()) return false;
     const cuuint64_t dims_a[2] = {(cuuint64_t)K, (cuuint64_t)M}, dims_b[2] = {(cuuint64_t)K, (cuuint64_t)N};
-    const cuuint64_t strides[1] = {(cuuint64_t)K * 2};
-    const cuuint32_t box_a[2] = {kGemmBK, kGemmBM}, box_b[2] = {kGemmBK, kGemmBN};
+    const cuuint64_t dims_out[2] = {(cuuint64_t)N, (cuuint64_t)M};
+    const cuuint64_t strides[1] = {(cuuint64_t)K * 2}, strides_out[1] = {(cuuint64_t)N * 2};
+    const cuuint32_t box_a[2] = {kGemmBK, kGemmBM}, box_b[2] = {kGemmBK, kGemmBN}, box_out[2] = {64, 64};
     const CUtensorMap map_a = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, inp, dims_a, strides, box_a);
     const CUtensorMap map_b = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, weight, dims_b, strides, box_b);
-    const int num_tiles = ceil_div(M, kGemmBM) * (N / kGemmBN);
-    launch_with_smem<matmul_forward_wgmma_kernel>(dim3(std::min(num_tiles, device_props().multiProcessorCount)), kGemmThreads,
-                                                  kGemmSmem, stream, map_a, map_b, out, aux, bias, M, N, K, gelu_on);
+    const CUtensorMap map_out = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, out, dims_out, strides_out, box_out);
+    const CUtensorMap map_aux = gelu_on ? swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, aux, dims_out, strides_out, box_out) : map_out;
+    if (staged && gelu_on) launch_matmul_forward_wgmma<true, true>(map_a, map_b, map_out, map_aux, out, aux, bias, M, N, K, stream);
+    else if (staged) launch_matmul_forward_wgmma<true, false>(map_a, map_b, map_out, map_aux, out, aux, bias, M, N, K, stream);
+    else if (gelu_on) launch_matmul_forward_wgmma<false, true>(map_a, map_b, map_out, map_aux, out, aux, bias, M, N, K, stream);
+    else launch_matmul_forward_wgmma<false, false>(map_a, map_b, map_out, map_aux, out, aux, bias, M, N, K, stream);
     return true;
 }
 
@@ -189,8 +265,8 @@ struct MatmulShape { const char* name; int N, K; bool gelu; };
 static const MatmulShape kShapes[] = {
     {"qkv", 2304, 768, false}, {"attproj", 768, 768, false}, {"fc (GELU, aux)", 3072, 768, true}, {"fcproj", 768, 3072, false},
 };
-static const char* kVariantNames[] = {"shipped (cuBLASLt)", "naive", "TMA + wgmma, warp-specialised"};
-constexpr int kNumVariants = 3;
+static const char* kVariantNames[] = {"shipped (cuBLASLt)", "naive", "TMA + wgmma, warp-specialised", "2 + TMA-store epilogue"};
+constexpr int kNumVariants = 4;
 
 bool run_variant(int variant, floatX* out, floatX* aux, const floatX* inp, const floatX* weight, const floatX* bias, int M, int N, int K,
                  bool gelu_on) {
@@ -203,7 +279,7 @@ bool run_variant(int variant, floatX* out, floatX* aux, const floatX* inp, const
         cudaCheck(cudaGetLastError());
         return true;
     }
-    const bool ran = matmul_forward_wgmma(out, aux, inp, weight, bias, M, N, K, gelu_on, 0);
+    const bool ran = matmul_forward_wgmma(variant == 3, out, aux, inp, weight, bias, M, N, K, gelu_on, 0);
     cudaCheck(cudaGetLastError());
     return ran;
 }
