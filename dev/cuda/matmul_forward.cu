@@ -15,6 +15,7 @@ Variants:
   3  variant 2 with its epilogue through shared memory: each consumer warpgroup writes its 64 x 256 output (and
      aux) as swizzled 64 x 64 boxes and one thread stores them by TMA, which runs on while the next tile's mainloop
      does; GELU with tanh.approx. 3 stages of the ring (2 with GELU: the staging takes their room).
+  4  variant 3 with 128 x 192 tiles (m64n192k16): smaller stages and staging, so 4 stages fit (3 with GELU).
 
 Validation (--check: M = 1000 and 4096 at each shape; otherwise M = min(-n, 4096)): randn inputs scaled by
 1/sqrt(K), outputs poisoned (NaN) before each launch; sampled rows (the first and last 32, 192 more at random) of
@@ -41,16 +42,24 @@ __global__ void matmul_forward_naive_kernel(floatX* out, floatX* aux, const floa
 // ----------------------------------------------------------------------------
 // variant 2: TMA + wgmma, warp-specialised, persistent
 
-constexpr int kGemmBM = 128, kGemmBN = 256, kGemmBK = 64;
-constexpr int kGemmStageA = kGemmBM * kGemmBK * 2, kGemmStageB = kGemmBN * kGemmBK * 2;   // bytes
+constexpr int kGemmBM = 128, kGemmBK = 64;
+constexpr int kGemmStageA = kGemmBM * kGemmBK * 2;   // bytes
 constexpr int kGemmThreads = 384;
-// kStaged (variant 3): each consumer warpgroup's 64 x 256 output (and aux) staged in shared memory as 4 TMA boxes of
-// 64 columns x 64 rows, 128-byte swizzle, then stored by TMA while the next tile's mainloop runs
-constexpr int kGemmStageOut = 64 * kGemmBN * 2;   // bytes a warpgroup, one tensor
-template <bool kStaged, bool kGelu> __host__ __device__ constexpr int gemm_stages() { return kStaged ? (kGelu ? 2 : 3) : 4; }
-template <bool kStaged, bool kGelu> constexpr int gemm_smem_bytes() {
-    return 1024 + gemm_stages<kStaged, kGelu>() * (kGemmStageA + kGemmStageB) + (kStaged ? 2 * (kGelu ? 2 : 1) * kGemmStageOut : 0) +
-           2 * gemm_stages<kStaged, kGelu>() * 8;
+// kBN: the output tile's width, 256 (variants 2, 3) or 192 (variant 4). Ring stages: 4 with the epilogue's direct
+// stores; with the staging (kStaged: each consumer warpgroup's 64 x kBN output, and aux with GELU, staged in shared
+// memory as TMA boxes of 64 columns x 64 rows, 128-byte swizzle, stored by TMA while the next tile's mainloop runs)
+// as many as fit beside it.
+template <int kBN> __host__ __device__ constexpr int gemm_stage_b() { return kBN * kGemmBK * 2; }
+template <int kBN> __host__ __device__ constexpr int gemm_stage_out() { return 64 * kBN * 2; }   // a warpgroup, one tensor
+template <int kBN, bool kStaged, bool kGelu> __host__ __device__ constexpr int gemm_staging_bytes() {
+    return kStaged ? 2 * (kGelu ? 2 : 1) * gemm_stage_out<kBN>() : 0;
+}
+template <int kBN, bool kStaged, bool kGelu> __host__ __device__ constexpr int gemm_stages() {
+    return kStaged ? std::min(4, (226 * 1024 - gemm_staging_bytes<kBN, kStaged, kGelu>()) / (kGemmStageA + gemm_stage_b<kBN>())) : 4;
+}
+template <int kBN, bool kStaged, bool kGelu> constexpr int gemm_smem_bytes() {
+    return 1024 + gemm_stages<kBN, kStaged, kGelu>() * (kGemmStageA + gemm_stage_b<kBN>()) + gemm_staging_bytes<kBN, kStaged, kGelu>() +
+           2 * gemm_stages<kBN, kStaged, kGelu>() * 8;
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -87,6 +96,36 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
                  : "l"(desc_a), "l"(desc_b), "n"(1));
 }
 
+// d (m64 x n192, fp32, 96 registers a thread) += A (64 x 16) * B (16 x 192), both K-major in shared memory
+__device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9,"
+                 "%10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28,"
+                 "%29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66,"
+                 "%67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85,"
+                 "%86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+                   "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+                   "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+                   "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]),
+                   "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+                   "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]),
+                   "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),
+                   "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+                 : "l"(desc_a), "l"(desc_b), "n"(1));
+}
+template <int kBN> __device__ __forceinline__ void wgmma_m64k16(float (&d)[kBN / 2], uint64_t desc_a, uint64_t desc_b) {
+    if constexpr (kBN == 256) wgmma_m64n256k16(d, desc_a, desc_b);
+    else wgmma_m64n192k16(d, desc_a, desc_b);
+}
+
 __device__ __forceinline__ void tma_load_2d(uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                  :: "r"(smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar)) : "memory");
@@ -106,33 +145,33 @@ __device__ __forceinline__ float gelu_tanh_approx(float x) {
 
 // map_a: inp as (K, M) boxes of 64 x 128; map_b: weight as (K, N) boxes of 64 x 256; tile t = (t / (N/256), t % (N/256)).
 // kStaged: map_out / map_aux, out and aux as (N, M) boxes of 64 x 64 (variant 3); otherwise out and aux directly.
-template <bool kStaged, bool kGelu>
+template <int kBN, bool kStaged, bool kGelu>
 __global__ void __launch_bounds__(kGemmThreads, 1)
 matmul_forward_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                             const __grid_constant__ CUtensorMap map_out, const __grid_constant__ CUtensorMap map_aux, floatX* out,
                             floatX* aux, const floatX* bias, int M, int N, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int kGemmStages = gemm_stages<kStaged, kGelu>();
+    constexpr int kGemmStages = gemm_stages<kBN, kStaged, kGelu>(), kGemmStageB = gemm_stage_b<kBN>(), kGemmStageOut = gemm_stage_out<kBN>();
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     uint8_t* tiles_a = smem;
     uint8_t* tiles_b = smem + kGemmStages * kGemmStageA;
     uint8_t* staging = tiles_b + kGemmStages * kGemmStageB;   // kStaged: (warpgroup, tensor) blocks of kGemmStageOut
-    uint64_t* full = reinterpret_cast<uint64_t*>(staging + (kStaged ? 2 * (kGelu ? 2 : 1) * kGemmStageOut : 0));
+    uint64_t* full = reinterpret_cast<uint64_t*>(staging + gemm_staging_bytes<kBN, kStaged, kGelu>());
     uint64_t* empty = full + kGemmStages;
     if (threadIdx.x == 0) {
         for (int s = 0; s < kGemmStages; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], 256); }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    const int n_tiles = N / kGemmBN, num_tiles = ceil_div(M, kGemmBM) * n_tiles, k_blocks = K / kGemmBK;
+    const int n_tiles = N / kBN, num_tiles = ceil_div(M, kGemmBM) * n_tiles, k_blocks = K / kGemmBK;
     const int wg = threadIdx.x / 128;
     if (wg == 0) {   // ---- producer: one thread issues every load
         setmaxnreg_dec<24>();
         if (threadIdx.x == 0) {
             int it = 0;
             for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-                const int m0 = (t / n_tiles) * kGemmBM, n0 = (t % n_tiles) * kGemmBN;
+                const int m0 = (t / n_tiles) * kGemmBM, n0 = (t % n_tiles) * kBN;
                 for (int kb = 0; kb < k_blocks; kb++, it++) {
                     const int s = it % kGemmStages;
                     mbar_wait(&empty[s], ((it / kGemmStages) & 1) ^ 1);   // a fresh barrier passes parity 1 at once
@@ -147,12 +186,12 @@ matmul_forward_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __g
     // ---- consumers: warpgroup cwg owns rows 64 cwg .. 64 cwg + 63 of each tile
     setmaxnreg_inc<240>();
     const int cwg = wg - 1, lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, g = lane / 4, tq = lane % 4;
-    float acc[128];
+    float acc[kBN / 2];
     int it = 0;
     for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-        const int m0 = (t / n_tiles) * kGemmBM, n0 = (t % n_tiles) * kGemmBN;
+        const int m0 = (t / n_tiles) * kGemmBM, n0 = (t % n_tiles) * kBN;
         #pragma unroll
-        for (int i = 0; i < 128; i++) acc[i] = 0.0f;
+        for (int i = 0; i < kBN / 2; i++) acc[i] = 0.0f;
         int prev = -1;   // the stage whose wgmmas are still in flight
         for (int kb = 0; kb < k_blocks; kb++, it++) {
             const int s = it % kGemmStages;
@@ -161,7 +200,7 @@ matmul_forward_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __g
             const uint8_t* b = tiles_b + s * kGemmStageB;
             wgmma_fence();
             #pragma unroll
-            for (int ks = 0; ks < kGemmBK / 16; ks++) wgmma_m64n256k16(acc, wgmma_desc(a + 32 * ks), wgmma_desc(b + 32 * ks));
+            for (int ks = 0; ks < kGemmBK / 16; ks++) wgmma_m64k16<kBN>(acc, wgmma_desc(a + 32 * ks), wgmma_desc(b + 32 * ks));
             wgmma_commit();
             wgmma_wait<1>();   // the previous stage's wgmmas are done: release it
             if (prev >= 0) mbar_arrive(&empty[prev]);
@@ -177,7 +216,7 @@ matmul_forward_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __g
             uint8_t* stage_out = staging + cwg * (kGelu ? 2 : 1) * kGemmStageOut;
             uint8_t* stage_aux = stage_out + kGemmStageOut;
             #pragma unroll
-            for (int j = 0; j < kGemmBN / 8; j++) {
+            for (int j = 0; j < kBN / 8; j++) {
                 const int c = 8 * j + 2 * tq;   // the tile's column
                 const float b0 = bias ? __bfloat162float(bias[n0 + c]) : 0.0f, b1 = bias ? __bfloat162float(bias[n0 + c + 1]) : 0.0f;
                 #pragma unroll
@@ -196,7 +235,7 @@ matmul_forward_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __g
             fence_proxy_async();   // the staging's writes are visible to the TMA ...
             named_barrier_sync(1 + cwg, 128);   // ... from every thread of the warpgroup
             if (threadIdx.x % 128 == 0) {
-                for (int blk = 0; blk < kGemmBN / 64; blk++) {
+                for (int blk = 0; blk < kBN / 64; blk++) {
                     tma_store_2d(&map_out, stage_out + blk * 8192, n0 + 64 * blk, m0 + 64 * cwg);
                     if constexpr (kGelu) tma_store_2d(&map_aux, stage_aux + blk * 8192, n0 + 64 * blk, m0 + 64 * cwg);
                 }
@@ -205,7 +244,7 @@ matmul_forward_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __g
         } else {
             const int r = m0 + cwg * 64 + warp * 16 + g;
             #pragma unroll
-            for (int j = 0; j < kGemmBN / 8; j++) {
+            for (int j = 0; j < kBN / 8; j++) {
                 const int col = n0 + 8 * j + 2 * tq;
                 const float b0 = bias ? __bfloat162float(bias[col]) : 0.0f, b1 = bias ? __bfloat162float(bias[col + 1]) : 0.0f;
                 #pragma unroll
@@ -230,31 +269,38 @@ matmul_forward_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __g
 #endif
 }
 
-// false where the shape does not fit variants 2 and 3 (N % 256, K % 64, or no sm_90a)
-template <bool kStaged, bool kGelu>
+template <int kBN_, bool kStaged_, bool kGelu_> struct GemmTag { static constexpr int kBN = kBN_; static constexpr bool kStaged = kStaged_, kGelu = kGelu_; };
+
+template <int kBN, bool kStaged, bool kGelu>
 void launch_matmul_forward_wgmma(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_out, const CUtensorMap& map_aux,
                                  floatX* out, floatX* aux, const floatX* bias, int M, int N, int K, cudaStream_t stream) {
-    const int num_tiles = ceil_div(M, kGemmBM) * (N / kGemmBN);
-    launch_with_smem<matmul_forward_wgmma_kernel<kStaged, kGelu>>(dim3(std::min(num_tiles, device_props().multiProcessorCount)), kGemmThreads,
-                                                                   gemm_smem_bytes<kStaged, kGelu>(), stream, map_a, map_b, map_out, map_aux,
-                                                                   out, aux, bias, M, N, K);
+    const int num_tiles = ceil_div(M, kGemmBM) * (N / kBN);
+    launch_with_smem<matmul_forward_wgmma_kernel<kBN, kStaged, kGelu>>(dim3(std::min(num_tiles, device_props().multiProcessorCount)),
+                                                                        kGemmThreads, gemm_smem_bytes<kBN, kStaged, kGelu>(), stream, map_a,
+                                                                        map_b, map_out, map_aux, out, aux, bias, M, N, K);
 }
 
-bool matmul_forward_wgmma(bool staged, floatX* out, floatX* aux, const floatX* inp, const floatX* weight, const floatX* bias, int M, int N,
+// variants 2-4 (variant 2: direct stores, 256 wide; 3: staged, 256 wide; 4: staged, 192 wide); false where the shape
+// does not fit (N % the tile width, K % 64, or no sm_90a)
+bool matmul_forward_wgmma(int variant, floatX* out, floatX* aux, const floatX* inp, const floatX* weight, const floatX* bias, int M, int N,
                           int K, bool gelu_on, cudaStream_t stream) {
-    if (N % kGemmBN || K % kGemmBK || !hopper_path_available()) return false;
+    const int bn = variant == 4 ? 192 : 256;
+    if (N % bn || K % kGemmBK || !hopper_path_available()) return false;
     const cuuint64_t dims_a[2] = {(cuuint64_t)K, (cuuint64_t)M}, dims_b[2] = {(cuuint64_t)K, (cuuint64_t)N};
     const cuuint64_t dims_out[2] = {(cuuint64_t)N, (cuuint64_t)M};
     const cuuint64_t strides[1] = {(cuuint64_t)K * 2}, strides_out[1] = {(cuuint64_t)N * 2};
-    const cuuint32_t box_a[2] = {kGemmBK, kGemmBM}, box_b[2] = {kGemmBK, kGemmBN}, box_out[2] = {64, 64};
+    const cuuint32_t box_a[2] = {kGemmBK, kGemmBM}, box_b[2] = {kGemmBK, (cuuint32_t)bn}, box_out[2] = {64, 64};
     const CUtensorMap map_a = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, inp, dims_a, strides, box_a);
     const CUtensorMap map_b = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, weight, dims_b, strides, box_b);
     const CUtensorMap map_out = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, out, dims_out, strides_out, box_out);
     const CUtensorMap map_aux = gelu_on ? swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, aux, dims_out, strides_out, box_out) : map_out;
-    if (staged && gelu_on) launch_matmul_forward_wgmma<true, true>(map_a, map_b, map_out, map_aux, out, aux, bias, M, N, K, stream);
-    else if (staged) launch_matmul_forward_wgmma<true, false>(map_a, map_b, map_out, map_aux, out, aux, bias, M, N, K, stream);
-    else if (gelu_on) launch_matmul_forward_wgmma<false, true>(map_a, map_b, map_out, map_aux, out, aux, bias, M, N, K, stream);
-    else launch_matmul_forward_wgmma<false, false>(map_a, map_b, map_out, map_aux, out, aux, bias, M, N, K, stream);
+    auto launch = [&](auto kernel_tag) {
+        using Tag = decltype(kernel_tag);
+        launch_matmul_forward_wgmma<Tag::kBN, Tag::kStaged, Tag::kGelu>(map_a, map_b, map_out, map_aux, out, aux, bias, M, N, K, stream);
+    };
+    if (variant == 2) { if (gelu_on) launch(GemmTag<256, false, true>{}); else launch(GemmTag<256, false, false>{}); }
+    else if (variant == 3) { if (gelu_on) launch(GemmTag<256, true, true>{}); else launch(GemmTag<256, true, false>{}); }
+    else { if (gelu_on) launch(GemmTag<192, true, true>{}); else launch(GemmTag<192, true, false>{}); }
     return true;
 }
 
@@ -265,8 +311,9 @@ struct MatmulShape { const char* name; int N, K; bool gelu; };
 static const MatmulShape kShapes[] = {
     {"qkv", 2304, 768, false}, {"attproj", 768, 768, false}, {"fc (GELU, aux)", 3072, 768, true}, {"fcproj", 768, 3072, false},
 };
-static const char* kVariantNames[] = {"shipped (cuBLASLt)", "naive", "TMA + wgmma, warp-specialised", "2 + TMA-store epilogue"};
-constexpr int kNumVariants = 4;
+static const char* kVariantNames[] = {"shipped (cuBLASLt)", "naive", "TMA + wgmma, warp-specialised", "2 + TMA-store epilogue",
+                                     "3 with 128 x 192 tiles"};
+constexpr int kNumVariants = 5;
 
 bool run_variant(int variant, floatX* out, floatX* aux, const floatX* inp, const floatX* weight, const floatX* bias, int M, int N, int K,
                  bool gelu_on) {
@@ -279,7 +326,7 @@ bool run_variant(int variant, floatX* out, floatX* aux, const floatX* inp, const
         cudaCheck(cudaGetLastError());
         return true;
     }
-    const bool ran = matmul_forward_wgmma(variant == 3, out, aux, inp, weight, bias, M, N, K, gelu_on, 0);
+    const bool ran = matmul_forward_wgmma(variant, out, aux, inp, weight, bias, M, N, K, gelu_on, 0);
     cudaCheck(cudaGetLastError());
     return ran;
 }
