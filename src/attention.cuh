@@ -4263,7 +4263,6 @@ inline const char* attention_backward_path_name(int HS) {
     return "flash backward, mma.sync sm80, split deterministic: dK/dV 64 keys x 32 queries 4 warps + dQ 4 warps (the fused kernel's shared memory does not fit)";
 }
 
-// nullptr if the call runs on this GPU, else the reason it does not
 // Whether GPT-2's backward writes AttentionBackwardParams::dqkv_sums at this shape: on the deterministic Hopper split
 // (not with the atomic or ordered dQ, not with document masking)
 inline bool attention_backward_sums_dqkv(int T, int HS, bool document_masking) {
@@ -4271,6 +4270,7 @@ inline bool attention_backward_sums_dqkv(int T, int HS, bool document_masking) {
            !document_masking;
 }
 
+// nullptr if the call runs on this GPU, else the reason it does not
 inline const char* attention_backward_unsupported_reason(const AttentionBackwardParams& p) {
     AttentionForwardParams f{p.q, p.k, p.v, nullptr, nullptr, p.q_st, p.k_st, p.v_st, p.o_st, p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, p.causal, p.scale, p.x};
     f.x.gated_out = p.dgate;   // the backward's gating output (same checks: 16-byte aligned)
