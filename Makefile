@@ -46,7 +46,7 @@ NCCL_HOME_LIB := $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Xlinker -rpath -Xlinker $
 NCCL_LDLIBS := $(if $(NCCL_HEADER),$(if $(NCCL_HOME),$(NCCL_HOME_LIB),-lnccl))
 
 TRAIN_DEPS := train_gpt2.cu $(wildcard src/*.cuh src/*.h)
-DEV_CUDA := dev/cuda/attention_forward dev/cuda/attention_backward dev/cuda/attention_general dev/cuda/matmul_algos dev/cuda/fused_classifier dev/cuda/layernorm dev/cuda/matmul_forward
+DEV_CUDA := dev/cuda/attention_forward dev/cuda/attention_backward dev/cuda/attention_general dev/cuda/matmul_algos dev/cuda/fused_classifier dev/cuda/layernorm dev/cuda/matmul
 CPU_TESTS := tests/test_cpu
 LIB := libflashgpt_attention.so
 # make test builds the library only where a GPU is present (its Python test needs one; elsewhere it would only add

@@ -23,7 +23,7 @@ run_gpu "fused_classifier all --check" ./dev/cuda/fused_classifier all --check
 # kernels bit-identical to the others)
 run_gpu "layernorm all --check" ./dev/cuda/layernorm all --check
 # the forward matmuls of a d12 layer: cuBLASLt, naive and the wgmma GEMM against fp64 (sampled rows)
-run_gpu "matmul_forward all --check" ./dev/cuda/matmul_forward all --check
+run_gpu "matmul all --check" ./dev/cuda/matmul all --check
 # python/flashgpt_attention.py (libflashgpt_attention.so through ctypes; make test builds the library here) against
 # PyTorch's SDPA: out and q/k/v gradients by FlashAttention's rule, a nanoGPT attention block's loss and gradients
 if python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then

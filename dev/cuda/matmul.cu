@@ -1,0 +1,557 @@
+/*
+GPT-2's matmuls with their epilogues, as src/matmul.cuh computes them through cuBLASLt, beside flashgpt's own Hopper
+GEMM: the forward ones, out (M, N) = a (M, K) @ b (N, K)^T + bias (N) [then GELU, keeping the pre-GELU values in aux],
+and the backward one with the DGELU epilogue, dfch (M, N) = dout (M, K) @ b (K, N) * gelu'(aux), whose column sums
+are the bias gradient of the layer before. Variants validated against an fp64 CPU reference and timed at GPT-2's
+training shapes.
+
+  make dev/cuda/matmul && ./dev/cuda/matmul all [--check] [-n M] [--seed S]
+
+Variants:
+  0  shipped: cuBLASLt as training calls it (matmul_forward: bias, or GELU_AUX_BIAS; the backward: the DGELU
+     epilogue, then bias_backward's pass over its output)
+  1  naive: one thread per output, fp32 accumulation
+  2  Hopper (sm_90a), warp-specialised and persistent: one TMA producer warpgroup fills a ring of 4 stages of
+     (128 x 64 a, 256 x 64 b) tiles, 128-byte swizzle; two consumer warpgroups each run m64n256k16 wgmmas
+     over 64 rows of the 128 x 256 output tile and keep one stage's wgmmas in flight; the epilogue adds the bias
+     (and GELU) from registers and stores bf16 pairs. N must be a multiple of 256, K of 64.
+  3  variant 2 with its epilogue through shared memory: each consumer warpgroup writes its 64 x 256 output (and
+     aux) as swizzled 64 x 64 boxes and one thread stores them by TMA, which runs on while the next tile's mainloop
+     does; GELU with tanh.approx. 3 stages of the ring (2 with GELU: the staging takes their room).
+  4  variant 3 with 128 x 192 tiles (m64n192k16): smaller stages and staging, so 4 stages fit (3 with GELU).
+  5  variant 4 for the DGELU backward: b MN-major (row-major (K, N), loaded as 64 x 64 boxes, wgmma's transposed
+     B); the producer loads each tile's aux into the staging once the previous tile's epilogue has read its own;
+     the epilogue multiplies by gelu'(aux) and writes each warp's 16-row column sums as fp32 partials, in place of
+     bias_backward's pass over the output.
+
+Validation (--check: M = 1000 and 4096 at each shape; otherwise M = min(-n, 4096)): randn inputs, b scaled by
+1/sqrt(K), outputs poisoned (NaN) before each launch; sampled rows (the first and last 32, 192 more at random) of
+every column against fp64: |got - ref| <= 2^-7 (|ref| + 1) (bf16 keeps 8 bits; the sums carry ~1 in scale). Variant
+5's column sums: every partial written, and those of the 16-row groups inside the first and last 32 rows within
+2^-9 sum|ref| + 1e-3 of fp64.
+Timing (without --check): M = -n (65536) rows, the five matmuls of a d12 layer; TFLOP/s = 2 M N K / time.
+*/
+#include "src/matmul.cuh"   // first: its cublasCheck is the one the harness then keeps
+#include "dev/cuda/common.h"
+#include "src/gelu.cuh"
+#include "src/utils.h"     // strfmt
+
+// ----------------------------------------------------------------------------
+// variant 1: naive
+
+__global__ void matmul_forward_naive_kernel(floatX* out, floatX* aux, const floatX* inp, const floatX* weight, const floatX* bias,
+                                            int M, int N, int K, bool gelu_on) {
+    const int col = blockIdx.x * blockDim.x + threadIdx.x, row = blockIdx.y;
+    if (col >= N) return;
+    float acc = bias ? __bfloat162float(bias[col]) : 0.0f;
+    for (int k = 0; k < K; k++) acc += __bfloat162float(inp[(size_t)row * K + k]) * __bfloat162float(weight[(size_t)col * K + k]);
+    if (gelu_on) aux[(size_t)row * N + col] = __float2bfloat16(acc);
+    out[(size_t)row * N + col] = __float2bfloat16(gelu_on ? gelu(acc) : acc);
+}
+
+// ----------------------------------------------------------------------------
+// variant 2: TMA + wgmma, warp-specialised, persistent
+
+constexpr int kGemmBM = 128, kGemmBK = 64;
+constexpr int kGemmStageA = kGemmBM * kGemmBK * 2;   // bytes
+constexpr int kGemmThreads = 384;
+// kBN: the output tile's width, 256 (variants 2, 3) or 192 (variant 4). Ring stages: 4 with the epilogue's direct
+// stores; with the staging (kStaged: each consumer warpgroup's 64 x kBN output, and aux with GELU, staged in shared
+// memory as TMA boxes of 64 columns x 64 rows, 128-byte swizzle, stored by TMA while the next tile's mainloop runs)
+// as many as fit beside it.
+template <int kBN> __host__ __device__ constexpr int gemm_stage_b() { return kBN * kGemmBK * 2; }
+template <int kBN> __host__ __device__ constexpr int gemm_stage_out() { return 64 * kBN * 2; }   // a warpgroup, one tensor
+// The epilogues: out = acc + bias; out = gelu(acc + bias) with aux = acc + bias; or (the backward, variant 5)
+// out = acc * gelu'(aux) with aux read, and out's column sums over each 16 rows into fp32 partials (the bias gradient)
+enum GemmEpilogue { kEpiBias = 0, kEpiGeluAux = 1, kEpiDGelu = 2 };
+template <int kBN, bool kStaged, int kEpi> __host__ __device__ constexpr int gemm_staging_bytes() {
+    return kStaged ? 2 * (kEpi != kEpiBias ? 2 : 1) * gemm_stage_out<kBN>() : 0;
+}
+template <int kBN, bool kStaged, int kEpi> __host__ __device__ constexpr int gemm_stages() {
+    return kStaged ? std::min(4, (226 * 1024 - gemm_staging_bytes<kBN, kStaged, kEpi>()) / (kGemmStageA + gemm_stage_b<kBN>())) : 4;
+}
+template <int kBN, bool kStaged, int kEpi> constexpr int gemm_smem_bytes() {
+    return 1024 + gemm_stages<kBN, kStaged, kEpi>() * (kGemmStageA + gemm_stage_b<kBN>()) + gemm_staging_bytes<kBN, kStaged, kEpi>() +
+           (2 * gemm_stages<kBN, kStaged, kEpi>() + 2) * 8;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// d (m64 x n256, fp32, 128 registers a thread) += A (64 x 16) * B (16 x 256) in shared memory, A K-major, B K-major
+// (kTransB 0) or MN-major (1)
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9,"
+                 "%10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28,"
+                 "%29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66,"
+                 "%67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85,"
+                 "%86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103,"
+                 "%104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119,"
+                 "%120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, %131;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+                   "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+                   "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+                   "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]),
+                   "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+                   "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]),
+                   "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),
+                   "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]),
+                   "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]),
+                   "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]),
+                   "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]),
+                   "+f"(d[127])
+                 : "l"(desc_a), "l"(desc_b), "n"(1), "n"(kTransB));
+}
+
+// the same at n192 (96 registers a thread)
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9,"
+                 "%10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28,"
+                 "%29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66,"
+                 "%67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85,"
+                 "%86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1, 0, %99;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+                   "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+                   "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+                   "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]),
+                   "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+                   "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]),
+                   "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),
+                   "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+                 : "l"(desc_a), "l"(desc_b), "n"(1), "n"(kTransB));
+}
+template <int kBN, int kTransB> __device__ __forceinline__ void wgmma_m64k16(float (&d)[kBN / 2], uint64_t desc_a, uint64_t desc_b) {
+    if constexpr (kBN == 256) wgmma_m64n256k16<kTransB>(d, desc_a, desc_b);
+    else wgmma_m64n192k16<kTransB>(d, desc_a, desc_b);
+}
+
+__device__ __forceinline__ void tma_load_2d(uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 :: "r"(smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar)) : "memory");
+}
+// one box from shared memory into a 2-D tensor map at (c0, c1); rows past the tensor are skipped (bulk_commit groups it)
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const uint8_t* src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+                 :: "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(src)) : "memory");
+}
+// GELU and its derivative with the MUFU's tanh (tanh.approx.f32, about 2^-11 relative): the staged epilogues
+__device__ __forceinline__ float tanh_approx(float x) { float t; asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(x)); return t; }
+__device__ __forceinline__ float gelu_tanh_approx(float x) {
+    return 0.5f * x * (1.0f + tanh_approx(GELU_SCALE * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ float gelu_grad_tanh_approx(float x) {
+    const float t = tanh_approx(GELU_SCALE * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
+#endif
+
+// map_a: A (M, K) as (K, M) boxes of 64 x 128. map_b: B (N, K) as (K, N) boxes of 64 x kBN; with kEpiDGelu, B (K, N)
+// (MN-major) as (N, K) boxes of 64 x 64, kBN / 64 of them a stage. Tile t = (t / (N / kBN), t % (N / kBN)).
+// kStaged: out (and aux) through map_out / map_aux, (N, M) boxes of 64 x 64; otherwise out and aux directly.
+template <int kBN, bool kStaged, int kEpi>
+__global__ void __launch_bounds__(kGemmThreads, 1)
+matmul_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                    const __grid_constant__ CUtensorMap map_out, const __grid_constant__ CUtensorMap map_aux, floatX* out,
+                    floatX* aux, const floatX* bias, float* colsum, int M, int N, int K) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(kStaged || kEpi != kEpiDGelu, "the DGELU epilogue reads aux through the staging");
+    constexpr bool kBMnMajor = kEpi == kEpiDGelu;
+    constexpr int kGemmStages = gemm_stages<kBN, kStaged, kEpi>(), kGemmStageB = gemm_stage_b<kBN>(), kGemmStageOut = gemm_stage_out<kBN>();
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    uint8_t* tiles_a = smem;
+    uint8_t* tiles_b = smem + kGemmStages * kGemmStageA;
+    uint8_t* staging = tiles_b + kGemmStages * kGemmStageB;   // kStaged: per warpgroup, out then aux (kGemmStageOut each)
+    uint64_t* full = reinterpret_cast<uint64_t*>(staging + gemm_staging_bytes<kBN, kStaged, kEpi>());
+    uint64_t* empty = full + kGemmStages;
+    uint64_t* aux_full = empty + kGemmStages;   // kEpiDGelu: a tile's aux in the staging ...
+    uint64_t* aux_empty = aux_full + 1;         // ... and read by every consumer thread
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kGemmStages; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], 256); }
+        mbar_init(aux_full, 1);
+        mbar_init(aux_empty, 256);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    const int n_tiles = N / kBN, num_tiles = ceil_div(M, kGemmBM) * n_tiles, k_blocks = K / kGemmBK;
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {   // ---- producer: one thread issues every load
+        setmaxnreg_dec<24>();
+        if (threadIdx.x == 0) {
+            int it = 0, tile_it = 0;
+            for (int t = blockIdx.x; t < num_tiles; t += gridDim.x, tile_it++) {
+                const int m0 = (t / n_tiles) * kGemmBM, n0 = (t % n_tiles) * kBN;
+                for (int kb = 0; kb < k_blocks; kb++, it++) {
+                    const int s = it % kGemmStages;
+                    mbar_wait(&empty[s], ((it / kGemmStages) & 1) ^ 1);   // a fresh barrier passes parity 1 at once
+                    mbar_arrive_expect_tx(&full[s], kGemmStageA + kGemmStageB);
+                    tma_load_2d(tiles_a + s * kGemmStageA, &map_a, &full[s], kb * kGemmBK, m0);
+                    if constexpr (kBMnMajor) {
+                        for (int blk = 0; blk < kBN / 64; blk++)
+                            tma_load_2d(tiles_b + s * kGemmStageB + blk * 8192, &map_b, &full[s], n0 + 64 * blk, kb * kGemmBK);
+                    } else {
+                        tma_load_2d(tiles_b + s * kGemmStageB, &map_b, &full[s], kb * kGemmBK, n0);
+                    }
+                }
+                if constexpr (kEpi == kEpiDGelu) {   // this tile's aux, once the previous tile's epilogue has read its own
+                    mbar_wait(aux_empty, (tile_it & 1) ^ 1);
+                    mbar_arrive_expect_tx(aux_full, 2 * kGemmStageOut);
+                    for (int w = 0; w < 2; w++)
+                        for (int blk = 0; blk < kBN / 64; blk++)
+                            tma_load_2d(staging + (2 * w + 1) * kGemmStageOut + blk * 8192, &map_aux, aux_full, n0 + 64 * blk, m0 + 64 * w);
+                }
+            }
+        }
+        return;
+    }
+    // ---- consumers: warpgroup cwg owns rows 64 cwg .. 64 cwg + 63 of each tile
+    setmaxnreg_inc<240>();
+    const int cwg = wg - 1, lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, g = lane / 4, tq = lane % 4;
+    float acc[kBN / 2];
+    int it = 0, tile_it = 0;
+    for (int t = blockIdx.x; t < num_tiles; t += gridDim.x, tile_it++) {
+        const int m0 = (t / n_tiles) * kGemmBM, n0 = (t % n_tiles) * kBN;
+        #pragma unroll
+        for (int i = 0; i < kBN / 2; i++) acc[i] = 0.0f;
+        int prev = -1;   // the stage whose wgmmas are still in flight
+        for (int kb = 0; kb < k_blocks; kb++, it++) {
+            const int s = it % kGemmStages;
+            mbar_wait(&full[s], (it / kGemmStages) & 1);
+            const uint8_t* a = tiles_a + s * kGemmStageA + cwg * 64 * 128;
+            const uint8_t* b = tiles_b + s * kGemmStageB;
+            wgmma_fence();
+            #pragma unroll
+            for (int ks = 0; ks < kGemmBK / 16; ks++) {
+                // K-major B: k16 step ks at +32 bytes of each row; MN-major B: at +16 rows of 128 bytes, its 64-column
+                // blocks 8 KB apart (the descriptor's leading byte offset)
+                const uint64_t desc_b = kBMnMajor ? wgmma_desc(b + ks * 16 * 128, 8192) : wgmma_desc(b + 32 * ks);
+                wgmma_m64k16<kBN, kBMnMajor ? 1 : 0>(acc, wgmma_desc(a + 32 * ks), desc_b);
+            }
+            wgmma_commit();
+            wgmma_wait<1>();   // the previous stage's wgmmas are done: release it
+            if (prev >= 0) mbar_arrive(&empty[prev]);
+            prev = s;
+        }
+        wgmma_wait<0>();
+        mbar_arrive(&empty[prev]);
+        // epilogue: rows r and r + 8 of this warp, columns 8 j + 2 tq, + 1
+        if constexpr (kStaged) {
+            // the previous tile's stores have read the staging before it is written again
+            if (threadIdx.x % 128 == 0) bulk_wait_read<0>();
+            named_barrier_sync(1 + cwg, 128);
+            uint8_t* stage_out = staging + cwg * (kEpi != kEpiBias ? 2 : 1) * kGemmStageOut;
+            uint8_t* stage_aux = stage_out + kGemmStageOut;
+            if constexpr (kEpi == kEpiDGelu) mbar_wait(aux_full, tile_it & 1);
+            const int row_lo = m0 + cwg * 64 + warp * 16 + g;   // this thread's first row of the output
+            #pragma unroll
+            for (int j = 0; j < kBN / 8; j++) {
+                const int c = 8 * j + 2 * tq;   // the tile's column
+                const float b0 = bias ? __bfloat162float(bias[n0 + c]) : 0.0f, b1 = bias ? __bfloat162float(bias[n0 + c + 1]) : 0.0f;
+                float sum0 = 0.0f, sum1 = 0.0f;   // kEpiDGelu: this thread's two rows of columns c, c + 1
+                #pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int rr = warp * 16 + g + 8 * half;   // the warpgroup's row
+                    const int at = (c / 64) * 8192 + rr * 128 + (((c % 64) / 8) ^ (rr % 8)) * 16 + (c % 8) * 2;
+                    const float x0 = acc[4 * j + 2 * half] + b0, x1 = acc[4 * j + 2 * half + 1] + b1;
+                    if constexpr (kEpi == kEpiGeluAux) {
+                        *reinterpret_cast<__nv_bfloat162*>(stage_aux + at) = __floats2bfloat162_rn(x0, x1);
+                        *reinterpret_cast<__nv_bfloat162*>(stage_out + at) = __floats2bfloat162_rn(gelu_tanh_approx(x0), gelu_tanh_approx(x1));
+                    } else if constexpr (kEpi == kEpiDGelu) {
+                        const __nv_bfloat162 pre = *reinterpret_cast<const __nv_bfloat162*>(stage_aux + at);
+                        const float d0 = x0 * gelu_grad_tanh_approx(__bfloat162float(pre.x));
+                        const float d1 = x1 * gelu_grad_tanh_approx(__bfloat162float(pre.y));
+                        *reinterpret_cast<__nv_bfloat162*>(stage_out + at) = __floats2bfloat162_rn(d0, d1);
+                        if (row_lo + 8 * half < M) { sum0 += d0; sum1 += d1; }
+                    } else {
+                        *reinterpret_cast<__nv_bfloat162*>(stage_out + at) = __floats2bfloat162_rn(x0, x1);
+                    }
+                }
+                if constexpr (kEpi == kEpiDGelu) {   // the warp's 16 rows: one partial row per 16 rows of out
+                    #pragma unroll
+                    for (int off = 4; off < 32; off *= 2) {
+                        sum0 += __shfl_xor_sync(0xffffffffu, sum0, off);
+                        sum1 += __shfl_xor_sync(0xffffffffu, sum1, off);
+                    }
+                    if (g == 0) *reinterpret_cast<float2*>(colsum + ((size_t)(m0 / 64 + cwg) * 4 + warp) * N + n0 + c) = make_float2(sum0, sum1);
+                }
+            }
+            if constexpr (kEpi == kEpiDGelu) mbar_arrive(aux_empty);   // this thread has read its aux
+            fence_proxy_async();   // the staging's writes are visible to the TMA ...
+            named_barrier_sync(1 + cwg, 128);   // ... from every thread of the warpgroup
+            if (threadIdx.x % 128 == 0) {
+                for (int blk = 0; blk < kBN / 64; blk++) {
+                    tma_store_2d(&map_out, stage_out + blk * 8192, n0 + 64 * blk, m0 + 64 * cwg);
+                    if constexpr (kEpi == kEpiGeluAux) tma_store_2d(&map_aux, stage_aux + blk * 8192, n0 + 64 * blk, m0 + 64 * cwg);
+                }
+                bulk_commit();
+            }
+        } else {
+            const int r = m0 + cwg * 64 + warp * 16 + g;
+            #pragma unroll
+            for (int j = 0; j < kBN / 8; j++) {
+                const int col = n0 + 8 * j + 2 * tq;
+                const float b0 = bias ? __bfloat162float(bias[col]) : 0.0f, b1 = bias ? __bfloat162float(bias[col + 1]) : 0.0f;
+                #pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int row = r + 8 * half;
+                    if (row >= M) continue;
+                    const float x0 = acc[4 * j + 2 * half] + b0, x1 = acc[4 * j + 2 * half + 1] + b1;
+                    const size_t off = (size_t)row * N + col;
+                    if constexpr (kEpi == kEpiGeluAux) {
+                        *reinterpret_cast<__nv_bfloat162*>(aux + off) = __floats2bfloat162_rn(x0, x1);
+                        *reinterpret_cast<__nv_bfloat162*>(out + off) = __floats2bfloat162_rn(gelu(x0), gelu(x1));
+                    } else {
+                        *reinterpret_cast<__nv_bfloat162*>(out + off) = __floats2bfloat162_rn(x0, x1);
+                    }
+                }
+            }
+        }
+    }
+    if constexpr (kStaged) {
+        if (threadIdx.x % 128 == 0) bulk_wait<0>();   // every store done before the kernel ends
+    }
+#endif
+}
+
+template <int kBN_, bool kStaged_, int kEpi_> struct GemmTag { static constexpr int kBN = kBN_, kEpi = kEpi_; static constexpr bool kStaged = kStaged_; };
+
+// variants 2-5 (2: direct stores, 256 wide; 3: staged, 256 wide; 4: staged, 192 wide; 5: variant 4's DGELU backward):
+// false where the shape does not fit (N % the tile width, K % 64, or no sm_90a). aux: GELU's output or DGELU's input;
+// colsum (DGELU): (ceil(M / 16), N) fp32, the sums of out over each 16 rows
+bool matmul_wgmma(int variant, int epilogue, floatX* out, floatX* aux, float* colsum, const floatX* a, const floatX* b, const floatX* bias,
+                  int M, int N, int K, cudaStream_t stream) {
+    const int bn = variant >= 4 ? 192 : 256;
+    if (N % bn || K % kGemmBK || !hopper_path_available() || (epilogue == kEpiDGelu) != (variant == 5)) return false;
+    const cuuint64_t dims_a[2] = {(cuuint64_t)K, (cuuint64_t)M}, dims_out[2] = {(cuuint64_t)N, (cuuint64_t)M};
+    const cuuint64_t strides_a[1] = {(cuuint64_t)K * 2}, strides_out[1] = {(cuuint64_t)N * 2};
+    const cuuint32_t box_a[2] = {kGemmBK, kGemmBM}, box_out[2] = {64, 64};
+    const CUtensorMap map_a = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a, dims_a, strides_a, box_a);
+    CUtensorMap map_b;
+    if (epilogue == kEpiDGelu) {   // B (K, N), N contiguous
+        const cuuint64_t dims_b[2] = {(cuuint64_t)N, (cuuint64_t)K};
+        const cuuint32_t box_b[2] = {64, kGemmBK};
+        map_b = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, b, dims_b, strides_out, box_b);
+    } else {                       // B (N, K), K contiguous
+        const cuuint64_t dims_b[2] = {(cuuint64_t)K, (cuuint64_t)N};
+        const cuuint32_t box_b[2] = {kGemmBK, (cuuint32_t)bn};
+        map_b = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, b, dims_b, strides_a, box_b);
+    }
+    const CUtensorMap map_out = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, out, dims_out, strides_out, box_out);
+    const CUtensorMap map_aux = aux ? swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, aux, dims_out, strides_out, box_out) : map_out;
+    auto launch = [&](auto tag) {
+        using Tag = decltype(tag);
+        const int num_tiles = ceil_div(M, kGemmBM) * (N / Tag::kBN);
+        launch_with_smem<matmul_wgmma_kernel<Tag::kBN, Tag::kStaged, Tag::kEpi>>(
+            dim3(std::min(num_tiles, device_props().multiProcessorCount)), kGemmThreads, gemm_smem_bytes<Tag::kBN, Tag::kStaged, Tag::kEpi>(),
+            stream, map_a, map_b, map_out, map_aux, out, aux, bias, colsum, M, N, K);
+    };
+    const bool gelu = epilogue == kEpiGeluAux;
+    if (variant == 2) { if (gelu) launch(GemmTag<256, false, kEpiGeluAux>{}); else launch(GemmTag<256, false, kEpiBias>{}); }
+    else if (variant == 3) { if (gelu) launch(GemmTag<256, true, kEpiGeluAux>{}); else launch(GemmTag<256, true, kEpiBias>{}); }
+    else if (variant == 4) { if (gelu) launch(GemmTag<192, true, kEpiGeluAux>{}); else launch(GemmTag<192, true, kEpiBias>{}); }
+    else launch(GemmTag<192, true, kEpiDGelu>{});
+    return true;
+}
+
+// ----------------------------------------------------------------------------
+
+struct MatmulShape { const char* name; int N, K, epilogue; };
+// the forward matmuls of a d12 layer (C = 768), out (M, N) = a (M, K) @ b (N, K)^T + bias, and the backward one with
+// the DGELU epilogue: dfch (M, 4C) = dout (M, C) @ fcprojw (C, 4C) * gelu'(fch), with fcb's gradient as column sums
+static const MatmulShape kShapes[] = {
+    {"qkv", 2304, 768, kEpiBias}, {"attproj", 768, 768, kEpiBias}, {"fc (GELU, aux)", 3072, 768, kEpiGeluAux},
+    {"fcproj", 768, 3072, kEpiBias}, {"fcproj dinp (DGELU, bias sums)", 3072, 768, kEpiDGelu},
+};
+static const char* kVariantNames[] = {"shipped (cuBLASLt)", "naive", "TMA + wgmma, warp-specialised", "2 + TMA-store epilogue",
+                                     "3 with 128 x 192 tiles", "4's DGELU backward with the bias sums"};
+constexpr int kNumVariants = 6;
+
+// variant 1, the backward: out = (a @ b) * gelu'(aux), b (K, N)
+__global__ void matmul_dgelu_naive_kernel(floatX* out, const floatX* aux, const floatX* a, const floatX* b, int M, int N, int K) {
+    const int col = blockIdx.x * blockDim.x + threadIdx.x, row = blockIdx.y;
+    if (col >= N) return;
+    float acc = 0.0f;
+    for (int k = 0; k < K; k++) acc += __bfloat162float(a[(size_t)row * K + k]) * __bfloat162float(b[(size_t)k * N + col]);
+    out[(size_t)row * N + col] = __float2bfloat16(acc * gelu_grad(__bfloat162float(aux[(size_t)row * N + col])));
+}
+
+// one matmul of a shape. DGELU: variant 0 is cuBLASLt's DGELU matmul plus bias_backward (what training runs for it),
+// variant 5 writes colsum; the others take only the forward shapes (variant 1 both)
+struct MatmulBuffers { floatX *a, *b, *bias, *out, *aux, *dbias; float *colsum, *scratch; };
+bool run_variant(int variant, const MatmulShape& sh, const MatmulBuffers& m, int M) {
+    const int N = sh.N, K = sh.K;
+    const bool dgelu = sh.epilogue == kEpiDGelu;
+    bool ran = true;
+    if (variant == 0 && dgelu) {
+        matmul_cublaslt(m.out, m.b, m.a, nullptr, nullptr, N, M, K, false, false, m.aux, true, 0);
+        bias_backward(m.dbias, m.scratch, m.out, M, N, 0);
+    } else if (variant == 0) {
+        matmul_forward(m.out, m.a, m.b, m.bias, nullptr, M, K, N, sh.epilogue == kEpiGeluAux ? m.aux : nullptr, 0);
+    } else if (variant == 1 && dgelu) {
+        matmul_dgelu_naive_kernel<<<dim3(ceil_div(N, 256), M), 256>>>(m.out, m.aux, m.a, m.b, M, N, K);
+    } else if (variant == 1) {
+        matmul_forward_naive_kernel<<<dim3(ceil_div(N, 256), M), 256>>>(m.out, m.aux, m.a, m.b, m.bias, M, N, K, sh.epilogue == kEpiGeluAux);
+    } else {
+        ran = matmul_wgmma(variant, sh.epilogue, m.out, sh.epilogue == kEpiBias ? nullptr : m.aux, m.colsum, m.a, m.b, dgelu ? nullptr : m.bias,
+                           M, N, K, 0);
+    }
+    cudaCheck(cudaGetLastError());
+    return ran;
+}
+
+MatmulBuffers alloc_buffers(const MatmulShape& sh, int M) {
+    MatmulBuffers m;
+    m.a = device_alloc<floatX>((size_t)M * sh.K); m.b = device_alloc<floatX>((size_t)sh.N * sh.K); m.bias = device_alloc<floatX>(sh.N);
+    m.out = device_alloc<floatX>((size_t)M * sh.N); m.aux = device_alloc<floatX>((size_t)M * sh.N); m.dbias = device_alloc<floatX>(sh.N);
+    m.colsum = device_alloc<float>((size_t)ceil_div(M, kGemmBM) * 8 * sh.N);
+    m.scratch = device_alloc<float>(bias_backward_scratch_floats(M, sh.N));
+    return m;
+}
+void free_buffers(MatmulBuffers& m) {
+    for (void* p : {(void*)m.a, (void*)m.b, (void*)m.bias, (void*)m.out, (void*)m.aux, (void*)m.dbias, (void*)m.colsum, (void*)m.scratch})
+        cudaCheck(cudaFree(p));
+}
+
+int validate(const HarnessArgs& args, const MatmulShape& sh, int M, std::mt19937_64& rng) {
+    const int N = sh.N, K = sh.K;
+    const bool dgelu = sh.epilogue == kEpiDGelu;
+    std::vector<floatX> h_a((size_t)M * K), h_b((size_t)N * K), h_bias(N), h_aux((size_t)M * N);
+    fill_randn_bf16(h_a, 1.0f, rng);
+    fill_randn_bf16(h_b, 1.0f / std::sqrt((float)K), rng);
+    fill_randn_bf16(h_bias, 0.5f, rng);
+    fill_randn_bf16(h_aux, 1.0f, rng);   // DGELU's pre-GELU input
+    // b: (N, K) for the forward, (K, N) for the backward
+    auto b_at = [&](int k, int c) { return (double)__bfloat162float(dgelu ? h_b[(size_t)k * N + c] : h_b[(size_t)c * K + k]); };
+    std::vector<int> rows;
+    for (int r = 0; r < std::min(M, 32); r++) rows.push_back(r);
+    for (int r = std::max(32, M - 32); r < M; r++) rows.push_back(r);
+    for (int i = 0; i < 192 && M > 64; i++) rows.push_back(32 + (int)(rng() % (M - 64)));
+    // the fp64 reference of the sampled rows (out, and the forward GELU's aux)
+    std::vector<double> ref_out(rows.size() * N), ref_aux(rows.size() * N);
+    for (size_t i = 0; i < rows.size(); i++)
+        for (int c = 0; c < N; c++) {
+            double x = dgelu ? 0.0 : __bfloat162float(h_bias[c]);
+            for (int k = 0; k < K; k++) x += (double)__bfloat162float(h_a[(size_t)rows[i] * K + k]) * b_at(k, c);
+            const double pre = __bfloat162float(h_aux[(size_t)rows[i] * N + c]);
+            const double th = std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)), tp = std::tanh(0.7978845608028654 * (pre + 0.044715 * pre * pre * pre));
+            const double gelu_grad = 0.5 * (1.0 + tp) + 0.5 * pre * (1.0 - tp * tp) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * pre * pre);
+            ref_aux[i * N + c] = x;
+            ref_out[i * N + c] = dgelu ? x * gelu_grad : sh.epilogue == kEpiGeluAux ? 0.5 * x * (1.0 + th) : x;
+        }
+    MatmulBuffers m = alloc_buffers(sh, M);
+    to_device(m.a, h_a); to_device(m.b, h_b); to_device(m.bias, h_bias);
+    cudaCheck(cudaMemset(m.dbias, 0, N * 2));
+    int failures = 0;
+    for (int variant = 0; variant < kNumVariants; variant++) {
+        if (!args.wants(variant)) continue;
+        poison(m.out, (size_t)M * N * 2);
+        if (dgelu) to_device(m.aux, h_aux); else poison(m.aux, (size_t)M * N * 2);
+        const size_t colsum_rows = (size_t)ceil_div(M, kGemmBM) * 8;
+        poison(m.colsum, colsum_rows * N * 4);
+        if (!run_variant(variant, sh, m, M)) continue;
+        cudaCheck(cudaDeviceSynchronize());
+        std::vector<floatX> out = from_device(m.out, (size_t)M * N), aux = from_device(m.aux, (size_t)M * N);
+        double worst = 0.0;
+        size_t bad = 0;
+        for (size_t i = 0; i < rows.size(); i++)
+            for (int c = 0; c < N; c++)
+                for (int which = 0; which < (sh.epilogue == kEpiGeluAux ? 2 : 1); which++) {
+                    const double ref = which ? ref_aux[i * N + c] : ref_out[i * N + c];
+                    const double got = __bfloat162float((which ? aux : out)[(size_t)rows[i] * N + c]);
+                    const double frac = std::isfinite(got) ? std::fabs(got - ref) / std::ldexp(std::fabs(ref) + 1.0, -7) : INFINITY;
+                    worst = std::max(worst, frac);
+                    bad += !(frac <= 1.0);
+                }
+        std::string sums;
+        if (variant == 5) {   // every partial row written; the groups of the first and last 32 rows against fp64
+            std::vector<float> colsum = from_device(m.colsum, colsum_rows * N);
+            size_t nonfinite = 0, sum_bad = 0;
+            for (float x : colsum) nonfinite += !std::isfinite(x);
+            double sum_worst = 0.0;
+            for (int grp = 0; grp < ceil_div(M, 16); grp++) {
+                const int r0 = 16 * grp, r1 = std::min(M, r0 + 16);
+                bool sampled = true;   // rows r0 .. r1 - 1 all among the first 32 or the last 32
+                for (int r = r0; r < r1; r++) sampled = sampled && (r < 32 || r >= M - 32);
+                if (!sampled) continue;
+                for (int c = 0; c < N; c++) {
+                    double ref = 0.0, abs_sum = 0.0;
+                    for (int r = r0; r < r1; r++) {
+                        const size_t i = std::find(rows.begin(), rows.end(), r) - rows.begin();
+                        ref += ref_out[i * N + c];
+                        abs_sum += std::fabs(ref_out[i * N + c]);
+                    }
+                    const double frac = std::fabs(colsum[(size_t)grp * N + c] - ref) / (std::ldexp(abs_sum, -9) + 1e-3);
+                    sum_worst = std::max(sum_worst, frac);
+                    sum_bad += !(frac <= 1.0);
+                }
+            }
+            sums = strfmt("; bias sums: %zu non-finite, %zu out of tol, worst %.2f", nonfinite, sum_bad, sum_worst);
+            bad += nonfinite + sum_bad;
+        }
+        const bool ok = bad == 0;
+        printf("  variant %d (%s): %s M=%d N=%d K=%d: %zu rows x %d columns vs fp64, worst %.2f of tol%s %s\n", variant,
+               kVariantNames[variant], sh.name, M, N, K, rows.size(), N, worst, sums.c_str(), ok ? "ok" : "FAIL");
+        failures += !ok;
+    }
+    free_buffers(m);
+    return failures;
+}
+
+void bench(const HarnessArgs& args, int M, std::mt19937_64& rng) {
+    for (const MatmulShape& sh : kShapes) {
+        const int N = sh.N, K = sh.K;
+        std::vector<floatX> h((size_t)M * K), hb((size_t)N * K), haux((size_t)M * N);
+        fill_randn_bf16(h, 1.0f, rng);
+        fill_randn_bf16(hb, 1.0f / std::sqrt((float)K), rng);
+        fill_randn_bf16(haux, 1.0f, rng);
+        MatmulBuffers m = alloc_buffers(sh, M);
+        to_device(m.a, h); to_device(m.b, hb); to_device(m.aux, haux);
+        cudaCheck(cudaMemcpy(m.bias, m.b, N * 2, cudaMemcpyDeviceToDevice));
+        cudaCheck(cudaMemset(m.dbias, 0, N * 2));
+        const double flops = 2.0 * M * N * K;
+        for (int variant = 0; variant < kNumVariants; variant++) {
+            if (!args.wants(variant) || (variant == 1 && M > 8192)) continue;   // the naive kernel: validation only at size
+            if (!run_variant(variant, sh, m, M)) continue;
+            if (sh.epilogue == kEpiDGelu) to_device(m.aux, haux);   // the DGELU matmuls read aux and write out only
+            const Timing tm = time_kernel([&](int) { run_variant(variant, sh, m, M); }, args.repeats, 0);
+            printf("variant %d (%s) %s M=%d N=%d K=%d: %.4f ms (min %.4f) %.0f TFLOP/s\n", variant, kVariantNames[variant], sh.name, M, N, K,
+                   tm.median_ms, tm.min_ms, flops / (tm.median_ms * 1e-3) / 1e12);
+            printf("RESULT matmul variant=%d shape=%s M=%d N=%d K=%d ms_med=%.4f tflops=%.0f\n", variant, sh.name, M, N, K,
+                   tm.median_ms, flops / (tm.median_ms * 1e-3) / 1e12);
+        }
+        free_buffers(m);
+    }
+}
+
+int main(int argc, char** argv) {
+    int M = 65536;
+    const HarnessArgs args = parse_layer_harness_args(argc, argv, {{"-n", &M}});
+    std::mt19937_64 rng(args.seed);
+    matmul_setup();
+    int failures = 0;
+    for (const MatmulShape& sh : kShapes) {
+        if (args.check) for (int m : {1000, 4096}) failures += validate(args, sh, m, rng);
+        else failures += validate(args, sh, std::min(M, 4096), rng);
+    }
+    if (args.bench && failures == 0) bench(args, M, rng);
+    matmul_teardown();
+    printf("%s\n", failures ? "FAILED" : "all ok");
+    return failures ? EXIT_FAILURE : EXIT_SUCCESS;
+}
