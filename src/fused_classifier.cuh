@@ -66,17 +66,10 @@ __global__ void __launch_bounds__(1024) fused_classifier_kernel(floatX* logits, 
 // exp(x - max) = 2^(x log2(e) - max log2(e)): one FFMA and one MUFU.EX2 a column, for the sum and for the gradient.
 #define CLASSIFIER_SMEM_MAX_BYTES (113 * 1024)
 
-__device__ __forceinline__ void unpack_bf16x2(uint32_t u, float& lo, float& hi) {
-    lo = __uint_as_float(u << 16);
-    hi = __uint_as_float(u & 0xffff0000u);
-}
-// word e (0..3) of a chunk of 8 bf16
-__device__ __forceinline__ uint32_t chunk_word(const uint4& q, int e) { return e == 0 ? q.x : e == 1 ? q.y : e == 2 ? q.z : q.w; }
-
 __global__ void __launch_bounds__(1024, 2) fused_classifier_smem_kernel(floatX* logits, float* losses, const int* targets,
                                                                         float dloss, int V, int Vp, bool write_dlogits) {
     constexpr float kLog2e = 1.4426950408889634f;
-    extern __shared__ uint4 row_chunks[];   // Vp / 8 chunks of 8 bf16
+    extern __shared__ x128 row_chunks[];   // Vp / 8 chunks of 8 bf16
     __shared__ float shared[32];
     floatX* x = logits + (size_t)blockIdx.x * Vp;
     const int target = targets[blockIdx.x], num_chunks = Vp / X128_SIZE;
@@ -85,20 +78,16 @@ __global__ void __launch_bounds__(1024, 2) fused_classifier_smem_kernel(floatX* 
     float thread_max = -INFINITY;
     #pragma unroll 4
     for (int i = threadIdx.x; i < num_chunks; i += blockDim.x) {
-        const uint4 q = __ldcs(reinterpret_cast<const uint4*>(x) + i);   // read once from memory: evict first
+        const x128 q = load128cs(x + i * X128_SIZE);   // read once from memory: evict first
         row_chunks[i] = q;
         const int c = i * X128_SIZE;
-        #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const uint32_t w = chunk_word(q, e);
-            if (c + X128_SIZE <= V) {
-                pair_max = __hmax2(pair_max, *reinterpret_cast<const __nv_bfloat162*>(&w));
-            } else {
-                float lo, hi;
-                unpack_bf16x2(w, lo, hi);
-                if (c + 2 * e < V) thread_max = fmaxf(thread_max, lo);
-                if (c + 2 * e + 1 < V) thread_max = fmaxf(thread_max, hi);
-            }
+        if (c + X128_SIZE <= V) {
+            const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(q.v);
+            #pragma unroll
+            for (int e = 0; e < X128_SIZE / 2; e++) pair_max = __hmax2(pair_max, pairs[e]);
+        } else {
+            #pragma unroll
+            for (int e = 0; e < X128_SIZE; e++) if (c + e < V) thread_max = fmaxf(thread_max, q.f(e));
         }
     }
     thread_max = fmaxf(thread_max, fmaxf(__bfloat162float(pair_max.x), __bfloat162float(pair_max.y)));
@@ -106,40 +95,27 @@ __global__ void __launch_bounds__(1024, 2) fused_classifier_smem_kernel(floatX* 
     const float max_log2 = row_max * kLog2e;
     float thread_sum = 0.0f;
     for (int i = threadIdx.x; i < num_chunks; i += blockDim.x) {
-        const uint4 q = row_chunks[i];
+        const x128 q = row_chunks[i];
         const int c = i * X128_SIZE;
         #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float lo, hi;
-            unpack_bf16x2(chunk_word(q, e), lo, hi);
-            if (c + 2 * e < V) thread_sum += exp2f(fmaf(lo, kLog2e, -max_log2));
-            if (c + 2 * e + 1 < V) thread_sum += exp2f(fmaf(hi, kLog2e, -max_log2));
-        }
+        for (int e = 0; e < X128_SIZE; e++) if (c + e < V) thread_sum += exp2f(fmaf(q.f(e), kLog2e, -max_log2));
     }
     const float row_sum = block_reduce_sum(thread_sum, shared);
-    if (threadIdx.x == 0) {
-        const floatX* row = reinterpret_cast<const floatX*>(row_chunks);
-        losses[blockIdx.x] = logf(row_sum) + row_max - __bfloat162float(row[target]);
-    }
+    if (threadIdx.x == 0) losses[blockIdx.x] = logf(row_sum) + row_max - row_chunks[target / X128_SIZE].f(target % X128_SIZE);
     if (!write_dlogits) return;
     // dlogits = p * dloss - dloss at the target, p = exp(x - max) / sum
     const float scale = dloss / row_sum;
     for (int i = threadIdx.x; i < num_chunks; i += blockDim.x) {
-        const uint4 q = row_chunks[i];
+        const x128 q = row_chunks[i];
         const int c = i * X128_SIZE;
-        uint32_t g[4];
+        x128 g;
         #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float lo, hi;
-            unpack_bf16x2(chunk_word(q, e), lo, hi);
-            float g_lo = c + 2 * e < V ? exp2f(fmaf(lo, kLog2e, -max_log2)) * scale : 0.0f;
-            float g_hi = c + 2 * e + 1 < V ? exp2f(fmaf(hi, kLog2e, -max_log2)) * scale : 0.0f;
-            if (c + 2 * e == target) g_lo -= dloss;
-            if (c + 2 * e + 1 == target) g_hi -= dloss;
-            const __nv_bfloat162 pair = __floats2bfloat162_rn(g_lo, g_hi);
-            g[e] = *reinterpret_cast<const uint32_t*>(&pair);
+        for (int e = 0; e < X128_SIZE; e++) {
+            float grad = c + e < V ? exp2f(fmaf(q.f(e), kLog2e, -max_log2)) * scale : 0.0f;
+            if (c + e == target) grad -= dloss;
+            g.set(e, grad);
         }
-        __stcs(reinterpret_cast<uint4*>(x) + i, make_uint4(g[0], g[1], g[2], g[3]));
+        store128cs(x + c, g);
     }
 }
 
@@ -149,10 +125,10 @@ void fused_classifier(floatX* logits, float* losses, const int* targets, float d
     NVTX_RANGE_FN();
     const size_t smem = (size_t)Vp * sizeof(floatX);
     if (smem <= CLASSIFIER_SMEM_MAX_BYTES) {
-        static size_t smem_set = 0;
-        if (smem > smem_set) {   // above 48 KiB the kernel must opt in
-            cudaCheck(cudaFuncSetAttribute(fused_classifier_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)CLASSIFIER_SMEM_MAX_BYTES));
-            smem_set = CLASSIFIER_SMEM_MAX_BYTES;
+        static bool opted_in = false;   // above 48 KiB the kernel must opt in, once
+        if (!opted_in) {
+            cudaCheck(cudaFuncSetAttribute(fused_classifier_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, CLASSIFIER_SMEM_MAX_BYTES));
+            opted_in = true;
         }
         fused_classifier_smem_kernel<<<BT, 1024, smem, stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
     } else {
