@@ -33,6 +33,7 @@ training code.
 #include "layernorm.cuh"      // defines: layernorm_forward, layernorm_backward
 #include "matmul.cuh"         // defines: matmul_forward, matmul_backward, bias_backward (cuBLASLt)
 #include "gelu.cuh"           // defines: gelu_forward, gelu_backward_inplace
+#include "matmul_hopper.cuh"  // defines: matmul_backward_dgelu_hopper (the MLP's backward through GELU, sm_90a)
 #define FLASHGPT_ATTENTION_GPT2_ONLY   // GPT-2's attention calls only: the general kernels are not compiled here
 #include "attention.cuh"      // defines: attention_forward, attention_backward (flash attention, out + LSE)
 #include "fused_classifier.cuh" // defines: fused_classifier, accumulate_loss
@@ -381,7 +382,8 @@ size_t gpt2_reduce_scratch_floats(const GPT2Config& c, int B, int T) {
     int N = B * T, C = c.channels;
     return std::max({layernorm_backward_scratch_floats(N, C), bias_backward_scratch_floats(N, C),
                      bias_backward_scratch_floats(N, 3 * C), bias_backward_scratch_floats(N, 4 * C), (size_t)GLOBAL_NORM_BLOCKS,
-                     (size_t)B * ceil_div(T, 16) * 3 * C});   // the attention's dqkv sums
+                     (size_t)B * ceil_div(T, 16) * 3 * C,     // the attention's dqkv sums
+                     (size_t)matmul_dgelu_partial_rows(N) * 4 * C});   // the Hopper DGELU matmul's dfch sums
 }
 size_t gpt2_scratch_bytes(const GPT2Config& c, int B, int T) {
     return gpt2_attention_scratch_bytes(c, B, T) + gpt2_reduce_scratch_floats(c, B, T) * sizeof(float);
@@ -635,14 +637,23 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
             layernorm_forward(ln1, nullptr, nullptr, residual, p.ln1w + l * C, p.ln1b + l * C, N, C, main_stream);
             layernorm_forward(ln2, nullptr, nullptr, residual2, p.ln2w + l * C, p.ln2b + l * C, N, C, main_stream);
         }
-        if (model->recompute >= 1) gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, main_stream);
-
-        // MLP projection: dfch_gelu = dresidual @ fcprojw, then through GELU (fused or not) -> dfch
-        matmul_backward(dbt4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, scratch, dresidual, fch_gelu,
-                        p.fcprojw + (size_t)l * C * 4 * C, N, 4 * C, C, model->gelu_fusion >= 2 ? fch : nullptr, main_stream);
-        if (model->gelu_fusion < 2) gelu_backward_inplace(dbt4c, fch, (size_t)N * 4 * C, main_stream);
+        // MLP projection: dfch = (dresidual @ fcprojw) * gelu'(fch). On Hopper (-ge 2) one kernel does that, writes the
+        // recomputed gelu(fch) for fcprojw's gradient, and sums dfch over each 64 rows for fcb's gradient
+        const floatX* fcprojw = p.fcprojw + (size_t)l * C * 4 * C;
+        const bool dgelu_fused = model->gelu_fusion >= 2 &&
+            matmul_backward_dgelu_hopper(dbt4c, model->recompute >= 1 ? fch_gelu : nullptr, scratch, dresidual, fcprojw, fch, N, 4 * C, C, main_stream);
+        if (dgelu_fused) {
+            reduce_partials_add(g.fcb + l * 4 * C, nullptr, scratch, matmul_dgelu_partial_rows(N), 4 * C, main_stream);
+            matmul_backward(nullptr, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, scratch, dresidual, fch_gelu, fcprojw,
+                            N, 4 * C, C, nullptr, main_stream);
+        } else {
+            if (model->recompute >= 1) gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, main_stream);
+            matmul_backward(dbt4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, scratch, dresidual, fch_gelu, fcprojw,
+                            N, 4 * C, C, model->gelu_fusion >= 2 ? fch : nullptr, main_stream);
+            if (model->gelu_fusion < 2) gelu_backward_inplace(dbt4c, fch, (size_t)N * 4 * C, main_stream);
+        }
         // MLP up: dln2 = dfch @ fcw
-        matmul_backward(dbtc, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, scratch, dbt4c, ln2,
+        matmul_backward(dbtc, g.fcw + (size_t)l * 4 * C * C, dgelu_fused ? nullptr : g.fcb + l * 4 * C, scratch, dbt4c, ln2,
                         p.fcw + (size_t)l * 4 * C * C, N, C, 4 * C, nullptr, main_stream);
         layernorm_backward(dresidual, g.ln2w + l * C, g.ln2b + l * C, scratch, dbtc, residual2, p.ln2w + l * C,
                            ln2_mean, ln2_rstd, N, C, main_stream);

@@ -200,8 +200,9 @@ inline void train_config_defaults(TrainConfig* c) {
     c->memory_plan_only = 0;
 }
 
-// -ge -1 (the default): GELU fused into the cuBLASLt epilogues (2) on Hopper, where d12 trains faster with it than
-// with -ge 0 or 1 (dev/cuda/README.md's results log); llm.c's default 0 elsewhere
+// -ge -1 (the default): GELU fused into the matmuls (2: cuBLASLt's forward epilogue, matmul_hopper.cuh's backward)
+// on Hopper, where d12 trains faster with it than with -ge 0 or 1 (dev/cuda/README.md's results log); llm.c's
+// default 0 elsewhere
 inline int gelu_fusion_default(int cc_major) { return cc_major >= 9 ? 2 : 0; }
 
 inline const char* train_usage() {
@@ -236,7 +237,7 @@ inline const char* train_usage() {
         "  -w <int>    keep fp32 master weights (default = 1)\n"
         "  -sr <int>   round the bf16 weights stochastically after each update, 0: to nearest (default = 1)\n"
         "  -dm <int>   document masking: attention stops at each <|endoftext|> in a sequence (default = 0)\n"
-        "  -ge <int>   GELU fusion into cuBLASLt: 0 off, 1 forward, 2 forward + backward (default = 2 on sm_90+, else 0)\n"
+        "  -ge <int>   GELU fusion into the matmuls: 0 off, 1 forward, 2 forward + backward (default = 2 on sm_90+, else 0)\n"
         "  -a <int>    overfit a single batch (default = 0)\n"
         "  -sf <int>   shuffle the training data (default = 1, 0 with -a 1)\n"
         "  -sd <int>   seed for init and shuffling (default = 42)\n"

@@ -20,6 +20,14 @@ __device__ inline float gelu_grad(float x) {
     return 0.5f * (1.0f + tanh_out) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
+// gelu(x) and gelu'(x) from one tanh, the expressions of gelu and gelu_grad above
+__device__ inline void gelu_and_grad(float x, float& y, float& dy) {
+    float cube = 0.044715f * x * x * x;
+    float tanh_out = tanhf(GELU_SCALE * (x + cube));
+    y = 0.5f * x * (1.0f + tanh_out);
+    dy = 0.5f * (1.0f + tanh_out) + 0.5f * x * (1.0f - tanh_out * tanh_out) * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 // out, inp (N) with N a multiple of 8
 __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t N) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * X128_SIZE;

@@ -167,14 +167,14 @@ void bias_backward(floatX* dbias, float* scratch, const floatX* dout, int N, int
 }
 
 // dinp (N, C) = dout (N, OC) @ weight (OC, C)             (if gelu_pre: dinp *= gelu'(gelu_pre), gelu_pre (N, C))
-// dweight (OC, C) += dout^T @ inp (N, C);  dbias (OC) += dout.sum(0) (dbias may be null)
+// dweight (OC, C) += dout^T @ inp (N, C);  dbias (OC) += dout.sum(0). dinp and dbias may be null (not computed).
 void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout, const floatX* inp,
                      const floatX* weight, int N, int C, int OC, floatX* gelu_pre, cudaStream_t stream) {
     NVTX_RANGE_FN();
     if (dbias) bias_backward(dbias, scratch, dout, N, OC, stream);
     // column-major: dinp^T (C, N) = (weight as (C, OC)) @ dout^T (OC, N)
-    matmul_cublaslt(dinp, weight, dout, /*c=*/nullptr, nullptr, C, N, OC, /*trans_a=*/false, /*trans_b=*/false,
-                    gelu_pre, /*backward=*/true, stream);
+    if (dinp) matmul_cublaslt(dinp, weight, dout, /*c=*/nullptr, nullptr, C, N, OC, /*trans_a=*/false, /*trans_b=*/false,
+                              gelu_pre, /*backward=*/true, stream);
     // column-major: dweight^T (C, OC) += inp^T (C, N) @ dout (N, OC) = inp^T @ (dout^T as (OC, N))^T (C = D: accumulate)
     matmul_cublaslt(dweight, inp, dout, /*c=*/dweight, nullptr, C, OC, N, /*trans_a=*/false, /*trans_b=*/true,
                     nullptr, /*backward=*/false, stream);

@@ -1,13 +1,13 @@
 /*
-The hardware layer under the attention kernels: thin wrappers over the PTX instructions they use, the shared-memory
+The hardware layer under the attention kernels and the Hopper GEMM: thin wrappers over the PTX instructions they use, the shared-memory
 tile layouts those instructions want, and the host side (kernel launches, the sm_90a probe, TMA tensor maps).
-The algorithm (tile shapes, schedules, softmax, masks) lives in attention.cuh.
+The algorithms (tile shapes, schedules, softmax, masks, epilogues) live in attention.cuh and matmul_hopper.cuh.
 
   sm_80+   cp.async, ldmatrix, mma.sync m16n8k16 (bf16 -> fp32), ex2.approx, red.global.add
   tiles    the 128-byte swizzle (mma.sync tiles and wgmma's column blocks), cp.async tile loads with zero-filled
            rows past T, mma.sync and wgmma accumulator fragments reused as A operands
   sm_90a   wgmma (descriptors, fences, commit/wait, the m64nNk16 shapes in use, products over a swizzled tile), TMA
-           loads and reduce-adds, 1-D bulk copies, mbarriers, clusters (multicast, remote arrive/store), named
+           loads, stores and reduce-adds, 1-D bulk copies, mbarriers, clusters (multicast, remote arrive/store), named
            barriers, setmaxnreg, programmatic dependent launch; reg_fence / schedule_pin to steer ptxas around
            asynchronous MMAs
   host     launch_with_smem (dynamic shared memory, programmatic dependent launch), launch_persistent_clusters,
@@ -225,6 +225,14 @@ __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence
 #define WGMMA_D40_NAMES "{" WGMMA_R0 ", " WGMMA_R8 ", " WGMMA_R16 ", " WGMMA_R24 ", " WGMMA_R32 "}"
 #define WGMMA_D48_NAMES "{" WGMMA_R0 ", " WGMMA_R8 ", " WGMMA_R16 ", " WGMMA_R24 ", " WGMMA_R32 ", " WGMMA_R40 "}"
 #define WGMMA_D64_NAMES "{" WGMMA_R0 ", " WGMMA_R8 ", " WGMMA_R16 ", " WGMMA_R24 ", " WGMMA_R32 ", " WGMMA_R40 ", " WGMMA_R48 ", " WGMMA_R56 "}"
+// n192 (96 registers a thread): the MLP's GEMM tiles (matmul_hopper.cuh)
+#define WGMMA_D96 WGMMA_D64, WGMMA_D8(64), WGMMA_D8(72), WGMMA_D8(80), WGMMA_D8(88)
+#define WGMMA_R64 "%64, %65, %66, %67, %68, %69, %70, %71"
+#define WGMMA_R72 "%72, %73, %74, %75, %76, %77, %78, %79"
+#define WGMMA_R80 "%80, %81, %82, %83, %84, %85, %86, %87"
+#define WGMMA_R88 "%88, %89, %90, %91, %92, %93, %94, %95"
+#define WGMMA_R0_63 WGMMA_R0 ", " WGMMA_R8 ", " WGMMA_R16 ", " WGMMA_R24 ", " WGMMA_R32 ", " WGMMA_R40 ", " WGMMA_R48 ", " WGMMA_R56
+#define WGMMA_D96_NAMES "{" WGMMA_R0_63 ", " WGMMA_R64 ", " WGMMA_R72 ", " WGMMA_R80 ", " WGMMA_R88 "}"
 
 // The asm text of d (m64 x nN, fp32) (+)= A (64 x 16, smem descriptor) * B (16 x N, smem descriptor), both K-major:
 // operands %0 .. %(N/2 - 1) = d (NAMES), then the descriptors (%DA, %DB) and scale-d (%SD, 0 or 1)
@@ -265,6 +273,20 @@ __device__ __forceinline__ void wgmma_ss_m64k16(float (&d)[N / 2], uint64_t desc
     else if constexpr (N == 96) wgmma_ss_m64n96k16<kScaleD>(d, desc_a, desc_b);
     else if constexpr (N == 80) wgmma_ss_m64n80k16<kScaleD>(d, desc_a, desc_b);
     else wgmma_ss_m64n64k16<kScaleD>(d, desc_a, desc_b);
+}
+// d (m64 x nN, fp32, N = 128 or 192) += A (64 x 16, smem, K-major) * B (16 x N, smem): B K-major (kTransB 0) or
+// MN-major (1: B's N columns contiguous, in 64-column blocks the descriptor's leading byte offset apart)
+template <int N, int kTransB>
+__device__ __forceinline__ void wgmma_ss_m64k16_b(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
+    static_assert(N == 128 || N == 192, "n128 or n192");
+    if constexpr (N == 128)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64_NAMES ", %64, %65, p, 1, 1, 0, %67;\n}\n"
+                     : WGMMA_D64 : "l"(desc_a), "l"(desc_b), "n"(1), "n"(kTransB));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " WGMMA_D96_NAMES ", %96, %97, p, 1, 1, 0, %99;\n}\n"
+                     : WGMMA_D96 : "l"(desc_a), "l"(desc_b), "n"(1), "n"(kTransB));
 }
 // d (m64 x n64, fp32) += A (64 x 16, bf16 registers) * B (16 x 64, smem descriptor, MN-major: transposed)
 __device__ __forceinline__ void wgmma_rs_m64n64k16_trans_b(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
@@ -342,6 +364,11 @@ __device__ __forceinline__ void tma_load_4d(uint8_t* dst, const CUtensorMap* map
                  :: "r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
                  : "memory");
 }
+// one box of a 2-D tensor map at (c0, c1) into shared memory, completing on bar
+__device__ __forceinline__ void tma_load_2d(uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 :: "r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar)) : "memory");
+}
 // the same box multicast into every CTA of cta_mask (cluster ranks), at the same shared-memory offset, each CTA's
 // barrier at bar's offset receiving the box's bytes
 __device__ __forceinline__ void tma_load_4d_multicast(uint8_t* dst, const CUtensorMap* map, uint64_t* bar, uint16_t cta_mask,
@@ -395,6 +422,11 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, int bytes,
 __device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const void* src, int c0, int c1, int c2) {
     asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n"
                  :: "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(src)) : "memory");
+}
+// one box from shared memory into a 2-D tensor map at (c0, c1), rows and columns past the tensor skipped (a bulk group's)
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+                 :: "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(src)) : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // at most N of this thread's bulk groups still read shared memory / still run
@@ -549,7 +581,7 @@ inline CUtensorMap swizzled_tensor_map(CUtensorMapDataType type, int rank, const
                                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "attention: cuTensorMapEncodeTiled failed (error %d; tensor %p must be 16-byte aligned)\n", (int)r, base);
+        fprintf(stderr, "cuTensorMapEncodeTiled failed (error %d; tensor %p must be 16-byte aligned)\n", (int)r, base);
         exit(EXIT_FAILURE);
     }
     return map;

@@ -1,15 +1,16 @@
 /*
 GPT-2's matmuls with their epilogues, as src/matmul.cuh computes them through cuBLASLt, beside flashgpt's own Hopper
 GEMM: the forward ones, out (M, N) = a (M, K) @ b (N, K)^T + bias (N) [then GELU, keeping the pre-GELU values in aux],
-and the backward one with the DGELU epilogue, dfch (M, N) = dout (M, K) @ b (K, N) * gelu'(aux), whose column sums
-are the bias gradient of the layer before. Variants validated against an fp64 CPU reference and timed at GPT-2's
-training shapes.
+and the backward one through GELU, dfch (M, N) = dout (M, K) @ b (K, N) * gelu'(aux), with gelu(aux) recomputed for
+the weight gradient and dfch's column sums, the bias gradient of the layer before. Variants validated against an
+fp64 CPU reference and timed at GPT-2's training shapes.
 
   make dev/cuda/matmul && ./dev/cuda/matmul all [--check] [-n M] [--seed S]
 
 Variants:
-  0  shipped: cuBLASLt as training calls it (matmul_forward: bias, or GELU_AUX_BIAS; the backward: the DGELU
-     epilogue, then bias_backward's pass over its output)
+  0  shipped, as training calls it: the forward through cuBLASLt (matmul_forward: bias, or GELU_AUX_BIAS); the
+     backward through src/matmul_hopper.cuh's kernel on Hopper, and its partials reduced into the bias gradient;
+     elsewhere variant 5
   1  naive: one thread per output, fp32 accumulation
   2  Hopper (sm_90a), warp-specialised and persistent: one TMA producer warpgroup fills a ring of 4 stages of
      (128 x 64 a, 256 x 64 b) tiles, 128-byte swizzle; two consumer warpgroups each run m64n256k16 wgmmas
@@ -19,21 +20,26 @@ Variants:
      aux) as swizzled 64 x 64 boxes and one thread stores them by TMA, which runs on while the next tile's mainloop
      does; GELU with tanh.approx. 3 stages of the ring (2 with GELU: the staging takes their room).
   4  variant 3 with 128 x 192 tiles (m64n192k16): smaller stages and staging, so 4 stages fit (3 with GELU).
-  5  variant 4 for the DGELU backward: b MN-major (row-major (K, N), loaded as 64 x 64 boxes, wgmma's transposed
-     B); the producer loads each tile's aux into the staging once the previous tile's epilogue has read its own;
-     the epilogue multiplies by gelu'(aux) and writes each warp's 16-row column sums as fp32 partials, in place of
-     bias_backward's pass over the output.
+  5  the backward through cuBLASLt: its DGELU epilogue, gelu_forward's recompute of gelu(aux), bias_backward's
+     pass over the output (training's path off Hopper, and on Hopper before the kernel of 6)
+  (variant 0's backward on Hopper: variant 4's design at 128 x 128 tiles, src/matmul_hopper.cuh. b is MN-major
+     (row-major (K, N), loaded as 64 x 64 boxes, wgmma's transposed B); the producer loads each tile's aux into the
+     staging once the previous tile's stores have read it; the epilogue writes out = acc * gelu'(aux) beside it and
+     gelu(aux) over it, both stored by TMA, and each 64 rows' column sums as fp32 partials, which
+     reduce_partials_add adds.)
 
 Validation (--check: M = 1000 and 4096 at each shape; otherwise M = min(-n, 4096)): randn inputs, b scaled by
-1/sqrt(K), outputs poisoned (NaN) before each launch; sampled rows (the first and last 32, 192 more at random) of
-every column against fp64: |got - ref| <= 2^-7 (|ref| + 1) (bf16 keeps 8 bits; the sums carry ~1 in scale). Variant
-5's column sums: every partial written, and those of the 16-row groups inside the first and last 32 rows within
-2^-9 sum|ref| + 1e-3 of fp64.
+1/sqrt(K), outputs poisoned (NaN) before each launch; sampled rows (the first and last 64, 192 more at random) of
+every column against fp64: |got - ref| <= 2^-7 (|ref| + 1) (bf16 keeps 8 bits; the sums carry ~1 in scale). The
+backward's gelu(aux), every element, the same way. Its bias gradient against the fp64 sum of the written out:
+within 2^-8 (|sum| + sum|out|) + 1e-3. The Hopper kernel's partials: every one written, and those of the 64-row
+groups inside the sampled first and last 64 rows within 2^-9 sum|ref| + 1e-3 of fp64.
 Timing (without --check): M = -n (65536) rows, the five matmuls of a d12 layer; TFLOP/s = 2 M N K / time.
 */
 #include "src/matmul.cuh"   // first: its cublasCheck is the one the harness then keeps
 #include "dev/cuda/common.h"
 #include "src/gelu.cuh"
+#include "src/matmul_hopper.cuh"
 #include "src/utils.h"     // strfmt
 
 // ----------------------------------------------------------------------------
@@ -61,8 +67,8 @@ constexpr int kGemmThreads = 384;
 // as many as fit beside it.
 template <int kBN> __host__ __device__ constexpr int gemm_stage_b() { return kBN * kGemmBK * 2; }
 template <int kBN> __host__ __device__ constexpr int gemm_stage_out() { return 64 * kBN * 2; }   // a warpgroup, one tensor
-// The epilogues: out = acc + bias; out = gelu(acc + bias) with aux = acc + bias; or (the backward, variant 5)
-// out = acc * gelu'(aux) with aux read, and out's column sums over each 16 rows into fp32 partials (the bias gradient)
+// The epilogues: out = acc + bias; out = gelu(acc + bias) with aux = acc + bias. kEpiDGelu names the backward's
+// shape (src/matmul_hopper.cuh's kernel, variants 0 and 6), which this kernel does not take.
 enum GemmEpilogue { kEpiBias = 0, kEpiGeluAux = 1, kEpiDGelu = 2 };
 template <int kBN, bool kStaged, int kEpi> __host__ __device__ constexpr int gemm_staging_bytes() {
     return kStaged ? 2 * (kEpi != kEpiBias ? 2 : 1) * gemm_stage_out<kBN>() : 0;
@@ -72,77 +78,41 @@ template <int kBN, bool kStaged, int kEpi> __host__ __device__ constexpr int gem
 }
 template <int kBN, bool kStaged, int kEpi> constexpr int gemm_smem_bytes() {
     return 1024 + gemm_stages<kBN, kStaged, kEpi>() * (kGemmStageA + gemm_stage_b<kBN>()) + gemm_staging_bytes<kBN, kStaged, kEpi>() +
-           (2 * gemm_stages<kBN, kStaged, kEpi>() + 2) * 8;
+           2 * gemm_stages<kBN, kStaged, kEpi>() * 8;
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// The accumulators of m64n192 (96 registers) and m64n256 (128) as asm operands, on src/ptx.cuh's WGMMA_D8 / WGMMA_R*
-#define WGMMA_D96 WGMMA_D64, WGMMA_D8(64), WGMMA_D8(72), WGMMA_D8(80), WGMMA_D8(88)
+// The accumulators of m64n256 (128 registers) as asm operands, on src/ptx.cuh's WGMMA_D96 / WGMMA_R*
 #define WGMMA_D128 WGMMA_D96, WGMMA_D8(96), WGMMA_D8(104), WGMMA_D8(112), WGMMA_D8(120)
-#define WGMMA_R64 "%64, %65, %66, %67, %68, %69, %70, %71"
-#define WGMMA_R72 "%72, %73, %74, %75, %76, %77, %78, %79"
-#define WGMMA_R80 "%80, %81, %82, %83, %84, %85, %86, %87"
-#define WGMMA_R88 "%88, %89, %90, %91, %92, %93, %94, %95"
 #define WGMMA_R96 "%96, %97, %98, %99, %100, %101, %102, %103"
 #define WGMMA_R104 "%104, %105, %106, %107, %108, %109, %110, %111"
 #define WGMMA_R112 "%112, %113, %114, %115, %116, %117, %118, %119"
 #define WGMMA_R120 "%120, %121, %122, %123, %124, %125, %126, %127"
-#define WGMMA_R0_63 WGMMA_R0 ", " WGMMA_R8 ", " WGMMA_R16 ", " WGMMA_R24 ", " WGMMA_R32 ", " WGMMA_R40 ", " WGMMA_R48 ", " WGMMA_R56
-#define WGMMA_D96_NAMES "{" WGMMA_R0_63 ", " WGMMA_R64 ", " WGMMA_R72 ", " WGMMA_R80 ", " WGMMA_R88 "}"
 #define WGMMA_D128_NAMES "{" WGMMA_R0_63 ", " WGMMA_R64 ", " WGMMA_R72 ", " WGMMA_R80 ", " WGMMA_R88 ", " WGMMA_R96 ", " WGMMA_R104 \
                          ", " WGMMA_R112 ", " WGMMA_R120 "}"
 
-// d (m64 x n256, fp32, 128 registers a thread) += A (64 x 16) * B (16 x 256) in shared memory, A K-major, B K-major
-// (kTransB 0) or MN-major (1)
-template <int kTransB>
+// d (m64 x n256, fp32, 128 registers a thread) += A (64 x 16) * B (16 x 256) in shared memory, both K-major
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " WGMMA_D128_NAMES ", %128, %129, p, 1, 1, 0, %131;\n}\n"
-                 : WGMMA_D128 : "l"(desc_a), "l"(desc_b), "n"(1), "n"(kTransB));
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " WGMMA_D128_NAMES ", %128, %129, p, 1, 1, 0, 0;\n}\n"
+                 : WGMMA_D128 : "l"(desc_a), "l"(desc_b), "n"(1));
 }
-// the same at n192 (96 registers a thread)
-template <int kTransB>
-__device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], uint64_t desc_a, uint64_t desc_b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " WGMMA_D96_NAMES ", %96, %97, p, 1, 1, 0, %99;\n}\n"
-                 : WGMMA_D96 : "l"(desc_a), "l"(desc_b), "n"(1), "n"(kTransB));
-}
-template <int kBN, int kTransB> __device__ __forceinline__ void wgmma_m64k16(float (&d)[kBN / 2], uint64_t desc_a, uint64_t desc_b) {
-    if constexpr (kBN == 256) wgmma_m64n256k16<kTransB>(d, desc_a, desc_b);
-    else wgmma_m64n192k16<kTransB>(d, desc_a, desc_b);
-}
-
-__device__ __forceinline__ void tma_load_2d(uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-                 :: "r"(smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar)) : "memory");
-}
-// one box from shared memory into a 2-D tensor map at (c0, c1); rows past the tensor are skipped (bulk_commit groups it)
-__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const uint8_t* src, int c0, int c1) {
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
-                 :: "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(src)) : "memory");
-}
-// GELU and its derivative with the MUFU's tanh (tanh.approx.f32, about 2^-11 relative): the staged epilogues
-__device__ __forceinline__ float tanh_approx(float x) { float t; asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(x)); return t; }
-__device__ __forceinline__ float gelu_tanh_approx(float x) {
-    return 0.5f * x * (1.0f + tanh_approx(GELU_SCALE * (x + 0.044715f * x * x * x)));
-}
-__device__ __forceinline__ float gelu_grad_tanh_approx(float x) {
-    const float t = tanh_approx(GELU_SCALE * (x + 0.044715f * x * x * x));
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+template <int kBN> __device__ __forceinline__ void wgmma_m64k16(float (&d)[kBN / 2], uint64_t desc_a, uint64_t desc_b) {
+    if constexpr (kBN == 256) wgmma_m64n256k16(d, desc_a, desc_b);
+    else wgmma_ss_m64k16_b<192, 0>(d, desc_a, desc_b);
 }
 #endif
 
-// map_a: A (M, K) as (K, M) boxes of 64 x 128. map_b: B (N, K) as (K, N) boxes of 64 x kBN; with kEpiDGelu, B (K, N)
-// (MN-major) as (N, K) boxes of 64 x 64, kBN / 64 of them a stage. Tile t = (t / (N / kBN), t % (N / kBN)).
-// kStaged: out (and aux) through map_out / map_aux, (N, M) boxes of 64 x 64; otherwise out and aux directly.
+// map_a: A (M, K) as (K, M) boxes of 64 x 128. map_b: B (N, K) as (K, N) boxes of 64 x kBN. Tile t = (t / (N / kBN),
+// t % (N / kBN)). kStaged: out (and aux) through map_out / map_aux, (N, M) boxes of 64 x 64; otherwise out and aux
+// directly.
 template <int kBN, bool kStaged, int kEpi>
 __global__ void __launch_bounds__(kGemmThreads, 1)
 matmul_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                     const __grid_constant__ CUtensorMap map_out, const __grid_constant__ CUtensorMap map_aux, floatX* out,
-                    floatX* aux, const floatX* bias, float* colsum, int M, int N, int K) {
+                    floatX* aux, const floatX* bias, int M, int N, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    static_assert(kStaged || kEpi != kEpiDGelu, "the DGELU epilogue reads aux through the staging");
-    constexpr bool kBMnMajor = kEpi == kEpiDGelu;
+    static_assert(kEpi != kEpiDGelu, "the backward is src/matmul_hopper.cuh's kernel");
     constexpr int kGemmStages = gemm_stages<kBN, kStaged, kEpi>(), kGemmStageB = gemm_stage_b<kBN>(), kGemmStageOut = gemm_stage_out<kBN>();
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -151,12 +121,8 @@ matmul_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_cons
     uint8_t* staging = tiles_b + kGemmStages * kGemmStageB;   // kStaged: per warpgroup, out then aux (kGemmStageOut each)
     uint64_t* full = reinterpret_cast<uint64_t*>(staging + gemm_staging_bytes<kBN, kStaged, kEpi>());
     uint64_t* empty = full + kGemmStages;
-    uint64_t* aux_full = empty + kGemmStages;   // kEpiDGelu: a tile's aux in the staging ...
-    uint64_t* aux_empty = aux_full + 1;         // ... and read by every consumer thread
     if (threadIdx.x == 0) {
         for (int s = 0; s < kGemmStages; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], 256); }
-        mbar_init(aux_full, 1);
-        mbar_init(aux_empty, 256);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -165,27 +131,15 @@ matmul_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_cons
     if (wg == 0) {   // ---- producer: one thread issues every load
         setmaxnreg_dec<24>();
         if (threadIdx.x == 0) {
-            int it = 0, tile_it = 0;
-            for (int t = blockIdx.x; t < num_tiles; t += gridDim.x, tile_it++) {
+            int it = 0;
+            for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
                 const int m0 = (t / n_tiles) * kGemmBM, n0 = (t % n_tiles) * kBN;
                 for (int kb = 0; kb < k_blocks; kb++, it++) {
                     const int s = it % kGemmStages;
                     mbar_wait(&empty[s], ((it / kGemmStages) & 1) ^ 1);   // a fresh barrier passes parity 1 at once
                     mbar_arrive_expect_tx(&full[s], kGemmStageA + kGemmStageB);
                     tma_load_2d(tiles_a + s * kGemmStageA, &map_a, &full[s], kb * kGemmBK, m0);
-                    if constexpr (kBMnMajor) {
-                        for (int blk = 0; blk < kBN / 64; blk++)
-                            tma_load_2d(tiles_b + s * kGemmStageB + blk * 8192, &map_b, &full[s], n0 + 64 * blk, kb * kGemmBK);
-                    } else {
-                        tma_load_2d(tiles_b + s * kGemmStageB, &map_b, &full[s], kb * kGemmBK, n0);
-                    }
-                }
-                if constexpr (kEpi == kEpiDGelu) {   // this tile's aux, once the previous tile's epilogue has read its own
-                    mbar_wait(aux_empty, (tile_it & 1) ^ 1);
-                    mbar_arrive_expect_tx(aux_full, 2 * kGemmStageOut);
-                    for (int w = 0; w < 2; w++)
-                        for (int blk = 0; blk < kBN / 64; blk++)
-                            tma_load_2d(staging + (2 * w + 1) * kGemmStageOut + blk * 8192, &map_aux, aux_full, n0 + 64 * blk, m0 + 64 * w);
+                    tma_load_2d(tiles_b + s * kGemmStageB, &map_b, &full[s], kb * kGemmBK, n0);
                 }
             }
         }
@@ -195,8 +149,8 @@ matmul_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_cons
     setmaxnreg_inc<240>();
     const int cwg = wg - 1, lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, g = lane / 4, tq = lane % 4;
     float acc[kBN / 2];
-    int it = 0, tile_it = 0;
-    for (int t = blockIdx.x; t < num_tiles; t += gridDim.x, tile_it++) {
+    int it = 0;
+    for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
         const int m0 = (t / n_tiles) * kGemmBM, n0 = (t % n_tiles) * kBN;
         #pragma unroll
         for (int i = 0; i < kBN / 2; i++) acc[i] = 0.0f;
@@ -208,12 +162,8 @@ matmul_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_cons
             const uint8_t* b = tiles_b + s * kGemmStageB;
             wgmma_fence();
             #pragma unroll
-            for (int ks = 0; ks < kGemmBK / 16; ks++) {
-                // K-major B: k16 step ks at +32 bytes of each row; MN-major B: at +16 rows of 128 bytes, its 64-column
-                // blocks 8 KB apart (the descriptor's leading byte offset)
-                const uint64_t desc_b = kBMnMajor ? wgmma_desc(b + ks * 16 * 128, 8192) : wgmma_desc(b + 32 * ks);
-                wgmma_m64k16<kBN, kBMnMajor ? 1 : 0>(acc, wgmma_desc(a + 32 * ks), desc_b);
-            }
+            for (int ks = 0; ks < kGemmBK / 16; ks++)   // k16 step ks at +32 bytes of each row
+                wgmma_m64k16<kBN>(acc, wgmma_desc(a + 32 * ks), wgmma_desc(b + 32 * ks));
             wgmma_commit();
             wgmma_wait<1>();   // the previous stage's wgmmas are done: release it
             if (prev >= 0) mbar_arrive(&empty[prev]);
@@ -228,13 +178,10 @@ matmul_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_cons
             named_barrier_sync(1 + cwg, 128);
             uint8_t* stage_out = staging + cwg * (kEpi != kEpiBias ? 2 : 1) * kGemmStageOut;
             uint8_t* stage_aux = stage_out + kGemmStageOut;
-            if constexpr (kEpi == kEpiDGelu) mbar_wait(aux_full, tile_it & 1);
-            const int row_lo = m0 + cwg * 64 + warp * 16 + g;   // this thread's first row of the output
             #pragma unroll
             for (int j = 0; j < kBN / 8; j++) {
                 const int c = 8 * j + 2 * tq;   // the tile's column
                 const float b0 = bias ? __bfloat162float(bias[n0 + c]) : 0.0f, b1 = bias ? __bfloat162float(bias[n0 + c + 1]) : 0.0f;
-                float sum0 = 0.0f, sum1 = 0.0f;   // kEpiDGelu: this thread's two rows of columns c, c + 1
                 #pragma unroll
                 for (int half = 0; half < 2; half++) {
                     const int rr = warp * 16 + g + 8 * half;   // the warpgroup's row
@@ -242,27 +189,12 @@ matmul_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_cons
                     const float x0 = acc[4 * j + 2 * half] + b0, x1 = acc[4 * j + 2 * half + 1] + b1;
                     if constexpr (kEpi == kEpiGeluAux) {
                         *reinterpret_cast<__nv_bfloat162*>(stage_aux + at) = __floats2bfloat162_rn(x0, x1);
-                        *reinterpret_cast<__nv_bfloat162*>(stage_out + at) = __floats2bfloat162_rn(gelu_tanh_approx(x0), gelu_tanh_approx(x1));
-                    } else if constexpr (kEpi == kEpiDGelu) {
-                        const __nv_bfloat162 pre = *reinterpret_cast<const __nv_bfloat162*>(stage_aux + at);
-                        const float d0 = x0 * gelu_grad_tanh_approx(__bfloat162float(pre.x));
-                        const float d1 = x1 * gelu_grad_tanh_approx(__bfloat162float(pre.y));
-                        *reinterpret_cast<__nv_bfloat162*>(stage_out + at) = __floats2bfloat162_rn(d0, d1);
-                        if (row_lo + 8 * half < M) { sum0 += d0; sum1 += d1; }
+                        *reinterpret_cast<__nv_bfloat162*>(stage_out + at) = __floats2bfloat162_rn(gelu(x0), gelu(x1));
                     } else {
                         *reinterpret_cast<__nv_bfloat162*>(stage_out + at) = __floats2bfloat162_rn(x0, x1);
                     }
                 }
-                if constexpr (kEpi == kEpiDGelu) {   // the warp's 16 rows: one partial row per 16 rows of out
-                    #pragma unroll
-                    for (int off = 4; off < 32; off *= 2) {
-                        sum0 += __shfl_xor_sync(0xffffffffu, sum0, off);
-                        sum1 += __shfl_xor_sync(0xffffffffu, sum1, off);
-                    }
-                    if (g == 0) *reinterpret_cast<float2*>(colsum + ((size_t)(m0 / 64 + cwg) * 4 + warp) * N + n0 + c) = make_float2(sum0, sum1);
-                }
             }
-            if constexpr (kEpi == kEpiDGelu) mbar_arrive(aux_empty);   // this thread has read its aux
             fence_proxy_async();   // the staging's writes are visible to the TMA ...
             named_barrier_sync(1 + cwg, 128);   // ... from every thread of the warpgroup
             if (threadIdx.x % 128 == 0) {
@@ -302,27 +234,18 @@ matmul_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_cons
 
 template <int kBN_, bool kStaged_, int kEpi_> struct GemmTag { static constexpr int kBN = kBN_, kEpi = kEpi_; static constexpr bool kStaged = kStaged_; };
 
-// variants 2-5 (2: direct stores, 256 wide; 3: staged, 256 wide; 4: staged, 192 wide; 5: variant 4's DGELU backward):
-// false where the shape does not fit (N % the tile width, K % 64, or no sm_90a). aux: GELU's output or DGELU's input;
-// colsum (DGELU): (ceil(M / 16), N) fp32, the sums of out over each 16 rows
-bool matmul_wgmma(int variant, int epilogue, floatX* out, floatX* aux, float* colsum, const floatX* a, const floatX* b, const floatX* bias,
+// variants 2-4 (2: direct stores, 256 wide; 3: staged, 256 wide; 4: staged, 192 wide), the forward shapes: false
+// where the shape does not fit (N % the tile width, K % 64, or no sm_90a). aux: GELU's pre-GELU output
+bool matmul_wgmma(int variant, int epilogue, floatX* out, floatX* aux, const floatX* a, const floatX* b, const floatX* bias,
                   int M, int N, int K, cudaStream_t stream) {
     const int bn = variant >= 4 ? 192 : 256;
-    if (N % bn || K % kGemmBK || !hopper_path_available() || (epilogue == kEpiDGelu) != (variant == 5)) return false;
+    if (N % bn || K % kGemmBK || !hopper_path_available() || epilogue == kEpiDGelu) return false;
     const cuuint64_t dims_a[2] = {(cuuint64_t)K, (cuuint64_t)M}, dims_out[2] = {(cuuint64_t)N, (cuuint64_t)M};
+    const cuuint64_t dims_b[2] = {(cuuint64_t)K, (cuuint64_t)N};
     const cuuint64_t strides_a[1] = {(cuuint64_t)K * 2}, strides_out[1] = {(cuuint64_t)N * 2};
-    const cuuint32_t box_a[2] = {kGemmBK, kGemmBM}, box_out[2] = {64, 64};
+    const cuuint32_t box_a[2] = {kGemmBK, kGemmBM}, box_b[2] = {kGemmBK, (cuuint32_t)bn}, box_out[2] = {64, 64};
     const CUtensorMap map_a = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a, dims_a, strides_a, box_a);
-    CUtensorMap map_b;
-    if (epilogue == kEpiDGelu) {   // B (K, N), N contiguous
-        const cuuint64_t dims_b[2] = {(cuuint64_t)N, (cuuint64_t)K};
-        const cuuint32_t box_b[2] = {64, kGemmBK};
-        map_b = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, b, dims_b, strides_out, box_b);
-    } else {                       // B (N, K), K contiguous
-        const cuuint64_t dims_b[2] = {(cuuint64_t)K, (cuuint64_t)N};
-        const cuuint32_t box_b[2] = {kGemmBK, (cuuint32_t)bn};
-        map_b = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, b, dims_b, strides_a, box_b);
-    }
+    const CUtensorMap map_b = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, b, dims_b, strides_a, box_b);
     const CUtensorMap map_out = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, out, dims_out, strides_out, box_out);
     const CUtensorMap map_aux = aux ? swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, aux, dims_out, strides_out, box_out) : map_out;
     auto launch = [&](auto tag) {
@@ -330,27 +253,26 @@ bool matmul_wgmma(int variant, int epilogue, floatX* out, floatX* aux, float* co
         const int num_tiles = ceil_div(M, kGemmBM) * (N / Tag::kBN);
         launch_with_smem<matmul_wgmma_kernel<Tag::kBN, Tag::kStaged, Tag::kEpi>>(
             dim3(std::min(num_tiles, device_props().multiProcessorCount)), kGemmThreads, gemm_smem_bytes<Tag::kBN, Tag::kStaged, Tag::kEpi>(),
-            stream, map_a, map_b, map_out, map_aux, out, aux, bias, colsum, M, N, K);
+            stream, map_a, map_b, map_out, map_aux, out, aux, bias, M, N, K);
     };
     const bool gelu = epilogue == kEpiGeluAux;
     if (variant == 2) { if (gelu) launch(GemmTag<256, false, kEpiGeluAux>{}); else launch(GemmTag<256, false, kEpiBias>{}); }
     else if (variant == 3) { if (gelu) launch(GemmTag<256, true, kEpiGeluAux>{}); else launch(GemmTag<256, true, kEpiBias>{}); }
-    else if (variant == 4) { if (gelu) launch(GemmTag<192, true, kEpiGeluAux>{}); else launch(GemmTag<192, true, kEpiBias>{}); }
-    else launch(GemmTag<192, true, kEpiDGelu>{});
+    else { if (gelu) launch(GemmTag<192, true, kEpiGeluAux>{}); else launch(GemmTag<192, true, kEpiBias>{}); }
     return true;
 }
 
 // ----------------------------------------------------------------------------
 
 struct MatmulShape { const char* name; int N, K, epilogue; };
-// the forward matmuls of a d12 layer (C = 768), out (M, N) = a (M, K) @ b (N, K)^T + bias, and the backward one with
-// the DGELU epilogue: dfch (M, 4C) = dout (M, C) @ fcprojw (C, 4C) * gelu'(fch), with fcb's gradient as column sums
+// the forward matmuls of a d12 layer (C = 768), out (M, N) = a (M, K) @ b (N, K)^T + bias, and the backward one through
+// GELU: dfch (M, 4C) = dout (M, C) @ fcprojw (C, 4C) * gelu'(fch), gelu(fch) recomputed, fcb's gradient
 static const MatmulShape kShapes[] = {
     {"qkv", 2304, 768, kEpiBias}, {"attproj", 768, 768, kEpiBias}, {"fc (GELU, aux)", 3072, 768, kEpiGeluAux},
-    {"fcproj", 768, 3072, kEpiBias}, {"fcproj dinp (DGELU, bias sums)", 3072, 768, kEpiDGelu},
+    {"fcproj", 768, 3072, kEpiBias}, {"fcproj dinp (DGELU, gelu, bias grad)", 3072, 768, kEpiDGelu},
 };
-static const char* kVariantNames[] = {"shipped (cuBLASLt)", "naive", "TMA + wgmma, warp-specialised", "2 + TMA-store epilogue",
-                                     "3 with 128 x 192 tiles", "4's DGELU backward with the bias sums"};
+static const char* kVariantNames[] = {"shipped", "naive", "TMA + wgmma, warp-specialised", "2 + TMA-store epilogue",
+                                     "3 with 128 x 192 tiles", "cuBLASLt DGELU + gelu_forward + bias_backward"};
 constexpr int kNumVariants = 6;
 
 // variant 1, the backward: out = (a @ b) * gelu'(aux), b (K, N)
@@ -362,25 +284,33 @@ __global__ void matmul_dgelu_naive_kernel(floatX* out, const floatX* aux, const 
     out[(size_t)row * N + col] = __float2bfloat16(acc * gelu_grad(__bfloat162float(aux[(size_t)row * N + col])));
 }
 
-// one matmul of a shape. DGELU: variant 0 is cuBLASLt's DGELU matmul plus bias_backward (what training runs for it),
-// variant 5 writes colsum; the others take only the forward shapes (variant 1 both)
-struct MatmulBuffers { floatX *a, *b, *bias, *out, *aux, *dbias; float *colsum, *scratch; };
+// one matmul of a shape; false where the variant does not take it (2-4: the forward, 5: the backward). The backward's
+// variants 0 and 5 also write gelu (gelu(aux)) and add the bias gradient into dbias; 0 on Hopper leaves its partials
+// in colsum.
+struct MatmulBuffers { floatX *a, *b, *bias, *out, *aux, *gelu, *dbias; float *colsum, *scratch; };
 bool run_variant(int variant, const MatmulShape& sh, const MatmulBuffers& m, int M) {
     const int N = sh.N, K = sh.K;
-    const bool dgelu = sh.epilogue == kEpiDGelu;
     bool ran = true;
-    if (variant == 0 && dgelu) {
-        matmul_cublaslt(m.out, m.b, m.a, nullptr, nullptr, N, M, K, false, false, m.aux, true, 0);
-        bias_backward(m.dbias, m.scratch, m.out, M, N, 0);
+    if (sh.epilogue == kEpiDGelu) {
+        if (variant == 1) {
+            matmul_dgelu_naive_kernel<<<dim3(ceil_div(N, 256), M), 256>>>(m.out, m.aux, m.a, m.b, M, N, K);
+        } else if (variant == 0 && matmul_backward_dgelu_hopper(m.out, m.gelu, m.colsum, m.a, m.b, m.aux, M, N, K, 0)) {
+            reduce_partials_add(m.dbias, nullptr, m.colsum, matmul_dgelu_partial_rows(M), N, 0);
+        } else if (variant == 0 || variant == 5) {
+            matmul_cublaslt(m.out, m.b, m.a, nullptr, nullptr, N, M, K, false, false, m.aux, true, 0);
+            gelu_forward(m.gelu, m.aux, (size_t)M * N, 0);
+            bias_backward(m.dbias, m.scratch, m.out, M, N, 0);
+        } else {
+            ran = false;
+        }
     } else if (variant == 0) {
         matmul_forward(m.out, m.a, m.b, m.bias, nullptr, M, K, N, sh.epilogue == kEpiGeluAux ? m.aux : nullptr, 0);
-    } else if (variant == 1 && dgelu) {
-        matmul_dgelu_naive_kernel<<<dim3(ceil_div(N, 256), M), 256>>>(m.out, m.aux, m.a, m.b, M, N, K);
     } else if (variant == 1) {
         matmul_forward_naive_kernel<<<dim3(ceil_div(N, 256), M), 256>>>(m.out, m.aux, m.a, m.b, m.bias, M, N, K, sh.epilogue == kEpiGeluAux);
+    } else if (variant <= 4) {
+        ran = matmul_wgmma(variant, sh.epilogue, m.out, sh.epilogue == kEpiBias ? nullptr : m.aux, m.a, m.b, m.bias, M, N, K, 0);
     } else {
-        ran = matmul_wgmma(variant, sh.epilogue, m.out, sh.epilogue == kEpiBias ? nullptr : m.aux, m.colsum, m.a, m.b, dgelu ? nullptr : m.bias,
-                           M, N, K, 0);
+        ran = false;
     }
     cudaCheck(cudaGetLastError());
     return ran;
@@ -389,13 +319,15 @@ bool run_variant(int variant, const MatmulShape& sh, const MatmulBuffers& m, int
 MatmulBuffers alloc_buffers(const MatmulShape& sh, int M) {
     MatmulBuffers m;
     m.a = device_alloc<floatX>((size_t)M * sh.K); m.b = device_alloc<floatX>((size_t)sh.N * sh.K); m.bias = device_alloc<floatX>(sh.N);
-    m.out = device_alloc<floatX>((size_t)M * sh.N); m.aux = device_alloc<floatX>((size_t)M * sh.N); m.dbias = device_alloc<floatX>(sh.N);
-    m.colsum = device_alloc<float>((size_t)ceil_div(M, kGemmBM) * 8 * sh.N);
+    m.out = device_alloc<floatX>((size_t)M * sh.N); m.aux = device_alloc<floatX>((size_t)M * sh.N);
+    m.gelu = device_alloc<floatX>((size_t)M * sh.N); m.dbias = device_alloc<floatX>(sh.N);
+    m.colsum = device_alloc<float>((size_t)matmul_dgelu_partial_rows(M) * sh.N);
     m.scratch = device_alloc<float>(bias_backward_scratch_floats(M, sh.N));
     return m;
 }
 void free_buffers(MatmulBuffers& m) {
-    for (void* p : {(void*)m.a, (void*)m.b, (void*)m.bias, (void*)m.out, (void*)m.aux, (void*)m.dbias, (void*)m.colsum, (void*)m.scratch})
+    for (void* p : {(void*)m.a, (void*)m.b, (void*)m.bias, (void*)m.out, (void*)m.aux, (void*)m.gelu, (void*)m.dbias, (void*)m.colsum,
+                    (void*)m.scratch})
         cudaCheck(cudaFree(p));
 }
 
@@ -410,9 +342,9 @@ int validate(const HarnessArgs& args, const MatmulShape& sh, int M, std::mt19937
     // b: (N, K) for the forward, (K, N) for the backward
     auto b_at = [&](int k, int c) { return (double)__bfloat162float(dgelu ? h_b[(size_t)k * N + c] : h_b[(size_t)c * K + k]); };
     std::vector<int> rows;
-    for (int r = 0; r < std::min(M, 32); r++) rows.push_back(r);
-    for (int r = std::max(32, M - 32); r < M; r++) rows.push_back(r);
-    for (int i = 0; i < 192 && M > 64; i++) rows.push_back(32 + (int)(rng() % (M - 64)));
+    for (int r = 0; r < std::min(M, 64); r++) rows.push_back(r);
+    for (int r = std::max(64, M - 64); r < M; r++) rows.push_back(r);
+    for (int i = 0; i < 192 && M > 128; i++) rows.push_back(64 + (int)(rng() % (M - 128)));
     // the fp64 reference of the sampled rows (out, and the forward GELU's aux)
     std::vector<double> ref_out(rows.size() * N), ref_aux(rows.size() * N);
     for (size_t i = 0; i < rows.size(); i++)
@@ -427,14 +359,15 @@ int validate(const HarnessArgs& args, const MatmulShape& sh, int M, std::mt19937
         }
     MatmulBuffers m = alloc_buffers(sh, M);
     to_device(m.a, h_a); to_device(m.b, h_b); to_device(m.bias, h_bias);
-    cudaCheck(cudaMemset(m.dbias, 0, N * 2));
+    const size_t partial_rows = matmul_dgelu_partial_rows(M);
     int failures = 0;
     for (int variant = 0; variant < kNumVariants; variant++) {
         if (!args.wants(variant)) continue;
         poison(m.out, (size_t)M * N * 2);
+        poison(m.gelu, (size_t)M * N * 2);
+        poison(m.colsum, partial_rows * N * 4);
+        cudaCheck(cudaMemset(m.dbias, 0, N * 2));
         if (dgelu) to_device(m.aux, h_aux); else poison(m.aux, (size_t)M * N * 2);
-        const size_t colsum_rows = (size_t)ceil_div(M, kGemmBM) * 8;
-        poison(m.colsum, colsum_rows * N * 4);
         if (!run_variant(variant, sh, m, M)) continue;
         cudaCheck(cudaDeviceSynchronize());
         std::vector<floatX> out = from_device(m.out, (size_t)M * N), aux = from_device(m.aux, (size_t)M * N);
@@ -449,16 +382,45 @@ int validate(const HarnessArgs& args, const MatmulShape& sh, int M, std::mt19937
                     worst = std::max(worst, frac);
                     bad += !(frac <= 1.0);
                 }
-        std::string sums;
-        if (variant == 5) {   // every partial row written; the groups of the first and last 32 rows against fp64
-            std::vector<float> colsum = from_device(m.colsum, colsum_rows * N);
+        std::string extra;
+        if (dgelu && variant != 1) {
+            // gelu(aux) everywhere against fp64; the bias gradient against the fp64 sum of the written out
+            std::vector<floatX> gelu = from_device(m.gelu, (size_t)M * N), dbias = from_device(m.dbias, N);
+            double gelu_worst = 0.0, bias_worst = 0.0;
+            size_t gelu_bad = 0, bias_bad = 0;
+            for (size_t e = 0; e < (size_t)M * N; e++) {
+                const double x = __bfloat162float(h_aux[e]);
+                const double ref = 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+                const double got = __bfloat162float(gelu[e]);
+                const double frac = std::isfinite(got) ? std::fabs(got - ref) / std::ldexp(std::fabs(ref) + 1.0, -7) : INFINITY;
+                gelu_worst = std::max(gelu_worst, frac);
+                gelu_bad += !(frac <= 1.0);
+            }
+            for (int c = 0; c < N; c++) {
+                double sum = 0.0, abs_sum = 0.0;
+                for (int r = 0; r < M; r++) {
+                    const double o = __bfloat162float(out[(size_t)r * N + c]);
+                    sum += o;
+                    abs_sum += std::fabs(o);
+                }
+                const double got = __bfloat162float(dbias[c]);
+                const double frac = std::isfinite(got) ? std::fabs(got - sum) / (std::ldexp(std::fabs(sum) + abs_sum, -8) + 1e-3) : INFINITY;
+                bias_worst = std::max(bias_worst, frac);
+                bias_bad += !(frac <= 1.0);
+            }
+            extra = strfmt("; gelu worst %.2f; bias grad worst %.2f", gelu_worst, bias_worst);
+            bad += gelu_bad + bias_bad;
+        }
+        if (dgelu && variant == 0 && matmul_dgelu_hopper_supported(N, K)) {
+            // the partials: every one written; the 64-row groups inside the sampled first and last 64 rows against fp64
+            std::vector<float> colsum = from_device(m.colsum, partial_rows * N);
             size_t nonfinite = 0, sum_bad = 0;
             for (float x : colsum) nonfinite += !std::isfinite(x);
             double sum_worst = 0.0;
-            for (int grp = 0; grp < ceil_div(M, 16); grp++) {
-                const int r0 = 16 * grp, r1 = std::min(M, r0 + 16);
-                bool sampled = true;   // rows r0 .. r1 - 1 all among the first 32 or the last 32
-                for (int r = r0; r < r1; r++) sampled = sampled && (r < 32 || r >= M - 32);
+            for (int grp = 0; grp < (int)partial_rows; grp++) {
+                const int r0 = 64 * grp, r1 = std::min(M, r0 + 64);
+                bool sampled = true;   // rows r0 .. r1 - 1 all among the first 64 or the last 64
+                for (int r = r0; r < r1; r++) sampled = sampled && (r < 64 || r >= M - 64);
                 if (!sampled) continue;
                 for (int c = 0; c < N; c++) {
                     double ref = 0.0, abs_sum = 0.0;
@@ -472,12 +434,12 @@ int validate(const HarnessArgs& args, const MatmulShape& sh, int M, std::mt19937
                     sum_bad += !(frac <= 1.0);
                 }
             }
-            sums = strfmt("; bias sums: %zu non-finite, %zu out of tol, worst %.2f", nonfinite, sum_bad, sum_worst);
+            extra += strfmt("; partials: %zu non-finite, %zu out of tol, worst %.2f", nonfinite, sum_bad, sum_worst);
             bad += nonfinite + sum_bad;
         }
         const bool ok = bad == 0;
         printf("  variant %d (%s): %s M=%d N=%d K=%d: %zu rows x %d columns vs fp64, worst %.2f of tol%s %s\n", variant,
-               kVariantNames[variant], sh.name, M, N, K, rows.size(), N, worst, sums.c_str(), ok ? "ok" : "FAIL");
+               kVariantNames[variant], sh.name, M, N, K, rows.size(), N, worst, extra.c_str(), ok ? "ok" : "FAIL");
         failures += !ok;
     }
     free_buffers(m);
@@ -499,7 +461,6 @@ void bench(const HarnessArgs& args, int M, std::mt19937_64& rng) {
         for (int variant = 0; variant < kNumVariants; variant++) {
             if (!args.wants(variant) || (variant == 1 && M > 8192)) continue;   // the naive kernel: validation only at size
             if (!run_variant(variant, sh, m, M)) continue;
-            if (sh.epilogue == kEpiDGelu) to_device(m.aux, haux);   // the DGELU matmuls read aux and write out only
             const Timing tm = time_kernel([&](int) { run_variant(variant, sh, m, M); }, args.repeats, 0);
             printf("variant %d (%s) %s M=%d N=%d K=%d: %.4f ms (min %.4f) %.0f TFLOP/s\n", variant, kVariantNames[variant], sh.name, M, N, K,
                    tm.median_ms, tm.min_ms, flops / (tm.median_ms * 1e-3) / 1e12);
