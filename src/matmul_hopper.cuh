@@ -10,10 +10,11 @@ reduce_partials_add adds the partials (in order) into the gradient of the bias b
 The kernel is persistent and warp-specialised. One TMA producer warpgroup fills a ring of (128 x 64 dout, 64 x 128
 weight) stages with the 128-byte swizzle; the weight is read as it lies, (K, N) with N contiguous, by wgmma's
 transposed (MN-major) B. Two consumer warpgroups each own 64 rows of the 128 x 128 output tile and keep one stage's
-wgmmas in flight. A second producer thread loads each tile's pre into a staging area by TMA as soon as the previous
-tile's stores have read it. The epilogue reads pre there, writes dinp beside it and gelu(pre) over it, and one thread
-stores both by TMA while the next tile's mainloop runs; each warp's column sums of its 16 rows meet in shared
-memory and leave as one partial row per 64 rows. (128 x 192 tiles measured slower at GPT-2 small's 4C = 3072, and
+wgmmas in flight. A second producer thread loads each tile's pre into a staging area by TMA as soon as the epilogue
+before has read it, so the load has a whole mainloop to land. The epilogue reads pre there, stores gelu(pre) from
+registers, and writes dinp into a second staging area, which one thread stores by TMA while the next tile's mainloop
+runs; each warp's column sums of its 16 rows meet in shared memory and leave as one partial row per 64 rows. (gelu
+written over pre in the staging and stored by TMA, the staging then waiting for that store, took 0.25 ms more at d12.) (128 x 192 tiles measured slower at GPT-2 small's 4C = 3072, and
 4C of the larger GPT-2s is no multiple of 192.)
 */
 #pragma once
@@ -32,12 +33,12 @@ struct DgeluTile {
     static constexpr int kSmemBytes = 1024 + kStages * (kStageA + kStageB) + kStaging + kSums + (2 * kStages + 2) * 8;
 };
 
-// map_dout: (OC, N) boxes of 64 x 128; map_weight: (C, OC) boxes of 64 x 64, two a stage; map_dinp, map_pre,
-// map_gelu: (C, N) boxes of 64 x 64. Tile t covers rows 128 (t / (C / 128)), columns 128 (t % (C / 128)).
+// map_dout: (OC, N) boxes of 64 x 128; map_weight: (C, OC) boxes of 64 x 64, two a stage; map_dinp, map_pre: (C, N)
+// boxes of 64 x 64; gelu_out (N, C) or null. Tile t covers rows 128 (t / (C / 128)), columns 128 (t % (C / 128)).
 __global__ void __launch_bounds__(kDgeluThreads, 1)
 matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const __grid_constant__ CUtensorMap map_weight,
                            const __grid_constant__ CUtensorMap map_dinp, const __grid_constant__ CUtensorMap map_pre,
-                           const __grid_constant__ CUtensorMap map_gelu, float* bias_partials, int N, int C, int OC, int write_gelu) {
+                           floatX* gelu_out, float* bias_partials, int N, int C, int OC) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Tile = DgeluTile;
     constexpr int kBN = kDgeluBN;
@@ -50,11 +51,11 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
     uint64_t* full = reinterpret_cast<uint64_t*>(staging + Tile::kStaging + Tile::kSums);
     uint64_t* empty = full + Tile::kStages;
     uint64_t* pre_full = empty + Tile::kStages;   // a tile's pre is in the staging
-    uint64_t* pre_empty = pre_full + 1;           // the previous tile's stores have read the staging (one arrival a warpgroup)
+    uint64_t* pre_empty = pre_full + 1;           // every consumer thread has read the tile's pre
     if (threadIdx.x == 0) {
         for (int s = 0; s < Tile::kStages; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], 256); }
         mbar_init(pre_full, 1);
-        mbar_init(pre_empty, 2);
+        mbar_init(pre_empty, 256);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -75,7 +76,7 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                         tma_load_2d(tiles_b + s * Tile::kStageB + blk * 8192, &map_weight, &full[s], n0 + 64 * blk, kb * kDgeluBK);
                 }
             }
-        } else if (threadIdx.x == 32) {   // a second thread loads each tile's pre, as soon as the staging is free
+        } else if (threadIdx.x == 32) {   // a second thread loads each tile's pre, as soon as the epilogue before has read its own
             int tile_it = 0;
             for (int t = blockIdx.x; t < num_tiles; t += gridDim.x, tile_it++) {
                 const int m0 = (t / n_tiles) * kDgeluBM, n0 = (t % n_tiles) * kBN;
@@ -114,17 +115,12 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
             wgmma_wait<1>();   // the previous stage's wgmmas are done: release it
             if (prev >= 0) mbar_arrive(&empty[prev]);
             prev = s;
-            // the previous tile's stores have read the staging (a few k-blocks in, so this rarely waits): this tile's
-            // pre may be loaded into it
-            if (kb == k_blocks / 4 && tile_it > 0 && tid == 0) {
-                bulk_wait_read<0>();
-                mbar_arrive(pre_empty);
-            }
         }
         wgmma_wait<0>();
         mbar_arrive(&empty[prev]);
         // epilogue: rows r and r + 8 of this warp, columns 8 j + 2 tq, + 1
-        named_barrier_sync(1 + cwg, 128);   // every warp has read the previous tile's sums
+        if (tid == 0) bulk_wait_read<0>();   // the previous tile's store has read the dinp staging (a mainloop ago) ...
+        named_barrier_sync(1 + cwg, 128);   // ... and every warp has read the previous tile's sums
         mbar_wait(pre_full, tile_it & 1);
         const int row_lo = m0 + cwg * 64 + warp * 16 + g;   // this thread's first row of the output
         #pragma unroll
@@ -141,8 +137,11 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                 gelu_and_grad(__bfloat162float(pre.y), y1, dy1);
                 const float d0 = acc[4 * j + 2 * half] * dy0, d1 = acc[4 * j + 2 * half + 1] * dy1;
                 *reinterpret_cast<__nv_bfloat162*>(stage_out + at) = __floats2bfloat162_rn(d0, d1);
-                if (write_gelu) *reinterpret_cast<__nv_bfloat162*>(stage_pre + at) = __floats2bfloat162_rn(y0, y1);
-                if (row_lo + 8 * half < N) { sum0 += d0; sum1 += d1; }
+                if (row_lo + 8 * half < N) {
+                    sum0 += d0;
+                    sum1 += d1;
+                    if (gelu_out) *reinterpret_cast<__nv_bfloat162*>(gelu_out + (size_t)(row_lo + 8 * half) * C + n0 + c) = __floats2bfloat162_rn(y0, y1);
+                }
             }
             #pragma unroll
             for (int off = 4; off < 32; off *= 2) {   // over the warp's 8 row pairs
@@ -151,13 +150,11 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
             }
             if (g == 0) *reinterpret_cast<float2*>(sums + warp * kBN + c) = make_float2(sum0, sum1);
         }
+        mbar_arrive(pre_empty);   // this thread has read its pre: the next tile's may be loaded
         fence_proxy_async();   // the staging's writes are visible to the TMA ...
         named_barrier_sync(1 + cwg, 128);   // ... from every thread of the warpgroup, and so are the sums
         if (tid == 0) {
-            for (int blk = 0; blk < kBN / 64; blk++) {
-                tma_store_2d(&map_dinp, stage_out + blk * 8192, n0 + 64 * blk, m0 + 64 * cwg);
-                if (write_gelu) tma_store_2d(&map_gelu, stage_pre + blk * 8192, n0 + 64 * blk, m0 + 64 * cwg);
-            }
+            for (int blk = 0; blk < kBN / 64; blk++) tma_store_2d(&map_dinp, stage_out + blk * 8192, n0 + 64 * blk, m0 + 64 * cwg);
             bulk_commit();
         }
         if (tid < kBN / 2 && m0 + 64 * cwg < N) {   // the warpgroup's 64 rows, its four warps added in order
@@ -193,11 +190,9 @@ bool matmul_backward_dgelu_hopper(floatX* dinp, floatX* gelu_out, float* bias_pa
     const CUtensorMap map_weight = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, weight, dims_weight, stride_c, box_64);
     const CUtensorMap map_dinp = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dinp, dims_out, stride_c, box_64);
     const CUtensorMap map_pre = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, pre, dims_out, stride_c, box_64);
-    const CUtensorMap map_gelu = gelu_out ? swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, gelu_out, dims_out, stride_c, box_64)
-                                          : map_pre;
     const int tiles = ceil_div(N, kDgeluBM) * (C / kDgeluBN);
     launch_with_smem<matmul_dgelu_hopper_kernel>(dim3(std::min(tiles, device_props().multiProcessorCount)), kDgeluThreads,
-                                                 DgeluTile::kSmemBytes, stream, map_dout, map_weight, map_dinp, map_pre, map_gelu,
-                                                 bias_partials, N, C, OC, gelu_out ? 1 : 0);
+                                                 DgeluTile::kSmemBytes, stream, map_dout, map_weight, map_dinp, map_pre, gelu_out,
+                                                 bias_partials, N, C, OC);
     return true;
 }

@@ -266,10 +266,12 @@ bool matmul_wgmma(int variant, int epilogue, floatX* out, floatX* aux, const flo
 
 struct MatmulShape { const char* name; int N, K, epilogue; };
 // the forward matmuls of a d12 layer (C = 768), out (M, N) = a (M, K) @ b (N, K)^T + bias, and the backward one through
-// GELU: dfch (M, 4C) = dout (M, C) @ fcprojw (C, 4C) * gelu'(fch), gelu(fch) recomputed, fcb's gradient
+// GELU: dfch (M, 4C) = dout (M, C) @ fcprojw (C, 4C) * gelu'(fch), gelu(fch) recomputed, fcb's gradient; that one at
+// d24's C = 1024 too (16 k-blocks) and with K = 64 (one k-block: the whole epilogue after it)
 static const MatmulShape kShapes[] = {
     {"qkv", 2304, 768, kEpiBias}, {"attproj", 768, 768, kEpiBias}, {"fc (GELU, aux)", 3072, 768, kEpiGeluAux},
     {"fcproj", 768, 3072, kEpiBias}, {"fcproj dinp (DGELU, gelu, bias grad)", 3072, 768, kEpiDGelu},
+    {"d24 fcproj dinp", 4096, 1024, kEpiDGelu}, {"one k-block", 256, 64, kEpiDGelu},
 };
 static const char* kVariantNames[] = {"shipped", "naive", "TMA + wgmma, warp-specialised", "2 + TMA-store epilogue",
                                      "3 with 128 x 192 tiles", "cuBLASLt DGELU + gelu_forward + bias_backward"};
