@@ -7,21 +7,24 @@ projection backward through GELU,
 with pre (N, C) the MLP's pre-GELU activation fch, C = 4 * channels. The weight gradient then reads gelu_out, and
 reduce_partials_add adds the partials (in order) into the gradient of the bias before the GELU.
 
-The kernel is persistent and warp-specialised. One TMA producer warpgroup fills a ring of (128 x 64 dout, 64 x 128
-weight) stages with the 128-byte swizzle; the weight is read as it lies, (K, N) with N contiguous, by wgmma's
-transposed (MN-major) B. Two consumer warpgroups each own 64 rows of the 128 x 128 output tile and keep one stage's
-wgmmas in flight. A second producer thread loads each tile's pre into a staging area by TMA as soon as the epilogue
-before has read it, so the load has a whole mainloop to land. The epilogue reads pre there, stores gelu(pre) from
-registers, and writes dinp into a second staging area, which one thread stores by TMA while the next tile's mainloop
-runs; each warp's column sums of its 16 rows meet in shared memory and leave as one partial row per 64 rows. (gelu
-written over pre in the staging and stored by TMA, the staging then waiting for that store, took 0.25 ms more at d12.) (128 x 192 tiles measured slower at GPT-2 small's 4C = 3072, and
-4C of the larger GPT-2s is no multiple of 192.)
+The kernel is persistent, warp-specialised and runs in clusters of two CTAs. One TMA producer thread fills a ring of
+(128 x 64 dout, 64 x 128 weight) stages with the 128-byte swizzle; the weight is read as it lies, (K, N) with N
+contiguous, by wgmma's transposed (MN-major) B. The two CTAs of a cluster compute neighbouring 128-column tiles of
+the same rows, so each loads half of the dout rows into both by TMA multicast, and a stage is rewritten only once
+both CTAs' consumers have released it. Two consumer warpgroups ping-pong: each computes whole 128 x 128 tiles (two
+m64n128k16 wgmmas a k16 step), every other one of the CTA's, and their mainloops take turns, so one warpgroup's
+epilogue runs while the other's mainloop keeps the tensor cores busy. The epilogue reads pre from global memory
+(all of a 64-row half's before any is used), stores gelu(pre) from registers, and stages dinp in shared memory for
+one TMA store, which runs on while the next tile's mainloop does; each warp's column sums of its 16 rows meet in
+shared memory and leave as one partial row per 64 rows. dev/cuda/README.md's results log has the designs this one
+replaced and what each cost: 128 x 192 tiles, pre staged by TMA with gelu written over it, the epilogue spread over
+the next tile's k-blocks, two warpgroups sharing each tile.
 */
 #pragma once
 #include "ptx.cuh"
 #include "gelu.cuh"
 
-constexpr int kDgeluBM = 128, kDgeluBN = 128, kDgeluBK = 64, kDgeluThreads = 384, kDgeluPartialRows = 64;
+constexpr int kDgeluBM = 128, kDgeluBN = 128, kDgeluBK = 64, kDgeluThreads = 384, kDgeluPartialRows = 64, kDgeluCluster = 2;
 
 // shared memory: the ring, then per consumer warpgroup the dinp staging (128 x 128: four boxes of 64 x 64) and its
 // warps' column sums (per 64-row half)
@@ -33,9 +36,11 @@ struct DgeluTile {
     static constexpr int kSmemBytes = 1024 + kStages * (kStageA + kStageB) + 2 * (kStageOut + kSums) + 2 * kStages * 8;
 };
 
-// map_dout: (OC, N) boxes of 64 x 128; map_weight: (C, OC) boxes of 64 x 64, two a stage; map_dinp: (C, N) boxes of
-// 64 x 64; pre, gelu_out (N, C), gelu_out may be null. Tile t covers rows 128 (t / (C / 128)), columns 128
-// (t % (C / 128)); consumer warpgroup w takes the CTA's tiles w, w + 2, ...
+// map_dout: (OC, N) boxes of 64 x 64; map_weight: (C, OC) boxes of 64 x 64, two a stage; map_dinp: (C, N) boxes of
+// 64 x 64; pre, gelu_out (N, C), gelu_out may be null. The CTAs pair up in clusters of two: pair tile t covers rows
+// 128 (t / (C / 256)) and columns 256 (t % (C / 256)), CTA rank r the 128 columns at + 128 r. Both need the same dout
+// rows, so each loads 64 of them into both (TMA multicast): a quarter less traffic out of L2 per tile than alone.
+// Consumer warpgroup w takes the CTA's tiles w, w + 2, ...
 __global__ void __launch_bounds__(kDgeluThreads, 1)
 matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const __grid_constant__ CUtensorMap map_weight,
                            const __grid_constant__ CUtensorMap map_dinp, const floatX* pre, floatX* gelu_out, float* bias_partials,
@@ -52,28 +57,33 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
     uint64_t* full = reinterpret_cast<uint64_t*>(warp_sums + 2 * Tile::kSums / 4);
     uint64_t* empty = full + Tile::kStages;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < Tile::kStages; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], 4); }
+        // empty: the consuming warpgroup's four warps in both CTAs (each stage's dout rows come from both)
+        for (int s = 0; s < Tile::kStages; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], 4 * kDgeluCluster); }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    __syncthreads();
-    const int n_tiles = C / kBN, num_tiles = ceil_div(N, kDgeluBM) * n_tiles, k_blocks = OC / kDgeluBK;
+    cluster_sync();   // the peer's barriers exist before anything reaches them
+    const int rank = cluster_cta_rank(), cluster = blockIdx.x / kDgeluCluster, num_clusters = gridDim.x / kDgeluCluster;
+    const int n_pairs = C / (kDgeluCluster * kBN), num_tiles = ceil_div(N, kDgeluBM) * n_pairs, k_blocks = OC / kDgeluBK;
+    auto tile_origin = [&](int t, int& m0, int& n0) { m0 = (t / n_pairs) * kDgeluBM; n0 = ((t % n_pairs) * kDgeluCluster + rank) * kBN; };
     const int wg = threadIdx.x / 128;
     if (wg == 0) {   // ---- producer: one thread loads the ring, tile after tile
         setmaxnreg_dec<24>();
         if (threadIdx.x == 0) {
             int it = 0;
-            for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-                const int m0 = (t / n_tiles) * kDgeluBM, n0 = (t % n_tiles) * kBN;
+            for (int t = cluster; t < num_tiles; t += num_clusters) {
+                int m0, n0;
+                tile_origin(t, m0, n0);
                 for (int kb = 0; kb < k_blocks; kb++, it++) {
                     const int s = it % Tile::kStages;
                     mbar_wait(&empty[s], ((it / Tile::kStages) & 1) ^ 1);   // a fresh barrier passes parity 1 at once
-                    mbar_arrive_expect_tx(&full[s], Tile::kStageA + Tile::kStageB);
-                    tma_load_2d(tiles_a + s * Tile::kStageA, &map_dout, &full[s], kb * kDgeluBK, m0);
+                    mbar_arrive_expect_tx(&full[s], Tile::kStageA + Tile::kStageB);   // the peer's half of dout included
+                    tma_load_2d_multicast(tiles_a + s * Tile::kStageA + rank * 8192, &map_dout, &full[s], 0x3, kb * kDgeluBK, m0 + 64 * rank);
                     for (int blk = 0; blk < kBN / 64; blk++)
                         tma_load_2d(tiles_b + s * Tile::kStageB + blk * 8192, &map_weight, &full[s], n0 + 64 * blk, kb * kDgeluBK);
                 }
             }
         }
+        cluster_sync();   // matches the consumers' (see the end)
         return;
     }
     // ---- consumers: warpgroup cwg owns whole tiles, every other one of the CTA's
@@ -82,9 +92,16 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
     uint8_t* stage_out = staging + cwg * Tile::kStageOut;
     float* sums = warp_sums + cwg * Tile::kSums / 4;
     float acc[2][kBN / 2];   // rows 0-63 and 64-127 of the tile
+    auto release = [&](int s) {   // after this warp's wgmma_wait: both CTAs' copies of the stage are rewritten together
+        if (lane == 0) {
+            mbar_arrive(&empty[s]);
+            mbar_arrive_remote(&empty[s], rank ^ 1);
+        }
+    };
     int tile_it = cwg;
-    for (int t = blockIdx.x + cwg * gridDim.x; t < num_tiles; t += 2 * gridDim.x, tile_it += 2) {
-        const int m0 = (t / n_tiles) * kDgeluBM, n0 = (t % n_tiles) * kBN;
+    for (int t = cluster + cwg * num_clusters; t < num_tiles; t += 2 * num_clusters, tile_it += 2) {
+        int m0, n0;
+        tile_origin(t, m0, n0);
         #pragma unroll
         for (int i = 0; i < kBN / 2; i++) { acc[0][i] = 0.0f; acc[1][i] = 0.0f; }
         int prev = -1;   // the stage whose wgmmas are still in flight
@@ -105,12 +122,12 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
             }
             wgmma_commit();
             wgmma_wait<1>();   // the previous stage's wgmmas are done: release it
-            if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
+            if (prev >= 0) release(prev);
             prev = s;
         }
-        if (t + (int)gridDim.x < num_tiles) named_barrier_arrive(3 + (cwg ^ 1), 256);   // the next tile's turn
+        if (t + num_clusters < num_tiles) named_barrier_arrive(3 + (cwg ^ 1), 256);   // the next tile's turn
         wgmma_wait<0>();
-        if (lane == 0) mbar_arrive(&empty[prev]);
+        release(prev);
         // epilogue, while the other warpgroup's mainloop runs: rows r and r + 8 of this warp in each 64-row half,
         // columns 8 j + 2 tq, + 1
         if (tid == 0) bulk_wait_read<0>();   // this warpgroup's previous store has read the staging ...
@@ -176,11 +193,14 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
         }
     }
     if (tid == 0) bulk_wait<0>();   // every store done before the kernel ends
+    cluster_sync();   // no CTA leaves while its peer may still write into its ring or arrive on its barriers
 #endif
 }
 
 inline int matmul_dgelu_partial_rows(int N) { return ceil_div(N, kDgeluPartialRows); }
-inline bool matmul_dgelu_hopper_supported(int C, int OC) { return C % kDgeluBN == 0 && OC % kDgeluBK == 0 && hopper_path_available(); }
+inline bool matmul_dgelu_hopper_supported(int C, int OC) {
+    return C % (kDgeluCluster * kDgeluBN) == 0 && OC % kDgeluBK == 0 && hopper_path_available();
+}
 
 // dinp (N, C) = (dout (N, OC) @ weight (OC, C)) * gelu'(pre (N, C)); gelu_out (N, C) = gelu(pre) unless null;
 // bias_partials (matmul_dgelu_partial_rows(N), C) fp32 = dinp's sums over each 64 rows. False (nothing run) where
@@ -192,13 +212,13 @@ bool matmul_backward_dgelu_hopper(floatX* dinp, floatX* gelu_out, float* bias_pa
     const cuuint64_t dims_dout[2] = {(cuuint64_t)OC, (cuuint64_t)N}, dims_weight[2] = {(cuuint64_t)C, (cuuint64_t)OC};
     const cuuint64_t dims_out[2] = {(cuuint64_t)C, (cuuint64_t)N};
     const cuuint64_t stride_dout[1] = {(cuuint64_t)OC * 2}, stride_c[1] = {(cuuint64_t)C * 2};
-    const cuuint32_t box_dout[2] = {kDgeluBK, kDgeluBM}, box_64[2] = {64, 64};
-    const CUtensorMap map_dout = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dout, dims_dout, stride_dout, box_dout);
+    const cuuint32_t box_64[2] = {64, 64};
+    const CUtensorMap map_dout = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dout, dims_dout, stride_dout, box_64);
     const CUtensorMap map_weight = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, weight, dims_weight, stride_c, box_64);
     const CUtensorMap map_dinp = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dinp, dims_out, stride_c, box_64);
-    const int tiles = ceil_div(N, kDgeluBM) * (C / kDgeluBN);
-    launch_with_smem<matmul_dgelu_hopper_kernel>(dim3(std::min(tiles, device_props().multiProcessorCount)), kDgeluThreads,
-                                                 DgeluTile::kSmemBytes, stream, map_dout, map_weight, map_dinp, pre, gelu_out,
-                                                 bias_partials, N, C, OC);
+    const int pair_tiles = ceil_div(N, kDgeluBM) * (C / (kDgeluCluster * kDgeluBN));
+    launch_persistent_clusters<matmul_dgelu_hopper_kernel, kDgeluCluster>(std::min(pair_tiles, device_props().multiProcessorCount / kDgeluCluster),
+                                                                          kDgeluThreads, DgeluTile::kSmemBytes, stream, map_dout, map_weight,
+                                                                          map_dinp, pre, gelu_out, bias_partials, N, C, OC);
     return true;
 }

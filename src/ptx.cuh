@@ -371,6 +371,12 @@ __device__ __forceinline__ void tma_load_2d(uint8_t* dst, const CUtensorMap* map
 }
 // the same box multicast into every CTA of cta_mask (cluster ranks), at the same shared-memory offset, each CTA's
 // barrier at bar's offset receiving the box's bytes
+__device__ __forceinline__ void tma_load_2d_multicast(uint8_t* dst, const CUtensorMap* map, uint64_t* bar, uint16_t cta_mask, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n"
+                 :: "r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "h"(cta_mask)
+                 : "memory");
+}
+// tma_load_4d's box multicast the same way
 __device__ __forceinline__ void tma_load_4d_multicast(uint8_t* dst, const CUtensorMap* map, uint64_t* bar, uint16_t cta_mask,
                                                       int c0, int c1, int c2, int c3) {
     asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n"
@@ -525,7 +531,7 @@ void launch_persistent_clusters(int clusters_wanted, int threads, int smem_bytes
         cudaCheck(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
         config.gridDim = dim3(kCluster * (device_props().multiProcessorCount / kCluster));
         cudaCheck(cudaOccupancyMaxActiveClusters(&max_clusters, kKernel, &config));
-        if (max_clusters < 1) { fprintf(stderr, "attention: no %d-CTA cluster of this kernel fits the GPU\n", kCluster); exit(EXIT_FAILURE); }
+        if (max_clusters < 1) { fprintf(stderr, "no %d-CTA cluster of this kernel fits the GPU\n", kCluster); exit(EXIT_FAILURE); }
     }
     config.gridDim = dim3(kCluster * std::min(clusters_wanted, max_clusters));
     cudaCheck(cudaLaunchKernelEx(&config, kKernel, args...));

@@ -21,12 +21,10 @@ Variants:
      does; GELU with tanh.approx. 3 stages of the ring (2 with GELU: the staging takes their room).
   4  variant 3 with 128 x 192 tiles (m64n192k16): smaller stages and staging, so 4 stages fit (3 with GELU).
   5  the backward through cuBLASLt: its DGELU epilogue, gelu_forward's recompute of gelu(aux), bias_backward's
-     pass over the output (training's path off Hopper, and on Hopper before the kernel of 6)
-  (variant 0's backward on Hopper: variant 4's design at 128 x 128 tiles, src/matmul_hopper.cuh. b is MN-major
-     (row-major (K, N), loaded as 64 x 64 boxes, wgmma's transposed B); the producer loads each tile's aux into the
-     staging once the previous tile's stores have read it; the epilogue writes out = acc * gelu'(aux) beside it and
-     gelu(aux) over it, both stored by TMA, and each 64 rows' column sums as fp32 partials, which
-     reduce_partials_add adds.)
+     pass over the output (training's path off Hopper, and on Hopper before src/matmul_hopper.cuh)
+  (variant 0's backward on Hopper is src/matmul_hopper.cuh's kernel, whose header describes it: clusters of two
+  CTAs sharing dout by TMA multicast, ping-pong consumer warpgroups with 128 x 128 tiles, gelu(aux) stored from
+  registers, the 64-row column sums as fp32 partials that reduce_partials_add adds.)
 
 Validation (--check: M = 1000 and 4096 at each shape; otherwise M = min(-n, 4096)): randn inputs, b scaled by
 1/sqrt(K), outputs poisoned (NaN) before each launch; sampled rows (the first and last 64, 192 more at random) of
