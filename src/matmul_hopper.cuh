@@ -18,7 +18,7 @@ epilogue runs while the other's mainloop keeps the tensor cores busy. The epilog
 one TMA store, which runs on while the next tile's mainloop does; each warp's column sums of its 16 rows meet in
 shared memory and leave as one partial row per 64 rows. dev/cuda/README.md's results log has the designs this one
 replaced and what each cost: 128 x 192 tiles, pre staged by TMA with gelu written over it, the epilogue spread over
-the next tile's k-blocks, two warpgroups sharing each tile.
+the next tile's k-blocks, two warpgroups sharing each tile, clusters of 2 x 2 sharing the weight too.
 */
 #pragma once
 #include "ptx.cuh"
