@@ -66,7 +66,7 @@ constexpr int kGemmThreads = 384;
 template <int kBN> __host__ __device__ constexpr int gemm_stage_b() { return kBN * kGemmBK * 2; }
 template <int kBN> __host__ __device__ constexpr int gemm_stage_out() { return 64 * kBN * 2; }   // a warpgroup, one tensor
 // The epilogues: out = acc + bias; out = gelu(acc + bias) with aux = acc + bias. kEpiDGelu names the backward's
-// shape (src/matmul_hopper.cuh's kernel, variants 0 and 6), which this kernel does not take.
+// shape (variant 0: src/matmul_hopper.cuh on Hopper; variant 5: cuBLASLt), which this kernel does not take.
 enum GemmEpilogue { kEpiBias = 0, kEpiGeluAux = 1, kEpiDGelu = 2 };
 template <int kBN, bool kStaged, int kEpi> __host__ __device__ constexpr int gemm_staging_bytes() {
     return kStaged ? 2 * (kEpi != kEpiBias ? 2 : 1) * gemm_stage_out<kBN>() : 0;
