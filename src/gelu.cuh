@@ -8,25 +8,16 @@ backward: dinp = dout * gelu'(x), in place over dout
 
 #define GELU_SCALE 0.7978845608028654f  // sqrt(2/pi)
 
-__device__ inline float gelu(float x) {
-    float cube = 0.044715f * x * x * x;
-    return 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + cube)));
-}
-
-__device__ inline float gelu_grad(float x) {
-    float cube = 0.044715f * x * x * x;
-    float tanh_out = tanhf(GELU_SCALE * (x + cube));
-    float sech2 = 1.0f - tanh_out * tanh_out;
-    return 0.5f * (1.0f + tanh_out) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-}
-
-// gelu(x) and gelu'(x) from one tanh, the expressions of gelu and gelu_grad above
+// gelu(x) and gelu'(x) from one tanh
 __device__ inline void gelu_and_grad(float x, float& y, float& dy) {
     float cube = 0.044715f * x * x * x;
     float tanh_out = tanhf(GELU_SCALE * (x + cube));
+    float sech2 = 1.0f - tanh_out * tanh_out;
     y = 0.5f * x * (1.0f + tanh_out);
-    dy = 0.5f * (1.0f + tanh_out) + 0.5f * x * (1.0f - tanh_out * tanh_out) * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+    dy = 0.5f * (1.0f + tanh_out) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
 }
+__device__ inline float gelu(float x) { float y, dy; gelu_and_grad(x, y, dy); return y; }
+__device__ inline float gelu_grad(float x) { float y, dy; gelu_and_grad(x, y, dy); return dy; }
 
 // out, inp (N) with N a multiple of 8
 __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t N) {

@@ -331,6 +331,12 @@ void free_buffers(MatmulBuffers& m) {
         cudaCheck(cudaFree(p));
 }
 
+// GELU (tanh form) or its derivative in fp64: the references
+double gelu_fp64(double x, bool grad) {
+    const double k = 0.7978845608028654, t = std::tanh(k * (x + 0.044715 * x * x * x));
+    return grad ? 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x) : 0.5 * x * (1.0 + t);
+}
+
 int validate(const HarnessArgs& args, const MatmulShape& sh, int M, std::mt19937_64& rng) {
     const int N = sh.N, K = sh.K;
     const bool dgelu = sh.epilogue == kEpiDGelu;
@@ -352,10 +358,8 @@ int validate(const HarnessArgs& args, const MatmulShape& sh, int M, std::mt19937
             double x = dgelu ? 0.0 : __bfloat162float(h_bias[c]);
             for (int k = 0; k < K; k++) x += (double)__bfloat162float(h_a[(size_t)rows[i] * K + k]) * b_at(k, c);
             const double pre = __bfloat162float(h_aux[(size_t)rows[i] * N + c]);
-            const double th = std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)), tp = std::tanh(0.7978845608028654 * (pre + 0.044715 * pre * pre * pre));
-            const double gelu_grad = 0.5 * (1.0 + tp) + 0.5 * pre * (1.0 - tp * tp) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * pre * pre);
             ref_aux[i * N + c] = x;
-            ref_out[i * N + c] = dgelu ? x * gelu_grad : sh.epilogue == kEpiGeluAux ? 0.5 * x * (1.0 + th) : x;
+            ref_out[i * N + c] = dgelu ? x * gelu_fp64(pre, true) : sh.epilogue == kEpiGeluAux ? gelu_fp64(x, false) : x;
         }
     MatmulBuffers m = alloc_buffers(sh, M);
     to_device(m.a, h_a); to_device(m.b, h_b); to_device(m.bias, h_bias);
@@ -390,7 +394,7 @@ int validate(const HarnessArgs& args, const MatmulShape& sh, int M, std::mt19937
             size_t gelu_bad = 0, bias_bad = 0;
             for (size_t e = 0; e < (size_t)M * N; e++) {
                 const double x = __bfloat162float(h_aux[e]);
-                const double ref = 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+                const double ref = gelu_fp64(x, false);
                 const double got = __bfloat162float(gelu[e]);
                 const double frac = std::isfinite(got) ? std::fabs(got - ref) / std::ldexp(std::fabs(ref) + 1.0, -7) : INFINITY;
                 gelu_worst = std::max(gelu_worst, frac);
