@@ -294,6 +294,19 @@ int main(int argc, char** argv) {
                "(must be 0.15-0.35)\n", rounded_up, inexact, up, off_nearest);
         check(rel_m <= 1e-6 && rel_v <= 1e-6 && rel_p <= 1e-3 && params_rounded, "AdamW update");
         check(inexact > n / 2 && up > 0.45 && up < 0.55 && off_nearest > 0.15 && off_nearest < 0.35, "stochastic rounding");
+        // a step whose norm, or loss, is not finite changes nothing: the training loop queues the update before it
+        // reads them back, so adamw skips such a step by itself
+        bool unchanged = true;
+        for (int which = 0; which < 2; which++) {
+            const float bad = which == 0 ? NAN : INFINITY;
+            cudaCheck(cudaMemcpy(which == 0 ? m.norm : m.accumulated_loss, &bad, sizeof(float), cudaMemcpyHostToDevice));
+            gpt2_update(&m, lr, b1, b2, eps, wd, 1.0f, t + 1);
+            cudaCheck(cudaDeviceSynchronize());
+            unchanged &= device_to_host(m.m_memory, n) == m1 && device_to_host(m.v_memory, n) == v1 && device_to_host(m.master_weights, n) == p1 &&
+                         bitwise_equal(device_to_host(m.params_memory, n).data(), params1.data(), n * sizeof(floatX));
+        }
+        printf("an update with a NaN norm, then an infinite loss: moments and weights %s\n", unchanged ? "unchanged" : "CHANGED");
+        check(unchanged, "non-finite step skipped");
         gpt2_free(&m);
     }
 

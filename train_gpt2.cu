@@ -119,14 +119,14 @@ void multi_gpu_init(const char* init_method, const char* fs_dir, const char* tcp
 }
 #endif
 
-// cudaStreamSynchronize, bounded with several ranks: polls the stream and NCCL's error state; on an error, or after
+// cudaEventSynchronize, bounded with several ranks: polls the event and NCCL's error state; on an error, or after
 // multi_gpu.timeout_s (a rank died), aborts the communicator and exits with a message
-void wait_stream(cudaStream_t stream) {
+void wait_event(cudaEvent_t event) {
 #ifdef FLASHGPT_NCCL
     if (multi_gpu.world > 1) {
         const auto t0 = std::chrono::steady_clock::now();
         for (;;) {
-            const cudaError_t q = cudaStreamQuery(stream);
+            const cudaError_t q = cudaEventQuery(event);
             if (q == cudaSuccess) return;
             if (q != cudaErrorNotReady) cudaCheck(q);
             ncclResult_t state = ncclSuccess;
@@ -142,7 +142,15 @@ void wait_stream(cudaStream_t stream) {
         }
     }
 #endif
-    cudaCheck(cudaStreamSynchronize(stream));
+    cudaCheck(cudaEventSynchronize(event));
+}
+
+// everything queued on the stream so far is done (wait_event's bounds)
+void wait_stream(cudaStream_t stream) {
+    static cudaEvent_t queued = nullptr;
+    if (!queued) cudaCheck(cudaEventCreateWithFlags(&queued, cudaEventDisableTiming));
+    cudaCheck(cudaEventRecord(queued, stream));
+    wait_event(queued);
 }
 
 // averages n elements over the ranks in place (no-op on one)
@@ -295,7 +303,7 @@ typedef struct {
     int* inputs_pinned;
     int* targets_pinned;
     int* buckets_pinned;
-    cudaEvent_t inputs_copied, buckets_copied;
+    cudaEvent_t inputs_copied, buckets_copied, step_read;   // step_read: loss and norm are in readback_pinned
     std::vector<int> bucket_host, bucket_counts;
     int num_buckets;
     // scalars on the GPU, read back once per step
@@ -464,6 +472,7 @@ void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, int gelu_fusi
     cudaCheck(cudaMallocHost(&model->buckets_pinned, bucket_ints * sizeof(int)));
     cudaCheck(cudaEventCreateWithFlags(&model->inputs_copied, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&model->buckets_copied, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&model->step_read, cudaEventDisableTiming));
     cudaCheck(cudaEventRecord(model->inputs_copied, main_stream));
     cudaCheck(cudaEventRecord(model->buckets_copied, main_stream));
     cudaCheck(cudaMalloc(&model->accumulated_loss, sizeof(float)));
@@ -490,6 +499,7 @@ void gpt2_free(GPT2* model) {
     cudaCheck(cudaFreeHost(model->readback_pinned));
     cudaCheck(cudaEventDestroy(model->inputs_copied));
     cudaCheck(cudaEventDestroy(model->buckets_copied));
+    cudaCheck(cudaEventDestroy(model->step_read));
 }
 
 // ----------------------------------------------------------------------------
@@ -562,7 +572,7 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         residual = residual3;
     }
     // logits = lnf @ wte^T (tied weights, no bias)
-    matmul_forward(a.output, a.lnf, p.wte, nullptr, nullptr, N, C, Vp, nullptr, main_stream);
+    matmul_forward_lm_head(a.output, a.lnf, p.wte, N, C, Vp, main_stream);
 }
 
 // loss only (validation): adds mean loss * loss_scale to accumulated_loss
@@ -674,8 +684,9 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
     encoder_backward(g.wte, g.wpe, model->dresidual, model->buckets, model->num_buckets, B, T, C, main_stream);
 }
 
-// global norm of the grads (stays on the GPU); then one sync to read loss and norm back
-void gpt2_finish_step(GPT2* model) {
+// global norm of the grads (stays on the GPU), and the copies of loss and norm to the host, queued:
+// gpt2_read_step waits for them. The update may be queued in between (adamw skips a non-finite step itself).
+void gpt2_queue_step_end(GPT2* model) {
     multi_gpu_average(model->accumulated_loss, 1, false, main_stream);
     if (multi_gpu.zero_stage == 1 && multi_gpu.world > 1) {
         // ZeRO-1: each rank gets the ranks' mean of its own shard only, and the norm sums the shards' squares
@@ -690,9 +701,18 @@ void gpt2_finish_step(GPT2* model) {
     }
     cudaCheck(cudaMemcpyAsync(&model->readback_pinned[0], model->accumulated_loss, sizeof(float), cudaMemcpyDeviceToHost, main_stream));
     cudaCheck(cudaMemcpyAsync(&model->readback_pinned[1], model->norm, sizeof(float), cudaMemcpyDeviceToHost, main_stream));
-    wait_stream(main_stream);
+    cudaCheck(cudaEventRecord(model->step_read, main_stream));
+}
+
+void gpt2_read_step(GPT2* model) {
+    wait_event(model->step_read);
     model->mean_loss = model->readback_pinned[0];
     model->grad_norm = model->readback_pinned[1];
+}
+
+void gpt2_finish_step(GPT2* model) {
+    gpt2_queue_step_end(model);
+    gpt2_read_step(model);
 }
 
 // t: the step number counted from 1 (bias correction)
@@ -710,7 +730,7 @@ void gpt2_update(GPT2* model, float learning_rate, float beta1, float beta2, flo
     }
     if (model->shard.size > 0)
         adamw_update(model->params_memory + off, model->master_weights, model->grads_memory + off, model->m_memory, model->v_memory,
-                     model->shard.size, table, model->norm, max_norm, learning_rate, beta1, beta2, t, eps,
+                     model->shard.size, table, model->norm, model->accumulated_loss, max_norm, learning_rate, beta1, beta2, t, eps,
                      model->stochastic_rounding, model->rounding_seed, main_stream, off);
     if (multi_gpu.zero_stage == 1) multi_gpu_gather_shards(model->params_memory, model->num_parameters, main_stream);
 }
@@ -1245,17 +1265,23 @@ int main(int argc, char** argv) {
     OutlierDetector loss_outliers, norm_outliers;
     outlier_detector_init(&loss_outliers);
     outlier_detector_init(&norm_outliers);
-    double total_time = 0.0;
+    double total_time = 0.0, prev_read = -1.0;   // prev_read: when the host had the previous step's loss
     int timed_steps = 0;
     for (int step = start_step; step <= train_num_batches; step++) {
         bool last_step = step == train_num_batches;
+        bool paused = false;   // validation, sampling or a checkpoint ran before this step
         if (run_val && (step % cfg.val_loss_every == 0 || last_step)) {
+            paused = true;
             float val_loss = gpt2_validation_loss(&model, &val_loader, cfg.val_max_steps);
             printf("val loss %f\n", val_loss);
             logger_log_val(&logger, step, val_loss);
         }
-        if (cfg.sample_every > 0 && step > 0 && (step % cfg.sample_every == 0 || last_step)) gpt2_sample(&model, &tokenizer, cfg.gen_T);
+        if (cfg.sample_every > 0 && step > 0 && (step % cfg.sample_every == 0 || last_step)) {
+            paused = true;
+            gpt2_sample(&model, &tokenizer, cfg.gen_T);
+        }
         if (cfg.checkpoint_every > 0 && step > start_step && (step % cfg.checkpoint_every == 0 || last_step)) {
+            paused = true;
             gpt2_write_checkpoint(&model, cfg.output_log_dir, step, &train_loader);
             printf("wrote checkpoint %s\n", checkpoint_model_path(cfg.output_log_dir, step).c_str());
             int old = step - cfg.checkpoints_keep * cfg.checkpoint_every;  // -nk: drop the one that fell out of the window
@@ -1269,23 +1295,33 @@ int main(int argc, char** argv) {
         }
         if (last_step) break;
 
-        double t0 = now_seconds();
+        // a step lasts from the previous step's read to its own (the previous update runs inside it), or from here
+        // after a pause
+        const double t0 = paused || prev_read < 0 ? now_seconds() : prev_read;
         gpt2_zero_grad(&model);
         for (int micro_step = 0; micro_step < grad_accum_steps; micro_step++) {
             if (!(cfg.overfit_single_batch && (step > 0 || micro_step > 0))) exit_on_error(dataloader_next_batch(&train_loader));
             gpt2_forward(&model, train_loader.inputs, train_loader.targets, cfg.B, cfg.T);
             gpt2_backward(&model, train_loader.inputs, grad_accum_steps);
         }
-        gpt2_finish_step(&model);
-        double loss_z = outlier_detector_update(&loss_outliers, model.mean_loss);
-        double norm_z = outlier_detector_update(&norm_outliers, model.grad_norm);
-        float lr = get_learning_rate(&lr_scheduler, step);
-        bool skip = !std::isfinite(model.mean_loss) || !std::isfinite(model.grad_norm) ||
-                    (cfg.skip_update_lossz > 0 && loss_z > cfg.skip_update_lossz) ||
-                    (cfg.skip_update_gradz > 0 && norm_z > cfg.skip_update_gradz);
-        if (!skip) gpt2_update(&model, lr, 0.9f, 0.95f, 1e-8f, cfg.weight_decay, cfg.grad_clip, step + 1);
-        cudaCheck(cudaStreamSynchronize(main_stream));
-        double dt = now_seconds() - t0;
+        gpt2_queue_step_end(&model);
+        // The update is queued before the host waits for the loss and norm, so the next step's launches reach the GPU
+        // while it runs the update (adamw skips a step whose loss or norm is not finite by itself). With -sl / -sg the
+        // outliers' z-scores decide, so the host waits first.
+        const float lr = get_learning_rate(&lr_scheduler, step);
+        const bool outliers_decide = cfg.skip_update_lossz > 0 || cfg.skip_update_gradz > 0;
+        if (!outliers_decide) gpt2_update(&model, lr, 0.9f, 0.95f, 1e-8f, cfg.weight_decay, cfg.grad_clip, step + 1);
+        gpt2_read_step(&model);
+        const double loss_z = outlier_detector_update(&loss_outliers, model.mean_loss);
+        const double norm_z = outlier_detector_update(&norm_outliers, model.grad_norm);
+        bool skip = !std::isfinite(model.mean_loss) || !std::isfinite(model.grad_norm);
+        if (outliers_decide) {
+            skip = skip || (cfg.skip_update_lossz > 0 && loss_z > cfg.skip_update_lossz) ||
+                   (cfg.skip_update_gradz > 0 && norm_z > cfg.skip_update_gradz);
+            if (!skip) gpt2_update(&model, lr, 0.9f, 0.95f, 1e-8f, cfg.weight_decay, cfg.grad_clip, step + 1);
+        }
+        prev_read = now_seconds();
+        const double dt = prev_read - t0;
         if (step > start_step) { total_time += dt; timed_steps++; }  // the first step warms up cuBLASLt
         double tok_per_s = cfg.total_batch_size / dt;
         double mfu = estimate_mfu(flops_per_token, tok_per_s, props.name);
@@ -1294,6 +1330,7 @@ int main(int argc, char** argv) {
                mfu > 0 ? strfmt("%.1f%% bf16 MFU", 100 * mfu).c_str() : "MFU n/a", tok_per_s, skip ? " (update skipped)" : "");
         logger_log_train(&logger, step, model.mean_loss, lr, model.grad_norm);
     }
+    wait_stream(main_stream);   // the last update
     if (timed_steps > 0) printf("average over %d steps: %.2f ms/step, %.0f tok/s\n", timed_steps, 1000 * total_time / timed_steps,
                                 (double)cfg.total_batch_size * timed_steps / total_time);
     // nothing is freed during training, so this is the run's peak; the remainder is what the plan does not count

@@ -50,8 +50,9 @@ int main(int argc, char** argv) {
         gpt2_zero_grad(&model);
         { NvtxRange r("forward"); gpt2_forward(&model, x.data(), y.data(), B, T); }
         { NvtxRange r("backward"); gpt2_backward(&model, x.data(), 1); }
-        { NvtxRange r("norm"); gpt2_finish_step(&model); }
-        { NvtxRange r("update"); gpt2_update(&model, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, step + 1); }
+        { NvtxRange r("norm"); gpt2_queue_step_end(&model); }
+        { NvtxRange r("update"); gpt2_update(&model, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, step + 1); }   // queued as training does
+        gpt2_read_step(&model);
         if (step == 1) { cudaCheck(cudaEventRecord(stop, main_stream)); cudaCheck(cudaProfilerStop()); }
         cudaCheck(cudaStreamSynchronize(main_stream));
     }

@@ -2,6 +2,8 @@
 AdamW over all parameters in one launch (they are one contiguous buffer), fp32 moments,
 optional fp32 master weights, decoupled weight decay on the 2D tensors only.
     g = grad * clip_scale,  clip_scale = min(1, max_norm / norm)   (norm read from the GPU)
+The kernel changes nothing where the step's loss or gradient norm is not finite: it reads both on the GPU, so the
+host need not wait for them before it launches the update.
     m = beta1 m + (1-beta1) g;  v = beta2 v + (1-beta2) g^2
     p -= lr * (m / (1-beta1^t) / (sqrt(v / (1-beta2^t)) + eps) + wd * p)      [torch.optim.AdamW]
 The bf16 copy of a parameter is the master weight rounded stochastically (default, as llm.c; -sr 0: to nearest).
@@ -56,21 +58,20 @@ __device__ __forceinline__ float adamw_element(float g, float& m, float& v, floa
     return p - learning_rate * update;
 }
 
-// params (n) bf16, master (n) fp32 or null, grads (n) bf16, m/v (n) fp32; norm (1) device; index_base: params[0]'s
+// params (n) bf16, master (n) fp32 or null, grads (n) bf16, m/v (n) fp32; norm, loss (1) device; index_base: params[0]'s
 // index in the whole parameter buffer (a ZeRO-1 shard rounds with the bits the whole update would use).
 // Each thread takes chunks of 8 elements (16-byte bf16 and 2 x 16-byte fp32 accesses; every pointer is 16-byte
 // aligned: the tensors and the ZeRO-1 shards start at multiples of 8 elements) and finds the chunk's tensor once;
 // the last n % 8 elements go one by one. The arithmetic is the same per element either way.
 __global__ void adamw_kernel(floatX* params, float* master, const floatX* grads, float* m_memory, float* v_memory,
-                             size_t n, AdamWTensorTable table, const float* norm, float max_norm,
+                             size_t n, AdamWTensorTable table, const float* norm, const float* loss, float max_norm,
                              float learning_rate, float beta1, float beta2, float beta1_correction,
                              float beta2_correction, float eps, bool stochastic_rounding, uint32_t step_seed,
                              size_t index_base) {
+    const float gn = *norm;
+    if (!isfinite(gn) || !isfinite(*loss)) return;   // the step is skipped: a non-finite update would poison the weights
     float clip_scale = 1.0f;
-    if (max_norm > 0.0f) {
-        float gn = *norm;
-        if (gn > max_norm) clip_scale = max_norm / gn;
-    }
+    if (max_norm > 0.0f && gn > max_norm) clip_scale = max_norm / gn;
     const size_t stride = (size_t)gridDim.x * blockDim.x, chunks = n / X128_SIZE;
     for (size_t chunk = (size_t)blockIdx.x * blockDim.x + threadIdx.x; chunk < chunks; chunk += stride) {
         const size_t i0 = chunk * X128_SIZE;
@@ -116,7 +117,7 @@ __global__ void adamw_kernel(floatX* params, float* master, const floatX* grads,
 }
 
 void adamw_update(floatX* params, float* master, const floatX* grads, float* m_memory, float* v_memory, size_t n,
-                  const AdamWTensorTable& table, const float* norm, float max_norm, float learning_rate, float beta1,
+                  const AdamWTensorTable& table, const float* norm, const float* loss, float max_norm, float learning_rate, float beta1,
                   float beta2, int t, float eps, bool stochastic_rounding, uint32_t seed, cudaStream_t stream,
                   size_t index_base = 0) {
     NVTX_RANGE_FN();
@@ -124,7 +125,7 @@ void adamw_update(floatX* params, float* master, const floatX* grads, float* m_m
     float beta2_correction = 1.0f - powf(beta2, (float)t);
     const int block_size = 256;
     int num_blocks = std::min((int)ceil_div(ceil_div(n, (size_t)X128_SIZE), (size_t)block_size), device_props().multiProcessorCount * 16);
-    adamw_kernel<<<num_blocks, block_size, 0, stream>>>(params, master, grads, m_memory, v_memory, n, table, norm, max_norm,
+    adamw_kernel<<<num_blocks, block_size, 0, stream>>>(params, master, grads, m_memory, v_memory, n, table, norm, loss, max_norm,
                                                         learning_rate, beta1, beta2, beta1_correction, beta2_correction, eps,
                                                         stochastic_rounding, adamw_step_seed(seed, t), index_base);
     cudaCheck(cudaGetLastError());

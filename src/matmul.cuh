@@ -36,8 +36,9 @@ void matmul_teardown() {
 }
 
 // Which of cuBLASLt's heuristic results runs: 0, its first, always in training; dev/cuda/matmul_algos.cu times the
-// others (matmul_cublaslt then returns false where the heuristic has fewer)
+// others (matmul_cublaslt then returns false where the heuristic has fewer) and prints their configurations
 inline int& cublaslt_algo_rank() { static int rank = 0; return rank; }
+inline cublasLtMatmulAlgo_t& cublaslt_last_algo() { static cublasLtMatmulAlgo_t algo; return algo; }   // the last one run
 static const int kMaxAlgoRank = 16;
 
 // D (m,n) = op(A) @ op(B) [+ C] [+ bias (m)], epilogue options:
@@ -45,9 +46,11 @@ static const int kMaxAlgoRank = 16;
 //   gelu_aux &&  backward: D = result * gelu'(gelu_aux)
 // A is (m,k) column-major, or (k,m) if trans_a; B is (k,n), or (n,k) if trans_b. C is (m,n) like D (ld m),
 // added with beta = 1 before the single rounding to bf16; null means beta = 0, and c == d accumulates in place.
-// The GELU epilogues take no C.
+// The GELU epilogues take no C. prefer_tile: the first of the heuristic's algorithms with that tile runs, where it
+// offers one (else its first); a rule, not a timing, so every process runs the same algorithm and sums alike.
 bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const floatX* c, const floatX* bias, int m, int n, int k,
-                     bool trans_a, bool trans_b, floatX* gelu_aux, bool backward, cudaStream_t stream) {
+                     bool trans_a, bool trans_b, floatX* gelu_aux, bool backward, cudaStream_t stream,
+                     cublasLtMatmulTile_t prefer_tile = CUBLASLT_MATMUL_TILE_UNDEFINED) {
     if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | (uintptr_t)bias | (uintptr_t)gelu_aux) % 16 != 0) {
         fprintf(stderr, "matmul_cublaslt: pointers must be 16-byte aligned\n");
         exit(EXIT_FAILURE);
@@ -90,10 +93,16 @@ bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const floatX* 
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                      &cublaslt_workspace_size, sizeof(cublaslt_workspace_size)));
     cublasLtMatmulHeuristicResult_t heuristic[kMaxAlgoRank];
-    const int rank = std::min(cublaslt_algo_rank(), kMaxAlgoRank - 1);
-    int returned = 0;
+    const bool prefer = prefer_tile != CUBLASLT_MATMUL_TILE_UNDEFINED && cublaslt_algo_rank() == 0;
+    int rank = std::min(cublaslt_algo_rank(), kMaxAlgoRank - 1), returned = 0;
     cublasCheck(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, layout_a, layout_b, layout_c, layout_c,
-                                               preference, rank + 1, heuristic, &returned));
+                                               preference, prefer ? kMaxAlgoRank : rank + 1, heuristic, &returned));
+    for (int i = 0; prefer && i < returned; i++) {
+        uint32_t tile = 0;
+        size_t written = 0;
+        cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&heuristic[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &written));
+        if (tile == (uint32_t)prefer_tile) { rank = i; break; }
+    }
     if (returned == 0) {
         fprintf(stderr, "matmul_cublaslt: no cuBLASLt algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d epilogue=%d\n",
                 m, n, k, (int)trans_a, (int)trans_b, (int)epilogue);
@@ -101,9 +110,11 @@ bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const floatX* 
     }
     // C and D share one layout; with beta = 0 cuBLASLt reads no C, so D stands in for a null C
     const float alpha = 1.0f, beta = c ? 1.0f : 0.0f;
-    if (rank < returned)
+    if (rank < returned) {
+        cublaslt_last_algo() = heuristic[rank].algo;
         cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, c ? c : d, layout_c, d,
                                    layout_c, &heuristic[rank].algo, cublaslt_workspace, cublaslt_workspace_size, stream));
+    }
     cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
     cublasCheck(cublasLtMatmulDescDestroy(desc));
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_a));
@@ -116,11 +127,19 @@ bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const floatX* 
 // residual may be out itself (in place). The residual is added to the fp32 result, so out is rounded to bf16 once.
 // With gelu_pre (no residual): out = gelu(...) and gelu_pre (N, OC) keeps the pre-GELU values.
 void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, const floatX* residual,
-                    int N, int C, int OC, floatX* gelu_pre, cudaStream_t stream) {
+                    int N, int C, int OC, floatX* gelu_pre, cudaStream_t stream,
+                    cublasLtMatmulTile_t prefer_tile = CUBLASLT_MATMUL_TILE_UNDEFINED) {
     NVTX_RANGE_FN();
     // column-major: out^T (OC, N) = (weight as (C, OC))^T @ inp^T (C, N) + residual^T (OC, N)
     matmul_cublaslt(out, weight, inp, residual, bias, OC, N, C, /*trans_a=*/true, /*trans_b=*/false, gelu_pre,
-                    /*backward=*/false, stream);
+                    /*backward=*/false, stream, prefer_tile);
+}
+
+// The lm head's forward, logits (N, Vp) = lnf (N, C) @ wte (Vp, C)^T. Here cuBLASLt's heuristic ranks a 192 x 192
+// tile first, while its 176 x 128 tile (in 1 x 2 clusters) runs faster at every GPT-2 size (dev/cuda/matmul_algos
+// prints each algorithm's time and tile): that one runs where the heuristic offers it.
+void matmul_forward_lm_head(floatX* logits, const floatX* lnf, const floatX* wte, int N, int C, int Vp, cudaStream_t stream) {
+    matmul_forward(logits, lnf, wte, nullptr, nullptr, N, C, Vp, nullptr, stream, CUBLASLT_MATMUL_TILE_176x128);
 }
 
 // ----------------------------------------------------------------------------

@@ -6,12 +6,15 @@ matmul_cublaslt. Operands are random bf16 (not zeros: the power a matmul draws, 
 
   make dev/cuda/matmul_algos && ./dev/cuda/matmul_algos [B=64] [T=1024] [C=768]
 
-Prints, per matmul, ms (median of 20 launches after 3 warm-ups) and TFLOP/s per heuristic rank, then one
-"RESULT" line with rank 0's time, the fastest rank and its time.
+Prints, per matmul, ms (median of 20 launches after 3 warm-ups), TFLOP/s and the algorithm's configuration per
+heuristic rank (cuBLASLt's ids: algo, tile, stages, split-K and its reduction, CTA swizzle, cluster shape, inner
+shape, custom option; "<- training" marks the one training runs), then one "RESULT" line with rank 0's time,
+training's rank and time, and the fastest rank and its time.
 */
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 #include "src/matmul.cuh"
 
@@ -32,11 +35,30 @@ floatX* random_buffer(size_t n, uint32_t seed, float scale) {
     return p;
 }
 
+// the configuration cuBLASLt reports for an algorithm, as "name=value" pairs
+std::string algo_config(const cublasLtMatmulAlgo_t& algo) {
+    const struct { const char* name; cublasLtMatmulAlgoConfigAttributes_t attr; } fields[] = {
+        {"id", CUBLASLT_ALGO_CONFIG_ID}, {"tile", CUBLASLT_ALGO_CONFIG_TILE_ID}, {"stages", CUBLASLT_ALGO_CONFIG_STAGES_ID},
+        {"splitk", CUBLASLT_ALGO_CONFIG_SPLITK_NUM}, {"reduction", CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME},
+        {"swizzle", CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING}, {"cluster", CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID},
+        {"inner", CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID}, {"custom", CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION}};
+    std::string out;
+    for (const auto& f : fields) {
+        uint64_t value = 0;   // the call wants the attribute's exact width: asked first, then read (little-endian)
+        size_t width = 0, written = 0;
+        if (cublasLtMatmulAlgoConfigGetAttribute(&algo, f.attr, nullptr, 0, &width) == CUBLAS_STATUS_SUCCESS && width <= sizeof(value) &&
+            cublasLtMatmulAlgoConfigGetAttribute(&algo, f.attr, &value, width, &written) == CUBLAS_STATUS_SUCCESS)
+            out += std::string(out.empty() ? "" : " ") + f.name + "=" + std::to_string(value);
+    }
+    return out;
+}
+
 struct MatmulCase {
     const char* name;
     int m, n, k;           // column-major D (m, n) = op(A) (m, k) @ op(B) (k, n), as matmul_cublaslt takes them
     bool trans_a, trans_b;
     bool bias, residual, gelu, backward;   // backward with gelu: the dGELU epilogue
+    cublasLtMatmulTile_t train_tile = CUBLASLT_MATMUL_TILE_UNDEFINED;   // the tile training prefers (matmul_forward_lm_head)
 };
 
 int main(int argc, char** argv) {
@@ -53,7 +75,7 @@ int main(int argc, char** argv) {
         {"attproj forward (bias + residual)", C, N, C, true, false, true, true, false, false},
         {"fc forward (GELU_AUX_BIAS)", 4 * C, N, C, true, false, true, false, true, false},
         {"fcproj forward (bias + residual)", C, N, 4 * C, true, false, true, true, false, false},
-        {"lm head forward", Vp, N, C, true, false, false, false, false, false},
+        {"lm head forward", Vp, N, C, true, false, false, false, false, false, CUBLASLT_MATMUL_TILE_176x128},
         {"lm head dinp", C, N, Vp, false, false, false, false, false, false},
         {"lm head dW (accumulate)", C, Vp, N, false, true, false, true, false, false},
         {"fcproj dinp (DGELU)", 4 * C, N, C, false, false, false, false, true, true},
@@ -82,8 +104,8 @@ int main(int argc, char** argv) {
     for (const MatmulCase& c : cases) {
         const double flops = 2.0 * c.m * c.n * c.k;
         printf("%s: m=%d n=%d k=%d\n", c.name, c.m, c.n, c.k);
-        float first_ms = 0, best_ms = 0;
-        int best_rank = 0;
+        float first_ms = 0, best_ms = 0, train_ms = 0;
+        int best_rank = 0, train_rank = -1;
         for (int rank = 0; rank < kMaxAlgoRank; rank++) {
             cublaslt_algo_rank() = rank;
             auto launch = [&]() {
@@ -103,12 +125,19 @@ int main(int argc, char** argv) {
             cudaCheck(cudaGetLastError());
             std::sort(ms.begin(), ms.end());
             const float med = ms[ms.size() / 2];
-            printf("  rank %2d  %8.4f ms  %6.1f TFLOP/s\n", rank, med, flops / med / 1e9);
+            uint32_t tile = 0;
+            size_t written = 0;
+            cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&cublaslt_last_algo(), CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &written));
+            const bool trains = train_rank < 0 && (c.train_tile == CUBLASLT_MATMUL_TILE_UNDEFINED ? rank == 0 : tile == (uint32_t)c.train_tile);
+            if (trains) { train_rank = rank; train_ms = med; }
+            printf("  rank %2d  %8.4f ms  %6.1f TFLOP/s  %s%s\n", rank, med, flops / med / 1e9, algo_config(cublaslt_last_algo()).c_str(),
+                   trains ? "  <- training" : "");
             if (rank == 0) first_ms = best_ms = med;
             else if (med < best_ms) { best_ms = med; best_rank = rank; }
         }
-        printf("RESULT matmul_algos %s | rank0 ms=%.4f | best rank=%d ms=%.4f (%.1f%% faster)\n", c.name, first_ms, best_rank,
-               best_ms, 100.0 * (first_ms - best_ms) / first_ms);
+        if (train_rank < 0) { train_rank = 0; train_ms = first_ms; }   // the preferred tile not offered: rank 0 runs
+        printf("RESULT matmul_algos %s | rank0 ms=%.4f | training rank=%d ms=%.4f | best rank=%d ms=%.4f (%.1f%% faster than rank 0)\n",
+               c.name, first_ms, train_rank, train_ms, best_rank, best_ms, 100.0 * (first_ms - best_ms) / first_ms);
     }
     cublaslt_algo_rank() = 0;
     for (floatX* p : {a, b, d, aux, bias}) cudaCheck(cudaFree(p));
