@@ -2,8 +2,6 @@
 AdamW over all parameters in one launch (they are one contiguous buffer), fp32 moments,
 optional fp32 master weights, decoupled weight decay on the 2D tensors only.
     g = grad * clip_scale,  clip_scale = min(1, max_norm / norm)   (norm read from the GPU)
-The kernel changes nothing where the step's loss or gradient norm is not finite: it reads both on the GPU, so the
-host need not wait for them before it launches the update.
     m = beta1 m + (1-beta1) g;  v = beta2 v + (1-beta2) g^2
     p -= lr * (m / (1-beta1^t) / (sqrt(v / (1-beta2^t)) + eps) + wd * p)      [torch.optim.AdamW]
 The bf16 copy of a parameter is the master weight rounded stochastically (default, as llm.c; -sr 0: to nearest).
@@ -12,6 +10,8 @@ Rounding to nearest loses every update smaller than half a bf16 ulp of the weigh
 bf16 weight equals p in expectation. Its random bits hash (seed, step, element): deterministic, and a resumed run
 rounds as the uninterrupted one did.
 Each thread finds its tensor in a 16-entry table to know its weight decay: "multi-tensor" in one kernel.
+The kernel changes nothing where the step's loss or gradient norm is not finite: it reads both on the GPU, so the
+host need not wait for them before it launches the update.
 */
 #pragma once
 #include <cstring>         // memcpy: the bits of a float
