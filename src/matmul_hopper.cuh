@@ -14,11 +14,14 @@ the same rows, so each loads half of the dout rows into both by TMA multicast, a
 both CTAs' consumers have released it. Two consumer warpgroups ping-pong: each computes whole 128 x 128 tiles (two
 m64n128k16 wgmmas a k16 step), every other one of the CTA's, and their mainloops take turns, so one warpgroup's
 epilogue runs while the other's mainloop keeps the tensor cores busy. The epilogue reads pre from global memory
-(all of a 64-row half's before any is used), stores gelu(pre) from registers, and stages dinp in shared memory for
-one TMA store, which runs on while the next tile's mainloop does; each warp's column sums of its 16 rows meet in
-shared memory and leave as one partial row per 64 rows. dev/cuda/README.md's results log has the designs this one
-replaced and what each cost: 128 x 192 tiles, pre staged by TMA with gelu written over it, the epilogue spread over
-the next tile's k-blocks, two warpgroups sharing each tile, clusters of 2 x 2 sharing the weight too.
+(all of a 64-row half's before any is used) and writes gelu(pre) back, 16 bytes a lane both ways: each warp passes
+them through 1 KB of shared memory between that and the accumulators' layout, where a quad of lanes holds a row's 8
+columns and global accesses would fill half of each sector. It stages dinp in shared memory for one TMA store, which
+runs on while the next tile's mainloop does; each warp's column sums of its 16 rows meet in shared memory and leave
+as one partial row per 64 rows. dev/cuda/README.md's results log has the designs this one replaced and what each
+cost: 128 x 192 tiles, pre staged by TMA with gelu written over it, gelu stored from registers 4 bytes a lane, the
+epilogue spread over the next tile's k-blocks, two warpgroups sharing each tile, clusters of 2 x 2 sharing the
+weight too.
 */
 #pragma once
 #include "ptx.cuh"
@@ -27,13 +30,14 @@ the next tile's k-blocks, two warpgroups sharing each tile, clusters of 2 x 2 sh
 constexpr int kDgeluBM = 128, kDgeluBN = 128, kDgeluBK = 64, kDgeluThreads = 384, kDgeluPartialRows = 64, kDgeluCluster = 2;
 
 // shared memory: the ring, then per consumer warpgroup the dinp staging (128 x 128: four boxes of 64 x 64) and its
-// warps' column sums (per 64-row half)
+// warps' column sums (per 64-row half), then per consumer warp a 16 x 32 bf16 transpose of pre and gelu
 struct DgeluTile {
     static constexpr int kStageA = kDgeluBM * kDgeluBK * 2, kStageB = kDgeluBN * kDgeluBK * 2;
     static constexpr int kStageOut = kDgeluBM * kDgeluBN * 2;
     static constexpr int kSums = 2 * 4 * kDgeluBN * 4;
+    static constexpr int kTranspose = 16 * 32 * 2;
     static constexpr int kStages = 4;
-    static constexpr int kSmemBytes = 1024 + kStages * (kStageA + kStageB) + 2 * (kStageOut + kSums) + 2 * kStages * 8;
+    static constexpr int kSmemBytes = 1024 + kStages * (kStageA + kStageB) + 2 * (kStageOut + kSums) + 8 * kTranspose + 2 * kStages * 8;
 };
 
 // map_dout: (OC, N) boxes of 64 x 64; map_weight: (C, OC) boxes of 64 x 64, two a stage; map_dinp: (C, N) boxes of
@@ -54,7 +58,8 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
     uint8_t* tiles_b = tiles_a + Tile::kStages * Tile::kStageA;
     uint8_t* staging = tiles_b + Tile::kStages * Tile::kStageB;
     float* warp_sums = reinterpret_cast<float*>(staging + 2 * Tile::kStageOut);
-    uint64_t* full = reinterpret_cast<uint64_t*>(warp_sums + 2 * Tile::kSums / 4);
+    uint8_t* transposes = reinterpret_cast<uint8_t*>(warp_sums + 2 * Tile::kSums / 4);
+    uint64_t* full = reinterpret_cast<uint64_t*>(transposes + 8 * Tile::kTranspose);
     uint64_t* empty = full + Tile::kStages;
     if (threadIdx.x == 0) {
         // empty: the consuming warpgroup's four warps in both CTAs (each stage's dout rows come from both)
@@ -91,6 +96,11 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
     const int cwg = wg - 1, tid = threadIdx.x % 128, lane = threadIdx.x % 32, warp = tid / 32, g = lane / 4, tq = lane % 4;
     uint8_t* stage_out = staging + cwg * Tile::kStageOut;
     float* sums = warp_sums + cwg * Tile::kSums / 4;
+    // this warp's 16 rows x 32 columns: pre and gelu go through it between the accumulators' layout (a quad of lanes
+    // holds 8 columns of a row, 4 bytes each) and 16 bytes a lane, so that global loads and stores fill whole sectors.
+    // Row r's 16-byte chunk c lies at chunk c ^ ((r / 2) % 4): conflict-free both ways.
+    uint8_t* transpose = transposes + (cwg * 4 + warp) * Tile::kTranspose;
+    auto chunk_at = [](int r, int c) { return r * 64 + ((c ^ (r / 2)) & 3) * 16; };
     float acc[2][kBN / 2];   // rows 0-63 and 64-127 of the tile
     auto release = [&](int s) {   // after this warp's wgmma_wait: both CTAs' copies of the stage are rewritten together
         if (lane == 0) {
@@ -135,39 +145,59 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
         #pragma unroll
         for (int mh = 0; mh < 2; mh++) {
             const int row_lo = m0 + mh * 64 + warp * 16 + g;   // this thread's first row of the output
-            __nv_bfloat162 pre2[kBN / 8][2];   // this half's pre, loaded before any is used
+            uint4 pre8[kBN / 32][2];   // this half's pre, 8 columns a lane (32 q + 8 tq ..), loaded before any is used
             #pragma unroll
-            for (int j = 0; j < kBN / 8; j++)
+            for (int q = 0; q < kBN / 32; q++)
                 #pragma unroll
                 for (int half = 0; half < 2; half++) {
                     const int row = min(row_lo + 8 * half, N - 1);
-                    pre2[j][half] = *reinterpret_cast<const __nv_bfloat162*>(pre + (size_t)row * C + n0 + 8 * j + 2 * tq);
+                    pre8[q][half] = *reinterpret_cast<const uint4*>(pre + (size_t)row * C + n0 + 32 * q + 8 * tq);
                 }
             #pragma unroll
-            for (int j = 0; j < kBN / 8; j++) {
-                const int c = 8 * j + 2 * tq;   // the tile's column
-                float sum0 = 0.0f, sum1 = 0.0f;
+            for (int q = 0; q < kBN / 32; q++) {   // columns 32 q ..: the accumulators of j = 4 q .. 4 q + 3
+                __syncwarp();   // the previous chunk's gelu has left the transpose
                 #pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    const int rr = mh * 64 + warp * 16 + g + 8 * half;   // the tile's row
-                    const int at = (c / 64) * 16384 + rr * 128 + (((c % 64) / 8) ^ (rr % 8)) * 16 + (c % 8) * 2;
-                    float y0, y1, dy0, dy1;
-                    gelu_and_grad(__bfloat162float(pre2[j][half].x), y0, dy0);
-                    gelu_and_grad(__bfloat162float(pre2[j][half].y), y1, dy1);
-                    const float d0 = acc[mh][4 * j + 2 * half] * dy0, d1 = acc[mh][4 * j + 2 * half + 1] * dy1;
-                    *reinterpret_cast<__nv_bfloat162*>(stage_out + at) = __floats2bfloat162_rn(d0, d1);
-                    if (row_lo + 8 * half < N) {
-                        sum0 += d0;
-                        sum1 += d1;
-                        if (gelu_out) *reinterpret_cast<__nv_bfloat162*>(gelu_out + (size_t)(row_lo + 8 * half) * C + n0 + c) = __floats2bfloat162_rn(y0, y1);
+                for (int half = 0; half < 2; half++)
+                    *reinterpret_cast<uint4*>(transpose + chunk_at(g + 8 * half, tq)) = pre8[q][half];
+                __syncwarp();
+                #pragma unroll
+                for (int jj = 0; jj < 4; jj++) {
+                    const int j = 4 * q + jj, c = 8 * j + 2 * tq;   // the tile's column
+                    float sum0 = 0.0f, sum1 = 0.0f;
+                    #pragma unroll
+                    for (int half = 0; half < 2; half++) {
+                        const int rr = mh * 64 + warp * 16 + g + 8 * half;   // the tile's row
+                        const int at = (c / 64) * 16384 + rr * 128 + (((c % 64) / 8) ^ (rr % 8)) * 16 + (c % 8) * 2;
+                        // pre at this lane's two columns, read from where another lane of the quad wrote it; gelu
+                        // goes back to the same place (each lane reads its own 4 bytes before it writes them)
+                        __nv_bfloat162* pair = reinterpret_cast<__nv_bfloat162*>(transpose + chunk_at(g + 8 * half, jj) + 4 * tq);
+                        const __nv_bfloat162 pre2 = *pair;
+                        float y0, y1, dy0, dy1;
+                        gelu_and_grad(__bfloat162float(pre2.x), y0, dy0);
+                        gelu_and_grad(__bfloat162float(pre2.y), y1, dy1);
+                        const float d0 = acc[mh][4 * j + 2 * half] * dy0, d1 = acc[mh][4 * j + 2 * half + 1] * dy1;
+                        *reinterpret_cast<__nv_bfloat162*>(stage_out + at) = __floats2bfloat162_rn(d0, d1);
+                        *pair = __floats2bfloat162_rn(y0, y1);
+                        if (row_lo + 8 * half < N) {
+                            sum0 += d0;
+                            sum1 += d1;
+                        }
                     }
+                    #pragma unroll
+                    for (int off = 4; off < 32; off *= 2) {   // over the warp's 8 row pairs
+                        sum0 += __shfl_xor_sync(0xffffffffu, sum0, off);
+                        sum1 += __shfl_xor_sync(0xffffffffu, sum1, off);
+                    }
+                    if (g == 0) *reinterpret_cast<float2*>(sums + (mh * 4 + warp) * kBN + c) = make_float2(sum0, sum1);
                 }
-                #pragma unroll
-                for (int off = 4; off < 32; off *= 2) {   // over the warp's 8 row pairs
-                    sum0 += __shfl_xor_sync(0xffffffffu, sum0, off);
-                    sum1 += __shfl_xor_sync(0xffffffffu, sum1, off);
+                if (gelu_out) {
+                    __syncwarp();   // the quad's gelu pairs are in the transpose
+                    #pragma unroll
+                    for (int half = 0; half < 2; half++)
+                        if (row_lo + 8 * half < N)
+                            *reinterpret_cast<uint4*>(gelu_out + (size_t)(row_lo + 8 * half) * C + n0 + 32 * q + 8 * tq) =
+                                *reinterpret_cast<const uint4*>(transpose + chunk_at(g + 8 * half, tq));
                 }
-                if (g == 0) *reinterpret_cast<float2*>(sums + (mh * 4 + warp) * kBN + c) = make_float2(sum0, sum1);
             }
         }
         fence_proxy_async();   // the staging's writes are visible to the TMA ...

@@ -23,8 +23,9 @@ Variants:
   5  the backward through cuBLASLt: its DGELU epilogue, gelu_forward's recompute of gelu(aux), bias_backward's
      pass over the output (training's path off Hopper, and on Hopper before src/matmul_hopper.cuh)
   (variant 0's backward on Hopper is src/matmul_hopper.cuh's kernel, whose header describes it: clusters of two
-  CTAs sharing dout by TMA multicast, ping-pong consumer warpgroups with 128 x 128 tiles, gelu(aux) stored from
-  registers, the 64-row column sums as fp32 partials that reduce_partials_add adds.)
+  CTAs sharing dout by TMA multicast, ping-pong consumer warpgroups with 128 x 128 tiles, aux read and gelu(aux)
+  written 16 bytes a lane through a per-warp transpose, the 64-row column sums as fp32 partials that
+  reduce_partials_add adds.)
 
 Validation (--check: M = 1000 and 4096 at each shape; otherwise M = min(-n, 4096)): randn inputs, b scaled by
 1/sqrt(K), outputs poisoned (NaN) before each launch; sampled rows (the first and last 64, 192 more at random) of
