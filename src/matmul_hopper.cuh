@@ -168,7 +168,7 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                     for (int half = 0; half < 2; half++) {
                         const int rr = mh * 64 + warp * 16 + g + 8 * half;   // the tile's row
                         const int at = (c / 64) * 16384 + rr * 128 + (((c % 64) / 8) ^ (rr % 8)) * 16 + (c % 8) * 2;
-                        // pre at this lane's two columns, read from where another lane of the quad wrote it; gelu
+                        // pre at this lane's two columns, read from where a lane of its quad wrote it; gelu
                         // goes back to the same place (each lane reads its own 4 bytes before it writes them)
                         __nv_bfloat162* pair = reinterpret_cast<__nv_bfloat162*>(transpose + chunk_at(g + 8 * half, jj) + 4 * tq);
                         const __nv_bfloat162 pre2 = *pair;
