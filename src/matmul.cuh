@@ -39,6 +39,12 @@ void matmul_teardown() {
 // others (matmul_cublaslt then returns false where the heuristic has fewer) and prints their configurations
 inline int& cublaslt_algo_rank() { static int rank = 0; return rank; }
 inline cublasLtMatmulAlgo_t& cublaslt_last_algo() { static cublasLtMatmulAlgo_t algo; return algo; }   // the last one run
+inline uint32_t cublaslt_algo_tile(const cublasLtMatmulAlgo_t& algo) {   // a cublasLtMatmulTile_t
+    uint32_t tile = 0;
+    size_t written = 0;
+    cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &written));
+    return tile;
+}
 static const int kMaxAlgoRank = 16;
 
 // D (m,n) = op(A) @ op(B) [+ C] [+ bias (m)], epilogue options:
@@ -97,12 +103,8 @@ bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const floatX* 
     int rank = std::min(cublaslt_algo_rank(), kMaxAlgoRank - 1), returned = 0;
     cublasCheck(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, layout_a, layout_b, layout_c, layout_c,
                                                preference, prefer ? kMaxAlgoRank : rank + 1, heuristic, &returned));
-    for (int i = 0; prefer && i < returned; i++) {
-        uint32_t tile = 0;
-        size_t written = 0;
-        cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&heuristic[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &written));
-        if (tile == (uint32_t)prefer_tile) { rank = i; break; }
-    }
+    for (int i = 0; prefer && i < returned; i++)
+        if (cublaslt_algo_tile(heuristic[i].algo) == (uint32_t)prefer_tile) { rank = i; break; }
     if (returned == 0) {
         fprintf(stderr, "matmul_cublaslt: no cuBLASLt algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d epilogue=%d\n",
                 m, n, k, (int)trans_a, (int)trans_b, (int)epilogue);

@@ -125,9 +125,7 @@ int main(int argc, char** argv) {
             cudaCheck(cudaGetLastError());
             std::sort(ms.begin(), ms.end());
             const float med = ms[ms.size() / 2];
-            uint32_t tile = 0;
-            size_t written = 0;
-            cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&cublaslt_last_algo(), CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &written));
+            const uint32_t tile = cublaslt_algo_tile(cublaslt_last_algo());
             const bool trains = train_rank < 0 && (c.train_tile == CUBLASLT_MATMUL_TILE_UNDEFINED ? rank == 0 : tile == (uint32_t)c.train_tile);
             if (trains) { train_rank = rank; train_ms = med; }
             printf("  rank %2d  %8.4f ms  %6.1f TFLOP/s  %s%s\n", rank, med, flops / med / 1e9, algo_config(cublaslt_last_algo()).c_str(),
