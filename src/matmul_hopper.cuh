@@ -127,8 +127,8 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
             #pragma unroll
             for (int ks = 0; ks < kDgeluBK / 16; ks++) {   // A: k16 step ks at +32 bytes of each row; B: at +16 rows
                 const uint64_t desc_b = wgmma_desc(b + ks * 16 * 128, 8192);
-                wgmma_ss_m64k16_b<kBN, 1>(acc[0], wgmma_desc(a + 32 * ks), desc_b);
-                wgmma_ss_m64k16_b<kBN, 1>(acc[1], wgmma_desc(a + 64 * 128 + 32 * ks), desc_b);
+                wgmma_ss_m64n128k16_b<1>(acc[0], wgmma_desc(a + 32 * ks), desc_b);
+                wgmma_ss_m64n128k16_b<1>(acc[1], wgmma_desc(a + 64 * 128 + 32 * ks), desc_b);
             }
             wgmma_commit();
             wgmma_wait<1>();   // the previous stage's wgmmas are done: release it

@@ -225,14 +225,6 @@ __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence
 #define WGMMA_D40_NAMES "{" WGMMA_R0 ", " WGMMA_R8 ", " WGMMA_R16 ", " WGMMA_R24 ", " WGMMA_R32 "}"
 #define WGMMA_D48_NAMES "{" WGMMA_R0 ", " WGMMA_R8 ", " WGMMA_R16 ", " WGMMA_R24 ", " WGMMA_R32 ", " WGMMA_R40 "}"
 #define WGMMA_D64_NAMES "{" WGMMA_R0 ", " WGMMA_R8 ", " WGMMA_R16 ", " WGMMA_R24 ", " WGMMA_R32 ", " WGMMA_R40 ", " WGMMA_R48 ", " WGMMA_R56 "}"
-// n192 (96 registers a thread): the MLP's GEMM tiles (matmul_hopper.cuh)
-#define WGMMA_D96 WGMMA_D64, WGMMA_D8(64), WGMMA_D8(72), WGMMA_D8(80), WGMMA_D8(88)
-#define WGMMA_R64 "%64, %65, %66, %67, %68, %69, %70, %71"
-#define WGMMA_R72 "%72, %73, %74, %75, %76, %77, %78, %79"
-#define WGMMA_R80 "%80, %81, %82, %83, %84, %85, %86, %87"
-#define WGMMA_R88 "%88, %89, %90, %91, %92, %93, %94, %95"
-#define WGMMA_R0_63 WGMMA_R0 ", " WGMMA_R8 ", " WGMMA_R16 ", " WGMMA_R24 ", " WGMMA_R32 ", " WGMMA_R40 ", " WGMMA_R48 ", " WGMMA_R56
-#define WGMMA_D96_NAMES "{" WGMMA_R0_63 ", " WGMMA_R64 ", " WGMMA_R72 ", " WGMMA_R80 ", " WGMMA_R88 "}"
 
 // The asm text of d (m64 x nN, fp32) (+)= A (64 x 16, smem descriptor) * B (16 x N, smem descriptor), both K-major:
 // operands %0 .. %(N/2 - 1) = d (NAMES), then the descriptors (%DA, %DB) and scale-d (%SD, 0 or 1)
@@ -274,19 +266,13 @@ __device__ __forceinline__ void wgmma_ss_m64k16(float (&d)[N / 2], uint64_t desc
     else if constexpr (N == 80) wgmma_ss_m64n80k16<kScaleD>(d, desc_a, desc_b);
     else wgmma_ss_m64n64k16<kScaleD>(d, desc_a, desc_b);
 }
-// d (m64 x nN, fp32, N = 128 or 192) += A (64 x 16, smem, K-major) * B (16 x N, smem): B K-major (kTransB 0) or
-// MN-major (1: B's N columns contiguous, in 64-column blocks the descriptor's leading byte offset apart)
-template <int N, int kTransB>
-__device__ __forceinline__ void wgmma_ss_m64k16_b(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
-    static_assert(N == 128 || N == 192, "n128 or n192");
-    if constexpr (N == 128)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64_NAMES ", %64, %65, p, 1, 1, 0, %67;\n}\n"
-                     : WGMMA_D64 : "l"(desc_a), "l"(desc_b), "n"(1), "n"(kTransB));
-    else
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " WGMMA_D96_NAMES ", %96, %97, p, 1, 1, 0, %99;\n}\n"
-                     : WGMMA_D96 : "l"(desc_a), "l"(desc_b), "n"(1), "n"(kTransB));
+// d (m64 x n128, fp32) += A (64 x 16, smem, K-major) * B (16 x 128, smem): B K-major (kTransB 0) or MN-major (1: B's
+// 128 columns contiguous, in 64-column blocks the descriptor's leading byte offset apart)
+template <int kTransB>
+__device__ __forceinline__ void wgmma_ss_m64n128k16_b(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64_NAMES ", %64, %65, p, 1, 1, 0, %67;\n}\n"
+                 : WGMMA_D64 : "l"(desc_a), "l"(desc_b), "n"(1), "n"(kTransB));
 }
 // d (m64 x n64, fp32) += A (64 x 16, bf16 registers) * B (16 x 64, smem descriptor, MN-major: transposed)
 __device__ __forceinline__ void wgmma_rs_m64n64k16_trans_b(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {

@@ -81,12 +81,19 @@ template <int kBN, bool kStaged, int kEpi> constexpr int gemm_smem_bytes() {
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// The accumulators of m64n256 (128 registers) as asm operands, on src/ptx.cuh's WGMMA_D96 / WGMMA_R*
+// The accumulators of m64n192 (96 registers) and m64n256 (128) as asm operands, on src/ptx.cuh's WGMMA_D8 / WGMMA_R*
+#define WGMMA_D96 WGMMA_D64, WGMMA_D8(64), WGMMA_D8(72), WGMMA_D8(80), WGMMA_D8(88)
 #define WGMMA_D128 WGMMA_D96, WGMMA_D8(96), WGMMA_D8(104), WGMMA_D8(112), WGMMA_D8(120)
+#define WGMMA_R64 "%64, %65, %66, %67, %68, %69, %70, %71"
+#define WGMMA_R72 "%72, %73, %74, %75, %76, %77, %78, %79"
+#define WGMMA_R80 "%80, %81, %82, %83, %84, %85, %86, %87"
+#define WGMMA_R88 "%88, %89, %90, %91, %92, %93, %94, %95"
 #define WGMMA_R96 "%96, %97, %98, %99, %100, %101, %102, %103"
 #define WGMMA_R104 "%104, %105, %106, %107, %108, %109, %110, %111"
 #define WGMMA_R112 "%112, %113, %114, %115, %116, %117, %118, %119"
 #define WGMMA_R120 "%120, %121, %122, %123, %124, %125, %126, %127"
+#define WGMMA_R0_63 WGMMA_R0 ", " WGMMA_R8 ", " WGMMA_R16 ", " WGMMA_R24 ", " WGMMA_R32 ", " WGMMA_R40 ", " WGMMA_R48 ", " WGMMA_R56
+#define WGMMA_D96_NAMES "{" WGMMA_R0_63 ", " WGMMA_R64 ", " WGMMA_R72 ", " WGMMA_R80 ", " WGMMA_R88 "}"
 #define WGMMA_D128_NAMES "{" WGMMA_R0_63 ", " WGMMA_R64 ", " WGMMA_R72 ", " WGMMA_R80 ", " WGMMA_R88 ", " WGMMA_R96 ", " WGMMA_R104 \
                          ", " WGMMA_R112 ", " WGMMA_R120 "}"
 
@@ -96,9 +103,15 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
                  "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " WGMMA_D128_NAMES ", %128, %129, p, 1, 1, 0, 0;\n}\n"
                  : WGMMA_D128 : "l"(desc_a), "l"(desc_b), "n"(1));
 }
+// the same at n192 (96 registers a thread)
+__device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " WGMMA_D96_NAMES ", %96, %97, p, 1, 1, 0, 0;\n}\n"
+                 : WGMMA_D96 : "l"(desc_a), "l"(desc_b), "n"(1));
+}
 template <int kBN> __device__ __forceinline__ void wgmma_m64k16(float (&d)[kBN / 2], uint64_t desc_a, uint64_t desc_b) {
     if constexpr (kBN == 256) wgmma_m64n256k16(d, desc_a, desc_b);
-    else wgmma_ss_m64k16_b<192, 0>(d, desc_a, desc_b);
+    else wgmma_m64n192k16(d, desc_a, desc_b);
 }
 #endif
 
