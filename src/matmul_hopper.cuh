@@ -160,6 +160,7 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                 for (int half = 0; half < 2; half++)
                     *reinterpret_cast<uint4*>(transpose + chunk_at(g + 8 * half, tq)) = pre8[q][half];
                 __syncwarp();
+                float part[8];   // this lane's two rows summed, at columns 32 q + 8 jj + 2 tq + e: part[2 jj + e]
                 #pragma unroll
                 for (int jj = 0; jj < 4; jj++) {
                     const int j = 4 * q + jj, c = 8 * j + 2 * tq;   // the tile's column
@@ -183,13 +184,21 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                             sum1 += d1;
                         }
                     }
-                    #pragma unroll
-                    for (int off = 4; off < 32; off *= 2) {   // over the warp's 8 row pairs
-                        sum0 += __shfl_xor_sync(0xffffffffu, sum0, off);
-                        sum1 += __shfl_xor_sync(0xffffffffu, sum1, off);
-                    }
-                    if (g == 0) *reinterpret_cast<float2*>(sums + (mh * 4 + warp) * kBN + c) = make_float2(sum0, sum1);
+                    part[2 * jj] = sum0;
+                    part[2 * jj + 1] = sum1;
                 }
+                // the sums over the warp's 8 row pairs (lane bits 2-4), reduced and scattered: each round a lane keeps
+                // half of what it holds and adds the partner's copy of that half, so 7 shuffles leave part g on lane g
+                #pragma unroll
+                for (int width = 4, bit = 16; width >= 1; width /= 2, bit /= 2) {
+                    const bool upper = lane & bit;
+                    #pragma unroll
+                    for (int i = 0; i < width; i++) {
+                        const float send = upper ? part[i] : part[i + width];
+                        part[i] = (upper ? part[i + width] : part[i]) + __shfl_xor_sync(0xffffffffu, send, bit);
+                    }
+                }
+                sums[(mh * 4 + warp) * kBN + 32 * q + 8 * (g / 2) + 2 * tq + g % 2] = part[0];
                 if (gelu_out) {
                     __syncwarp();   // the quad's gelu pairs are in the transpose
                     #pragma unroll
