@@ -13,15 +13,17 @@ contiguous, by wgmma's transposed (MN-major) B. The two CTAs of a cluster comput
 the same rows, so each loads half of the dout rows into both by TMA multicast, and a stage is rewritten only once
 both CTAs' consumers have released it. Two consumer warpgroups ping-pong: each computes whole 128 x 128 tiles (two
 m64n128k16 wgmmas a k16 step), every other one of the CTA's, and their mainloops take turns, so one warpgroup's
-epilogue runs while the other's mainloop keeps the tensor cores busy. The epilogue reads pre from global memory
-(all of a 64-row half's before any is used) and writes gelu(pre) back, 16 bytes a lane both ways: each warp passes
-them through 1 KB of shared memory between that and the accumulators' layout, where a quad of lanes holds a row's 8
-columns and global accesses would fill half of each sector. It stages dinp in shared memory for one TMA store, which
-runs on while the next tile's mainloop does; each warp's column sums of its 16 rows meet in shared memory and leave
-as one partial row per 64 rows. dev/cuda/README.md's results log has the designs this one replaced and what each
-cost: 128 x 192 tiles, pre staged by TMA with gelu written over it, gelu stored from registers 4 bytes a lane, the
-epilogue spread over the next tile's k-blocks, two warpgroups sharing each tile, clusters of 2 x 2 sharing the
-weight too.
+epilogue runs while the other's mainloop keeps the tensor cores busy. Each warpgroup loads its tile's pre from global
+memory before the tile's mainloop, so that the loads' latency passes under the wgmmas, and writes gelu(pre) back in
+the epilogue, 16 bytes a lane both ways: each warp passes them through 1 KB of shared memory between that and the
+accumulators' layout, where a quad of lanes holds a row's 8 columns and global accesses would fill half of each
+sector. The epilogue's GELU takes 9 fp32 operations and a tanh per element (gelu.cuh), and the bias sums of a warp's
+rows are reduced and scattered over its lanes in 7 shuffles per 8 columns. It stages dinp in shared memory for one
+TMA store, which runs on while the next tile's mainloop does; each warp's column sums of its 16 rows meet in shared
+memory and leave as one partial row per 64 rows. dev/cuda/README.md's results log has the designs this one replaced
+and what each cost: 128 x 192 tiles, pre staged by TMA with gelu written over it, gelu stored from registers 4 bytes
+a lane, the epilogue spread over the next tile's k-blocks, two warpgroups sharing each tile, clusters of 2 x 2
+sharing the weight too.
 */
 #pragma once
 #include "ptx.cuh"
@@ -114,6 +116,18 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
         tile_origin(t, m0, n0);
         #pragma unroll
         for (int i = 0; i < kBN / 2; i++) { acc[0][i] = 0.0f; acc[1][i] = 0.0f; }
+        // the tile's pre, 8 columns a lane (rows 64 mh + 16 warp + g (+ 8), columns 32 q + 8 tq ..), loaded before the
+        // mainloop so that their latency passes under it
+        uint4 pre_tile[2][kBN / 32][2];
+        #pragma unroll
+        for (int mh = 0; mh < 2; mh++)
+            #pragma unroll
+            for (int q = 0; q < kBN / 32; q++)
+                #pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int row = min(m0 + mh * 64 + warp * 16 + g + 8 * half, N - 1);
+                    pre_tile[mh][q][half] = *reinterpret_cast<const uint4*>(pre + (size_t)row * C + n0 + 32 * q + 8 * tq);
+                }
         int prev = -1;   // the stage whose wgmmas are still in flight
         // the mainloops take turns, tile by tile: a barrier's parity tells only its last two phases apart, so this
         // warpgroup waits on its tile's stages only once the other has waited on its own tile's, one phase earlier
@@ -145,14 +159,7 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
         #pragma unroll
         for (int mh = 0; mh < 2; mh++) {
             const int row_lo = m0 + mh * 64 + warp * 16 + g;   // this thread's first row of the output
-            uint4 pre8[kBN / 32][2];   // this half's pre, 8 columns a lane (32 q + 8 tq ..), loaded before any is used
-            #pragma unroll
-            for (int q = 0; q < kBN / 32; q++)
-                #pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    const int row = min(row_lo + 8 * half, N - 1);
-                    pre8[q][half] = *reinterpret_cast<const uint4*>(pre + (size_t)row * C + n0 + 32 * q + 8 * tq);
-                }
+            const uint4 (&pre8)[kBN / 32][2] = pre_tile[mh];
             #pragma unroll
             for (int q = 0; q < kBN / 32; q++) {   // columns 32 q ..: the accumulators of j = 4 q .. 4 q + 3
                 __syncwarp();   // the previous chunk's gelu has left the transpose
