@@ -618,8 +618,9 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
     // classifier: dlnf = dlogits @ wte; dwte += dlogits^T @ lnf
     matmul_backward(model->dbtc, g.wte, nullptr, scratch, a.output, a.lnf, p.wte, N, C, Vp, nullptr, main_stream);
     cudaCheck(cudaMemsetAsync(model->dresidual, 0, NA * C * sizeof(floatX), main_stream));
+    // the residual stream's gradient: the last layer's fcproj takes it as dout, so its bias gradient is summed here
     layernorm_backward(model->dresidual, g.lnfw, g.lnfb, scratch, model->dbtc, a.residual3 + (L - 1) * NA * C, p.lnfw,
-                       a.lnf_mean, a.lnf_rstd, N, C, main_stream);
+                       a.lnf_mean, a.lnf_rstd, N, C, main_stream, g.fcprojb + (L - 1) * C);
 
     for (int l = L - 1; l >= 0; l--) {
         NvtxRange layer_range("backward layer", l);
@@ -648,17 +649,18 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
             layernorm_forward(ln2, nullptr, nullptr, residual2, p.ln2w + l * C, p.ln2b + l * C, N, C, main_stream);
         }
         // MLP projection: dfch = (dresidual @ fcprojw) * gelu'(fch). On Hopper (-ge 2) one kernel does that, writes the
-        // recomputed gelu(fch) for fcprojw's gradient, and sums dfch over each 64 rows for fcb's gradient
+        // recomputed gelu(fch) for fcprojw's gradient, and sums dfch over each 64 rows for fcb's gradient. fcprojb's
+        // gradient is already summed, by the layernorm backward that wrote dresidual
         const floatX* fcprojw = p.fcprojw + (size_t)l * C * 4 * C;
         const bool dgelu_fused = model->gelu_fusion >= 2 &&
             matmul_backward_dgelu_hopper(dbt4c, model->recompute >= 1 ? fch_gelu : nullptr, scratch, dresidual, fcprojw, fch, N, 4 * C, C, main_stream);
         if (dgelu_fused) {
             reduce_partials_add(g.fcb + l * 4 * C, nullptr, scratch, matmul_dgelu_partial_rows(N), 4 * C, main_stream);
-            matmul_backward(nullptr, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, scratch, dresidual, fch_gelu, fcprojw,
+            matmul_backward(nullptr, g.fcprojw + (size_t)l * C * 4 * C, nullptr, scratch, dresidual, fch_gelu, fcprojw,
                             N, 4 * C, C, nullptr, main_stream);
         } else {
             if (model->recompute >= 1) gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, main_stream);
-            matmul_backward(dbt4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, scratch, dresidual, fch_gelu, fcprojw,
+            matmul_backward(dbt4c, g.fcprojw + (size_t)l * C * 4 * C, nullptr, scratch, dresidual, fch_gelu, fcprojw,
                             N, 4 * C, C, model->gelu_fusion >= 2 ? fch : nullptr, main_stream);
             if (model->gelu_fusion < 2) gelu_backward_inplace(dbt4c, fch, (size_t)N * 4 * C, main_stream);
         }
@@ -666,9 +668,9 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         matmul_backward(dbtc, g.fcw + (size_t)l * 4 * C * C, dgelu_fused ? nullptr : g.fcb + l * 4 * C, scratch, dbt4c, ln2,
                         p.fcw + (size_t)l * 4 * C * C, N, C, 4 * C, nullptr, main_stream);
         layernorm_backward(dresidual, g.ln2w + l * C, g.ln2b + l * C, scratch, dbtc, residual2, p.ln2w + l * C,
-                           ln2_mean, ln2_rstd, N, C, main_stream);
-        // attention projection: datty = dresidual @ attprojw
-        matmul_backward(dbtc, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, scratch, dresidual, atty,
+                           ln2_mean, ln2_rstd, N, C, main_stream, g.attprojb + l * C);
+        // attention projection: datty = dresidual @ attprojw (attprojb's gradient summed just above)
+        matmul_backward(dbtc, g.attprojw + (size_t)l * C * C, nullptr, scratch, dresidual, atty,
                         p.attprojw + (size_t)l * C * C, N, C, C, nullptr, main_stream);
         // attention: dqkv (N, 3C) into dbt4c, from out + lse only. Where it can, the attention also sums dqkv over each
         // 16 tokens: those partials give the qkv bias gradient without another pass over dqkv
@@ -679,7 +681,7 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         matmul_backward(dbtc, g.qkvw + (size_t)l * 3 * C * C, qkvb_summed ? nullptr : g.qkvb + l * 3 * C, scratch, dbt4c, ln1,
                         p.qkvw + (size_t)l * 3 * C * C, N, C, 3 * C, nullptr, main_stream);
         layernorm_backward(dresidual, g.ln1w + l * C, g.ln1b + l * C, scratch, dbtc, residual, p.ln1w + l * C,
-                           ln1_mean, ln1_rstd, N, C, main_stream);
+                           ln1_mean, ln1_rstd, N, C, main_stream, l > 0 ? g.fcprojb + (l - 1) * C : nullptr);
     }
     encoder_backward(g.wte, g.wpe, model->dresidual, model->buckets, model->num_buckets, B, T, C, main_stream);
 }

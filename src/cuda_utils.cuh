@@ -66,7 +66,7 @@ __device__ inline float block_reduce_max(float v, float* shared) {
 
 #define REDUCE_PARTIALS_ROWS 32
 
-__global__ void reduce_partials_add_kernel(floatX* out0, floatX* out1, const float* partials, int num_partials, int C) {
+__global__ void reduce_partials_add_kernel(floatX* out0, floatX* out1, floatX* out2, const float* partials, int num_partials, int C) {
     __shared__ float row_sums[REDUCE_PARTIALS_ROWS][32];
     const int c = blockIdx.x * 32 + threadIdx.x, k = blockIdx.y, num_outputs = gridDim.y;
     float sum = 0.0f;
@@ -79,12 +79,13 @@ __global__ void reduce_partials_add_kernel(floatX* out0, floatX* out1, const flo
     if (threadIdx.y != 0 || c >= C) return;
     sum = 0.0f;
     for (int y = 0; y < REDUCE_PARTIALS_ROWS; y++) sum += row_sums[y][threadIdx.x];
-    floatX* out = k == 0 ? out0 : out1;
+    floatX* out = k == 0 ? out0 : k == 1 ? out1 : out2;
     out[c] = __float2bfloat16(__bfloat162float(out[c]) + sum);
 }
 
-inline void reduce_partials_add(floatX* out0, floatX* out1, const float* partials, int num_partials, int C, cudaStream_t stream) {
-    dim3 grid(ceil_div(C, 32), out1 ? 2 : 1);
-    reduce_partials_add_kernel<<<grid, dim3(32, REDUCE_PARTIALS_ROWS), 0, stream>>>(out0, out1, partials, num_partials, C);
+inline void reduce_partials_add(floatX* out0, floatX* out1, const float* partials, int num_partials, int C, cudaStream_t stream,
+                                floatX* out2 = nullptr) {
+    dim3 grid(ceil_div(C, 32), out2 ? 3 : out1 ? 2 : 1);
+    reduce_partials_add_kernel<<<grid, dim3(32, REDUCE_PARTIALS_ROWS), 0, stream>>>(out0, out1, out2, partials, num_partials, C);
     cudaCheck(cudaGetLastError());
 }

@@ -4,6 +4,9 @@ forward:  out = (x - mean) * rstd * w + b, saving mean and rstd (fp32) for the b
           (GPT-2's residual add before each layernorm runs in the epilogue of the matmul before it)
 backward: dinp += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),  dnorm = dout * w
           dw += sum over rows of dout * xhat,  db += sum over rows of dout
+          optionally dsum += sum over rows of dinp as written: dinp is the residual stream's gradient, the dout of
+          the projection (attproj, fcproj) before this layernorm in the backward, so dsum is that projection's bias
+          gradient, summed here instead of in another pass over dinp
 The weight/bias gradients are column sums over B*T rows. To stay deterministic without atomics,
 each warp accumulates its rows in its own slice of shared memory, the block adds the warp
 slices in order into a per-block partial, and a second kernel adds the partials in order.
@@ -57,21 +60,22 @@ void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
 #define LN_BWD_WARPS 4
 #define LN_BWD_MAX_BLOCKS 1024
 
-// dinp (N,C) +=; partials (gridDim.x, 2, C) = per-block (dw, db); dout/inp (N,C); weight (C); mean/rstd (N)
-// dynamic shared memory: (LN_BWD_WARPS, 2, C) floats. Channel c + k of a lane's 8-channel chunk c sits at
-// k * C/8 + c/8 (ln_bwd_slot), so for each k the 32 lanes touch 32 consecutive words: no bank conflict. With
-// the plain layout (c + k) every access is an 8-way conflict, and the per-row dw/db read-modify-writes make the
-// kernel shared-memory bound.
+// dinp (N,C) +=; partials (gridDim.x, sums, C) = per-block (dw, db[, dsum]) with sums = 2, or 3 with the column sums
+// of dinp; dout/inp (N,C); weight (C); mean/rstd (N). dynamic shared memory: (LN_BWD_WARPS, sums, C) floats. Channel
+// c + k of a lane's 8-channel chunk c sits at k * C/8 + c/8 (ln_bwd_slot), so for each k the 32 lanes touch 32
+// consecutive words: no bank conflict. With the plain layout (c + k) every access is an 8-way conflict, and the
+// per-row read-modify-writes of the sums make the kernel shared-memory bound.
 __device__ __forceinline__ int ln_bwd_slot(int channel, int C) { return (channel % X128_SIZE) * (C / X128_SIZE) + channel / X128_SIZE; }
 
 __global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
-                                          const floatX* weight, const float* mean, const float* rstd, int N, int C) {
+                                          const floatX* weight, const float* mean, const float* rstd, int N, int C, int sums) {
     extern __shared__ float ln_bwd_smem[];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    float* dw_acc = ln_bwd_smem + (size_t)warp * 2 * C;
+    float* dw_acc = ln_bwd_smem + (size_t)warp * sums * C;
     float* db_acc = dw_acc + C;
+    float* dsum_acc = db_acc + C;   // only with sums == 3
     const int slot_stride = C / X128_SIZE;   // between channel c + k and c + k + 1 of one chunk
-    for (int c = lane; c < 2 * C; c += 32) dw_acc[c] = 0.0f;  // each warp zeroes its own slice
+    for (int c = lane; c < sums * C; c += 32) dw_acc[c] = 0.0f;  // each warp zeroes its own slice
     __syncwarp();
     for (int row = blockIdx.x * LN_BWD_WARPS + warp; row < N; row += gridDim.x * LN_BWD_WARPS) {
         size_t off = (size_t)row * C;
@@ -101,33 +105,55 @@ __global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const f
                 di.set(k, di.f(k) + (dnorm - dnorm_mean - xhat * dnorm_xhat_mean) * s);
             }
             store128(dinp + off + c, di);
+            if (sums == 3)   // the bf16 values just written, as a pass over dinp would read them
+                for (int k = 0; k < X128_SIZE; k++) dsum_acc[k * slot_stride + c / X128_SIZE] += di.f(k);
         }
     }
     __syncthreads();  // every warp's dw/db slice is complete
-    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {   // c = which * C + channel
+    for (int c = threadIdx.x; c < sums * C; c += blockDim.x) {   // c = which * C + channel
         const int slot = (c / C) * C + ln_bwd_slot(c % C, C);
         float sum = 0.0f;
-        for (int w = 0; w < LN_BWD_WARPS; w++) sum += ln_bwd_smem[(size_t)w * 2 * C + slot];
-        partials[(size_t)blockIdx.x * 2 * C + c] = sum;
+        for (int w = 0; w < LN_BWD_WARPS; w++) sum += ln_bwd_smem[(size_t)w * sums * C + slot];
+        partials[(size_t)blockIdx.x * sums * C + c] = sum;
     }
 }
 
-inline int layernorm_backward_num_blocks(int N) { return std::min(ceil_div(N, LN_BWD_WARPS), LN_BWD_MAX_BLOCKS); }
-// fp32 scratch the backward needs, in floats
-inline size_t layernorm_backward_scratch_floats(int N, int C) { return (size_t)layernorm_backward_num_blocks(N) * 2 * C; }
+inline size_t layernorm_backward_smem(int C, int sums) { return (size_t)LN_BWD_WARPS * sums * C * sizeof(float); }
+// Each warp strides over the rows, so the blocks share the work evenly and a second, partial wave of blocks would
+// leave SMs idle: at most the blocks that fit at once (the third sum's shared memory lets fewer fit), and at most
+// LN_BWD_MAX_BLOCKS.
+inline int layernorm_backward_num_blocks(int N, int C, int sums) {
+    int blocks = std::min(ceil_div(N, LN_BWD_WARPS), LN_BWD_MAX_BLOCKS);
+    if (sums == 3) {
+        static int one_wave = 0, one_wave_c = 0;
+        if (one_wave_c != C) {
+            const size_t smem = layernorm_backward_smem(C, sums);
+            cudaCheck(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            int per_sm = 0;
+            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, layernorm_backward_kernel, LN_BWD_WARPS * 32, smem));
+            one_wave = std::max(1, per_sm) * device_props().multiProcessorCount;
+            one_wave_c = C;
+        }
+        blocks = std::min(blocks, one_wave);
+    }
+    return blocks;
+}
+// fp32 scratch the backward needs, in floats (with the third sum: the most it takes)
+inline size_t layernorm_backward_scratch_floats(int N, int C) { return (size_t)std::min(ceil_div(N, LN_BWD_WARPS), LN_BWD_MAX_BLOCKS) * 3 * C; }
 
-// scratch: layernorm_backward_scratch_floats(N, C) floats
+// scratch: layernorm_backward_scratch_floats(N, C) floats. dsum (C) += the column sums of dinp as written, unless null.
 void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout, const floatX* inp,
-                        const floatX* weight, const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
+                        const floatX* weight, const float* mean, const float* rstd, int N, int C, cudaStream_t stream,
+                        floatX* dsum = nullptr) {
     NVTX_RANGE_FN();
-    int num_blocks = layernorm_backward_num_blocks(N);
-    size_t smem = (size_t)LN_BWD_WARPS * 2 * C * sizeof(float);
+    const int sums = dsum ? 3 : 2, num_blocks = layernorm_backward_num_blocks(N, C, sums);
+    const size_t smem = layernorm_backward_smem(C, sums);
     static size_t smem_set = 0;
-    if (smem > smem_set) {  // above 48 KiB (C > 1536) the kernel must opt in
+    if (smem > smem_set) {  // above 48 KiB the kernel must opt in
         cudaCheck(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         smem_set = smem;
     }
-    layernorm_backward_kernel<<<num_blocks, LN_BWD_WARPS * 32, smem, stream>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C);
+    layernorm_backward_kernel<<<num_blocks, LN_BWD_WARPS * 32, smem, stream>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C, sums);
     cudaCheck(cudaGetLastError());
-    reduce_partials_add(dweight, dbias, scratch, num_blocks, C, stream);
+    reduce_partials_add(dweight, dbias, scratch, num_blocks, C, stream, dsum);
 }

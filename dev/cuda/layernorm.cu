@@ -4,7 +4,8 @@ at GPT-2's training shape.
 
   make dev/cuda/layernorm && ./dev/cuda/layernorm all [--check] [-n N] [-c C] [--seed S]
 
-Variants, forward and backward alike (0 is what src ships, variant 2's kernels):
+Variants, forward and backward alike (0 is what src ships, variant 2's kernels; 0's backward as training runs it,
+with the column sums of dinp, the bias gradient of the projection before the layernorm, and 2's without them):
   1  naive: forward one thread a row; backward one thread a row for dinp, then one thread a channel for dw, db
   2  a warp a row that re-reads the row for each pass; the backward sums dw, db in shared memory row by row
      (src's kernels)
@@ -13,7 +14,8 @@ Variants, forward and backward alike (0 is what src ships, variant 2's kernels):
 
 Validation (--check: N = 4096 at C = 768, 1024, 1600 and N = 1, 7 at C = 768; otherwise the given shape) on fresh
 randn inputs (mean 0.5, so the mean matters), the outputs poisoned (NaN) before each launch: out, mean, rstd and
-dinp (+= onto a random dinp), dw and db (+= onto random values) against fp64. bf16 outputs within 2^-7 relative +
+dinp (+= onto a random dinp), dw and db (+= onto random values) against fp64, and variant 0's dsum (+= onto random
+values) against the fp64 sum of the dinp it wrote. bf16 outputs within 2^-7 relative +
 2^-7 * the row's (column's) scale, fp32 mean and rstd within 1e-5 relative. Variant 3 must equal variant 2 bit for
 bit. Timing (without --check): N = 65536, C = 768, median of 30 launches; bytes: forward one read of inp and one
 write of out; backward reads of dout, inp, dinp and a write of dinp (the fp32 statistics and partials left out).
@@ -191,7 +193,7 @@ __global__ void layernorm_backward_registers_kernel(floatX* dinp, float* partial
 // ----------------------------------------------------------------------------
 
 struct LnBuffers {
-    floatX *inp, *weight, *bias, *out, *dout, *dinp, *dweight, *dbias;
+    floatX *inp, *weight, *bias, *out, *dout, *dinp, *dweight, *dbias, *dsum;
     float *mean, *rstd, *scratch;
 };
 
@@ -199,14 +201,14 @@ LnBuffers alloc_ln_buffers(int N, int C) {
     LnBuffers b;
     b.inp = device_alloc<floatX>((size_t)N * C); b.weight = device_alloc<floatX>(C); b.bias = device_alloc<floatX>(C);
     b.out = device_alloc<floatX>((size_t)N * C); b.dout = device_alloc<floatX>((size_t)N * C); b.dinp = device_alloc<floatX>((size_t)N * C);
-    b.dweight = device_alloc<floatX>(C); b.dbias = device_alloc<floatX>(C);
+    b.dweight = device_alloc<floatX>(C); b.dbias = device_alloc<floatX>(C); b.dsum = device_alloc<floatX>(C);
     b.mean = device_alloc<float>(N); b.rstd = device_alloc<float>(N);
     b.scratch = device_alloc<float>(layernorm_backward_scratch_floats(N, C));
     return b;
 }
 void free_ln_buffers(LnBuffers& b) {
     for (void* p : {(void*)b.inp, (void*)b.weight, (void*)b.bias, (void*)b.out, (void*)b.dout, (void*)b.dinp, (void*)b.dweight,
-                    (void*)b.dbias, (void*)b.mean, (void*)b.rstd, (void*)b.scratch})
+                    (void*)b.dbias, (void*)b.dsum, (void*)b.mean, (void*)b.rstd, (void*)b.scratch})
         cudaCheck(cudaFree(p));
 }
 
@@ -231,10 +233,11 @@ bool launch_forward(int variant, const LnBuffers& b, int N, int C) {
 }
 
 bool launch_backward(int variant, const LnBuffers& b, int N, int C) {
-    const int blocks = layernorm_backward_num_blocks(N), threads = LN_BWD_WARPS * 32;
-    const size_t smem = (size_t)LN_BWD_WARPS * 2 * C * sizeof(float);
+    const int blocks = layernorm_backward_num_blocks(N, C, 2), threads = LN_BWD_WARPS * 32;
+    const size_t smem = layernorm_backward_smem(C, 2);
     if (variant == 0 || variant == 2) {   // src runs variant 2's kernel (and opts in to its shared memory)
-        layernorm_backward(b.dinp, b.dweight, b.dbias, b.scratch, b.dout, b.inp, b.weight, b.mean, b.rstd, N, C, 0);
+        layernorm_backward(b.dinp, b.dweight, b.dbias, b.scratch, b.dout, b.inp, b.weight, b.mean, b.rstd, N, C, 0,
+                           variant == 0 ? b.dsum : nullptr);
         return true;
     }
     if (variant == 1) {
@@ -269,11 +272,12 @@ double bf16_check(const std::vector<floatX>& got, const std::vector<double>& ref
 }
 
 int validate(const HarnessArgs& args, int N, int C, std::mt19937_64& rng) {
-    std::vector<floatX> h_inp((size_t)N * C), h_w(C), h_b(C), h_dout((size_t)N * C), h_dinp((size_t)N * C), h_dw(C), h_db(C);
+    std::vector<floatX> h_inp((size_t)N * C), h_w(C), h_b(C), h_dout((size_t)N * C), h_dinp((size_t)N * C), h_dw(C), h_db(C), h_ds(C);
     fill_randn_bf16(h_inp, 1.0f, rng);
     for (floatX& x : h_inp) x = __float2bfloat16(__bfloat162float(x) + 0.5f);
     fill_randn_bf16(h_w, 1.0f, rng); fill_randn_bf16(h_b, 1.0f, rng); fill_randn_bf16(h_dout, 1.0f, rng);
     fill_randn_bf16(h_dinp, 1.0f, rng); fill_randn_bf16(h_dw, 1.0f, rng); fill_randn_bf16(h_db, 1.0f, rng);
+    fill_randn_bf16(h_ds, 1.0f, rng);
     // fp64 reference; the backward takes the fp32 mean/rstd the forward under test wrote, as training does
     std::vector<double> ref_out((size_t)N * C), ref_mean(N), ref_rstd(N), ones(std::max(N, C), 1.0);
     for (int r = 0; r < N; r++) {
@@ -330,13 +334,27 @@ int validate(const HarnessArgs& args, int N, int C, std::mt19937_64& rng) {
         }
         if (!(stat_err <= 1.0)) bad++;
         // backward from this variant's statistics
-        to_device(b.dinp, h_dinp); to_device(b.dweight, h_dw); to_device(b.dbias, h_db);
+        to_device(b.dinp, h_dinp); to_device(b.dweight, h_dw); to_device(b.dbias, h_db); to_device(b.dsum, h_ds);
         poison(b.scratch, layernorm_backward_scratch_floats(N, C) * 4);
         launch_backward(variant, b, N, C);
         cudaCheck(cudaDeviceSynchronize());
         std::vector<floatX> dinp = from_device(b.dinp, (size_t)N * C), dw = from_device(b.dweight, C), db = from_device(b.dbias, C);
         const double dinp_err = bf16_check(dinp, ref_dinp, row_scale, C, &bad);
         const double dw_err = bf16_check(dw, ref_dw, col_scale, 1, &bad), db_err = bf16_check(db, ref_db, col_scale, 1, &bad);
+        std::string dsum_note;
+        if (variant == 0) {   // dsum: the column sums of the dinp it wrote, in fp64, onto the random start
+            std::vector<double> ref_ds(C), ds_scale(C);
+            for (int c = 0; c < C; c++) ref_ds[c] = __bfloat162float(h_ds[c]);
+            for (int r = 0; r < N; r++)
+                for (int c = 0; c < C; c++) {
+                    const double v = __bfloat162float(dinp[(size_t)r * C + c]);
+                    ref_ds[c] += v;
+                    ds_scale[c] += std::fabs(v);
+                }
+            for (int c = 0; c < C; c++) ds_scale[c] = ds_scale[c] * 4.0 / std::sqrt((double)N) + 1.0;
+            const double ds_err = bf16_check(from_device(b.dsum, C), ref_ds, ds_scale, 1, &bad);
+            dsum_note = strfmt(", dsum %.2f", ds_err);
+        }
         dw.insert(dw.end(), db.begin(), db.end());
         std::string same;
         if (variant == 2) { fwd_v2 = out; dinp_v2 = dinp; dw_v2 = dw; }
@@ -348,8 +366,8 @@ int validate(const HarnessArgs& args, int N, int C, std::mt19937_64& rng) {
         }
         const bool ok = bad == 0;
         if (args.wants(variant))
-            printf("  variant %d (%s) N=%d C=%d: out %.2f, mean/rstd %.2f, dinp %.2f, dw %.2f, db %.2f of tol%s %s\n", variant,
-                   kVariantNames[variant], N, C, out_err, stat_err, dinp_err, dw_err, db_err, same.c_str(), ok ? "ok" : "FAIL");
+            printf("  variant %d (%s) N=%d C=%d: out %.2f, mean/rstd %.2f, dinp %.2f, dw %.2f, db %.2f%s of tol%s %s\n", variant,
+                   kVariantNames[variant], N, C, out_err, stat_err, dinp_err, dw_err, db_err, dsum_note.c_str(), same.c_str(), ok ? "ok" : "FAIL");
         failures += !ok && args.wants(variant);
     }
     free_ln_buffers(b);
