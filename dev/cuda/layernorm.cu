@@ -13,12 +13,12 @@ with the column sums of dinp, the bias gradient of the projection before the lay
      the same additions in the same order as variant 2, so bit-identical to it)
 
 Validation (--check: N = 4096 at C = 768, 1024, 1600 and N = 1, 7 at C = 768; otherwise the given shape) on fresh
-randn inputs (mean 0.5, so the mean matters), the outputs poisoned (NaN) before each launch: out, mean, rstd and
-dinp (+= onto a random dinp), dw and db (+= onto random values) against fp64, and variant 0's dsum (+= onto random
-values) against the fp64 sum of the dinp it wrote. bf16 outputs within 2^-7 relative +
-2^-7 * the row's (column's) scale, fp32 mean and rstd within 1e-5 relative. Variant 3 must equal variant 2 bit for
-bit. Timing (without --check): N = 65536, C = 768, median of 30 launches; bytes: forward one read of inp and one
-write of out; backward reads of dout, inp, dinp and a write of dinp (the fp32 statistics and partials left out).
+randn inputs (mean 0.5, so the mean matters), the outputs poisoned (NaN) before each launch: out, mean, rstd and dinp
+(+= onto a random dinp), dw and db (+= onto random values) against fp64, and variant 0's dsum (+= onto random values)
+against the fp64 sum of the dinp it wrote. bf16 outputs within 2^-7 relative + 2^-7 * the row's (column's) scale,
+fp32 mean and rstd within 1e-5 relative. Variant 3 must equal variant 2 bit for bit. Timing (without --check): N =
+65536, C = 768, median of 30 launches; bytes: forward one read of inp and one write of out; backward reads of dout,
+inp, dinp and a write of dinp (the fp32 statistics and partials left out).
 */
 #include "dev/cuda/common.h"
 #include "src/layernorm.cuh"
