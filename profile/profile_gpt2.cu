@@ -1,8 +1,9 @@
 /*
-One complete training step of GPT-2 d12 (random init, random tokens) under NVTX ranges per phase
-and per layer, for nsys / ncu. Includes train_gpt2.cu (TESTING), so it profiles the training code.
+One complete training step of GPT-2 (d12 unless -e names another depth; random init, random tokens) under
+NVTX ranges per phase and per layer, for nsys / ncu. Includes train_gpt2.cu (TESTING), so it profiles the
+training code.
 
-  make profile_gpt2cu && ./profile_gpt2cu [B=24] [T=1024] [--timeline step.csv]
+  make profile_gpt2cu && ./profile_gpt2cu [B=24] [T=1024] [-e d12] [--timeline step.csv]
   nsys profile -t cuda,nvtx -o gpt2_step ./profile_gpt2cu
   ncu --set full --import-source yes -o gpt2_step ./profile_gpt2cu      (needs GPU perf-counter permission)
   bash profile/ncu_step.sh 64 1024      (per-kernel and per-phase tables; see profile/README.md)
@@ -20,16 +21,18 @@ draws it; that is the route where nsys does not run.
 int main(int argc, char** argv) {
     std::vector<const char*> positional;
     const char* timeline_path = nullptr;
+    const char* descriptor = "d12";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--timeline") && i + 1 < argc) timeline_path = argv[++i];
-        else if (argv[i][0] == '-') exit_on_error(strfmt("unknown argument '%s'; usage: ./profile_gpt2cu [B] [T] [--timeline FILE]", argv[i]));
+        else if (!strcmp(argv[i], "-e") && i + 1 < argc) descriptor = argv[++i];
+        else if (argv[i][0] == '-') exit_on_error(strfmt("unknown argument '%s'; usage: ./profile_gpt2cu [B] [T] [-e dNN] [--timeline FILE]", argv[i]));
         else positional.push_back(argv[i]);
     }
     int B = positional.size() > 0 ? atoi(positional[0]) : 24;
     int T = positional.size() > 1 ? atoi(positional[1]) : 1024;
     common_start();
     GPT2Config config;
-    exit_on_error(parse_model_descriptor("d12", &config));
+    exit_on_error(parse_model_descriptor(descriptor, &config));
     const char* why = attention_unsupported_reason(B, T, config.num_heads, config.channels / config.num_heads);
     if (why) exit_on_error(strfmt("attention: %s", why));
     GPT2 model;
@@ -59,7 +62,7 @@ int main(int argc, char** argv) {
     if (timeline_path) exit_on_error(timeline_stop(timeline_path));
     float ms;
     cudaCheck(cudaEventElapsedTime(&ms, start, stop));
-    printf("d12 B=%d T=%d: one step %.2f ms%s, %.0f tok/s, loss %.4f, norm %.4f\n", B, T, ms, timeline_path ? " (traced by CUPTI)" : "",
+    printf("%s B=%d T=%d: one step %.2f ms%s, %.0f tok/s, loss %.4f, norm %.4f\n", descriptor, B, T, ms, timeline_path ? " (traced by CUPTI)" : "",
            B * T / (ms / 1000), model.mean_loss, model.grad_norm);
     gpt2_free(&model);
     common_free();

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """One training step's GPU timeline as a picture: every kernel, memcpy and memset as a bar on a time axis,
 one row per CUDA stream, the idle gaps on a row of their own, the step's phases as a band on top, and the
-idle fraction in the title. The same numbers print as text (span, busy, idle per phase, largest gaps).
+idle fraction in the title. The same numbers print as text (span, busy, idle per phase, largest gaps), with the
+kernel time per kind (matmul, attention, ...) and the kernels that take the most of it.
 
-  python3 profile/step_timeline.py TRACE [-o step_timeline.png] [--title TEXT] [--top-gaps 8] [--no-png]
+  python3 profile/step_timeline.py TRACE [-o step_timeline.png] [--title TEXT] [--top-gaps 8] [--top-kernels 12] [--no-png]
 
 TRACE is one of
   - an nsys export (SQLite):
@@ -186,7 +187,7 @@ def category(r):
         return "memcpy / memset"
     if "attention" in n:
         return "attention"
-    if any(k in n for k in ("nvjet", "gemm", "cutlass", "xmma", "splitkreduce", "cublas")):
+    if any(k in n for k in ("nvjet", "gemm", "cutlass", "xmma", "splitkreduce", "cublas", "matmul")):
         return "matmul"
     if "layernorm" in n:
         return "layernorm"
@@ -209,7 +210,31 @@ def label(name):
     return n if len(n) <= 36 else n[:35] + "…"
 
 
-def summary(records, stats, source, path, top_gaps):
+def kernel_time_tables(records, top_kernels):
+    """kernel time summed per category, and the top_kernels kernels (by label) that take the most of it"""
+    kernels = [r for r in records if r["kind"] == "kernel"]
+    total = sum(r["end"] - r["start"] for r in kernels)
+    if total <= 0:
+        return []
+    lines = ["", f"kernel time {total / 1e3:.3f} ms (each kernel's start to end, summed):", "",
+             "| kind | kernels | ms | % |", "|---|---:|---:|---:|"]
+    for name, _ in CATEGORIES:
+        mine = [r["end"] - r["start"] for r in kernels if category(r) == name]
+        if mine:
+            lines.append(f"| {name} | {len(mine)} | {sum(mine) / 1e3:.3f} | {100 * sum(mine) / total:.1f} |")
+    by_label = {}
+    for r in kernels:
+        calls, us = by_label.get(label(r["name"]), (0, 0.0))
+        by_label[label(r["name"])] = (calls + 1, us + r["end"] - r["start"])
+    if top_kernels > 0:
+        lines += ["", "| kernel | kind | calls | ms | % |", "|---|---|---:|---:|---:|"]
+        kind_of = {label(r["name"]): category(r) for r in kernels}
+        for name, (calls, us) in sorted(by_label.items(), key=lambda kv: -kv[1][1])[:top_kernels]:
+            lines.append(f"| {name} | {kind_of[name]} | {calls} | {us / 1e3:.3f} | {100 * us / total:.1f} |")
+    return lines
+
+
+def summary(records, stats, source, path, top_gaps, top_kernels=0):
     streams = sorted({r["stream"] for r in records})
     counts = {k: sum(r["kind"] == k for r in records) for k in ("kernel", "memcpy", "memset")}
     gaps = stats["gaps"]
@@ -232,6 +257,7 @@ def summary(records, stats, source, path, top_gaps):
         for g in sorted(gaps, key=lambda g: -(g["end"] - g["start"]))[:top_gaps]:
             lines.append(f"  {g['end'] - g['start']:9.1f} µs at {g['start'] / 1e3:8.3f} ms: after "
                          f"{label(records[g['before']]['name'])}, before {label(records[g['after']]['name'])}")
+    lines += kernel_time_tables(records, top_kernels)
     return "\n".join(lines)
 
 
@@ -314,6 +340,7 @@ def main():
     ap.add_argument("-o", "--out", default="step_timeline.png", help="PNG to write (default step_timeline.png)")
     ap.add_argument("--title", default=None, help="the picture's title (default: source, span and idle fraction)")
     ap.add_argument("--top-gaps", type=int, default=8, help="how many of the largest gaps to list")
+    ap.add_argument("--top-kernels", type=int, default=12, help="how many kernels to list by their summed time")
     ap.add_argument("--mark-gaps-us", type=float, default=5.0, help="hairline every gap at least this long (µs)")
     ap.add_argument("--no-png", action="store_true", help="print the summary only")
     args = ap.parse_args()
@@ -323,7 +350,7 @@ def main():
         sys.exit(f"step_timeline: {e}")
     assign_bands(records)
     stats = idle_stats(records)
-    print(summary(records, stats, source, args.trace, args.top_gaps))
+    print(summary(records, stats, source, args.trace, args.top_gaps, args.top_kernels))
     if args.no_png:
         return 0
     try:

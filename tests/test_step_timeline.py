@@ -213,6 +213,20 @@ def step_timeline_labels():
 
 
 @test
+def step_timeline_kernel_time_per_kind():
+    # kernels only (the memset and memcpy are not): matmul 28 + 50 + 29, attention 20 + 25, layernorm 10 + 5 + 10,
+    # optimizer 5 + 50, other 10 + 20 + 1 + 10 + 10; 283 µs in all
+    out = subprocess.run([*PYTHON, SCRIPT, CSV, "--no-png", "--top-kernels", "2"], capture_output=True, text=True)
+    check(out.returncode == 0, f"rc {out.returncode}: {out.stderr}")
+    for line in ("kernel time 0.283 ms", "| matmul | 3 | 0.107 | 37.8 |", "| attention | 2 | 0.045 | 15.9 |",
+                 "| layernorm | 3 | 0.025 | 8.8 |", "| other kernels | 5 | 0.051 | 18.0 |", "| optimizer | 2 | 0.055 | 19.4 |",
+                 "| gemm 256x128 TNT | matmul | 2 | 0.078 | 27.6 |", "| adamw | optimizer | 1 | 0.050 | 17.7 |"):
+        check(line in out.stdout, f"no '{line}' in:\n{out.stdout}")
+    check("| gemm 256x128 NNT |" not in out.stdout, "--top-kernels 2 lists two")
+    check(st.category({"kind": "kernel", "name": "matmul_dgelu_hopper_kernel"}) == "matmul", "flashgpt's GEMM is a matmul")
+
+
+@test
 def step_timeline_cli_rejects_bad_input():
     out = subprocess.run([*PYTHON, SCRIPT, os.path.join(TMP, "missing.csv")], capture_output=True, text=True)
     check(out.returncode != 0 and "no such file" in out.stderr, f"missing file: {out.returncode} {out.stderr}")
