@@ -67,8 +67,23 @@ void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
 // per-row read-modify-writes of the sums make the kernel shared-memory bound.
 __device__ __forceinline__ int ln_bwd_slot(int channel, int C) { return (channel % X128_SIZE) * (C / X128_SIZE) + channel / X128_SIZE; }
 
-__global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
-                                          const floatX* weight, const float* mean, const float* rstd, int N, int C, int sums) {
+// Element e of 8 bf16 packed in 16 bytes, as a float (exact: a bf16 is a float's upper half). The backward holds rows
+// as uint4: an x128 in registers takes a register per bf16, twice as many, and an SM then holds fewer warps.
+__device__ __forceinline__ float bf16_at(const uint4& r, int e) {
+    const uint32_t word = e < 2 ? r.x : e < 4 ? r.y : e < 6 ? r.z : r.w;
+    return __uint_as_float(e % 2 ? word & 0xffff0000u : word << 16);
+}
+
+// A lane holds its chunks of the row (channels lane * 8 + 256 k, k < kChunks) in registers: all of its loads of a
+// row are in flight at once, and the second pass does not read the row again. The shared-memory sums limit how many
+// warps an SM holds (eight at C = 1600 with three sums), so each warp needs many bytes in flight to keep HBM busy.
+// The weight's chunks stay in registers across rows. Rows longer than 256 kChunks channels go through in segments;
+// the second pass then reads each segment's row and weight again.
+template <int kChunks>
+__global__ void __launch_bounds__(LN_BWD_WARPS * 32)
+layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp, const floatX* weight,
+                          const float* mean, const float* rstd, int N, int C, int sums) {
+    constexpr int kSegment = kChunks * 32 * X128_SIZE;
     extern __shared__ float ln_bwd_smem[];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     float* dw_acc = ln_bwd_smem + (size_t)warp * sums * C;
@@ -77,36 +92,69 @@ __global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const f
     const int slot_stride = C / X128_SIZE;   // between channel c + k and c + k + 1 of one chunk
     for (int c = lane; c < sums * C; c += 32) dw_acc[c] = 0.0f;  // each warp zeroes its own slice
     __syncwarp();
+    const bool one_segment = C <= kSegment;
+    uint4 d[kChunks], x[kChunks], w[kChunks];
+    auto chunk = [&](int seg, int k) { return seg + lane * X128_SIZE + k * 32 * X128_SIZE; };
+    auto load16 = [](const floatX* p) { return *reinterpret_cast<const uint4*>(p); };
+    auto load_weight = [&](int seg) {
+        #pragma unroll
+        for (int k = 0; k < kChunks; k++)
+            if (chunk(seg, k) < C) w[k] = load16(weight + chunk(seg, k));
+    };
+    auto load_row = [&](size_t off, int seg) {   // read once (evict-first), unless a second pass reads it again
+        #pragma unroll
+        for (int k = 0; k < kChunks; k++)
+            if (chunk(seg, k) < C) {
+                d[k] = __ldcs(reinterpret_cast<const uint4*>(dout + off + chunk(seg, k)));
+                x[k] = __ldcs(reinterpret_cast<const uint4*>(inp + off + chunk(seg, k)));
+            }
+    };
+    if (one_segment) load_weight(0);
     for (int row = blockIdx.x * LN_BWD_WARPS + warp; row < N; row += gridDim.x * LN_BWD_WARPS) {
         size_t off = (size_t)row * C;
         float m = mean[row], s = rstd[row];
         // pass 1: the two row means, and this row's contribution to dw, db
         float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
-        for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
-            x128 d = load128(dout + off + c), x = load128(inp + off + c), w = load128(weight + c);
-            for (int k = 0; k < X128_SIZE; k++) {
-                float xhat = (x.f(k) - m) * s;
-                float dnorm = d.f(k) * w.f(k);
-                dnorm_sum += dnorm;
-                dnorm_xhat_sum += dnorm * xhat;
-                dw_acc[k * slot_stride + c / X128_SIZE] += d.f(k) * xhat;  // lane-private channels: no race
-                db_acc[k * slot_stride + c / X128_SIZE] += d.f(k);
+        for (int seg = 0; seg < C; seg += kSegment) {
+            if (!one_segment) load_weight(seg);
+            load_row(off, seg);
+            #pragma unroll
+            for (int k = 0; k < kChunks; k++) {
+                const int c = chunk(seg, k);
+                if (c >= C) continue;
+                for (int e = 0; e < X128_SIZE; e++) {
+                    float xhat = (bf16_at(x[k], e) - m) * s;
+                    float dnorm = bf16_at(d[k], e) * bf16_at(w[k], e);
+                    dnorm_sum += dnorm;
+                    dnorm_xhat_sum += dnorm * xhat;
+                    dw_acc[e * slot_stride + c / X128_SIZE] += bf16_at(d[k], e) * xhat;  // lane-private channels: no race
+                    db_acc[e * slot_stride + c / X128_SIZE] += bf16_at(d[k], e);
+                }
             }
         }
         float dnorm_mean = warp_reduce_sum(dnorm_sum) / C;
         float dnorm_xhat_mean = warp_reduce_sum(dnorm_xhat_sum) / C;
-        // pass 2: the input gradient (the row is still in L1)
-        for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
-            x128 d = load128cs(dout + off + c), x = load128cs(inp + off + c), w = load128(weight + c);
-            x128 di = load128(dinp + off + c);
-            for (int k = 0; k < X128_SIZE; k++) {
-                float xhat = (x.f(k) - m) * s;
-                float dnorm = d.f(k) * w.f(k);
-                di.set(k, di.f(k) + (dnorm - dnorm_mean - xhat * dnorm_xhat_mean) * s);
+        // pass 2: the input gradient, from the row in registers
+        for (int seg = 0; seg < C; seg += kSegment) {
+            if (!one_segment) { load_weight(seg); load_row(off, seg); }
+            uint4 di_in[kChunks];
+            #pragma unroll
+            for (int k = 0; k < kChunks; k++)
+                if (chunk(seg, k) < C) di_in[k] = load16(dinp + off + chunk(seg, k));
+            #pragma unroll
+            for (int k = 0; k < kChunks; k++) {
+                const int c = chunk(seg, k);
+                if (c >= C) continue;
+                x128 di;
+                for (int e = 0; e < X128_SIZE; e++) {
+                    float xhat = (bf16_at(x[k], e) - m) * s;
+                    float dnorm = bf16_at(d[k], e) * bf16_at(w[k], e);
+                    di.set(e, bf16_at(di_in[k], e) + (dnorm - dnorm_mean - xhat * dnorm_xhat_mean) * s);
+                }
+                store128(dinp + off + c, di);
+                if (sums == 3)   // the bf16 values just written, as a pass over dinp would read them
+                    for (int e = 0; e < X128_SIZE; e++) dsum_acc[e * slot_stride + c / X128_SIZE] += di.f(e);
             }
-            store128(dinp + off + c, di);
-            if (sums == 3)   // the bf16 values just written, as a pass over dinp would read them
-                for (int k = 0; k < X128_SIZE; k++) dsum_acc[k * slot_stride + c / X128_SIZE] += di.f(k);
         }
     }
     __syncthreads();  // every warp's dw/db slice is complete
@@ -119,6 +167,20 @@ __global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const f
 }
 
 inline size_t layernorm_backward_smem(int C, int sums) { return (size_t)LN_BWD_WARPS * sums * C * sizeof(float); }
+// The copy for C, opted in to the shared memory of `sums` sums: four chunks a lane up to C = 1024 (GPT-2 small and
+// medium), eight beyond (in segments above C = 2048).
+typedef void (*LayernormBackwardKernel)(floatX*, float*, const floatX*, const floatX*, const floatX*, const float*, const float*, int, int, int);
+inline LayernormBackwardKernel layernorm_backward_kernel_for(int C, int sums) {
+    const bool wide = C > 4 * 32 * X128_SIZE;
+    const LayernormBackwardKernel kernel = wide ? layernorm_backward_kernel<8> : layernorm_backward_kernel<4>;
+    static size_t opted_in[2] = {0, 0};   // the shared memory each copy may use so far (48 KiB without opting in)
+    const size_t smem = layernorm_backward_smem(C, sums);
+    if (smem > opted_in[wide]) {
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        opted_in[wide] = smem;
+    }
+    return kernel;
+}
 // Each warp strides over the rows, so the blocks share the work evenly and a second, partial wave of blocks would
 // leave SMs idle: at most the blocks that fit at once (the third sum's shared memory lets fewer fit), and at most
 // LN_BWD_MAX_BLOCKS.
@@ -127,10 +189,9 @@ inline int layernorm_backward_num_blocks(int N, int C, int sums) {
     if (sums == 3) {
         static int one_wave = 0, one_wave_c = 0;
         if (one_wave_c != C) {
-            const size_t smem = layernorm_backward_smem(C, sums);
-            cudaCheck(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
             int per_sm = 0;
-            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, layernorm_backward_kernel, LN_BWD_WARPS * 32, smem));
+            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, layernorm_backward_kernel_for(C, sums), LN_BWD_WARPS * 32,
+                                                                    layernorm_backward_smem(C, sums)));
             one_wave = std::max(1, per_sm) * device_props().multiProcessorCount;
             one_wave_c = C;
         }
@@ -147,13 +208,8 @@ void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scr
                         floatX* dsum = nullptr) {
     NVTX_RANGE_FN();
     const int sums = dsum ? 3 : 2, num_blocks = layernorm_backward_num_blocks(N, C, sums);
-    const size_t smem = layernorm_backward_smem(C, sums);
-    static size_t smem_set = 0;
-    if (smem > smem_set) {  // above 48 KiB the kernel must opt in
-        cudaCheck(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        smem_set = smem;
-    }
-    layernorm_backward_kernel<<<num_blocks, LN_BWD_WARPS * 32, smem, stream>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C, sums);
+    layernorm_backward_kernel_for(C, sums)<<<num_blocks, LN_BWD_WARPS * 32, layernorm_backward_smem(C, sums), stream>>>(
+        dinp, scratch, dout, inp, weight, mean, rstd, N, C, sums);
     cudaCheck(cudaGetLastError());
     reduce_partials_add(dweight, dbias, scratch, num_blocks, C, stream, dsum);
 }

@@ -4,19 +4,21 @@ at GPT-2's training shape.
 
   make dev/cuda/layernorm && ./dev/cuda/layernorm all [--check] [-n N] [-c C] [--seed S]
 
-Variants, forward and backward alike (0 is what src ships, variant 2's kernels; 0's backward as training runs it,
-with the column sums of dinp, the bias gradient of the projection before the layernorm, and 2's without them):
+Variants, forward and backward alike (0 is what src ships: variant 2's forward and variant 4's backward, as training
+runs it, with the column sums of dinp, the bias gradient of the projection before the layernorm):
   1  naive: forward one thread a row; backward one thread a row for dinp, then one thread a channel for dw, db
   2  a warp a row that re-reads the row for each pass; the backward sums dw, db in shared memory row by row
-     (src's kernels)
+     (src's forward; the backward src ran before variant 4's)
   3  a warp a row that reads the row once into registers and keeps its channels' dw, db sums there (C <= 1024;
      the same additions in the same order as variant 2, so bit-identical to it)
+  4  the backward of variant 2 with the row read once, all of a lane's chunks in flight together, and held in
+     registers as packed bf16 for the second pass (src's backward; forward as variant 2; bit-identical to 2)
 
 Validation (--check: N = 4096 at C = 768, 1024, 1600 and N = 1, 7 at C = 768; otherwise the given shape) on fresh
 randn inputs (mean 0.5, so the mean matters), the outputs poisoned (NaN) before each launch: out, mean, rstd and dinp
 (+= onto a random dinp), dw and db (+= onto random values) against fp64, and variant 0's dsum (+= onto random values)
 against the fp64 sum of the dinp it wrote. bf16 outputs within 2^-7 relative + 2^-7 * the row's (column's) scale,
-fp32 mean and rstd within 1e-5 relative. Variant 3 must equal variant 2 bit for bit. Timing (without --check): N =
+fp32 mean and rstd within 1e-5 relative. Variants 3 and 4 must equal variant 2 bit for bit. Timing (without --check): N =
 65536, C = 768, median of 30 launches; bytes: forward one read of inp and one write of out; backward reads of dout,
 inp, dinp and a write of dinp (the fp32 statistics and partials left out).
 */
@@ -74,6 +76,57 @@ __global__ void layernorm_backward_naive_dwdb_kernel(floatX* dweight, floatX* db
     }
     dweight[c] = __float2bfloat16(__bfloat162float(dweight[c]) + dw);
     dbias[c] = __float2bfloat16(__bfloat162float(dbias[c]) + db);
+}
+
+// ----------------------------------------------------------------------------
+// variant 2's backward (src's before the row moved into registers): a warp a row, dw/db (and dsum) in shared memory
+// as src's kernel keeps them, the row read from global memory chunk by chunk in the first pass and again (from L1) in
+// the second. Its loop holds one chunk's loads in flight at a time, so the warps that the shared memory lets an SM
+// hold keep too few bytes in flight at C = 1024 and above.
+__global__ void layernorm_backward_reread_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
+                                                 const floatX* weight, const float* mean, const float* rstd, int N, int C) {
+    extern __shared__ float ln_bwd_smem[];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    float* dw_acc = ln_bwd_smem + (size_t)warp * 2 * C;
+    float* db_acc = dw_acc + C;
+    const int slot_stride = C / X128_SIZE;
+    for (int c = lane; c < 2 * C; c += 32) dw_acc[c] = 0.0f;
+    __syncwarp();
+    for (int row = blockIdx.x * LN_BWD_WARPS + warp; row < N; row += gridDim.x * LN_BWD_WARPS) {
+        size_t off = (size_t)row * C;
+        float m = mean[row], s = rstd[row];
+        float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
+        for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
+            x128 d = load128(dout + off + c), x = load128(inp + off + c), w = load128(weight + c);
+            for (int k = 0; k < X128_SIZE; k++) {
+                float xhat = (x.f(k) - m) * s;
+                float dnorm = d.f(k) * w.f(k);
+                dnorm_sum += dnorm;
+                dnorm_xhat_sum += dnorm * xhat;
+                dw_acc[k * slot_stride + c / X128_SIZE] += d.f(k) * xhat;
+                db_acc[k * slot_stride + c / X128_SIZE] += d.f(k);
+            }
+        }
+        float dnorm_mean = warp_reduce_sum(dnorm_sum) / C;
+        float dnorm_xhat_mean = warp_reduce_sum(dnorm_xhat_sum) / C;
+        for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
+            x128 d = load128cs(dout + off + c), x = load128cs(inp + off + c), w = load128(weight + c);
+            x128 di = load128(dinp + off + c);
+            for (int k = 0; k < X128_SIZE; k++) {
+                float xhat = (x.f(k) - m) * s;
+                float dnorm = d.f(k) * w.f(k);
+                di.set(k, di.f(k) + (dnorm - dnorm_mean - xhat * dnorm_xhat_mean) * s);
+            }
+            store128(dinp + off + c, di);
+        }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+        const int slot = (c / C) * C + ln_bwd_slot(c % C, C);
+        float sum = 0.0f;
+        for (int w = 0; w < LN_BWD_WARPS; w++) sum += ln_bwd_smem[(size_t)w * 2 * C + slot];
+        partials[(size_t)blockIdx.x * 2 * C + c] = sum;
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -212,15 +265,16 @@ void free_ln_buffers(LnBuffers& b) {
         cudaCheck(cudaFree(p));
 }
 
-static const char* kVariantNames[] = {"shipped (src dispatch)", "naive", "re-read rows, dw/db in shared memory", "row and dw/db in registers"};
-constexpr int kNumVariants = 4;
+static const char* kVariantNames[] = {"shipped (src dispatch)", "naive", "re-read rows, dw/db in shared memory", "row and dw/db in registers",
+                                      "row in registers, dw/db in shared memory"};
+constexpr int kNumVariants = 5;
 
-// the src kernels with a fixed choice (variants 2, 3); false where variant 3 does not take C
+// each variant's kernels; false where variant 3 does not take C
 bool launch_forward(int variant, const LnBuffers& b, int N, int C) {
     const int grid = ceil_div(N, 8);
     if (variant == 0) layernorm_forward(b.out, b.mean, b.rstd, b.inp, b.weight, b.bias, N, C, 0);
     else if (variant == 1) layernorm_forward_naive_kernel<<<ceil_div(N, 128), 128>>>(b.out, b.mean, b.rstd, b.inp, b.weight, b.bias, N, C);
-    else if (variant == 2) layernorm_forward_kernel<<<grid, 256>>>(b.out, b.mean, b.rstd, b.inp, b.weight, b.bias, N, C);
+    else if (variant == 2 || variant == 4) layernorm_forward_kernel<<<grid, 256>>>(b.out, b.mean, b.rstd, b.inp, b.weight, b.bias, N, C);
     else switch (layernorm_register_chunks(C)) {
         case 1: layernorm_forward_registers_kernel<1><<<grid, 256>>>(b.out, b.mean, b.rstd, b.inp, b.weight, b.bias, N, C); break;
         case 2: layernorm_forward_registers_kernel<2><<<grid, 256>>>(b.out, b.mean, b.rstd, b.inp, b.weight, b.bias, N, C); break;
@@ -235,9 +289,20 @@ bool launch_forward(int variant, const LnBuffers& b, int N, int C) {
 bool launch_backward(int variant, const LnBuffers& b, int N, int C) {
     const int blocks = layernorm_backward_num_blocks(N, C, 2), threads = LN_BWD_WARPS * 32;
     const size_t smem = layernorm_backward_smem(C, 2);
-    if (variant == 0 || variant == 2) {   // src runs variant 2's kernel (and opts in to its shared memory)
+    if (variant == 0 || variant == 4) {   // src runs variant 4's kernel (and opts in to its shared memory)
         layernorm_backward(b.dinp, b.dweight, b.dbias, b.scratch, b.dout, b.inp, b.weight, b.mean, b.rstd, N, C, 0,
                            variant == 0 ? b.dsum : nullptr);
+        return true;
+    }
+    if (variant == 2) {
+        static size_t opted_in = 0;   // above 48 KiB of shared memory a kernel must opt in
+        if (smem > opted_in) {
+            cudaCheck(cudaFuncSetAttribute(layernorm_backward_reread_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            opted_in = smem;
+        }
+        layernorm_backward_reread_kernel<<<blocks, threads, smem>>>(b.dinp, b.scratch, b.dout, b.inp, b.weight, b.mean, b.rstd, N, C);
+        cudaCheck(cudaGetLastError());
+        reduce_partials_add(b.dweight, b.dbias, b.scratch, blocks, C, 0);
         return true;
     }
     if (variant == 1) {
@@ -317,8 +382,8 @@ int validate(const HarnessArgs& args, int N, int C, std::mt19937_64& rng) {
     LnBuffers b = alloc_ln_buffers(N, C);
     to_device(b.inp, h_inp); to_device(b.weight, h_w); to_device(b.bias, h_b); to_device(b.dout, h_dout);
     int failures = 0;
-    std::vector<floatX> fwd_v2, dinp_v2, dw_v2;   // variant 2's outputs, which variant 3 must match bit for bit
-    for (int variant : {2, 0, 1, 3}) {
+    std::vector<floatX> fwd_v2, dinp_v2, dw_v2;   // variant 2's outputs, which variants 3 and 4 must match bit for bit
+    for (int variant : {2, 0, 1, 3, 4}) {
         if (!args.wants(variant) && variant != 2) continue;
         poison(b.out, (size_t)N * C * 2); poison(b.mean, N * 4); poison(b.rstd, N * 4);
         if (!launch_forward(variant, b, N, C)) { printf("  variant %d: C=%d not taken, skipped\n", variant, C); continue; }
@@ -358,7 +423,7 @@ int validate(const HarnessArgs& args, int N, int C, std::mt19937_64& rng) {
         dw.insert(dw.end(), db.begin(), db.end());
         std::string same;
         if (variant == 2) { fwd_v2 = out; dinp_v2 = dinp; dw_v2 = dw; }
-        else if (variant == 3) {
+        else if (variant == 3 || variant == 4) {
             const bool identical = memcmp(out.data(), fwd_v2.data(), out.size() * 2) == 0;
             const bool identical_b = memcmp(dinp.data(), dinp_v2.data(), dinp.size() * 2) == 0 && memcmp(dw.data(), dw_v2.data(), dw.size() * 2) == 0;
             same = strfmt(", bit-identical to variant 2: forward %s, backward %s", identical ? "yes" : "NO", identical_b ? "yes" : "NO");
