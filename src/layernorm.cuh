@@ -14,6 +14,7 @@ dev/cuda/layernorm.cu validates these kernels against fp64 and times them agains
 */
 #pragma once
 #include "cuda_utils.cuh"
+#include "ptx.cuh"   // named_barrier_sync
 
 #define LN_EPS 1e-5f
 
@@ -59,13 +60,19 @@ void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
 
 #define LN_BWD_WARPS 4
 #define LN_BWD_MAX_BLOCKS 1024
+#define LN_BWD_CHUNKS 4                                   // 16-byte chunks of a row a lane holds at once
+#define LN_BWD_SEGMENT (LN_BWD_CHUNKS * 32 * X128_SIZE)   // the channels a warp holds at once: 1024
 
-// dinp (N,C) +=; partials (gridDim.x, sums, C) = per-block (dw, db[, dsum]) with sums = 2, or 3 with the column sums
-// of dinp; dout/inp (N,C); weight (C); mean/rstd (N). dynamic shared memory: (LN_BWD_WARPS, sums, C) floats. Channel
-// c + k of a lane's 8-channel chunk c sits at k * C/8 + c/8 (ln_bwd_slot), so for each k the 32 lanes touch 32
+// A row's channels go to `split` warps (1, or 2 above LN_BWD_SEGMENT channels): part p takes channels p * width ..,
+// width = C / split rounded up to whole chunks.
+__host__ __device__ inline int ln_bwd_split(int C) { return C > LN_BWD_SEGMENT ? 2 : 1; }
+__host__ __device__ inline int ln_bwd_width(int C) { return ceil_div(C, ln_bwd_split(C) * X128_SIZE) * X128_SIZE; }
+
+// Each warp's sums are a (sums, width) slice of shared memory. Channel c + k of a lane's 8-channel chunk c sits at
+// k * width/8 + c/8 (ln_bwd_slot, c counted from the part's first channel), so for each k the 32 lanes touch 32
 // consecutive words: no bank conflict. With the plain layout (c + k) every access is an 8-way conflict, and the
 // per-row read-modify-writes of the sums make the kernel shared-memory bound.
-__device__ __forceinline__ int ln_bwd_slot(int channel, int C) { return (channel % X128_SIZE) * (C / X128_SIZE) + channel / X128_SIZE; }
+__device__ __forceinline__ int ln_bwd_slot(int channel, int width) { return (channel % X128_SIZE) * (width / X128_SIZE) + channel / X128_SIZE; }
 
 // Element e of 8 bf16 packed in 16 bytes, as a float (exact: a bf16 is a float's upper half). The backward holds rows
 // as uint4: an x128 in registers takes a register per bf16, twice as many, and an SM then holds fewer warps.
@@ -74,77 +81,96 @@ __device__ __forceinline__ float bf16_at(const uint4& r, int e) {
     return __uint_as_float(e % 2 ? word & 0xffff0000u : word << 16);
 }
 
-// A lane holds its chunks of the row (channels lane * 8 + 256 k, k < kChunks) in registers: all of its loads of a
-// row are in flight at once, and the second pass does not read the row again. The shared-memory sums limit how many
-// warps an SM holds (eight at C = 1600 with three sums), so each warp needs many bytes in flight to keep HBM busy.
-// The weight's chunks stay in registers across rows. Rows longer than 256 kChunks channels go through in segments;
-// the second pass then reads each segment's row and weight again.
-template <int kChunks>
-__global__ void __launch_bounds__(LN_BWD_WARPS * 32)
+// dinp (N,C) +=; partials (gridDim.x, sums, C) = per-block (dw, db[, dsum]) with sums = 2, or 3 with the column sums
+// of dinp; dout/inp (N,C); weight (C); mean/rstd (N). dynamic shared memory: layernorm_backward_smem(C, sums).
+// A lane holds its chunks of the row (its part's channels lane * 8 + 256 k, k < LN_BWD_CHUNKS) in registers: all of
+// its loads of a row are in flight at once, and the second pass does not read the row again. The shared-memory sums
+// limit how many warps an SM holds, so each warp needs many bytes in flight to keep HBM busy; splitting rows above
+// 1024 channels over two warps halves each warp's slice, so that as many warps fit at C = 1600 as at C = 800. The two
+// warps of a row add their parts of the row means in shared memory, in order. The weight's chunks stay in registers
+// across rows. Parts wider than LN_BWD_SEGMENT (C above 2048) go through in segments, and the second pass then reads
+// each segment's row and weight again.
+__global__ void __launch_bounds__(LN_BWD_WARPS * 32, 5)   // 5 blocks: 20 warps an SM at C = 768 and 1600
 layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp, const floatX* weight,
                           const float* mean, const float* rstd, int N, int C, int sums) {
-    constexpr int kSegment = kChunks * 32 * X128_SIZE;
+    constexpr int kChunks = LN_BWD_CHUNKS;
     extern __shared__ float ln_bwd_smem[];
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    float* dw_acc = ln_bwd_smem + (size_t)warp * sums * C;
-    float* db_acc = dw_acc + C;
-    float* dsum_acc = db_acc + C;   // only with sums == 3
-    const int slot_stride = C / X128_SIZE;   // between channel c + k and c + k + 1 of one chunk
-    for (int c = lane; c < sums * C; c += 32) dw_acc[c] = 0.0f;  // each warp zeroes its own slice
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int split = ln_bwd_split(C), width = ln_bwd_width(C), part = warp % split, group = warp / split;
+    const int rows_per_block = LN_BWD_WARPS / split;
+    const int c_begin = part * width, c_end = min(C, c_begin + width);
+    float* dw_acc = ln_bwd_smem + (size_t)warp * sums * width;
+    float* db_acc = dw_acc + width;
+    float* dsum_acc = db_acc + width;   // only with sums == 3
+    float2* row_parts = reinterpret_cast<float2*>(ln_bwd_smem + (size_t)LN_BWD_WARPS * sums * width);   // [2][LN_BWD_WARPS]
+    const int slot_stride = width / X128_SIZE;   // between channel c + k and c + k + 1 of one chunk
+    for (int c = lane; c < sums * width; c += 32) dw_acc[c] = 0.0f;  // each warp zeroes its own slice
     __syncwarp();
-    const bool one_segment = C <= kSegment;
+    const bool one_segment = c_end - c_begin <= LN_BWD_SEGMENT;
     uint4 d[kChunks], x[kChunks], w[kChunks];
     auto chunk = [&](int seg, int k) { return seg + lane * X128_SIZE + k * 32 * X128_SIZE; };
+    auto slot = [&](int c, int e) { return e * slot_stride + (c - c_begin) / X128_SIZE; };
     auto load16 = [](const floatX* p) { return *reinterpret_cast<const uint4*>(p); };
     auto load_weight = [&](int seg) {
         #pragma unroll
         for (int k = 0; k < kChunks; k++)
-            if (chunk(seg, k) < C) w[k] = load16(weight + chunk(seg, k));
+            if (chunk(seg, k) < c_end) w[k] = load16(weight + chunk(seg, k));
     };
     auto load_row = [&](size_t off, int seg) {   // read once (evict-first), unless a second pass reads it again
         #pragma unroll
         for (int k = 0; k < kChunks; k++)
-            if (chunk(seg, k) < C) {
+            if (chunk(seg, k) < c_end) {
                 d[k] = __ldcs(reinterpret_cast<const uint4*>(dout + off + chunk(seg, k)));
                 x[k] = __ldcs(reinterpret_cast<const uint4*>(inp + off + chunk(seg, k)));
             }
     };
-    if (one_segment) load_weight(0);
-    for (int row = blockIdx.x * LN_BWD_WARPS + warp; row < N; row += gridDim.x * LN_BWD_WARPS) {
+    if (one_segment) load_weight(c_begin);
+    int parity = 0;   // row_parts alternates halves: a warp writes one half while its partner may still read the other
+    for (int row = blockIdx.x * rows_per_block + group; row < N; row += gridDim.x * rows_per_block, parity ^= 1) {
         size_t off = (size_t)row * C;
         float m = mean[row], s = rstd[row];
         // pass 1: the two row means, and this row's contribution to dw, db
         float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
-        for (int seg = 0; seg < C; seg += kSegment) {
+        for (int seg = c_begin; seg < c_end; seg += LN_BWD_SEGMENT) {
             if (!one_segment) load_weight(seg);
             load_row(off, seg);
             #pragma unroll
             for (int k = 0; k < kChunks; k++) {
                 const int c = chunk(seg, k);
-                if (c >= C) continue;
+                if (c >= c_end) continue;
                 for (int e = 0; e < X128_SIZE; e++) {
                     float xhat = (bf16_at(x[k], e) - m) * s;
                     float dnorm = bf16_at(d[k], e) * bf16_at(w[k], e);
                     dnorm_sum += dnorm;
                     dnorm_xhat_sum += dnorm * xhat;
-                    dw_acc[e * slot_stride + c / X128_SIZE] += bf16_at(d[k], e) * xhat;  // lane-private channels: no race
-                    db_acc[e * slot_stride + c / X128_SIZE] += bf16_at(d[k], e);
+                    dw_acc[slot(c, e)] += bf16_at(d[k], e) * xhat;  // lane-private channels: no race
+                    db_acc[slot(c, e)] += bf16_at(d[k], e);
                 }
             }
         }
-        float dnorm_mean = warp_reduce_sum(dnorm_sum) / C;
-        float dnorm_xhat_mean = warp_reduce_sum(dnorm_xhat_sum) / C;
+        dnorm_sum = warp_reduce_sum(dnorm_sum);
+        dnorm_xhat_sum = warp_reduce_sum(dnorm_xhat_sum);
+        if (split > 1) {   // the row's parts, added in part order by both warps
+            float2* parts = row_parts + parity * LN_BWD_WARPS + group * split;
+            if (lane == 0) parts[part] = make_float2(dnorm_sum, dnorm_xhat_sum);
+            named_barrier_sync(1 + group, 32 * split);
+            dnorm_sum = parts[0].x;
+            dnorm_xhat_sum = parts[0].y;
+            for (int q = 1; q < split; q++) { dnorm_sum += parts[q].x; dnorm_xhat_sum += parts[q].y; }
+        }
+        float dnorm_mean = dnorm_sum / C;
+        float dnorm_xhat_mean = dnorm_xhat_sum / C;
         // pass 2: the input gradient, from the row in registers
-        for (int seg = 0; seg < C; seg += kSegment) {
+        for (int seg = c_begin; seg < c_end; seg += LN_BWD_SEGMENT) {
             if (!one_segment) { load_weight(seg); load_row(off, seg); }
             uint4 di_in[kChunks];
             #pragma unroll
             for (int k = 0; k < kChunks; k++)
-                if (chunk(seg, k) < C) di_in[k] = load16(dinp + off + chunk(seg, k));
+                if (chunk(seg, k) < c_end) di_in[k] = load16(dinp + off + chunk(seg, k));
             #pragma unroll
             for (int k = 0; k < kChunks; k++) {
                 const int c = chunk(seg, k);
-                if (c >= C) continue;
+                if (c >= c_end) continue;
                 x128 di;
                 for (int e = 0; e < X128_SIZE; e++) {
                     float xhat = (bf16_at(x[k], e) - m) * s;
@@ -153,44 +179,43 @@ layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, con
                 }
                 store128(dinp + off + c, di);
                 if (sums == 3)   // the bf16 values just written, as a pass over dinp would read them
-                    for (int e = 0; e < X128_SIZE; e++) dsum_acc[e * slot_stride + c / X128_SIZE] += di.f(e);
+                    for (int e = 0; e < X128_SIZE; e++) dsum_acc[slot(c, e)] += di.f(e);
             }
         }
     }
-    __syncthreads();  // every warp's dw/db slice is complete
-    for (int c = threadIdx.x; c < sums * C; c += blockDim.x) {   // c = which * C + channel
-        const int slot = (c / C) * C + ln_bwd_slot(c % C, C);
+    __syncthreads();  // every warp's slice is complete
+    for (int c = threadIdx.x; c < sums * C; c += blockDim.x) {   // c = which * C + channel: the slices of its part, in order
+        const int which = c / C, p = (c % C) / width, local = c % C - p * width;
         float sum = 0.0f;
-        for (int w = 0; w < LN_BWD_WARPS; w++) sum += ln_bwd_smem[(size_t)w * sums * C + slot];
+        for (int g = 0; g < rows_per_block; g++)
+            sum += ln_bwd_smem[(size_t)(g * split + p) * sums * width + which * width + ln_bwd_slot(local, width)];
         partials[(size_t)blockIdx.x * sums * C + c] = sum;
     }
 }
 
-inline size_t layernorm_backward_smem(int C, int sums) { return (size_t)LN_BWD_WARPS * sums * C * sizeof(float); }
-// The copy for C, opted in to the shared memory of `sums` sums: four chunks a lane up to C = 1024 (GPT-2 small and
-// medium), eight beyond (in segments above C = 2048).
-typedef void (*LayernormBackwardKernel)(floatX*, float*, const floatX*, const floatX*, const floatX*, const float*, const float*, int, int, int);
-inline LayernormBackwardKernel layernorm_backward_kernel_for(int C, int sums) {
-    const bool wide = C > 4 * 32 * X128_SIZE;
-    const LayernormBackwardKernel kernel = wide ? layernorm_backward_kernel<8> : layernorm_backward_kernel<4>;
-    static size_t opted_in[2] = {0, 0};   // the shared memory each copy may use so far (48 KiB without opting in)
+// the sums' slices and the row parts' exchange (two halves of LN_BWD_WARPS float2)
+inline size_t layernorm_backward_smem(int C, int sums) { return ((size_t)LN_BWD_WARPS * sums * ln_bwd_width(C) + 4 * LN_BWD_WARPS) * sizeof(float); }
+// The kernel, opted in to the shared memory of `sums` sums (above 48 KiB a kernel must opt in).
+inline void layernorm_backward_opt_in(int C, int sums) {
+    static size_t opted_in = 0;
     const size_t smem = layernorm_backward_smem(C, sums);
-    if (smem > opted_in[wide]) {
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        opted_in[wide] = smem;
+    if (smem > opted_in) {
+        cudaCheck(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        opted_in = smem;
     }
-    return kernel;
 }
 // Each warp strides over the rows, so the blocks share the work evenly and a second, partial wave of blocks would
 // leave SMs idle: at most the blocks that fit at once (the third sum's shared memory lets fewer fit), and at most
 // LN_BWD_MAX_BLOCKS.
 inline int layernorm_backward_num_blocks(int N, int C, int sums) {
-    int blocks = std::min(ceil_div(N, LN_BWD_WARPS), LN_BWD_MAX_BLOCKS);
+    const int rows_per_block = LN_BWD_WARPS / ln_bwd_split(C);
+    int blocks = std::min(ceil_div(N, rows_per_block), LN_BWD_MAX_BLOCKS);
     if (sums == 3) {
         static int one_wave = 0, one_wave_c = 0;
         if (one_wave_c != C) {
+            layernorm_backward_opt_in(C, sums);
             int per_sm = 0;
-            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, layernorm_backward_kernel_for(C, sums), LN_BWD_WARPS * 32,
+            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, layernorm_backward_kernel, LN_BWD_WARPS * 32,
                                                                     layernorm_backward_smem(C, sums)));
             one_wave = std::max(1, per_sm) * device_props().multiProcessorCount;
             one_wave_c = C;
@@ -200,7 +225,9 @@ inline int layernorm_backward_num_blocks(int N, int C, int sums) {
     return blocks;
 }
 // fp32 scratch the backward needs, in floats (with the third sum: the most it takes)
-inline size_t layernorm_backward_scratch_floats(int N, int C) { return (size_t)std::min(ceil_div(N, LN_BWD_WARPS), LN_BWD_MAX_BLOCKS) * 3 * C; }
+inline size_t layernorm_backward_scratch_floats(int N, int C) {
+    return (size_t)std::min(ceil_div(N, LN_BWD_WARPS / ln_bwd_split(C)), LN_BWD_MAX_BLOCKS) * 3 * C;
+}
 
 // scratch: layernorm_backward_scratch_floats(N, C) floats. dsum (C) += the column sums of dinp as written, unless null.
 void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout, const floatX* inp,
@@ -208,7 +235,8 @@ void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scr
                         floatX* dsum = nullptr) {
     NVTX_RANGE_FN();
     const int sums = dsum ? 3 : 2, num_blocks = layernorm_backward_num_blocks(N, C, sums);
-    layernorm_backward_kernel_for(C, sums)<<<num_blocks, LN_BWD_WARPS * 32, layernorm_backward_smem(C, sums), stream>>>(
+    layernorm_backward_opt_in(C, sums);
+    layernorm_backward_kernel<<<num_blocks, LN_BWD_WARPS * 32, layernorm_backward_smem(C, sums), stream>>>(
         dinp, scratch, dout, inp, weight, mean, rstd, N, C, sums);
     cudaCheck(cudaGetLastError());
     reduce_partials_add(dweight, dbias, scratch, num_blocks, C, stream, dsum);

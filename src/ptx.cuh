@@ -3,12 +3,12 @@ The hardware layer under the attention kernels and the Hopper GEMM: thin wrapper
 tile layouts those instructions want, and the host side (kernel launches, the sm_90a probe, TMA tensor maps).
 The algorithms (tile shapes, schedules, softmax, masks, epilogues) live in attention.cuh and matmul_hopper.cuh.
 
-  sm_80+   cp.async, ldmatrix, mma.sync m16n8k16 (bf16 -> fp32), ex2.approx, red.global.add
+  sm_80+   cp.async, ldmatrix, mma.sync m16n8k16 (bf16 -> fp32), ex2.approx, red.global.add, named barriers
   tiles    the 128-byte swizzle (mma.sync tiles and wgmma's column blocks), cp.async tile loads with zero-filled
            rows past T, mma.sync and wgmma accumulator fragments reused as A operands
   sm_90a   wgmma (descriptors, fences, commit/wait, the m64nNk16 shapes in use, products over a swizzled tile), TMA
-           loads, stores and reduce-adds, 1-D bulk copies, mbarriers, clusters (multicast, remote arrive/store), named
-           barriers, setmaxnreg, programmatic dependent launch; reg_fence / schedule_pin to steer ptxas around
+           loads, stores and reduce-adds, 1-D bulk copies, mbarriers, clusters (multicast, remote arrive/store),
+           setmaxnreg, programmatic dependent launch; reg_fence / schedule_pin to steer ptxas around
            asynchronous MMAs
   host     launch_with_smem (dynamic shared memory, programmatic dependent launch), launch_persistent_clusters,
            hopper_path_available, cuTensorMapEncodeTiled looked up from the driver at run time, BTHD tensor maps
@@ -27,6 +27,9 @@ The sm_90a wrappers exist only where the compiler targets sm_90a (__CUDA_ARCH_FE
 // sm_80+: cp.async, ldmatrix, mma.sync
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+// named barriers 1-15 (0 is __syncthreads): `threads` of the block (a multiple of 32) meet, or arrive without waiting
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) { asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory"); }
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) { asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory"); }
 
 // 16-byte global->shared copy that bypasses L1; src_bytes = 0 zero-fills (rows past T)
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
@@ -393,8 +396,6 @@ __device__ __forceinline__ int cluster_cta_rank() {
     asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
     return (int)r;
 }
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) { asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory"); }
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) { asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory"); }
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N)); }
 template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N)); }
 // Programmatic dependent launch: from launch_dependents on (once every CTA of this grid has executed it), the next
