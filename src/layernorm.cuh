@@ -90,14 +90,15 @@ __device__ __forceinline__ float bf16_at(const uint4& r, int e) {
 // warps of a row add their parts of the row means in shared memory, in order. The weight's chunks stay in registers
 // across rows. Parts wider than LN_BWD_SEGMENT (C above 2048) go through in segments, and the second pass then reads
 // each segment's row and weight again.
-__global__ void __launch_bounds__(LN_BWD_WARPS * 32, 5)   // 5 blocks: 20 warps an SM at C = 768 and 1600
+template <int kSplit>   // ln_bwd_split(C)
+__global__ void __launch_bounds__(LN_BWD_WARPS * 32, 5)   // 96 registers: the three sums leave room for 5-6 blocks an SM
 layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp, const floatX* weight,
                           const float* mean, const float* rstd, int N, int C, int sums) {
-    constexpr int kChunks = LN_BWD_CHUNKS;
+    static_assert(kSplit == 1 || kSplit == 2, "the row parts' barriers are for one or two warps a row");
+    constexpr int kChunks = LN_BWD_CHUNKS, split = kSplit, rows_per_block = LN_BWD_WARPS / kSplit;
     extern __shared__ float ln_bwd_smem[];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int split = ln_bwd_split(C), width = ln_bwd_width(C), part = warp % split, group = warp / split;
-    const int rows_per_block = LN_BWD_WARPS / split;
+    const int width = ln_bwd_width(C), part = warp % split, group = warp / split;
     const int c_begin = part * width, c_end = min(C, c_begin + width);
     float* dw_acc = ln_bwd_smem + (size_t)warp * sums * width;
     float* db_acc = dw_acc + width;
@@ -150,10 +151,11 @@ layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, con
         }
         dnorm_sum = warp_reduce_sum(dnorm_sum);
         dnorm_xhat_sum = warp_reduce_sum(dnorm_xhat_sum);
-        if (split > 1) {   // the row's parts, added in part order by both warps
+        if constexpr (split > 1) {   // the row's parts, added in part order by both warps
             float2* parts = row_parts + parity * LN_BWD_WARPS + group * split;
             if (lane == 0) parts[part] = make_float2(dnorm_sum, dnorm_xhat_sum);
-            named_barrier_sync(1 + group, 32 * split);
+            if (group == 0) named_barrier_sync(1, 64);   // constant ids: for a computed one ptxas reserves all 16
+            else named_barrier_sync(2, 64);               // barriers
             dnorm_sum = parts[0].x;
             dnorm_xhat_sum = parts[0].y;
             for (int q = 1; q < split; q++) { dnorm_sum += parts[q].x; dnorm_xhat_sum += parts[q].y; }
@@ -195,14 +197,18 @@ layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, con
 
 // the sums' slices and the row parts' exchange (two halves of LN_BWD_WARPS float2)
 inline size_t layernorm_backward_smem(int C, int sums) { return ((size_t)LN_BWD_WARPS * sums * ln_bwd_width(C) + 4 * LN_BWD_WARPS) * sizeof(float); }
-// The kernel, opted in to the shared memory of `sums` sums (above 48 KiB a kernel must opt in).
-inline void layernorm_backward_opt_in(int C, int sums) {
-    static size_t opted_in = 0;
+// The copy for C, opted in to the shared memory of `sums` sums (above 48 KiB a kernel must opt in).
+typedef void (*LayernormBackwardKernel)(floatX*, float*, const floatX*, const floatX*, const floatX*, const float*, const float*, int, int, int);
+inline LayernormBackwardKernel layernorm_backward_kernel_for(int C, int sums) {
+    const int split = ln_bwd_split(C);
+    const LayernormBackwardKernel kernel = split == 1 ? layernorm_backward_kernel<1> : layernorm_backward_kernel<2>;
+    static size_t opted_in[2] = {0, 0};
     const size_t smem = layernorm_backward_smem(C, sums);
-    if (smem > opted_in) {
-        cudaCheck(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        opted_in = smem;
+    if (smem > opted_in[split - 1]) {
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        opted_in[split - 1] = smem;
     }
+    return kernel;
 }
 // Each warp strides over the rows, so the blocks share the work evenly and a second, partial wave of blocks would
 // leave SMs idle: at most the blocks that fit at once (the third sum's shared memory lets fewer fit), and at most
@@ -213,9 +219,8 @@ inline int layernorm_backward_num_blocks(int N, int C, int sums) {
     if (sums == 3) {
         static int one_wave = 0, one_wave_c = 0;
         if (one_wave_c != C) {
-            layernorm_backward_opt_in(C, sums);
             int per_sm = 0;
-            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, layernorm_backward_kernel, LN_BWD_WARPS * 32,
+            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, layernorm_backward_kernel_for(C, sums), LN_BWD_WARPS * 32,
                                                                     layernorm_backward_smem(C, sums)));
             one_wave = std::max(1, per_sm) * device_props().multiProcessorCount;
             one_wave_c = C;
@@ -235,8 +240,7 @@ void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scr
                         floatX* dsum = nullptr) {
     NVTX_RANGE_FN();
     const int sums = dsum ? 3 : 2, num_blocks = layernorm_backward_num_blocks(N, C, sums);
-    layernorm_backward_opt_in(C, sums);
-    layernorm_backward_kernel<<<num_blocks, LN_BWD_WARPS * 32, layernorm_backward_smem(C, sums), stream>>>(
+    layernorm_backward_kernel_for(C, sums)<<<num_blocks, LN_BWD_WARPS * 32, layernorm_backward_smem(C, sums), stream>>>(
         dinp, scratch, dout, inp, weight, mean, rstd, N, C, sums);
     cudaCheck(cudaGetLastError());
     reduce_partials_add(dweight, dbias, scratch, num_blocks, C, stream, dsum);
