@@ -1,5 +1,5 @@
 /*
-LayerNorm over the channels, one warp per row, fp32 statistics.
+LayerNorm over the channels, one warp per row (the backward: two above 1024 channels), fp32 statistics.
 forward:  out = (x - mean) * rstd * w + b, saving mean and rstd (fp32) for the backward
           (GPT-2's residual add before each layernorm runs in the epilogue of the matmul before it)
 backward: dinp += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),  dnorm = dout * w
@@ -117,7 +117,7 @@ layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, con
         for (int k = 0; k < kChunks; k++)
             if (chunk(seg, k) < c_end) w[k] = load16(weight + chunk(seg, k));
     };
-    auto load_row = [&](size_t off, int seg) {   // read once (evict-first), unless a second pass reads it again
+    auto load_row = [&](size_t off, int seg) {   // evict-first: read once (with segments, again in the second pass)
         #pragma unroll
         for (int k = 0; k < kChunks; k++)
             if (chunk(seg, k) < c_end) {
