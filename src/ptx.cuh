@@ -1,6 +1,7 @@
 /*
-The hardware layer under the attention kernels and the Hopper GEMM: thin wrappers over the PTX instructions they use, the shared-memory
-tile layouts those instructions want, and the host side (kernel launches, the sm_90a probe, TMA tensor maps).
+The hardware layer under the attention kernels, the Hopper GEMM and the layernorm backward's barriers: thin
+wrappers over the PTX instructions they use, the shared-memory tile layouts those instructions want, and the host
+side (kernel launches, the sm_90a probe, TMA tensor maps).
 The algorithms (tile shapes, schedules, softmax, masks, epilogues) live in attention.cuh and matmul_hopper.cuh.
 
   sm_80+   cp.async, ldmatrix, mma.sync m16n8k16 (bf16 -> fp32), ex2.approx, red.global.add, named barriers

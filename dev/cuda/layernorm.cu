@@ -82,9 +82,9 @@ __global__ void layernorm_backward_naive_dwdb_kernel(floatX* dweight, floatX* db
 }
 
 // ----------------------------------------------------------------------------
-// variant 2's backward (src's before the row moved into registers): a warp a row, dw/db (and dsum) in shared memory
-// as src's kernel keeps them, the row read from global memory chunk by chunk in the first pass and again (from L1) in
-// the second. Its loop holds one chunk's loads in flight at a time, so the warps that the shared memory lets an SM
+// variant 2's backward (src's before the row moved into registers): a warp a row, dw/db in shared memory as src's
+// kernel keeps them, the row read from global memory chunk by chunk in the first pass and again (from L1) in the
+// second. Its loop holds one chunk's loads in flight at a time, so the warps that the shared memory lets an SM
 // hold keep too few bytes in flight at C = 1024 and above.
 __global__ void layernorm_backward_reread_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
                                                  const floatX* weight, const float* mean, const float* rstd, int N, int C) {
