@@ -210,6 +210,15 @@ def label(name):
     return n if len(n) <= 36 else n[:35] + "…"
 
 
+def time_by(records, key):
+    """{key(record): (records, µs summed)}"""
+    out = {}
+    for r in records:
+        count, us = out.get(key(r), (0, 0.0))
+        out[key(r)] = (count + 1, us + r["end"] - r["start"])
+    return out
+
+
 def kernel_time_tables(records, top_kernels):
     """kernel time summed per category, and the top_kernels kernels (by label) that take the most of it"""
     kernels = [r for r in records if r["kind"] == "kernel"]
@@ -218,18 +227,16 @@ def kernel_time_tables(records, top_kernels):
         return []
     lines = ["", f"kernel time {total / 1e3:.3f} ms (each kernel's start to end, summed):", "",
              "| kind | kernels | ms | % |", "|---|---:|---:|---:|"]
+    per_kind = time_by(kernels, category)
     for name, _ in CATEGORIES:
-        mine = [r["end"] - r["start"] for r in kernels if category(r) == name]
-        if mine:
-            lines.append(f"| {name} | {len(mine)} | {sum(mine) / 1e3:.3f} | {100 * sum(mine) / total:.1f} |")
-    by_label = {}
-    for r in kernels:
-        calls, us = by_label.get(label(r["name"]), (0, 0.0))
-        by_label[label(r["name"])] = (calls + 1, us + r["end"] - r["start"])
+        if name in per_kind:
+            count, us = per_kind[name]
+            lines.append(f"| {name} | {count} | {us / 1e3:.3f} | {100 * us / total:.1f} |")
     if top_kernels > 0:
         lines += ["", "| kernel | kind | calls | ms | % |", "|---|---|---:|---:|---:|"]
         kind_of = {label(r["name"]): category(r) for r in kernels}
-        for name, (calls, us) in sorted(by_label.items(), key=lambda kv: -kv[1][1])[:top_kernels]:
+        per_kernel = time_by(kernels, lambda r: label(r["name"]))
+        for name, (calls, us) in sorted(per_kernel.items(), key=lambda kv: -kv[1][1])[:top_kernels]:
             lines.append(f"| {name} | {kind_of[name]} | {calls} | {us / 1e3:.3f} | {100 * us / total:.1f} |")
     return lines
 
@@ -291,10 +298,9 @@ def draw_png(records, stats, source, out_path, title, mark_gaps_us):
                 ha="center", va="center", fontsize=7, clip_on=True)
 
     # the records, colored by category; the longest get a label
-    totals = {}
+    totals = time_by(records, category)
     for name, color in CATEGORIES:
         mine = [r for r in records if category(r) == name]
-        totals[name] = sum(r["end"] - r["start"] for r in mine)
         for s in streams:
             bars = [(ms(r["start"]), max((r["end"] - r["start"]) / 1e3, 0.0)) for r in mine if r["stream"] == s]
             if bars:
@@ -326,7 +332,7 @@ def draw_png(records, stats, source, out_path, title, mark_gaps_us):
     ax.set_title(title or f"{source}: one training step, {span_ms:.2f} ms, {len(records)} records on {len(streams)} "
                           f"stream(s); GPU idle {idle_pct(stats):.2f}% ({stats['idle'] / 1e3:.3f} ms in {len(gaps)} gaps)",
                  fontsize=10)
-    handles = [Patch(color=c, label=f"{n} {totals[n] / 1e3:.2f} ms") for n, c in CATEGORIES if totals[n] > 0]
+    handles = [Patch(color=c, label=f"{n} {totals[n][1] / 1e3:.2f} ms") for n, c in CATEGORIES if totals.get(n, (0, 0.0))[1] > 0]
     handles.append(Patch(color=IDLE_COLOR, label=f"idle {stats['idle'] / 1e3:.3f} ms"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.35 if rows <= 3 else -0.2), ncol=len(handles),
               fontsize=8, frameon=False)
