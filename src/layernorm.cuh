@@ -211,23 +211,17 @@ inline LayernormBackwardKernel layernorm_backward_kernel_for(int C, int sums) {
     return kernel;
 }
 // Each warp strides over the rows, so the blocks share the work evenly and a second, partial wave of blocks would
-// leave SMs idle: at most the blocks that fit at once (the third sum's shared memory lets fewer fit), and at most
-// LN_BWD_MAX_BLOCKS.
+// leave SMs idle: at most the blocks that fit at once, and at most LN_BWD_MAX_BLOCKS.
 inline int layernorm_backward_num_blocks(int N, int C, int sums) {
-    const int rows_per_block = LN_BWD_WARPS / ln_bwd_split(C);
-    int blocks = std::min(ceil_div(N, rows_per_block), LN_BWD_MAX_BLOCKS);
-    if (sums == 3) {
-        static int one_wave = 0, one_wave_c = 0;
-        if (one_wave_c != C) {
-            int per_sm = 0;
-            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, layernorm_backward_kernel_for(C, sums), LN_BWD_WARPS * 32,
-                                                                    layernorm_backward_smem(C, sums)));
-            one_wave = std::max(1, per_sm) * device_props().multiProcessorCount;
-            one_wave_c = C;
-        }
-        blocks = std::min(blocks, one_wave);
+    static int one_wave[4] = {}, one_wave_c[4] = {};   // by sums (2 or 3), for the last C asked
+    if (one_wave_c[sums] != C) {
+        int per_sm = 0;
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, layernorm_backward_kernel_for(C, sums), LN_BWD_WARPS * 32,
+                                                                layernorm_backward_smem(C, sums)));
+        one_wave[sums] = std::max(1, per_sm) * device_props().multiProcessorCount;
+        one_wave_c[sums] = C;
     }
-    return blocks;
+    return std::min({ceil_div(N, LN_BWD_WARPS / ln_bwd_split(C)), LN_BWD_MAX_BLOCKS, one_wave[sums]});
 }
 // fp32 scratch the backward needs, in floats (with the third sum: the most it takes)
 inline size_t layernorm_backward_scratch_floats(int N, int C) {
