@@ -50,8 +50,8 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB_NAME = "libflashgpt_attention.so"
 LAYOUTS = ("bhtd", "bthd")
-# the version of src/attention_capi.h's signatures this module calls (flashgpt_attention_abi): 3, the packed totals
-ABI = 3
+# the version of src/attention_capi.h's signatures this module calls (flashgpt_attention_abi): 4, bias2 and the key mask
+ABI = 4
 
 
 class FlashAttentionError(RuntimeError):
@@ -84,20 +84,22 @@ def _library():
             abi = lib.flashgpt_attention_abi()
         if abi < ABI:
             raise FlashAttentionError(f"{path} predates this module's interface (its ABI {abi or 'unnumbered'}, this "
-                                      f"module needs {ABI}: the packed totals): rebuild it with `make lib` in "
+                                      f"module needs {ABI}: bias2 and the key mask): rebuild it with `make lib` in "
                                       f"{REPO_ROOT}")
         ptr, strides, i32 = ctypes.c_void_p, ctypes.POINTER(ctypes.c_longlong), ctypes.c_int
         shape = [i32] * 7  # B, T, Tk, NH, NH_kv, HS, causal
         # bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, total_q, total_k, gate, gate_strides
         extras = [ptr, strides, i32, ptr, ptr, ptr, i32, i32, ptr, strides]
+        # bias2, bias2_strides, bias2_fp32, key_mask, key_mask_batch
+        extras2 = [ptr, strides, i32, ptr, ctypes.c_longlong]
         lib.flashgpt_attention_forward_ex.argtypes = ([ptr] * 5 + [strides] * 4 + shape + [ctypes.c_float] + extras +
-                                                      [ptr, ptr])  # gated_out, stream
+                                                      [ptr] + extras2 + [ptr])  # gated_out, ..., stream
         lib.flashgpt_attention_forward_ex.restype = ctypes.c_char_p
-        lib.flashgpt_attention_backward_scratch_bytes_ex.argtypes = shape + extras + [ptr]  # + dbias
+        lib.flashgpt_attention_backward_scratch_bytes_ex.argtypes = shape + extras + [ptr] + extras2 + [ptr]  # dbias, dbias2
         lib.flashgpt_attention_backward_scratch_bytes_ex.restype = ctypes.c_size_t
-        # after the extras: dgate, dbias, scratch, scratch_bytes, stream
+        # after the extras: dgate, dbias, the second extras, dbias2, scratch, scratch_bytes, stream
         lib.flashgpt_attention_backward_ex.argtypes = ([ptr] * 9 + [strides] * 8 + shape + [ctypes.c_float] + extras +
-                                                       [ptr, ptr, ptr, ctypes.c_size_t, ptr])
+                                                       [ptr, ptr] + extras2 + [ptr, ptr, ctypes.c_size_t, ptr])
         lib.flashgpt_attention_backward_ex.restype = ctypes.c_char_p
         lib.flashgpt_attention_version.argtypes = []
         lib.flashgpt_attention_version.restype = ctypes.c_char_p
@@ -202,6 +204,13 @@ def _extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k, gate, layout, q, k):
             _ptr(gate), gate_strides]
 
 
+def _extras2(bias2, key_mask):
+    """the library's second extras: bias2, bias2_strides, bias2_fp32, key_mask, key_mask_batch"""
+    strides = None if bias2 is None else (ctypes.c_longlong * 3)(*_bias_strides(bias2))
+    batch = 0 if key_mask is None or key_mask.shape[0] == 1 else key_mask.stride(0)
+    return [_ptr(bias2), strides, int(bias2 is not None and bias2.dtype == torch.float32), _ptr(key_mask), batch]
+
+
 def _stream(x):
     return ctypes.c_void_p(torch.cuda.current_stream(x.device).cuda_stream)
 
@@ -217,13 +226,13 @@ def _describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths, gate):
 # autograd
 
 class FlashAttentionFunction(torch.autograd.Function):
-    # bias (4-d, or None) is input 3 and gate (out's shape, or None) input 4: their gradients are the fourth and fifth
+    # bias (4-d, or None) is input 3, gate (out's shape, or None) input 4 and bias2 input 5: their gradients are those
     # of backward's results
-    BIAS, GATE = 3, 4
+    BIAS, GATE, BIAS2 = 3, 4, 5
 
     @staticmethod
-    def forward(ctx, q, k, v, bias, gate, causal, scale, layout, key_lengths, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                max_seqlen_k):
+    def forward(ctx, q, k, v, bias, gate, bias2, key_mask, causal, scale, layout, key_lengths, cu_seqlens_q, cu_seqlens_k,
+                max_seqlen_q, max_seqlen_k):
         q, k, v = (_ready(x, layout) for x in (q, k, v))
         B, T, H, D = _sizes(q, layout)
         _, Tk, H_kv, _ = _sizes(k, layout)
@@ -233,6 +242,8 @@ class FlashAttentionFunction(torch.autograd.Function):
             # the library writes dbias with the bias's strides, and the backward's dbias is contiguous: so is the bias
             # it reads (a copy has the same gradient; an expanded bias gets one gradient per element, as autograd wants)
             bias = bias.contiguous()
+        if bias2 is not None and ctx.needs_input_grad[FlashAttentionFunction.BIAS2]:
+            bias2 = bias2.contiguous()
         out = _empty_out(q, layout)
         gated_out = None
         if gate is not None:
@@ -247,40 +258,44 @@ class FlashAttentionFunction(torch.autograd.Function):
                 q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
                 _c_strides(q, layout), _c_strides(k, layout), _c_strides(v, layout), _c_strides(out, layout),
                 B, T, Tk, H, H_kv, D, int(causal), scale,
-                *_extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k, gate, layout, q, k), _ptr(gated_out), _stream(q))
+                *_extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k, gate, layout, q, k), _ptr(gated_out),
+                *_extras2(bias2, key_mask), _stream(q))
         if err:
             raise FlashAttentionError(f"flashgpt attention forward "
                                       f"({_describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths, gate)}): "
                                       f"{err.decode()}")
         # the backward reads the ungated out (it needs O), whichever of the two the call returns
-        ctx.save_for_backward(q, k, v, out, lse, bias, gate, key_lengths, cu_seqlens_q, cu_seqlens_k)
+        ctx.save_for_backward(q, k, v, out, lse, bias, gate, bias2, key_mask, key_lengths, cu_seqlens_q, cu_seqlens_k)
         ctx.causal, ctx.scale, ctx.layout, ctx.sizes = causal, scale, layout, (B, T, Tk, H, H_kv, D)
         return out if gate is None else gated_out
 
     @staticmethod
     def backward(ctx, dout):
-        q, k, v, out, lse, bias, gate, key_lengths, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+        q, k, v, out, lse, bias, gate, bias2, key_mask, key_lengths, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
         causal, scale, layout = ctx.causal, ctx.scale, ctx.layout
         B, T, Tk, H, H_kv, D = ctx.sizes
         # d loss / d out, or with a gate d loss / d gated_out; copied where the kernels can't read it in place, e.g.
         # the expanded (all strides 0) gradient of out.sum()
         dout = _ready(dout, layout)
         dq, dk, dv = _empty_grad(q, layout), _empty_grad(k, layout), _empty_grad(v, layout)
-        dbias = None
+        dbias = dbias2 = None
         if bias is not None and ctx.needs_input_grad[FlashAttentionFunction.BIAS]:
             dbias = torch.empty(bias.shape, dtype=bias.dtype, device=bias.device)
             if _bias_strides(dbias) != _bias_strides(bias):  # the forward made the bias contiguous
                 raise FlashAttentionError(f"dbias strides {_bias_strides(dbias)} differ from the bias's "
                                           f"{_bias_strides(bias)}")
+        if bias2 is not None and ctx.needs_input_grad[FlashAttentionFunction.BIAS2]:
+            dbias2 = torch.empty(bias2.shape, dtype=bias2.dtype, device=bias2.device)
         # the library always writes dgate with a gate (the forward gave the gate out's memory, so dgate takes it too)
         dgate = None if gate is None else _empty_out(gate, layout)
         extras = _extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k, gate, layout, q, k)
+        extras2 = _extras2(bias2, key_mask)
         lib = _library()
         with torch.cuda.device(q.device):
             # the extras and dbias change the scratch (dbias adds B * H * T * Tk fp32, a gate B * T * H * D bf16): the
             # query takes the backward's
             scratch_bytes = lib.flashgpt_attention_backward_scratch_bytes_ex(B, T, Tk, H, H_kv, D, int(causal), *extras,
-                                                                             _ptr(dbias))
+                                                                             _ptr(dbias), *extras2, _ptr(dbias2))
             # 0 when the call is refused: the backward below says why
             scratch = torch.empty(max(scratch_bytes, 16), dtype=torch.uint8, device=q.device)
             err = lib.flashgpt_attention_backward_ex(
@@ -288,15 +303,15 @@ class FlashAttentionFunction(torch.autograd.Function):
                 v.data_ptr(), out.data_ptr(), lse.data_ptr(),
                 _c_strides(dq, layout), _c_strides(dk, layout), _c_strides(dv, layout), _c_strides(dout, layout),
                 _c_strides(q, layout), _c_strides(k, layout), _c_strides(v, layout), _c_strides(out, layout),
-                B, T, Tk, H, H_kv, D, int(causal), scale, *extras, _ptr(dgate), _ptr(dbias), scratch.data_ptr(),
-                scratch_bytes, _stream(q))
+                B, T, Tk, H, H_kv, D, int(causal), scale, *extras, _ptr(dgate), _ptr(dbias), *extras2, _ptr(dbias2),
+                scratch.data_ptr(), scratch_bytes, _stream(q))
         if err:
             raise FlashAttentionError(f"flashgpt attention backward "
                                       f"({_describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths, gate)}): "
                                       f"{err.decode()}")
         if not ctx.needs_input_grad[FlashAttentionFunction.GATE]:
             dgate = None
-        return dq, dk, dv, dbias, dgate, None, None, None, None, None, None, None, None
+        return dq, dk, dv, dbias, dgate, dbias2, None, None, None, None, None, None, None, None, None
 
 
 # ----------------------------------------------------------------------------
@@ -332,11 +347,21 @@ def _bias_4d(bias, shape, device):
     return bias
 
 
+def _key_mask_2d(key_mask, B, Tk, device):
+    """a key mask (B or 1, Tk) / (Tk,), bool or integer, as the library reads it: uint8 rows of Tk on q's device"""
+    if not isinstance(key_mask, torch.Tensor) or key_mask.dtype.is_floating_point or key_mask.dtype.is_complex:
+        raise TypeError("key_mask must be a bool (or integer) tensor: True where the key is seen")
+    m = key_mask.reshape(1, -1) if key_mask.dim() == 1 else key_mask
+    if m.dim() != 2 or m.shape[1] != Tk or m.shape[0] not in (1, B):
+        raise ValueError(f"key_mask {tuple(key_mask.shape)} must be (B, Tk) = ({B}, {Tk}), (1, Tk) or (Tk,)")
+    return (m != 0).to(device=device, dtype=torch.uint8).contiguous()
+
+
 def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, key_lengths=None,
                     cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-                    cu_seqlens=None, max_seqlen=None, gate=None):
-    """softmax(scale * q k^T + bias, masks) v, times gate when given; scale defaults to 1 / sqrt(D). See the module
-    docstring for shapes and for the extras (bias, key_lengths, packed sequences, gate)."""
+                    cu_seqlens=None, max_seqlen=None, gate=None, bias2=None, key_mask=None):
+    """softmax(scale * q k^T + bias + bias2, masks) v, times gate when given; scale defaults to 1 / sqrt(D). See the
+    module docstring for shapes and for the extras (bias, bias2, key_mask, key_lengths, packed sequences, gate)."""
     if cu_seqlens is not None or max_seqlen is not None:
         if any(x is not None for x in (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)):
             raise ValueError("give cu_seqlens / max_seqlen (one for q and k) or cu_seqlens_q, cu_seqlens_k / "
@@ -384,6 +409,10 @@ def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, 
             raise ValueError(f"key_lengths must have B = {B} elements, not {key_lengths.numel()}")
     if bias is not None:
         bias = _bias_4d(bias, (B, H, T, Tk), q.device)
+    if bias2 is not None:
+        bias2 = _bias_4d(bias2, (B, H, T, Tk), q.device)
+    if key_mask is not None:
+        key_mask = _key_mask_2d(key_mask, B, Tk, q.device)
     if gate is not None:
         if not isinstance(gate, torch.Tensor) or gate.dtype != torch.bfloat16 or gate.device != q.device:
             raise TypeError(f"gate must be a bfloat16 tensor on q's device {q.device}, not "
@@ -392,5 +421,53 @@ def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, 
             raise ValueError(f"gate {tuple(gate.shape)} must have out's shape, q's {tuple(q.shape)} ({layout})")
     if scale is None:
         scale = 1.0 / math.sqrt(D)
-    return FlashAttentionFunction.apply(q, k, v, bias, gate, bool(causal), float(scale), layout, key_lengths,
-                                        cu_seqlens_q if packed else None, cu_seqlens_k if packed else None, T, Tk)
+    return FlashAttentionFunction.apply(q, k, v, bias, gate, bias2, key_mask, bool(causal), float(scale), layout,
+                                        key_lengths, cu_seqlens_q if packed else None, cu_seqlens_k if packed else None,
+                                        T, Tk)
+
+
+# ----------------------------------------------------------------------------
+# AlphaFold-family attention with the conventions of NVIDIA's cuEquivariance and DeepSpeed's DS4Sci_EvoformerAttention
+
+def triangle_attention(q, k, v, bias, mask=None, scale=None):
+    """cuequivariance_torch.triangle_attention's call: q, k, v (B, N, H, Q, D) and (B, N, H, K, D) bf16, bias
+    (B, 1, H, Q, K) (shared by the N rows of each batch; bf16 or fp32, with autograd), mask (B, N, 1, 1, K) bool (True:
+    the key is seen). Returns (B, N, H, Q, D). A row whose keys are all masked gives 0 (cuEquivariance's -1e9 logits
+    give the mean of v there); any other row is the same softmax."""
+    if q.dim() != 5 or k.dim() != 5 or v.dim() != 5:
+        raise ValueError("q, k, v must be 5-d: (B, N, H, Q, D) and (B, N, H, K, D)")
+    B, N, H, Q, D = q.shape
+    K = k.shape[3]
+    if bias.dim() != 5 or bias.shape[1] != 1 or bias.shape[0] not in (1, B) or bias.shape[2:] != (H, Q, K):
+        raise ValueError(f"bias {tuple(bias.shape)} must be (B, 1, H, Q, K) = ({B}, 1, {H}, {Q}, {K})")
+    if mask is not None and (mask.dim() != 5 or mask.shape[2:4] != (1, 1) or mask.shape[4] != K or
+                             mask.shape[0] not in (1, B) or mask.shape[1] not in (1, N)):
+        raise ValueError(f"mask {tuple(mask.shape)} must be (B, N, 1, 1, K) = ({B}, {N}, 1, 1, {K})")
+    outs = []
+    for b in range(B):   # the bias is shared by the N rows of one batch: one call per batch (AlphaFold's B is 1)
+        mb = None if mask is None else mask[b if mask.shape[0] > 1 else 0].reshape(mask.shape[1], K)
+        outs.append(flash_attention(q[b], k[b], v[b], causal=False, scale=scale, layout="bhtd", bias=bias[b if bias.shape[0] > 1 else 0],
+                                    key_mask=mb))
+    return outs[0].unsqueeze(0) if B == 1 else torch.stack(outs)
+
+
+def evoformer_attention(q, k, v, biases):
+    """DeepSpeed's DS4Sci_EvoformerAttention(Q, K, V, biases): q, k, v (B, N, L, H, D) bf16, biases a list of up to
+    two tensors that broadcast to (B, N, H, L, L): AlphaFold's mask bias (B, N, 1, 1, L) and pair bias (B, 1, H, L, L),
+    bf16 or fp32, with autograd. Scale 1 / sqrt(D). Returns (B, N, L, H, D)."""
+    if q.dim() != 5:
+        raise ValueError("q, k, v must be 5-d: (B, N, L, H, D)")
+    if len(biases) > 2:
+        raise ValueError("evoformer_attention takes at most two biases")
+    B, N, L, H, D = q.shape
+    Lk = k.shape[2]
+    for x in biases:
+        if x.dim() != 5 or x.shape[0] not in (1, B) or x.shape[2] not in (1, H) or x.shape[3] not in (1, L) or \
+                x.shape[4] != Lk or x.shape[1] not in (1, N):
+            raise ValueError(f"bias {tuple(x.shape)} does not broadcast to (B, N, H, L, Lk) = ({B}, {N}, {H}, {L}, {Lk})")
+    outs = []
+    for b in range(B):   # a bias shared by the N rows of one batch is one call's broadcast batch dimension
+        bs = [x[b if x.shape[0] > 1 else 0] for x in biases]   # (N or 1, H or 1, L or 1, Lk)
+        outs.append(flash_attention(q[b], k[b], v[b], causal=False, layout="bthd", bias=bs[0] if bs else None,
+                                    bias2=bs[1] if len(bs) > 1 else None))
+    return outs[0].unsqueeze(0) if B == 1 else torch.stack(outs)

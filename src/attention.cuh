@@ -83,9 +83,26 @@ struct AttentionExtras {
     int total_q, total_k;         // packed sequences: the rows of Q / O and of K / V in memory (at least cu_seqlens_q[B]
                                   // and cu_seqlens_k[B]). Where both are given (and the batch strides are 0) the Hopper
                                   // kernels run the pack, their tile loads bounded by them; 0: the mma.sync kExtras copies
+    const void* bias2;            // a second additive bias, as bias (its own broadcast strides and dtype): AlphaFold's
+    AttentionStrides bias2_st;    // mask bias beside its pair bias, DeepSpeed's bias1 beside bias2
+    bool bias2_fp32;
+    const uint8_t* key_mask;      // (B, Tk) bytes, nonzero: the key is seen (any pattern); element (b, j) at
+    long long key_mask_batch;     // key_mask[b * key_mask_batch + j], 0 broadcasts. A masked key is a -inf logit
+    // The kernels' form of the row-broadcast bias and the key mask (set by attention_forward / attention_backward from
+    // bias2, a bias without rows and key_mask; never by the caller): fp32 (b, h, key) at key_bias[b * key_bias_batch +
+    // h * key_bias_head + key], rows padded with zeros to whole key tiles (kKeyBiasPad), so the kernels read it unguarded
+    const float* key_bias;
+    long long key_bias_batch, key_bias_head;
 };
 __host__ __device__ inline bool attention_has_extras(const AttentionExtras& x) {
-    return x.bias || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.gate || x.doc_start;
+    return x.bias || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.gate || x.doc_start || x.bias2 || x.key_mask || x.key_bias;
+}
+// key_bias rows are padded to a multiple of this many keys (every kernel's key tile divides it)
+constexpr int kKeyBiasPad = 256;
+__host__ __device__ inline long long key_bias_row(int Tk) { return (Tk + kKeyBiasPad - 1) / kKeyBiasPad * kKeyBiasPad; }
+// the key bias of (b, h): nullptr where there is none
+__device__ __forceinline__ const float* key_bias_of(const AttentionExtras& x, int b, int h) {
+    return x.key_bias ? x.key_bias + b * x.key_bias_batch + h * x.key_bias_head : nullptr;
 }
 
 // Query i (of T) sees key j (of Tk) iff j < Tk and, when causal, j <= i + Tk - T: the causal diagonal aligned
@@ -211,6 +228,31 @@ __device__ __forceinline__ void add_bias_tile_t(float (&st)[kMT][kQT][4], const 
             #pragma unroll
             for (int e = 0; e < 4; e++)
                 st[mt][nt][e] += bias_tile_at(tile, pitch, fp32, nt * 8 + 2 * tq + (e % 2), key0 + mt * 16 + g + 8 * (e / 2)) * inv_scale;
+}
+
+// s += key_bias[key] * inv_scale over a warp's kMT m16 x kNT n8 accumulator tiles (keys key0 + 8nt + 2tq (+1); kb: the
+// (b, h) row of AttentionExtras::key_bias, padded, so no bounds check)
+template <int kMT, int kNT>
+__device__ __forceinline__ void add_key_bias(float (&s)[kMT][kNT][4], const float* kb, int key0, float inv_scale, int lane) {
+    #pragma unroll
+    for (int nt = 0; nt < kNT; nt++) {
+        const float2 v = *reinterpret_cast<const float2*>(kb + key0 + nt * 8 + 2 * (lane % 4));
+        #pragma unroll
+        for (int mt = 0; mt < kMT; mt++) {
+            s[mt][nt][0] += v.x * inv_scale; s[mt][nt][1] += v.y * inv_scale;
+            s[mt][nt][2] += v.x * inv_scale; s[mt][nt][3] += v.y * inv_scale;
+        }
+    }
+}
+// the same on S^T (keys key0 + 16mt + g (+8) as rows)
+template <int kMT, int kQT>
+__device__ __forceinline__ void add_key_bias_t(float (&st)[kMT][kQT][4], const float* kb, int key0, float inv_scale, int lane) {
+    #pragma unroll
+    for (int mt = 0; mt < kMT; mt++) {
+        const float lo = kb[key0 + mt * 16 + lane / 4] * inv_scale, hi = kb[key0 + mt * 16 + lane / 4 + 8] * inv_scale;
+        #pragma unroll
+        for (int nt = 0; nt < kQT; nt++) { st[mt][nt][0] += lo; st[mt][nt][1] += lo; st[mt][nt][2] += hi; st[mt][nt][3] += hi; }
+    }
 }
 
 // document masking: s = -inf where key < the row's document start (rows row0 + 16mt + g (+8) of doc_first, keys key0 +
@@ -435,6 +477,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
             }
             if constexpr (kExtras) {   // the additive bias, in units of S (scale multiplies it back); document masking
                 if (p.x.bias) add_bias_tile<kMT, kNT>(s, bias_tile(stage), bias_pitch, p.x.bias_fp32, warp_row0, 1.0f / p.scale, lane);
+                if (p.x.key_bias) add_key_bias<kMT, kNT>(s, key_bias_of(p.x, b, h), n_block * kBlockN, 1.0f / p.scale, lane);
                 if (p.x.doc_start) mask_before_documents<kMT, kNT>(s, doc_first, n_block * kBlockN, lane);
             }
             // mask (the causal diagonal, keys past Tk), only on tiles that cross this warp's limits
@@ -596,11 +639,41 @@ __device__ __forceinline__ void add_bias_tile_smem(float (&s)[kNT * 4], const ui
     }
 }
 
-// Head dim 96 runs the HS 128 Hopper copies zero-padded: TMA reads head dims 96..127 as zeros (past the tensor map's
+// s += key_bias[key] * inv_scale on a wgmma accumulator of S (keys key0 + 8i + 2tq (+1); kb: the (b, h) row of
+// AttentionExtras::key_bias, padded, so no bounds check)
+template <int kNT>
+__device__ __forceinline__ void add_key_bias_frag(float (&s)[kNT * 4], const float* kb, int key0, int tq, float inv_scale) {
+    #pragma unroll
+    for (int i = 0; i < kNT; i++) {
+        const float2 v = *reinterpret_cast<const float2*>(kb + key0 + i * 8 + 2 * tq);
+        s[4 * i] += v.x * inv_scale; s[4 * i + 1] += v.y * inv_scale;
+        s[4 * i + 2] += v.x * inv_scale; s[4 * i + 3] += v.y * inv_scale;
+    }
+}
+
+// Head dims 8, 16 and 32 run the HS 64 Hopper copies, head dim 96 the HS 128 ones, zero-padded: TMA reads head dims 96..127 as zeros (past the tensor map's
 // inner dimension), so S and dP are exact and the padded columns of O, dQ, dK and dV come out zero and are not stored.
 // Whether the 8 head dims of chunk ch are the caller's (kGeneral: the general copies, the only ones HS 96 reaches):
 template <int HS, bool kGeneral>
-__device__ __forceinline__ bool head_chunk_stored(int head_dim, int ch) { return HS != 128 || !kGeneral || ch * 8 < head_dim; }
+__device__ __forceinline__ bool head_chunk_stored(int head_dim, int ch) { return (HS != 64 && HS != 128) || !kGeneral || ch * 8 < head_dim; }
+
+// gating (the general copies): gated_out = O * gate over this warp's 16 rows of the tile, 16 bytes a lane, O read back
+// from the staging (o_staged, swizzle<HS>) or, unstaged, from out where this warp has just written it
+template <int HS>
+__device__ __forceinline__ void hopper_forward_gate(const AttentionForwardParams& p, const uint8_t* o_staged, int b, int h, int m_start,
+                                                    int warp_row0, int out_row0, int T) {
+    const AttentionStrides& gs = p.x.gate_st;
+    if (!o_staged) __syncwarp();   // this warp's stores of O are visible to its lanes
+    for (int c = threadIdx.x % 32; c < 16 * (HS / 8); c += 32) {
+        const int row = warp_row0 + c / (HS / 8), ch = c % (HS / 8);
+        const long long r = out_row0 + m_start + row;
+        if ((unsigned)(m_start + row) >= (unsigned)T || !head_chunk_stored<HS, true>(p.HS, ch)) continue;
+        const uint4 o = o_staged ? *reinterpret_cast<const uint4*>(o_staged + swizzle<HS>(row, ch))
+                                 : *reinterpret_cast<const uint4*>(p.out + b * p.o_st.batch + r * p.o_st.row + h * p.o_st.head + ch * 8);
+        const uint4 g = *reinterpret_cast<const uint4*>(p.x.gate + b * gs.batch + r * gs.row + h * gs.head + ch * 8);
+        *reinterpret_cast<uint4*>(p.x.gated_out + b * p.o_st.batch + r * p.o_st.row + h * p.o_st.head + ch * 8) = mul_bf16x8(o, g);
+    }
+}
 
 // epilogue, as in the mma.sync kernel: O /= l, LSE = m * scale + log(l); each warp stages only its own 16 rows
 // of O (swizzle<HS>, in Q's shared memory: the caller ordered every wgmma read of Q before this) for 16-byte stores;
@@ -632,7 +705,10 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
                 *reinterpret_cast<uint32_t*>(p.out + b * p.o_st.batch + (out_row0 + m_start + row) * p.o_st.row + h * p.o_st.head + dt * 8 + 2 * tq) = o2;
         }
     }
-    if constexpr (!kStaged) return;
+    if constexpr (!kStaged) {
+        if (kGeneral && p.x.gate) hopper_forward_gate<HS>(p, nullptr, b, h, m_start, warp_row0, out_row0, T);
+        return;
+    }
     __syncwarp();
     floatX* out_gl = p.out + b * p.o_st.batch + h * p.o_st.head;
     for (int c = lane; c < 16 * (HS / 8); c += 32) {
@@ -641,6 +717,7 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
             *reinterpret_cast<uint4*>(out_gl + (out_row0 + m_start + row) * p.o_st.row + ch * 8) =
                 *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
     }
+    if (kGeneral && p.x.gate) hopper_forward_gate<HS>(p, q_smem, b, h, m_start, warp_row0, out_row0, T);
 }
 
 // ----------------------------------------------------------------------------
@@ -767,7 +844,8 @@ struct HopperWsTile {
     static constexpr int kQBytes = kBlockM * HS * 2, kTileBytes = kBlockN * HS * 2;
     static constexpr bool kBias = kBias_, kVarlen = kVarlen_;
     static constexpr int kBiasStages = kBias ? 2 : 0, kBiasBytes = kBlockM * kBlockN * 2;
-    static constexpr int kRingBytes = 2 * kStages * kTileBytes + kBiasStages * kBiasBytes;   // K, V (and bias) rings
+    static constexpr int kKeyBiasBytes = kBlockN * 4;   // a bias stage's key bias (AttentionExtras::key_bias), fp32
+    static constexpr int kRingBytes = 2 * kStages * kTileBytes + kBiasStages * (kBiasBytes + kKeyBiasBytes);   // K, V (and bias) rings
     // two Q slots where they fit (not HS 128 with 128-key tiles and a 3-deep ring), so the next work item's Q
     // loads while this one finishes
     static constexpr int kQSlots = 3 * kQBytes + kRingBytes + 8 * (4 + 4 * kStages + 2 * kBiasStages) + 1024 <= 227 * 1024 ? 2 : 1;
@@ -776,10 +854,11 @@ struct HopperWsTile {
     // O is staged in shared memory for 16-byte stores where that fits; otherwise (HS 128 with a 3-deep ring) each
     // thread stores its own bf16 pairs, 4-byte stores once per work item
     static constexpr bool kStageO = (kQSlots + 1) * kQBytes + kRingBytes + 8 * kNumBars + 1024 <= 227 * 1024;
-    // Q slots | K ring | V ring | O staging (kBlockM rows, swizzle<HS>) | bias ring | mbarriers; + 1 KB to align to
-    // the swizzle atom
+    // Q slots | K ring | V ring | O staging (kBlockM rows, swizzle<HS>) | bias ring | key-bias ring | mbarriers; + 1 KB
+    // to align to the swizzle atom
     static constexpr int kBiasOffset = (kQSlots + kStageO) * kQBytes + 2 * kStages * kTileBytes;
-    static constexpr int kBarOffset = kBiasOffset + kBiasStages * kBiasBytes;
+    static constexpr int kKeyBiasOffset = kBiasOffset + kBiasStages * kBiasBytes;
+    static constexpr int kBarOffset = kKeyBiasOffset + kBiasStages * kKeyBiasBytes;
     static constexpr int kSmemBytes = kBarOffset + 8 * kNumBars + 1024;
     // the claimed schedule (kDynamic) adds, after the mbarriers: hand_full[], hand_empty[] (CTA pairs: rank 0 hands
     // rank 1 each item), item_w[] (each Q slot's item, for the consumers), hand_w[] (written by the peer)
@@ -871,6 +950,7 @@ template <class Tile>
 struct ForwardWsSmem {
     uint8_t *q, *k, *v, *o;   // [kQSlots] (kBlockM, HS), [kStages] (kBlockN, HS) twice: swizzle_wgmma; O: swizzle<HS>
     uint8_t* bias;            // kBias: [kBiasStages] (kBlockM, kBlockN)
+    float* key_bias;          // kBias: [kBiasStages] (kBlockN), with the bias tile where the call has a key bias
     uint64_t *q_full, *q_empty, *k_full, *k_empty, *v_full, *v_empty, *bias_full, *bias_empty;
     uint64_t *hand_full, *hand_empty;   // kDynamic (Tile::kDynamicBytes): rank 0 of a pair hands rank 1 each item
     int *item_w, *hand_w;               // each Q slot's item, for the consumers; the index the peer wrote
@@ -880,6 +960,7 @@ struct ForwardWsSmem {
         v = k + Tile::kStages * Tile::kTileBytes;
         o = v + Tile::kStages * Tile::kTileBytes;   // kStageO: each warp stages its 16 rows
         bias = smem + Tile::kBiasOffset;
+        key_bias = reinterpret_cast<float*>(smem + Tile::kKeyBiasOffset);
         uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Tile::kBarOffset);
         q_full = bars;
         q_empty = bars + Tile::kQSlots;
@@ -985,9 +1066,11 @@ __device__ __forceinline__ void forward_ws_producer(const ForwardWsSmem<Tile>& s
                 }
                 if constexpr (Tile::kBias) {   // this K tile's bias tile: kBlockM rows (one if they broadcast) x kBlockN keys
                     const int bslot = kv_iter % Tile::kBiasStages, bphase = (kv_iter / Tile::kBiasStages) & 1;
+                    const float* kb = key_bias_of(walk.x, b, h);   // and its key bias, a 1-D bulk copy
                     mbar_wait(&sm.bias_empty[bslot], bphase ^ 1);
-                    mbar_arrive_expect_tx(&sm.bias_full[bslot], walk.bias.tile_bytes(kBlockN));
+                    mbar_arrive_expect_tx(&sm.bias_full[bslot], walk.bias.tile_bytes(kBlockN) + (kb ? Tile::kKeyBiasBytes : 0));
                     tma_load_bias_tile<kBlockN>(sm.bias + bslot * Tile::kBiasBytes, &maps.bias, &sm.bias_full[bslot], walk.bias, m_start, key0, h, b);
+                    if (kb) bulk_load(sm.key_bias + bslot * kBlockN, kb + key0, Tile::kKeyBiasBytes, &sm.bias_full[bslot]);
                 }
                 mbar_wait(&v_empty[slot], phase ^ 1);
                 mbar_arrive_expect_tx(&v_full[slot], Tile::kTileBytes);
@@ -1180,10 +1263,11 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
             if constexpr (!kDynamic) has_next = item_of(tile_iter + 1) < num_items;
             auto softmax = [&](int j) {   // on tile j (loop order): P_j (fp32) in s, row statistics, alpha
                 const int key0 = (n_blocks - 1 - j) * kBlockN;
-                if constexpr (Tile::kBias) {   // its bias tile (loaded with K tile j), then handed back
+                if constexpr (Tile::kBias) {   // its bias tile and key bias (loaded with K tile j), then handed back
                     const int it = kv_iter + j, bslot = it % Tile::kBiasStages;
                     mbar_wait(&sm.bias_full[bslot], (it / Tile::kBiasStages) & 1);
                     add_bias_tile_smem<kNT, kBlockM>(s, sm.bias + bslot * Tile::kBiasBytes, walk.bias.rows, warp_row0 + g, tq, inv_scale);
+                    if (p.x.key_bias) add_key_bias_frag<kNT>(s, sm.key_bias + bslot * kBlockN, 0, tq, inv_scale);
                     __syncwarp();
                     release(&sm.bias_empty[bslot]);
                 }
@@ -1350,7 +1434,7 @@ inline CUtensorMap packed_tensor_map(const floatX* base, const AttentionStrides&
 // strides 0 and no other extra (strides: the checks of attention_unsupported_reason)
 inline bool attention_hopper_packed_fits(const AttentionExtras& x, std::initializer_list<AttentionStrides> strides) {
     if (!x.cu_seqlens_q || !x.cu_seqlens_k || x.total_q <= 0 || x.total_k <= 0) return false;
-    if (x.bias || x.seqlens_k || x.gate || x.doc_start || !hopper_path_available()) return false;
+    if (x.bias || x.seqlens_k || x.gate || x.doc_start || x.key_bias || !hopper_path_available()) return false;
     for (const AttentionStrides& st : strides) if (st.batch != 0) return false;
     return true;
 }
@@ -1358,16 +1442,115 @@ inline bool attention_forward_hopper_packed_fits(const AttentionForwardParams& p
     return (p.HS == 64 || p.HS == 96 || p.HS == 128 || p.HS == 256) && attention_hopper_packed_fits(p.x, {p.q_st, p.k_st, p.v_st, p.o_st});
 }
 
-// The Hopper kernels' kBias copies take a bf16 bias, the only extra, whose pointer and non-zero strides TMA accepts
-// (16 bytes): the forward at head dims 64, 96, 128 and 256, the backward at 64, 96 and 128 (with dBias too); everything else
-// with a bias runs on the mma.sync kExtras copies.
+// The Hopper kernels' kBias copies take the kernels' extras (attention_kernel_extras) of a bf16 tile bias whose
+// pointer and non-zero strides TMA accepts (16 bytes), a key bias (bias2, key masks), either or both, and gating: the
+// forward at every head dim, the backward up to 128 (with dBias too); everything else with a bias runs on the mma.sync
+// kExtras copies.
 inline bool attention_hopper_bias_fits(const AttentionExtras& x) {
-    if (!x.bias || x.bias_fp32 || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.gate || x.doc_start) return false;
-    return (uintptr_t)x.bias % 16 == 0 && x.bias_st.row % 8 == 0 && x.bias_st.head % 8 == 0 && x.bias_st.batch % 8 == 0 &&
-           hopper_path_available();
+    if ((!x.bias && !x.key_bias) || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.doc_start || !hopper_path_available()) return false;
+    return !x.bias || (!x.bias_fp32 && (uintptr_t)x.bias % 16 == 0 && x.bias_st.row % 8 == 0 && x.bias_st.head % 8 == 0 &&
+                       x.bias_st.batch % 8 == 0);
 }
-inline bool attention_forward_hopper_bias_fits(const AttentionForwardParams& p) {
-    return (p.HS == 64 || p.HS == 96 || p.HS == 128 || p.HS == 256) && attention_hopper_bias_fits(p.x);
+inline bool attention_forward_hopper_bias_fits(const AttentionForwardParams& p) { return attention_hopper_bias_fits(p.x); }
+// gating alone: the Hopper kernels' general copies (their epilogue and the backward's preprocess do it)
+inline bool attention_gate_only(const AttentionExtras& x) {
+    return x.gate && !x.bias && !x.key_bias && !x.seqlens_k && !x.cu_seqlens_q && !x.cu_seqlens_k && !x.doc_start;
+}
+
+// ----------------------------------------------------------------------------
+// The kernels' extras. The kernels add one tile bias (AttentionExtras::bias, rows of queries x keys) and one key bias
+// (key_bias: fp32 per (b, h, key), every query row alike). A call's bias2, a bias without query rows and the key mask
+// become those here: the one without rows (and the mask, as -inf) goes into key_bias; two biases with rows are summed
+// into one fp32 tile bias (the mma.sync copies run it). On Hopper a bf16 tile bias whose rows are not 16 bytes apart
+// (Tk not a multiple of 8: AlphaFold's odd lengths) is copied into rows that are, so that TMA can load it. The dBias
+// reductions read the caller's strides, not these.
+
+// dst (Bd, Hd, Td, Tk rows of `row` elements) = a + c (c optional), each read through its broadcast strides; keys past
+// Tk get 0. grid (row / 256, Td, Bd * Hd)
+__global__ void bias_dense_kernel(void* dst, bool dst_fp32, AttentionStrides dst_st, int Hd, int Tk, long long row, const void* a,
+                                  AttentionStrides a_st, bool a_fp32, const void* c, AttentionStrides c_st, bool c_fp32) {
+    const long long j = blockIdx.x * 256LL + threadIdx.x;
+    const int i = blockIdx.y, b = blockIdx.z / Hd, h = blockIdx.z % Hd;
+    if (j >= row) return;
+    auto at = [&](const void* x, const AttentionStrides& st, bool fp32) {
+        const long long e = b * st.batch + h * st.head + i * st.row + j;
+        return fp32 ? ((const float*)x)[e] : __bfloat162float(((const __nv_bfloat16*)x)[e]);
+    };
+    const float v = j < Tk ? at(a, a_st, a_fp32) + (c ? at(c, c_st, c_fp32) : 0.0f) : 0.0f;
+    const long long o = b * dst_st.batch + h * dst_st.head + i * dst_st.row + j;
+    if (dst_fp32) ((float*)dst)[o] = v;
+    else ((__nv_bfloat16*)dst)[o] = __float2bfloat16(v);
+}
+// key_bias (Bk, Hk, rows of key_bias_row(Tk)) = src (a bias without rows; nullptr: 0) and -inf where key_mask is 0
+__global__ void key_bias_kernel(float* kb, int Hk, int Tk, long long row, const void* src, AttentionStrides src_st, bool src_fp32,
+                                const uint8_t* mask, long long mask_batch) {
+    const long long j = blockIdx.x * 256LL + threadIdx.x;
+    const int b = blockIdx.y / Hk, h = blockIdx.y % Hk;
+    if (j >= row) return;
+    float v = 0.0f;
+    if (j < Tk) {
+        if (src) {
+            const long long e = b * src_st.batch + h * src_st.head + j;
+            v = src_fp32 ? ((const float*)src)[e] : __bfloat162float(((const __nv_bfloat16*)src)[e]);
+        }
+        if (mask && !mask[b * mask_batch + j]) v = -INFINITY;
+    }
+    kb[(long long)blockIdx.y * row + j] = v;
+}
+inline AttentionExtras attention_kernel_extras(const AttentionExtras& in, int B, int T, int Tk, int NH, cudaStream_t stream) {
+    AttentionExtras x = in;
+    if (!x.bias2 && !x.key_mask && !(x.bias && x.bias_st.row == 0) && !(x.bias && !x.bias_fp32 && hopper_path_available()))
+        return x;
+    static void* buf[2] = {nullptr, nullptr};   // the key bias, the tile bias: scratch of the last call (one stream)
+    static size_t capacity[2] = {0, 0};
+    struct Bias { const void* ptr; AttentionStrides st; bool fp32; };
+    // the first bias without query rows is the key bias; the others are tile biases, two of them summed into one
+    Bias keys{nullptr, {}, false}, rows{nullptr, {}, false}, rows2{nullptr, {}, false};
+    for (Bias b : {Bias{x.bias, x.bias_st, x.bias_fp32}, Bias{x.bias2, x.bias2_st, x.bias2_fp32}}) {
+        if (!b.ptr) continue;
+        if (b.st.row == 0 && !keys.ptr) keys = b;
+        else if (!rows.ptr) rows = b;
+        else rows2 = b;
+    }
+    x.bias2 = nullptr;
+    if (keys.ptr || x.key_mask) {
+        const int Bk = (keys.ptr && keys.st.batch) || (x.key_mask && x.key_mask_batch) ? B : 1, Hk = keys.ptr && keys.st.head ? NH : 1;
+        const long long row = key_bias_row(Tk);
+        float* kb = (float*)grow_device_buffer(buf[0], capacity[0], (size_t)Bk * Hk * row * sizeof(float));
+        key_bias_kernel<<<dim3((unsigned)(row / 256), Bk * Hk), 256, 0, stream>>>(kb, Hk, Tk, row, keys.ptr, keys.st, keys.fp32,
+                                                                                 x.key_mask, x.key_mask_batch);
+        cudaCheck(cudaGetLastError());
+        x.key_bias = kb, x.key_bias_batch = Bk > 1 ? Hk * row : 0, x.key_bias_head = Hk > 1 ? row : 0;
+        x.key_mask = nullptr;
+    }
+    x.bias = rows.ptr, x.bias_st = rows.st, x.bias_fp32 = rows.fp32;
+    const bool tma_rows = !x.bias_fp32 && (uintptr_t)x.bias % 16 == 0 && x.bias_st.row % 8 == 0 && x.bias_st.head % 8 == 0 &&
+                          x.bias_st.batch % 8 == 0;
+    if (x.bias && (rows2.ptr || (!tma_rows && !x.bias_fp32 && hopper_path_available()))) {
+        // dense rows: the sum of two biases in fp32, or one bf16 bias in rows padded to 8 keys
+        const AttentionStrides a = rows.st, c = rows2.ptr ? rows2.st : rows.st;
+        const int Bd = a.batch || c.batch ? B : 1, Hd = a.head || c.head ? NH : 1, Td = a.row || c.row ? T : 1;
+        const bool fp32 = rows2.ptr != nullptr;
+        const long long row = fp32 ? Tk : (Tk + 7) / 8 * 8;
+        const AttentionStrides st{Bd > 1 ? Hd * Td * row : 0, Td > 1 ? row : 0, Hd > 1 ? Td * row : 0};
+        void* dst = grow_device_buffer(buf[1], capacity[1], (size_t)Bd * Hd * Td * row * (fp32 ? 4 : 2));
+        bias_dense_kernel<<<dim3((unsigned)ceil_div(row, 256LL), Td, Bd * Hd), 256, 0, stream>>>(dst, fp32, st, Hd, Tk, row, rows.ptr,
+                                                                                           rows.st, rows.fp32, rows2.ptr, rows2.st, rows2.fp32);
+        cudaCheck(cudaGetLastError());
+        x.bias = dst, x.bias_st = st, x.bias_fp32 = fp32;
+    }
+    return x;
+}
+// The Hopper kBias copies always read a tile bias: with only a key bias they get a zero one that broadcasts (1 x Tk)
+inline AttentionExtras with_zero_tile_bias(AttentionExtras x, int Tk) {
+    if (x.bias || !x.key_bias) return x;
+    static void* buf = nullptr;
+    static size_t capacity = 0;
+    const size_t had = capacity;
+    void* zeros = grow_device_buffer(buf, capacity, key_bias_row(Tk) * 2);
+    if (capacity != had) cudaCheck(cudaMemset(zeros, 0, capacity));
+    x.bias = zeros, x.bias_st = {0, 0, 0}, x.bias_fp32 = false;
+    return x;
 }
 // The bias as a 4-D tensor map (Tk, T, NH, B): boxes of 64 keys x box_rows queries (1 where it broadcasts over
 // queries) x 1 x 1, 128-byte swizzle; a dimension that broadcasts (stride 0) has extent 1, read at 0.
@@ -1674,7 +1857,8 @@ attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, in
 // are many enough that splitting them pays
 inline bool attention_decode_applies(const AttentionForwardParams& p) {
     return (long long)p.T * (p.NH / p.NH_kv) <= kDecodeRows && p.Tk >= 2 * kDecodeKeys && (long long)p.B * p.NH_kv <= 65535 &&
-           !p.x.bias && !p.x.cu_seqlens_q && !p.x.cu_seqlens_k && !p.x.gate && !p.x.doc_start && p.HS >= 32;
+           !p.x.bias && !p.x.cu_seqlens_q && !p.x.cu_seqlens_k && !p.x.gate && !p.x.doc_start && !p.x.bias2 && !p.x.key_mask &&
+           !p.x.key_bias && p.HS >= 32;
 }
 
 // fp32 scratch for the splits' partials, grown as needed, and the zeroed split counters (the decode call owns them; one
@@ -1750,6 +1934,8 @@ inline const char* attention_unsupported_reason(const AttentionForwardParams& p)
     if (p.x.doc_start && (!p.causal || p.T != p.Tk || p.x.seqlens_k || p.x.cu_seqlens_q || p.x.cu_seqlens_k))
         return "document masking (doc_start) is for causal self-attention without key lengths or packed sequences";
     if (p.x.bias && (uintptr_t)p.x.bias % (p.x.bias_fp32 ? 4 : 2)) return "the bias must be aligned to its element size";
+    if (p.x.bias2 && (uintptr_t)p.x.bias2 % (p.x.bias2_fp32 ? 4 : 2)) return "bias2 must be aligned to its element size";
+    if (p.x.key_bias) return "key_bias is the kernels' form of bias2 and key_mask, set by attention_forward / attention_backward";
     if (p.x.gate && (!p.x.gated_out || (uintptr_t)p.x.gate % 16 || (uintptr_t)p.x.gated_out % 16 || p.x.gate_st.batch % 8 ||
                      p.x.gate_st.row % 8 || p.x.gate_st.head % 8))
         return "gating needs gated_out (the backward: dgate), and gate, gated_out 16-byte aligned with strides multiples of 8 elements";
@@ -1779,13 +1965,15 @@ inline void attention_exit_unsupported(const char* what, int B, int T, int Tk, i
 //                (attention_forward_hopper_ws_kernel; HS 96 on HS 128's copies, zero-padded: see head_chunk_stored)
 //   otherwise -> the mma.sync kernel: HS 64 128x64 tiles, HS 128 128x48 (4 warps of 32 rows: the largest key tile with no
 //                spill at 255 registers); HS 32 128x64, HS 96 128x64, HS 256 64x32 (16 rows a warp: O alone is 128 registers)
-inline bool attention_forward_uses_hopper(int HS) { return (HS == 64 || HS == 96 || HS == 128 || HS == 256) && hopper_path_available(); }
+inline bool attention_forward_uses_hopper(int /*HS*/) { return hopper_path_available(); }   // every head dim
 
 inline const char* attention_forward_path_name(int HS) {
     if (attention_forward_uses_hopper(HS) && HS == 256)
         return "flash forward, wgmma+TMA sm90a, warp-specialised, 128x80 tiles (128x64 with a bias or packed sequences), 2 consumer warpgroups, 2 stages (HS=256)";
     if (attention_forward_uses_hopper(HS) && HS == 96)
         return "flash forward, wgmma+TMA sm90a, warp-specialised, HS 128's kernel with head dims 96..127 zero-padded, 128x128 tiles, 2 consumer warpgroups (HS=96)";
+    if (attention_forward_uses_hopper(HS) && HS < 64)
+        return "flash forward, wgmma+TMA sm90a, warp-specialised, HS 64's kernel with the head dims past HS zero-padded, 128x128 tiles, 2 consumer warpgroups (HS=8..32)";
     if (attention_forward_uses_hopper(HS))
         return HS == 64 ? "flash forward, wgmma+TMA sm90a, warp-specialised, 192x128 tiles / 3 consumer warpgroups (128x128 / 2 with few tiles), 3 stages (HS=64)"
                         : "flash forward, wgmma+TMA sm90a, warp-specialised, 128x128 tiles, 2 consumer warpgroups, CTA pairs sharing K/V where the blocks pair up (causal, T = Tk), items claimed at T >= 4096 (HS=128)";
@@ -1830,45 +2018,50 @@ inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stre
     const int HS = p.HS, T = p.T;
     if (attention_decode_applies(p)) { attention_forward_kvcache(p, p.x.seqlens_k, stream); return; }
     if (attention_self_causal(p)) { attention_forward_self_causal_path(p, stream); return; }
-    // a bf16 bias alone: the Hopper kernels' kBias copies, the tiles below (HS 256: 64 keys, since a ring of bias tiles
-    // does not fit beside 80-key K/V stages)
-    if (attention_forward_hopper_bias_fits(p)) {
-        if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, true>(p, stream);
-        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, true>(p, stream);
-        else launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, false, true, true>(p, stream);
+    AttentionForwardParams k = p;   // the kernels' extras: bias2 and the key mask as the key bias (attention_kernel_extras)
+    k.x = attention_kernel_extras(p.x, p.B, p.T, p.Tk, p.NH, stream);
+    const bool hopper = attention_forward_uses_hopper(HS);
+    // a bf16 tile bias, a key bias, gating: the Hopper kernels' kBias copies, the tiles below (HS 8-32 on HS 64's,
+    // zero-padded; HS 256: 64 keys, since a ring of bias tiles does not fit beside 80-key K/V stages)
+    if (attention_forward_hopper_bias_fits(k)) {
+        k.x = with_zero_tile_bias(k.x, p.Tk);
+        if (HS <= 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, true>(k, stream);
+        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, true>(k, stream);
+        else launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, false, true, true>(k, stream);
     }
-    else if (attention_forward_hopper_packed_fits(p)) {   // packed sequences with their totals: the kVarlen copies
-        if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, false, true>(p, stream);
-        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, false, true>(p, stream);
-        else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, false, true, false, true>(p, stream);
+    else if (attention_forward_hopper_packed_fits(k)) {   // packed sequences with their totals: the kVarlen copies
+        if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, false, true>(k, stream);
+        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, false, true>(k, stream);
+        else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, false, true, false, true>(k, stream);
     }
-    else if (attention_has_extras(p.x) || HS <= 16) {   // bias, key lengths, packed sequences, HS 8 and 16: the mma.sync kExtras copies
-        if (HS <= 16) launch_attention_forward<16, 2, 4, 64, true, true>(p, stream);
-        else if (HS == 64) launch_attention_forward<64, 2, 4, 64, true, true>(p, stream);
-        else if (HS == 128) launch_attention_forward<128, 2, 4, 48, true, true>(p, stream);
-        else if (HS == 32) launch_attention_forward<32, 2, 4, 64, true, true>(p, stream);
-        else if (HS == 96) launch_attention_forward<96, 2, 4, 64, true, true>(p, stream);
-        else launch_attention_forward<256, 1, 4, 32, true, true>(p, stream);
+    else if ((attention_has_extras(k.x) && !(hopper && attention_gate_only(k.x))) || (!hopper && HS <= 16)) {
+        // key lengths, packed sequences, document masks, an fp32 bias; before sm_90a HS 8 and 16: the mma.sync kExtras copies
+        if (HS <= 16) launch_attention_forward<16, 2, 4, 64, true, true>(k, stream);
+        else if (HS == 64) launch_attention_forward<64, 2, 4, 64, true, true>(k, stream);
+        else if (HS == 128) launch_attention_forward<128, 2, 4, 48, true, true>(k, stream);
+        else if (HS == 32) launch_attention_forward<32, 2, 4, 64, true, true>(k, stream);
+        else if (HS == 96) launch_attention_forward<96, 2, 4, 64, true, true>(k, stream);
+        else launch_attention_forward<256, 1, 4, 32, true, true>(k, stream);
     }
-    else if (attention_forward_uses_hopper(HS)) {
-        // the tiles of the path above (HS 96: HS 128's, zero-padded); HS 256: 80-key tiles (a 128-row Q block and two 40 KB stages each of K and V
-        // fill the 227 KB; O takes 128 registers a thread, S 40)
-        if (HS == 64 && (long)p.B * p.NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true, 1, false, true>(p, stream);
-        else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true>(p, stream);
+    else if (hopper) {
+        // the tiles of the path above (HS 8-32: HS 64's, HS 96: HS 128's, zero-padded); HS 256: 80-key tiles (a 128-row
+        // Q block and two 40 KB stages each of K and V fill the 227 KB; O takes 128 registers a thread, S 40)
+        if (HS <= 64 && (long)p.B * p.NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true, 1, false, true>(k, stream);
+        else if (HS <= 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true>(k, stream);
         // HS 96 / 128 causal from T = 4096: claimed items, as the self-attention path's CTA pairs (which need T = Tk
         // and no GQA) claim theirs; round-robin, the long items of the last query blocks end on a few SMs
-        else if ((HS == 96 || HS == 128) && p.causal && claimed_schedule(T)) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, true, true>(p, stream);
-        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true>(p, stream);
+        else if ((HS == 96 || HS == 128) && p.causal && claimed_schedule(T)) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, true, true>(k, stream);
+        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true>(k, stream);
         // HS 256 causal: the items' lengths differ, and with the heads cut into sections (see persistent_section_heads)
         // the round-robin walk leaves the SMs unevenly loaded; from T = 1024 the items are claimed
-        else if (p.causal && claimed_schedule(T, 1024)) launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, true, true>(p, stream);
-        else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, false, true>(p, stream);
+        else if (p.causal && claimed_schedule(T, 1024)) launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, true, true>(k, stream);
+        else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, false, true>(k, stream);
     }
-    else if (HS == 64) launch_attention_forward<64, 2, 4, 64, true>(p, stream);
-    else if (HS == 128) launch_attention_forward<128, 2, 4, 48, true>(p, stream);
-    else if (HS == 32) launch_attention_forward<32, 2, 4, 64, true>(p, stream);
-    else if (HS == 96) launch_attention_forward<96, 2, 4, 64, true>(p, stream);
-    else launch_attention_forward<256, 1, 4, 32, true>(p, stream);
+    else if (HS == 64) launch_attention_forward<64, 2, 4, 64, true>(k, stream);
+    else if (HS == 128) launch_attention_forward<128, 2, 4, 48, true>(k, stream);
+    else if (HS == 32) launch_attention_forward<32, 2, 4, 64, true>(k, stream);
+    else if (HS == 96) launch_attention_forward<96, 2, 4, 64, true>(k, stream);
+    else launch_attention_forward<256, 1, 4, 32, true>(k, stream);
 }
 #endif  // FLASHGPT_ATTENTION_GPT2_ONLY
 
@@ -1892,8 +2085,8 @@ inline void attention_forward_kvcache(const AttentionForwardParams& p, const int
     const char* why = attention_unsupported_reason(p);
     if (!why && (long long)p.T * (p.NH / p.NH_kv) > kDecodeRows) why = "the KV-cache path takes T * NH / NH_kv <= 16 query rows (a prefill runs attention_forward)";
     if (!why && (long long)p.B * p.NH_kv > 65535) why = "B * NH_kv too large for the grid";
-    if (!why && (p.x.bias || p.x.cu_seqlens_q || p.x.cu_seqlens_k || p.x.gate || p.x.doc_start))
-        why = "the KV-cache path takes no bias, packed sequences, gating or document masks";
+    if (!why && (p.x.bias || p.x.cu_seqlens_q || p.x.cu_seqlens_k || p.x.gate || p.x.doc_start || p.x.bias2 || p.x.key_mask))
+        why = "the KV-cache path takes no bias, packed sequences, gating, key masks or document masks";
     if (!why && p.HS < 32) why = "the KV-cache path takes head dims 32 to 256 (attention_forward runs 8 and 16)";
     if (!seqlens_k) seqlens_k = p.x.seqlens_k;
     if (why) attention_exit_unsupported("forward (KV cache)", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
@@ -1961,6 +2154,7 @@ struct AttentionBackwardParams {
     float* dqkv_sums = nullptr;   // optional, GPT-2's kernels only (attention_backward_sums_dqkv): (B * ceil(T / 16), 3 * NH * HS)
                                   // fp32; row (b, t / 16) holds the sums of dQ, dK, dV over tokens t .. t + 15 in the fused
                                   // QKV column order, so its column sums are the QKV projection's bias gradient
+    void* dbias2 = nullptr;       // optional: d loss / d bias2, as dbias
 };
 
 // GPT-2: dqkv (B, T, 3, NH, HS) from dout (B, T, NH, HS)
@@ -1986,7 +2180,7 @@ struct BackwardScratch { float* lse2; float* dpsum; float* dq_accum; int* dq_ord
 __host__ __device__ inline BackwardScratch backward_scratch(const AttentionBackwardParams& p) {
     const size_t rows = (size_t)p.B * p.NH * bwd_padded_T(p.T);
     float* base = (float*)p.scratch;
-    float* ds_end = base + 2 * rows + (p.dbias ? (size_t)p.B * p.NH * p.T * p.Tk : 0);
+    float* ds_end = base + 2 * rows + (p.dbias || p.dbias2 ? (size_t)p.B * p.NH * p.T * p.Tk : 0);
     return {base, base + rows, base + 2 * rows, (int*)(base + 2 * rows + (size_t)p.B * p.NH * p.T * p.HS), base + 2 * rows, (floatX*)ds_end};
 }
 // the gated dO's strides in the scratch: row r of sequence b (packed: r = its first row + t) at r * NH * HS
@@ -2331,6 +2525,7 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
         float st[kMT][kQT][4], dpt[kMT][kQT][4];
         backward_st_dpt<HS, kMT, kQT>(st, dpt, k_smem, v_smem, q_s, do_s, warp_row0, 0, lane);
         if (kExtras && p.x.bias) add_bias_tile_t<kMT, kQT>(st, bias_tile(stage), bias_pitch, p.x.bias_fp32, warp_row0, 1.0f / p.scale, lane);
+        if (kExtras && p.x.key_bias) add_key_bias_t<kMT, kQT>(st, key_bias_of(p.x, b, step_bh(i) % NH), n_start + warp_row0, 1.0f / p.scale, lane);
         if (kExtras && p.x.doc_start) {   // document masking: key < its query's document start
             const int* docs = p.x.doc_start + (size_t)b * p.T;
             #pragma unroll
@@ -2577,6 +2772,7 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                 }
             }
             if (kExtras && p.x.bias) add_bias_tile<kMT, kNT>(s, bias_tile(stage), bias_pitch, p.x.bias_fp32, warp_row0, 1.0f / p.scale, lane);
+            if (kExtras && p.x.key_bias) add_key_bias<kMT, kNT>(s, key_bias_of(p.x, b, h), n_block * kBlockN, 1.0f / p.scale, lane);
             if (kExtras && p.x.doc_start) mask_before_documents<kMT, kNT>(s, doc_first, n_block * kBlockN, lane);
             // P = exp2(S * c - lse2), 0 where key > query + diag or key >= Tk (only on tiles crossing this warp's
             // limits); dS = P * (dP - D)
@@ -2644,13 +2840,12 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
 // per dbias element, in a fixed order (deterministic). Elements a row does not see (masked, past its sequence, before
 // its document) add 0: the dq kernel skips them.
 
-inline size_t attention_dbias_elements(const AttentionBackwardParams& p) {
-    const AttentionStrides& st = p.x.bias_st;
+inline size_t attention_dbias_elements(const AttentionBackwardParams& p, const AttentionStrides& st) {
     return (size_t)(st.batch ? p.B : 1) * (st.head ? p.NH : 1) * (st.row ? p.T : 1) * p.Tk;
 }
 
-__global__ void attention_dbias_kernel(const AttentionBackwardParams p) {
-    const AttentionStrides st = p.x.bias_st;
+// st, fp32, dbias: the bias's strides and dtype, and its gradient (bias or bias2)
+__global__ void attention_dbias_kernel(const AttentionBackwardParams p, const AttentionStrides st, bool fp32, void* dbias) {
     const int Bd = st.batch ? p.B : 1, Hd = st.head ? p.NH : 1, Td = st.row ? p.T : 1;
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)Bd * Hd * Td * p.Tk) return;
@@ -2667,12 +2862,67 @@ __global__ void attention_dbias_kernel(const AttentionBackwardParams p) {
                     sum += ds[(((size_t)b * p.NH + h) * p.T + i) * p.Tk + j];
     }
     const long long at = b0 * st.batch + h0 * st.head + i0 * st.row + j;
-    if (p.x.bias_fp32) ((float*)p.dbias)[at] = sum;
-    else ((__nv_bfloat16*)p.dbias)[at] = __float2bfloat16(sum);
+    if (fp32) ((float*)dbias)[at] = sum;
+    else ((__nv_bfloat16*)dbias)[at] = __float2bfloat16(sum);
 }
-inline void launch_attention_dbias(const AttentionBackwardParams& p, cudaStream_t stream) {
-    const size_t n = attention_dbias_elements(p);
-    attention_dbias_kernel<<<(unsigned)ceil_div(n, (size_t)256), 256, 0, stream>>>(p);
+// The dQ kernel's ordered dBias (kBias copies, a bf16 tile bias with query rows whose gradient is asked for): each warp
+// adds its 16 rows x kBlockN keys of dS into an fp32 accumulator of the bias's own (non-broadcast) shape with red.add,
+// in a fixed order, so the sums are the same every run, and no (B, NH, T, Tk) dS is ever stored. The items that add
+// into the same rows (those that differ only in the bias's broadcast batch / head: their "order" ord) are walked
+// ord-major (item w = ord * groups + grp, grp = the bias's own (b, h) and the query block), so each item's
+// predecessors come before it in every CTA's walk: no deadlock. ord goes to accumulator slot ord % slots, whose
+// counter per (grp, key block, warp) says how many of the slot's earlier ords have added there; a warp waits for
+// its turn, adds, fences and counts itself. Enough slots keep the items in flight on different counters; a last
+// kernel sums the slots in order into dbias.
+struct DbiasOrder {
+    float* acc;           // nullptr: off. [slots][Bd][Hd][T][row] fp32, zeroed before the kernel
+    int* counters;        // [slots][groups][n_blocks][kBlockM / 16], zeroed before the kernel
+    long long row;        // the accumulator's row stride (floats, even)
+    int slots, groups, n_blocks, Bd, Hd;
+    bool bcast_b, bcast_h;   // the bias broadcasts over batch / heads: those make up ord
+};
+// The ordered dBias's accumulators and counters (DbiasOrder) for the dQ kernel's kBlockM x kBlockN tiles, zeroed on the
+// stream: slots enough that the items in flight (two per SM) find free counters (groups x key blocks of them a slot)
+inline DbiasOrder dbias_order(const AttentionBackwardParams& k, int kBlockM, int kBlockN, cudaStream_t stream) {
+    static void* buf[2] = {nullptr, nullptr};
+    static size_t capacity[2] = {0, 0};
+    DbiasOrder o{};
+    o.bcast_b = k.x.bias_st.batch == 0, o.bcast_h = k.x.bias_st.head == 0;
+    o.Bd = o.bcast_b ? 1 : k.B, o.Hd = o.bcast_h ? 1 : k.NH;
+    o.groups = o.Bd * o.Hd * ceil_div(k.T, kBlockM), o.n_blocks = ceil_div(k.Tk, kBlockN);
+    o.row = (k.Tk + 1) / 2 * 2;
+    const long long ords = (long long)(o.bcast_b ? k.B : 1) * (o.bcast_h ? k.NH : 1), concurrent = (long long)o.groups * o.n_blocks;
+    o.slots = (int)std::min(ords, std::max(1LL, ceil_div(2LL * device_props().multiProcessorCount, concurrent)));
+    const size_t acc_bytes = (size_t)o.slots * o.Bd * o.Hd * k.T * o.row * sizeof(float);
+    const size_t counter_bytes = (size_t)o.slots * o.groups * o.n_blocks * (kBlockM / 16) * sizeof(int);
+    o.acc = (float*)grow_device_buffer(buf[0], capacity[0], acc_bytes);
+    o.counters = (int*)grow_device_buffer(buf[1], capacity[1], counter_bytes);
+    cudaCheck(cudaMemsetAsync(o.acc, 0, acc_bytes, stream));
+    cudaCheck(cudaMemsetAsync(o.counters, 0, counter_bytes, stream));
+    return o;
+}
+// dbias (its dtype and strides st) = the ordered dBias's slots summed in order
+__global__ void dbias_slots_kernel(const DbiasOrder o, int T, int Tk, AttentionStrides st, bool fp32, void* dbias) {
+    const long long idx = blockIdx.x * 256LL + threadIdx.x, n = (long long)o.Bd * o.Hd * T * Tk;
+    if (idx >= n) return;
+    const int j = idx % Tk, i = idx / Tk % T, hd = idx / ((long long)Tk * T) % o.Hd, bd = idx / ((long long)Tk * T * o.Hd);
+    const size_t slot_elems = (size_t)o.Bd * o.Hd * T * o.row, at = (((size_t)bd * o.Hd + hd) * T + i) * o.row + j;
+    float sum = 0.0f;
+    for (int s = 0; s < o.slots; s++) sum += o.acc[s * slot_elems + at];
+    const long long to = bd * st.batch + hd * st.head + i * st.row + j;
+    if (fp32) ((float*)dbias)[to] = sum;
+    else ((__nv_bfloat16*)dbias)[to] = __float2bfloat16(sum);
+}
+inline void dbias_from_order(const DbiasOrder& o, const AttentionBackwardParams& k, const AttentionStrides& st, bool fp32, void* dbias,
+                             cudaStream_t stream) {
+    const long long n = (long long)o.Bd * o.Hd * k.T * k.Tk;
+    dbias_slots_kernel<<<(unsigned)ceil_div(n, 256LL), 256, 0, stream>>>(o, k.T, k.Tk, st, fp32, dbias);
+    cudaCheck(cudaGetLastError());
+}
+
+inline void launch_attention_dbias(const AttentionBackwardParams& p, const AttentionStrides& st, bool fp32, void* dbias, cudaStream_t stream) {
+    const size_t n = attention_dbias_elements(p, st);
+    attention_dbias_kernel<<<(unsigned)ceil_div(n, (size_t)256), 256, 0, stream>>>(p, st, fp32, dbias);
     cudaCheck(cudaGetLastError());
 }
 
@@ -3016,7 +3266,7 @@ __device__ __forceinline__ void issue_s_dp(float (&s)[N / 2], float (&dp)[N / 2]
 
 // The kBias copies' bias tile of a backward step in shared memory (see HopperBiasBoxes), added to S (or S^T) as
 // bias / scale before the exponentials, as the forward adds it
-struct BiasTile { const uint8_t* tile; int rows; float inv_scale; };
+struct BiasTile { const uint8_t* tile; int rows; float inv_scale; const float* key_bias; };   // key_bias: nullptr if none
 
 // bias^T at this thread's four elements of S^T's query group i (keys warp_key0 + g, + 8 of the box; queries 8i + 2tq,
 // + 1). box: the bias tile's box of this warpgroup's 64 keys ([query][key], kBlockM rows, or 1 that every query
@@ -3055,6 +3305,12 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
     constexpr int kQS = kBlockM / 16;     // k16 steps of dV, dK (over queries)
     const int tq = threadIdx.x % 4;
     wgmma_wait<1>();   // S^T is ready; dP^T may still be running
+    if (kBias && bias.key_bias) {   // key_bias from the item's first key: this thread's keys warp_row0 + g, + 8
+        const int g = threadIdx.x % 32 / 4;
+        const float lo = bias.key_bias[warp_row0 + g] * bias.inv_scale, hi = bias.key_bias[warp_row0 + g + 8] * bias.inv_scale;
+        #pragma unroll
+        for (int i = 0; i < kQT; i++) { st[4 * i] += lo; st[4 * i + 1] += lo; st[4 * i + 2] += hi; st[4 * i + 3] += hi; }
+    }
     // P^T = exp2(S^T * c - lse2[query]), 0 where key > query (only where this warp's keys cross the tile)
     const bool need_mask = n_start + warp_row0 + 15 > m_start;
     #pragma unroll 1
@@ -3175,6 +3431,39 @@ __device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardPara
 // tiles) against key block n_block (k_s, v_s: (kBlockN, HS) tiles). S = Q K^T, dP = dO V^T, dS, then dQ += dS K, in
 // three parts like the dK/dV step's (issue_s_dp, dq_p_ds, dq_issue_dq). row_lse2 / row_dpsum: rows g and g + 8 of this warp.
 
+// A warp's share of the ordered dBias (DbiasOrder): its rows g, g + 8 of its accumulator slot (nullptr: past T), its
+// counter for key block 0 (key block n: + n * kBlockM / 16), and its turn (how many earlier ords of the slot add first)
+struct DbiasWarp { float* rows[2]; int* counter; int turn; };
+// adds this warp's dS (the dq kernel's dp after dq_p_ds: rows g, g + 8, keys n_block * kBlockN + 8i + 2tq, + 1) into
+// the accumulator in its turn: wait (one lane), add, fence every lane's adds, count
+template <int kBlockN, int kBlockM>
+__device__ __forceinline__ void dbias_ordered_add(const DbiasWarp& w, const float (&ds)[kBlockN / 2], int n_block, int Tk) {
+    const int lane = threadIdx.x % 32, tq = lane % 4;
+    int* counter = w.counter + n_block * (kBlockM / 16);
+    if (lane == 0) {
+        int seen;
+        while (true) {
+            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+            if (seen == w.turn) break;
+            __nanosleep(32);
+        }
+    }
+    __syncwarp();
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        if (!w.rows[half]) continue;
+        #pragma unroll
+        for (int i = 0; i < kBlockN / 8; i++) {
+            const int key = n_block * kBlockN + i * 8 + 2 * tq;
+            if (key + 1 < Tk) red_add_f32x2(w.rows[half] + key, ds[4 * i + 2 * half], ds[4 * i + 2 * half + 1]);
+            else if (key < Tk) atomicAdd(w.rows[half] + key, ds[4 * i + 2 * half]);
+        }
+    }
+    __threadfence();   // this lane's adds are performed before the count below
+    __syncwarp();
+    if (lane == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" :: "l"(counter), "r"(w.turn + 1) : "memory");
+}
+
 // wait for S, P; wait for dP, dS; give dS as bf16 A fragments. kBias: S += the bias (kBlockM rows) first
 template <int HS, int kBlockN, int kBlockM = 0, bool kBias = false>
 __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBlockN / 2], uint32_t (&dsa)[kBlockN / 16][4],
@@ -3184,6 +3473,7 @@ __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBl
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     wgmma_wait<1>();   // S is ready; dP may still be running
     if constexpr (kBias) add_bias_tile_smem<kNT, kBlockM>(s, bias.tile, bias.rows, warp_row0 + g, tq, bias.inv_scale);
+    if (kBias && bias.key_bias) add_key_bias_frag<kNT>(s, bias.key_bias, n_block * kBlockN, tq, bias.inv_scale);
     // keys past a row's limit (key > row + diag, key >= Tk) masked; causal self-attention: diag 0, no key bound
     const bool need_mask = n_block * kBlockN + kBlockN - 1 > min(m_start + warp_row0 + diag, Tk - 1);
     #pragma unroll 1
@@ -3214,17 +3504,19 @@ __device__ __forceinline__ void dq_issue_dq(float (&dq_acc)[HS / 2], const uint3
 }
 
 // the whole step; returns with every wgmma complete. kBias: with the bias tile; ds_rows (dBias): this warp's rows g,
-// g + 8 of the fp32 dS scratch ((b, h, query) rows of Tk keys; nullptr: a row past T or no dBias), written while dQ runs
+// g + 8 of the fp32 dS scratch ((b, h, query) rows of Tk keys; nullptr: a row past T or no dBias), written while dQ runs;
+// order (the ordered dBias, DbiasOrder): its rows of the accumulator slot, added in turn while dQ runs
 template <int HS, int kBlockM, int kBlockN, bool kBias = false>
 __device__ __forceinline__ void dq_hopper_step(float (&dq_acc)[HS / 2], uint64_t q_desc, uint64_t do_desc, const uint8_t* k_s, const uint8_t* v_s,
                                                const float (&row_lse2)[2], const float (&row_dpsum)[2], int n_block, int m_start, int warp_row0,
                                                float scale_log2, int diag = 0, int Tk = 1 << 30, BiasTile bias = {},
-                                               float* const (&ds_rows)[2] = {}) {
+                                               float* const (&ds_rows)[2] = {}, const DbiasWarp& order = {}) {
     float s[kBlockN / 2], dp[kBlockN / 2];
     uint32_t dsa[kBlockN / 16][4];
     issue_s_dp<HS, kBlockN, kBlockM>(s, dp, q_desc, do_desc, k_s, v_s);
     dq_p_ds<HS, kBlockN, kBlockM, kBias>(s, dp, dsa, row_lse2, row_dpsum, n_block, m_start, warp_row0, scale_log2, diag, Tk, bias);
     dq_issue_dq<HS, kBlockN>(dq_acc, dsa, k_s);
+    if constexpr (kBias) if (order.counter) dbias_ordered_add<kBlockN, kBlockM>(order, dp, n_block, Tk);
     if constexpr (kBias) {   // pairs of keys as 8-byte stores where Tk is even (the rows then 8-byte aligned)
         const int tq = threadIdx.x % 4;
         #pragma unroll
@@ -3280,7 +3572,7 @@ __device__ __forceinline__ void dq_hopper_epilogue(const AttentionBackwardParams
 // dq_accum: the atomic path's fp32 (B * NH, T, HS) accumulator, as a 3-D tensor map for TMA reduce-adds; the kBias
 // kernels' also hold the bias's
 struct HopperBackwardTmaMaps { CUtensorMap q, k, v, dout, dq_accum; };
-struct HopperBackwardBiasTmaMaps : HopperBackwardTmaMaps { CUtensorMap bias; };
+struct HopperBackwardBiasTmaMaps : HopperBackwardTmaMaps { CUtensorMap bias; DbiasOrder order; };
 struct HopperBackwardPackedTmaMaps : HopperBackwardTmaMaps { const int* packed; };   // kVarlen: the kernel's block table
 template <bool kBias, bool kVarlen>
 using HopperBackwardMaps =
@@ -3672,7 +3964,9 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                 const int s = stage_iter % kStages;
                 mbar_wait(stage_full(s), (stage_iter / kStages) & 1);
                 // the mask compares key > query + diag: queries offset by the diagonal
-                const BiasTile bias{sm.bias_tile(s) + cwg * max(walk.bias.rows, 8) * 128, walk.bias.rows, 1.0f / p.scale};   // this warpgroup's box
+                const float* kb = key_bias_of(p.x, b, h_kv * walk.group + hq);
+                const BiasTile bias{sm.bias_tile(s) + cwg * max(walk.bias.rows, 8) * 128, walk.bias.rows,   // this warpgroup's box
+                                    1.0f / p.scale, kb ? kb + n_start : nullptr};
                 dkdv_hopper_step<HS, kBlockM, kBlockN, kBias>(dk_acc, dv_acc, k_desc, v_desc, q_tile(s), do_tile(s), lse2_tile(s),
                                                               lse2_tile(s) + kBlockM, n_start, m_block * kBlockM + it.diag, warp_row0,
                                                               p.scale * kLog2e, bias);
@@ -3777,6 +4071,15 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
             return Item{pb.b, pb.h, m_start, attention_key_blocks(min(m_start + kBlockM, pb.T) - 1, pb.diag, pb.Tk, kBlockN), pb.diag,
                         pb.Tk, pb.T, pb.q0, pb.k0, 0};
         } else {
+            if constexpr (kBias) {
+                if (maps.order.acc) {   // ordered dBias: ord-major (see DbiasOrder)
+                    const DbiasOrder& o = maps.order;
+                    const int ord = w / o.groups, grp = w % o.groups, own = grp / num_m_blocks;
+                    const int b = o.bcast_b ? ord / (o.bcast_h ? NH : 1) : own / o.Hd, h = o.bcast_h ? ord % NH : own % o.Hd;
+                    const int m_start = (num_m_blocks - 1 - grp % num_m_blocks) * kBlockM;
+                    return Item{b, h, m_start, key_blocks(m_start), diag, Tk, T, 0, 0, b};
+                }
+            }
             const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
             const int m_start = (num_m_blocks - 1 - item.rank) * kBlockM, b = item.bh / NH;
             return Item{b, item.bh % NH, m_start, key_blocks(m_start), diag, Tk, T, 0, 0, b};
@@ -3842,20 +4145,37 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
         #pragma unroll
         for (int i = 0; i < kDT * 4; i++) dq_acc[i] = 0.0f;
         float* ds_rows[2] = {nullptr, nullptr};   // kBias with dBias: this thread's rows of the dS scratch (rows < T)
-        if (kBias && p.dbias) {
-            #pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int row = m_start + warp_row0 + g + 8 * half;
-                if (row < T) ds_rows[half] = sc.ds + ((size_t)bh * T + row) * Tk;
+        DbiasWarp order{};                        // ... or of the ordered dBias's accumulator (DbiasOrder)
+        if constexpr (kBias) {
+            if (maps.order.acc) {
+                const DbiasOrder& o = maps.order;
+                const int bd = o.bcast_b ? 0 : b, hd = o.bcast_h ? 0 : h, m_block = m_start / kBlockM;
+                const int ord = (o.bcast_b ? b : 0) * (o.bcast_h ? NH : 1) + (o.bcast_h ? h : 0), slot = ord % o.slots;
+                const int grp = (bd * o.Hd + hd) * num_m_blocks + m_block;
+                float* acc = o.acc + (((size_t)slot * o.Bd + bd) * o.Hd + hd) * T * o.row;
+                #pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int row = m_start + warp_row0 + g + 8 * half;
+                    order.rows[half] = row < T ? acc + (size_t)row * o.row : nullptr;
+                }
+                order.counter = o.counters + ((size_t)slot * o.groups + grp) * o.n_blocks * (kBlockM / 16) + warp_row0 / 16;
+                order.turn = ord / o.slots;
+            } else if (p.dbias) {
+                #pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int row = m_start + warp_row0 + g + 8 * half;
+                    if (row < T) ds_rows[half] = sc.ds + ((size_t)bh * T + row) * Tk;
+                }
             }
         }
         mbar_wait(qo_full, item_iter & 1);
         for (int i = 0; i < n_blocks; i++, kv_iter++) {
             const int s = kv_iter % kStages;
             mbar_wait(kv_full(s), (kv_iter / kStages) & 1);
-            const BiasTile bias{bias_tile(s), bias_boxes.rows, 1.0f / p.scale};
+            const BiasTile bias{bias_tile(s), bias_boxes.rows, 1.0f / p.scale, key_bias_of(p.x, b, h)};
             dq_hopper_step<HS, kBlockM, kBlockN, kBias>(dq_acc, q_desc, do_desc, k_tile(s), v_tile(s), row_lse2, row_dpsum, n_blocks - 1 - i,
-                                                        m_start, warp_row0, p.scale * kLog2e, it.diag, kGeneral ? it.Tk : 1 << 30, bias, ds_rows);
+                                                        m_start, warp_row0, p.scale * kLog2e, it.diag, kGeneral ? it.Tk : 1 << 30, bias, ds_rows,
+                                                        order);
             release(kv_empty(s));
         }
         release(qo_empty);
@@ -4084,13 +4404,13 @@ void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, 
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false, bool kGeneral = false, bool kBias = false,
           bool kVarlen = false>
 void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false,
-                                            const int* packed = nullptr) {
+                                            const int* packed = nullptr, const DbiasOrder& order = {}) {
     using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages, kBias>;
     if (!kGeneral) attention_check_self_causal(p);
     const int num_items = p.B * p.NH * ceil_div(p.T, Tile::kBlockM);
     HopperBackwardMaps<kBias, kVarlen> maps;
     static_cast<HopperBackwardTmaMaps&>(maps) = backward_tma_maps(p, Tile::kBlockM, kBlockN, kVarlen);
-    if constexpr (kBias) maps.bias = bias_tensor_map(p.x, p.B, p.T, p.Tk, p.NH, Tile::kBlockM);
+    if constexpr (kBias) maps.bias = bias_tensor_map(p.x, p.B, p.T, p.Tk, p.NH, Tile::kBlockM), maps.order = order;
     if constexpr (kVarlen) maps.packed = packed;
     static_assert(Tile::kSmemBytes <= 227 * 1024, "shared memory");
     launch_with_smem_ex<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kDynamic, kGeneral, kBias, kVarlen>>(
@@ -4140,7 +4460,6 @@ void attention_backward_split(const AttentionBackwardParams& p, cudaStream_t str
     if (kExtras && p.x.gate) { q.dout = backward_scratch(p).gated_dout; q.do_st = gated_dout_strides(p); }
     launch_attention_backward_dkdv<HS, kKVWarps, kKVMT, kKVBlockM, /*kAtomicDq=*/false, kExtras>(q, stream);
     launch_attention_backward_dq<HS, kQWarps, kQMT, kQBlockN, kExtras>(q, stream);
-    if (kExtras && p.dbias) launch_attention_dbias(p, stream);
 }
 
 // the same split, warp-specialised: dK/dV with kKVWG consumer warpgroups (64 keys each) and kKVBlockM-query
@@ -4148,27 +4467,38 @@ void attention_backward_split(const AttentionBackwardParams& p, cudaStream_t str
 // kGeneral: any call (non-causal, T != Tk, GQA); otherwise causal self-attention without GQA
 // kBias (general): with a bf16 bias (attention_hopper_bias_fits), and dBias from the dQ kernel's dS where p.dbias is set
 // kVarlen (general): packed sequences with their totals (attention_hopper_packed_fits), on the round-robin schedule
+// order (kBias): the dQ kernel's ordered dBias (DbiasOrder), its accumulators zeroed
 template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages, bool kGeneral = false, bool kBias = false,
           bool kVarlen = false>
-void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream) {
+void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, const DbiasOrder& order = {}) {
     PackedTables t{};   // kVarlen: built before the preprocess, which the dK/dV kernel's early start overlaps
     if constexpr (kVarlen) t = packed_blocks_tables(p.x, p.B, p.T, p.Tk, 64 * kQWG, 64 * kKVWG, stream);
-    bool padded = false;   // HS 96 on the HS 128 copies: the preprocess reads the caller's 96 head dims
-    if constexpr (kGeneral && HS == 128)
-        if ((padded = p.HS == 96)) launch_attention_backward_preprocess<96, /*kExtras=*/kVarlen>(p, /*zero_dq=*/false, stream);
-    if (!padded) launch_attention_backward_preprocess<HS, /*kExtras=*/kVarlen>(p, /*zero_dq=*/false, stream);
+    // the preprocess at the caller's head dim (HS 8-32 on the HS 64 copies, 96 on the HS 128 ones, zero-padded); with
+    // gating (kExtras) it also writes dgate and dO * gate into the scratch, which the kernels then take as dO
+    if constexpr (kGeneral) {
+        const bool extras = kVarlen || p.x.gate;
+        if (HS == 64 && p.HS == 32) launch_attention_backward_preprocess<32, true>(p, /*zero_dq=*/false, stream);
+        else if (HS == 64 && p.HS < 32) launch_attention_backward_preprocess<16, true>(p, /*zero_dq=*/false, stream);
+        else if (HS == 128 && p.HS == 96 && extras) launch_attention_backward_preprocess<96, true>(p, /*zero_dq=*/false, stream);
+        else if (HS == 128 && p.HS == 96) launch_attention_backward_preprocess<96, false>(p, /*zero_dq=*/false, stream);
+        else if (extras) launch_attention_backward_preprocess<HS, true>(p, /*zero_dq=*/false, stream);
+        else launch_attention_backward_preprocess<HS, false>(p, /*zero_dq=*/false, stream);
+    } else {
+        launch_attention_backward_preprocess<HS, false>(p, /*zero_dq=*/false, stream);
+    }
+    AttentionBackwardParams q = p;   // with gating the kernels take dO = dout * gate from the scratch
+    if (kGeneral && p.x.gate) { q.dout = backward_scratch(p).gated_dout; q.do_st = gated_dout_strides(p); }
     const bool early = backward_early_start();
     if constexpr (kVarlen) {
-        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, true, false, true>(p, stream, early, false, t.keys);
-        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, true, false, true>(p, stream, early, t.queries);
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, true, false, true>(q, stream, early, false, t.keys);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, true, false, true>(q, stream, early, t.queries);
     } else if (claimed_schedule(p.T, 4096, /*even_items=*/!p.causal)) {
-        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, true, kGeneral, kBias>(p, stream, early);
-        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, true, kGeneral, kBias>(p, stream, early);
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, true, kGeneral, kBias>(q, stream, early);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, true, kGeneral, kBias>(q, stream, early, nullptr, order);
     } else {
-        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, kGeneral, kBias>(p, stream, early);
-        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, kGeneral, kBias>(p, stream, early);
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, kGeneral, kBias>(q, stream, early);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, kGeneral, kBias>(q, stream, early, nullptr, order);
     }
-    if (kBias && p.dbias) launch_attention_dbias(p, stream);
 }
 
 // HS 256 on Hopper (general): preprocess, the role-split dK/dV kernel (64 keys, 64-query stages), the dQ kernel with
@@ -4227,10 +4557,24 @@ inline bool attention_backward_uses_hopper(int /*HS*/) { return hopper_path_avai
 // 2 GEMMs it saves
 inline bool attention_backward_ordered_dq(int T, int HS) { return HS == 128 && T >= 8192 && attention_backward_uses_hopper(HS); }
 
+// Whether the backward sums dBias in the dQ kernel (DbiasOrder) instead of through a (B, NH, T, Tk) fp32 dS in the
+// scratch: on the Hopper kBias copies, where the one bias whose gradient is asked for is bf16 with query rows and is
+// not summed with another (the other, if any, has no rows: it becomes the key bias)
+inline bool attention_backward_dbias_ordered(const AttentionBackwardParams& p) {
+    const AttentionExtras& x = p.x;
+    if (!p.dbias == !p.dbias2 || p.HS == 256 || !hopper_path_available() || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.doc_start)
+        return false;
+    const bool first = p.dbias != nullptr;
+    const AttentionStrides& st = first ? x.bias_st : x.bias2_st;
+    const AttentionStrides& other = first ? x.bias2_st : x.bias_st;
+    return st.row != 0 && !(first ? x.bias_fp32 : x.bias2_fp32) && !((first ? x.bias2 : x.bias) && other.row != 0);
+}
+
 inline size_t attention_backward_scratch_bytes(const AttentionBackwardParams& p) {
     const bool tuned = attention_self_causal(p);
     const bool with_dq_accum = tuned && (attention_backward_nondeterministic() || attention_backward_ordered_dq(p.T, p.HS));
-    const size_t ds = p.dbias ? (size_t)p.B * p.NH * p.T * p.Tk * sizeof(float) : 0;
+    const bool ds_scratch = (p.dbias || p.dbias2) && !attention_backward_dbias_ordered(p);
+    const size_t ds = ds_scratch ? (size_t)p.B * p.NH * p.T * p.Tk * sizeof(float) : 0;
     const size_t gated_dout = p.x.gate ? (size_t)p.B * p.T * p.NH * p.HS * sizeof(floatX) : 0;
     return attention_backward_scratch_bytes_for(p.B, p.T, p.NH, p.HS, with_dq_accum) + ds + gated_dout;
 }
@@ -4279,6 +4623,8 @@ inline const char* attention_backward_unsupported_reason(const AttentionBackward
         if (st.batch % 8 || st.row % 8 || st.head % 8) return "every batch, row and head stride must be a multiple of 8 elements (16 bytes)";
     if (p.dbias && !p.x.bias) return "dbias needs a bias (it takes the bias's dtype, strides and broadcast dimensions)";
     if (p.dbias && (uintptr_t)p.dbias % (p.x.bias_fp32 ? 4 : 2)) return "dbias must be aligned to its element size";
+    if (p.dbias2 && !p.x.bias2) return "dbias2 needs bias2";
+    if (p.dbias2 && (uintptr_t)p.dbias2 % (p.x.bias2_fp32 ? 4 : 2)) return "dbias2 must be aligned to its element size";
     if (p.dqkv_sums && !(attention_self_causal(p) && !attention_has_extras(p.x) && attention_backward_sums_dqkv(p.T, p.HS, false)))
         return "dqkv_sums is written only by GPT-2's causal self-attention on the deterministic Hopper split (attention_backward_sums_dqkv)";
     if ((uintptr_t)p.dqkv_sums % 8) return "dqkv_sums must be 8-byte aligned";
@@ -4320,36 +4666,54 @@ inline void attention_backward_self_causal_path(const AttentionBackwardParams& p
 inline void attention_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
     if (const char* why = attention_backward_unsupported_reason(p)) attention_exit_unsupported("backward", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
     const int HS = p.HS;
-    // (HS 96 runs HS 128's Hopper copies, zero-padded: see head_chunk_stored)
-    if ((HS == 64 || HS == 96 || HS == 128) && attention_hopper_bias_fits(p.x)) {   // a bf16 bias alone: the Hopper split's kBias copies
-        if (HS != 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, true>(p, stream);
-        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, true>(p, stream);
-    } else if ((HS == 64 || HS == 96 || HS == 128) && attention_hopper_packed_fits(p.x, {p.q_st, p.k_st, p.v_st, p.o_st, p.do_st, p.dq_st, p.dk_st, p.dv_st})) {
+    if (attention_self_causal(p)) { attention_backward_self_causal_path(p, stream); return; }
+    // the kernels' extras (attention_kernel_extras); they write dS into the scratch where either bias's gradient is asked
+    // for, and the dbias kernel sums it over each bias's broadcast dimensions after them
+    AttentionBackwardParams k = p;
+    k.x = attention_kernel_extras(p.x, p.B, p.T, p.Tk, p.NH, stream);
+    k.dbias = p.dbias ? p.dbias : p.dbias2, k.dbias2 = nullptr;
+    const bool hopper = attention_backward_uses_hopper(HS);
+    // (HS 8-32 run HS 64's Hopper copies, 96 HS 128's, zero-padded: see head_chunk_stored)
+    if (HS != 256 && attention_hopper_bias_fits(k.x)) {   // a bf16 tile bias, a key bias, gating: the Hopper split's kBias copies
+        k.x = with_zero_tile_bias(k.x, p.Tk);
+        // the ordered dBias where the tile bias is the one bias whose gradient is asked for; else dS into the scratch
+        const bool ordered = attention_backward_dbias_ordered(p);
+        const DbiasOrder order = ordered ? dbias_order(k, 128, HS > 64 ? 64 : 128, stream) : DbiasOrder{};
+        if (ordered) k.dbias = nullptr;
+        if (HS > 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, true>(k, stream, order);
+        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, true>(k, stream, order);
+        if (ordered) {
+            const bool first = p.dbias != nullptr;
+            dbias_from_order(order, k, first ? p.x.bias_st : p.x.bias2_st, first ? p.x.bias_fp32 : p.x.bias2_fp32, first ? p.dbias : p.dbias2, stream);
+            return;
+        }
+    } else if ((HS == 64 || HS == 96 || HS == 128) && attention_hopper_packed_fits(k.x, {p.q_st, p.k_st, p.v_st, p.o_st, p.do_st, p.dq_st, p.dk_st, p.dv_st})) {
         // packed sequences with their totals: the Hopper split's kVarlen copies
-        if (HS != 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, false, true>(p, stream);
-        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, false, true>(p, stream);
-    } else if (attention_has_extras(p.x) || HS <= 16) {   // the mma.sync split's kExtras copies
-        if (HS <= 16) attention_backward_split<16, 4, 1, 64, 4, 1, 64, true>(p, stream);
-        else if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64, true>(p, stream);
-        else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64, true>(p, stream);
-        else if (HS == 96) attention_backward_split<96, 4, 1, 32, 4, 1, 32, true>(p, stream);
-        else if (HS == 128) attention_backward_split<128, 4, 1, 32, 4, 1, 32, true>(p, stream);
-        else attention_backward_split<256, 4, 1, 32, 4, 1, 32, true>(p, stream);
-    } else if (!attention_self_causal(p) && HS >= 64 && attention_backward_uses_hopper(HS)) {
-        // the warp-specialised split's general copies (GQA: each dK/dV item sums its group's query heads)
-        if (HS == 256) attention_backward_split_hopper_ws_256<2>(p, stream);
-        else if (HS != 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 96, 2, true>(p, stream);
-        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true>(p, stream);
-    } else if (!attention_self_causal(p)) {
-        // general: preprocess, the dK/dV kernel (GQA: each CTA sums its group's query heads), the dQ kernel
-        if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64>(p, stream);
-        else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(p, stream);
-        else if (HS == 96) attention_backward_split<96, 4, 1, 32, 4, 1, 32>(p, stream);
-        else if (HS == 128) attention_backward_split<128, 4, 1, 32, 4, 1, 32>(p, stream);
-        else attention_backward_split<256, 4, 1, 32, 4, 1, 32>(p, stream);   // dK/dV in two column halves (blockIdx.z)
+        if (HS != 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, false, true>(k, stream);
+        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, false, true>(k, stream);
+    } else if ((attention_has_extras(k.x) && !(hopper && HS != 256 && attention_gate_only(k.x))) || (!hopper && HS <= 16)) {
+        // the mma.sync split's kExtras copies
+        if (HS <= 16) attention_backward_split<16, 4, 1, 64, 4, 1, 64, true>(k, stream);
+        else if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64, true>(k, stream);
+        else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64, true>(k, stream);
+        else if (HS == 96) attention_backward_split<96, 4, 1, 32, 4, 1, 32, true>(k, stream);
+        else if (HS == 128) attention_backward_split<128, 4, 1, 32, 4, 1, 32, true>(k, stream);
+        else attention_backward_split<256, 4, 1, 32, 4, 1, 32, true>(k, stream);
+    } else if (hopper) {
+        // the warp-specialised split's general copies (GQA: each dK/dV item sums its group's query heads; gating)
+        if (HS == 256) attention_backward_split_hopper_ws_256<2>(k, stream);
+        else if (HS > 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 96, 2, true>(k, stream);
+        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true>(k, stream);
     } else {
-        attention_backward_self_causal_path(p, stream);
+        // general: preprocess, the dK/dV kernel (GQA: each CTA sums its group's query heads), the dQ kernel
+        if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64>(k, stream);
+        else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(k, stream);
+        else if (HS == 96) attention_backward_split<96, 4, 1, 32, 4, 1, 32>(k, stream);
+        else if (HS == 128) attention_backward_split<128, 4, 1, 32, 4, 1, 32>(k, stream);
+        else attention_backward_split<256, 4, 1, 32, 4, 1, 32>(k, stream);   // dK/dV in two column halves (blockIdx.z)
     }
+    if (p.dbias) launch_attention_dbias(k, p.x.bias_st, p.x.bias_fp32, p.dbias, stream);
+    if (p.dbias2) launch_attention_dbias(k, p.x.bias2_st, p.x.bias2_fp32, p.dbias2, stream);
 }
 #endif  // FLASHGPT_ATTENTION_GPT2_ONLY
 

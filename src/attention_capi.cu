@@ -7,8 +7,8 @@ Each call checks what src/attention.cuh would refuse (attention_unsupported_reas
 a foreign caller gets wrong (null pointers, a small scratch, another device), and returns the reason instead of
 letting attention_forward / attention_backward exit the process. After the launches it returns cudaGetLastError's
 message, if any. CUDA failures inside src/attention.cuh's own cudaCheck calls (a failed launch, say) still exit, as
-they do in train_gpt2cu. The calls without _ex are the _ex calls with every extra (bias, key lengths, packed
-sequences, gate, dbias) off.
+they do in train_gpt2cu. The calls without _ex are the _ex calls with every extra (biases, key mask, key lengths,
+packed sequences, gate, dbias) off.
 */
 #include "attention_capi.h"
 #include <mutex>
@@ -57,10 +57,17 @@ AttentionStrides strides_of(const long long* s) { return {s[0], s[1], s[2]}; }
 // the _ex calls' extras as src/attention.cuh's AttentionExtras; nullptr, or why they are refused
 const char* extras_of(AttentionExtras& x, const void* bias, const long long* bias_strides, int bias_fp32,
                       const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k, int total_q, int total_k,
-                      const void* gate, const long long* gate_strides) {
+                      const void* gate, const long long* gate_strides, const void* bias2, const long long* bias2_strides,
+                      int bias2_fp32, const unsigned char* key_mask, long long key_mask_batch) {
     if (bias && !bias_strides) return "a bias needs its 3 strides (bias_strides not null)";
+    if (bias2 && !bias2_strides) return "bias2 needs its 3 strides (bias2_strides not null)";
     if (gate && !gate_strides) return "a gate needs its 3 strides (gate_strides not null)";
     x = {};
+    x.bias2 = bias2;
+    if (bias2) x.bias2_st = strides_of(bias2_strides);
+    x.bias2_fp32 = bias2_fp32 != 0;
+    x.key_mask = key_mask;
+    x.key_mask_batch = key_mask_batch;
     x.bias = bias;
     if (bias) x.bias_st = strides_of(bias_strides);
     x.bias_fp32 = bias_fp32 != 0;
@@ -99,13 +106,13 @@ const char* flashgpt_attention_forward_ex(const void* q, const void* k, const vo
                                           const void* bias, const long long* bias_strides, int bias_fp32,
                                           const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k,
                                           int total_q, int total_k, const void* gate, const long long* gate_strides,
-                                          void* gated_out,
-                                          void* stream) {
+                                          void* gated_out, const void* bias2, const long long* bias2_strides, int bias2_fp32,
+                                          const unsigned char* key_mask, long long key_mask_batch, void* stream) {
     if (!q || !k || !v || !out || !lse) return "q, k, v, out and lse must not be null";
     if (!q_strides || !k_strides || !v_strides || !o_strides) return "every stride array must have 3 elements (not null)";
     AttentionForwardParams p{};
     if (const char* why = extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k,
-                                    total_q, total_k, gate, gate_strides))
+                                    total_q, total_k, gate, gate_strides, bias2, bias2_strides, bias2_fp32, key_mask, key_mask_batch))
         return why;
     if (const char* why = gate_output_problem(gate, gated_out, "gated_out")) return why;
     p.x.gated_out = (floatX*)gated_out;
@@ -129,20 +136,23 @@ const char* flashgpt_attention_forward(const void* q, const void* k, const void*
                                        void* stream) {
     return flashgpt_attention_forward_ex(q, k, v, out, lse, q_strides, k_strides, v_strides, o_strides, B, T, Tk, NH, NH_kv,
                                          HS, causal, scale, nullptr, nullptr, 0, nullptr, nullptr, nullptr, 0, 0, nullptr,
-                                         nullptr, nullptr, stream);
+                                         nullptr, nullptr, nullptr, nullptr, 0, nullptr, 0, stream);
 }
 
 size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal,
                                                     const void* bias, const long long* bias_strides, int bias_fp32,
                                                     const int* seqlens_k, const int* cu_seqlens_q,
                                                     const int* cu_seqlens_k, int total_q, int total_k, const void* gate,
-                                                    const long long* gate_strides, const void* dbias) {
+                                                    const long long* gate_strides, const void* dbias, const void* bias2,
+                                                    const long long* bias2_strides, int bias2_fp32, const unsigned char* key_mask,
+                                                    long long key_mask_batch, const void* dbias2) {
     if (B < 1 || T < 1 || Tk < 1 || NH < 1 || NH_kv < 1 || HS < 1) return 0;
     AttentionBackwardParams p{};
-    if (extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, total_q, total_k, gate, gate_strides))
+    if (extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, total_q, total_k, gate, gate_strides,
+                  bias2, bias2_strides, bias2_fp32, key_mask, key_mask_batch))
         return 0;
     // only whether there is a gate (the gated dO it adds) or a dbias (the ds buffer) counts here, never an address
-    p.dbias = (void*)dbias;
+    p.dbias = (void*)dbias, p.dbias2 = (void*)dbias2;
     std::lock_guard<std::mutex> lock(g_call_mutex);
     if (device_problem()) return 0;
     p.B = B; p.T = T; p.Tk = Tk; p.NH = NH; p.NH_kv = NH_kv; p.HS = HS;
@@ -152,7 +162,8 @@ size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, int Tk, int NH
 
 size_t flashgpt_attention_backward_scratch_bytes(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal) {
     return flashgpt_attention_backward_scratch_bytes_ex(B, T, Tk, NH, NH_kv, HS, causal, nullptr, nullptr, 0, nullptr, nullptr,
-                                                        nullptr, 0, 0, nullptr, nullptr, nullptr);
+                                                        nullptr, 0, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr, 0,
+                                                        nullptr);
 }
 
 const char* flashgpt_attention_backward_ex(void* dq, void* dk, void* dv, const void* dout, const void* q,
@@ -165,21 +176,22 @@ const char* flashgpt_attention_backward_ex(void* dq, void* dk, void* dv, const v
                                            const void* bias, const long long* bias_strides, int bias_fp32,
                                            const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k,
                                            int total_q, int total_k, const void* gate, const long long* gate_strides,
-                                           void* dgate,
-                                           void* dbias, void* scratch, size_t scratch_bytes, void* stream) {
+                                           void* dgate, void* dbias, const void* bias2, const long long* bias2_strides,
+                                           int bias2_fp32, const unsigned char* key_mask, long long key_mask_batch,
+                                           void* dbias2, void* scratch, size_t scratch_bytes, void* stream) {
     if (!dq || !dk || !dv || !dout || !q || !k || !v || !out || !lse) return "dq, dk, dv, dout, q, k, v, out and lse must not be null";
     if (!dq_strides || !dk_strides || !dv_strides || !do_strides || !q_strides || !k_strides || !v_strides || !o_strides)
         return "every stride array must have 3 elements (not null)";
     if (!scratch || (uintptr_t)scratch % 16) return "scratch must be device memory, 16-byte aligned";
     AttentionBackwardParams p{};
     if (const char* why = extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k,
-                                    total_q, total_k, gate, gate_strides))
+                                    total_q, total_k, gate, gate_strides, bias2, bias2_strides, bias2_fp32, key_mask, key_mask_batch))
         return why;
     if (const char* why = gate_output_problem(gate, dgate, "dgate")) return why;
     std::lock_guard<std::mutex> lock(g_call_mutex);
     if (const char* why = device_problem()) return why;
     p.dq = (floatX*)dq; p.dk = (floatX*)dk; p.dv = (floatX*)dv;
-    p.dbias = dbias;
+    p.dbias = dbias, p.dbias2 = dbias2;
     p.dgate = (floatX*)dgate;
     p.scratch = scratch;
     p.dout = (const floatX*)dout;
@@ -212,7 +224,7 @@ const char* flashgpt_attention_backward(void* dq, void* dk, void* dv, const void
     return flashgpt_attention_backward_ex(dq, dk, dv, dout, q, k, v, out, lse, dq_strides, dk_strides, dv_strides, do_strides,
                                           q_strides, k_strides, v_strides, o_strides, B, T, Tk, NH, NH_kv, HS, causal, scale,
                                           nullptr, nullptr, 0, nullptr, nullptr, nullptr, 0, 0, nullptr, nullptr, nullptr, nullptr,
-                                          scratch, scratch_bytes, stream);
+                                          nullptr, nullptr, 0, nullptr, 0, nullptr, scratch, scratch_bytes, stream);
 }
 
 const char* flashgpt_attention_version(void) { return GIT_COMMIT; }

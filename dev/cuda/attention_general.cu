@@ -14,9 +14,11 @@ computation's error plus a small constant), every output poisoned before each la
   --schedule static|dynamic, --pdl 0|1: as in the other harnesses (common.h), for A/B runs
 
 A case is the anchor script's syntax (../shared/bench/sdpa_general_anchor.py), so both time the same thing:
-  b=[8] h=[12] hkv=[h] tq=[1024] tk=[tq] d=[64] causal=[1] bwd=[1] bias=[none]|b1tt|1htt|bhtt|b11t|11tt, plus
+  b=[8] h=[12] hkv=[h] tq=[1024] tk=[tq] d=[64] causal=[1] bwd=[1] bias=[none]|(b|1)(h|1)(t|1)t, plus
   layout=[bhtd]|bthd|qkv, scale=[1/sqrt(d)], and the extras: biasf32=1 (an fp32 bias), dbias=1 (its gradient), mask=1
-  (-inf entries), keylens=1 (per-sequence key lengths), varlen=1 (packed sequences of ragged lengths; varlen=2: of
+  (-inf entries), bias2=... bias2f32=1 dbias2=1 (a second bias, as the first), keymask=1 (a (B, Tk) key mask: 10% of
+  the keys at random, every key of sequence 1, all but one of sequence 2), keylens=1 (per-sequence key lengths),
+  varlen=1 (packed sequences of ragged lengths; varlen=2: of
   lengths tq / tk, the same tokens as the unpadded batch), gate=1 (output
   gating), docs=1 (document masking), kvlens=1 (a KV cache of per-sequence lengths)
 FLOPs as the anchor script counts them: forward 4*B*H*Tq*Tk*D, halved for causal with tq = tk (per sequence with
@@ -25,6 +27,8 @@ with a bias is both.
 */
 #include "dev/cuda/common.h"
 
+// one additive bias of a case: its broadcast shape (none, b1tt, 1htt, bhtt, b11t, 11tt), fp32 or bf16, its gradient
+struct BiasSpec { std::string shape = "none"; bool fp32 = false, grad = false; };
 struct GeneralCase {
     GeneralShape s;
     std::string layout;   // bthd, bhtd (each tensor its own buffer) or qkv (GPT-2's fused buffer: T = Tk, NH = NH_kv)
@@ -38,11 +42,14 @@ struct GeneralCase {
     int varlen;
     bool gate;            // output gating: gated_out = O * gate, dgate
     bool docs;            // document masking: documents of random lengths (1 to ~80) along each sequence
+    BiasSpec bias2;       // a second bias (AttentionExtras::bias2)
+    bool keymask;         // a (B, Tk) key mask (AttentionExtras::key_mask)
 };
 
 static GeneralCase parse_case(const std::string& arg) {
     int b = 8, h = 12, hkv = -1, tq = 1024, tk = -1, d = 64, causal = 1, bwd = 1, kvlens = 0;
-    int biasf32 = 0, dbias = 0, mask = 0, keylens = 0, varlen = 0, gate = 0, docs = 0;
+    int biasf32 = 0, dbias = 0, mask = 0, keylens = 0, varlen = 0, gate = 0, docs = 0, bias2f32 = 0, dbias2 = 0, keymask = 0;
+    std::string bias2 = "none";
     double scale = 0.0;
     std::string layout = "bhtd", bias = "none";
     for (const std::string& kv : split_commas(arg)) {
@@ -56,6 +63,8 @@ static GeneralCase parse_case(const std::string& arg) {
         else if (k == "bias") bias = v; else if (k == "biasf32") biasf32 = atoi(v.c_str()); else if (k == "dbias") dbias = atoi(v.c_str());
         else if (k == "mask") mask = atoi(v.c_str()); else if (k == "keylens") keylens = atoi(v.c_str()); else if (k == "varlen") varlen = atoi(v.c_str());
         else if (k == "gate") gate = atoi(v.c_str()); else if (k == "docs") docs = atoi(v.c_str());
+        else if (k == "bias2") bias2 = v; else if (k == "bias2f32") bias2f32 = atoi(v.c_str()); else if (k == "dbias2") dbias2 = atoi(v.c_str());
+        else if (k == "keymask") keymask = atoi(v.c_str());
         else { fprintf(stderr, "unknown case key '%s'\n", k.c_str()); exit(EXIT_FAILURE); }
     }
     if (hkv < 0) hkv = h;
@@ -64,13 +73,16 @@ static GeneralCase parse_case(const std::string& arg) {
     if (layout != "bthd" && layout != "bhtd" && layout != "qkv") { fprintf(stderr, "layout: bthd, bhtd or qkv\n"); exit(EXIT_FAILURE); }
     if (layout == "qkv" && (tk != tq || hkv != h)) { fprintf(stderr, "layout=qkv needs tk = tq and hkv = h\n"); exit(EXIT_FAILURE); }
     if (kvlens) bwd = 0;
-    if (bias != "none" && bias != "b1tt" && bias != "1htt" && bias != "bhtt" && bias != "b11t" && bias != "11tt") {
-        fprintf(stderr, "bias: none, b1tt, 1htt, bhtt, b11t or 11tt\n"); exit(EXIT_FAILURE);
-    }
-    if ((varlen || keylens || gate || bias != "none") && layout == "qkv") { fprintf(stderr, "extras take bthd or bhtd\n"); exit(EXIT_FAILURE); }
+    for (const std::string& sh : {bias, bias2})   // (b or 1)(h or 1)(t or 1)t: each dimension kept or broadcast
+        if (sh != "none" && (sh.size() != 4 || (sh[0] != 'b' && sh[0] != '1') || (sh[1] != 'h' && sh[1] != '1') ||
+                             (sh[2] != 't' && sh[2] != '1') || sh[3] != 't')) {
+            fprintf(stderr, "bias, bias2: none or (b|1)(h|1)(t|1)t, e.g. b1tt, 1htt, bhtt, b11t, 11tt\n"); exit(EXIT_FAILURE);
+        }
+    if ((varlen || keylens || gate || keymask || bias != "none" || bias2 != "none") && layout == "qkv") { fprintf(stderr, "extras take bthd or bhtd\n"); exit(EXIT_FAILURE); }
     if (varlen) layout = "bthd";   // packed: (total rows, heads, head dim)
     return {{b, tq, tk, h, hkv, d, causal != 0, scale}, layout, bwd != 0, kvlens != 0, bias, biasf32 != 0, dbias != 0 && bias != "none",
-            mask != 0 && bias != "none", keylens != 0, varlen, gate != 0, docs != 0};
+            mask != 0 && bias != "none", keylens != 0, varlen, gate != 0, docs != 0, {bias2, bias2f32 != 0, dbias2 != 0 && bias2 != "none"},
+            keymask != 0};
 }
 
 // the validation set: every feature of the general interface, ragged lengths, rows that see no key, tiny and large B*NH
@@ -133,6 +145,16 @@ static const char* kValidationCases[] = {
     // output gating, alone and with a bias and packed sequences (AlphaFold's attention: pair bias, gate, head dim 8/16/32)
     "b=2,h=3,tq=140,d=64,causal=0,gate=1",                       "b=3,h=4,tq=100,d=32,causal=0,bias=b1tt,dbias=1,gate=1,mask=1",
     "b=3,h=2,tq=120,d=16,varlen=1,gate=1",
+    // AlphaFold's attention (head dims 8-32 on HS 64's Hopper copies): a pair bias, a mask bias (bias2 without rows: the
+    // key bias) and a key mask (whole sequences masked, one key seen), gating, both gradients; two biases with rows (summed);
+    // odd lengths (the bf16 bias's rows copied to 16-byte rows for TMA); T = 1 and 1536
+    "b=6,h=4,tq=200,d=32,causal=0,bias=1htt,dbias=1,bias2=b11t,keymask=1,gate=1", "b=4,h=2,tq=131,d=16,causal=0,bias=1htt,bias2=b11t,dbias2=1,keymask=1",
+    "b=5,h=8,tq=77,d=8,causal=0,bias=bhtt,biasf32=1,bias2=1htt,dbias=1,dbias2=1",  "b=3,h=2,tq=1,d=32,causal=0,bias=1htt,keymask=1",
+    "b=3,h=4,tq=759,d=32,causal=0,bias=1htt,dbias=1,keymask=1,gate=1",          "b=3,h=2,tq=300,tk=759,d=32,causal=0,bias2=b1tt,bias2f32=1,dbias2=1,keymask=1",
+    "b=3,h=2,tq=259,d=64,causal=0,bias=11tt,bias2=b11t,bias2f32=1,dbias=1,keymask=1", "b=4,h=3,tq=100,d=16,bias2=bhtt,dbias2=1,keymask=1",
+    "b=3,h=2,tq=64,d=8,causal=0,keymask=1",                                       "b=3,h=2,tq=70,d=32,causal=0,gate=1",
+    "b=2,h=4,hkv=2,tq=150,d=32,causal=0",                                         "b=3,h=2,tq=1536,d=32,causal=0,bias=1htt,dbias=1,keymask=1",
+    "b=3,h=2,tq=333,tk=200,d=16,causal=0,bias=11tt,dbias=1,bias2=1h1t,keymask=1",
     // document masking (train_gpt2cu -dm 1): random document boundaries along each sequence
     "b=2,h=3,tq=300,d=64,docs=1",                                "b=2,h=4,tq=257,d=128,docs=1,layout=bthd",
     "b=3,h=2,hkv=1,tq=200,d=32,docs=1,bias=1htt,dbias=1",
@@ -151,6 +173,15 @@ static const char* kBenchCases[] = {
     "b=16,h=12,tq=1024,d=64,varlen=2", "b=16,h=12,tq=1024,d=64,causal=0,varlen=2",
     "b=16,h=12,tq=1024,d=64,causal=0,keylens=1", "b=8,h=12,tq=1024,d=64,docs=1",
 };
+
+// pseudo-random bf16 values (uniform, variance `scale`^2) for the cases too big to validate, so that none is timed on zeros
+__global__ void fill_uniform_bf16(floatX* p, size_t n, uint64_t seed, float scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = seed + i * 0x9E3779B97F4A7C15ull;   // splitmix64
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull; z = (z ^ (z >> 27)) * 0x94D049BB133111EBull; z ^= z >> 31;
+        p[i] = (floatX)(((float)(z >> 40) * (1.0f / 16777216.0f) - 0.5f) * 3.4641016f * scale);
+    }
+}
 
 // per sequence with its own lengths (x: keylens, varlen), as the anchor script counts one batch
 static double forward_flops(const GeneralShape& s, const GeneralExtras& x) {
@@ -212,9 +243,15 @@ struct CaseBuffers {
     std::vector<int> seqlens;   // kv_lens / keylens: sequence b's keys, on the device too
     int* d_seqlens = nullptr;
     GeneralExtras ref_x;        // the reference's view of the extras: per-sequence lengths, the bias (host floats)
-    std::vector<float> bias;    // the bias's values, (Bb, Hb, Tb, Tk) with the broadcast dimensions of size 1
-    AttentionStrides bias_st{};
-    void *d_bias = nullptr, *d_dbias = nullptr;
+    // a bias's values, (Bb, Hb, Tb, Tk) with the broadcast dimensions of size 1, its strides and device buffers
+    struct Bias {
+        BiasSpec spec;
+        std::vector<float> values;
+        AttentionStrides st{};
+        void *d = nullptr, *d_grad = nullptr;
+        size_t bytes() const { return values.size() * (spec.fp32 ? 4 : 2); }
+    } bias, bias2;
+    uint8_t* d_keymask = nullptr;   // (B, Tk)
     floatX *d_gate = nullptr, *d_gated_out = nullptr, *d_dgate = nullptr;   // gating: (B, T, NH, HS) in O's layout
     int* d_doc_start = nullptr;   // document masking: (B, T)
     int *d_cu_q = nullptr, *d_cu_k = nullptr;
@@ -243,15 +280,21 @@ struct CaseBuffers {
         }
         if (c.docs) d_doc_start = device_alloc<int>((size_t)s.B * s.T);
         if (c.gate) { d_gate = device_alloc<floatX>(o.elems); d_gated_out = device_alloc<floatX>(o.elems); d_dgate = device_alloc<floatX>(o.elems); }
-        if (c.bias != "none") {
-            const bool bb = c.bias[0] == 'b', hb = c.bias[1] == 'h', tb = c.bias[2] == 't';
+        bias.spec = {c.bias, c.bias_fp32, c.dbias};
+        bias2.spec = c.bias2;
+        for (Bias* bi : {&bias, &bias2}) {
+            const std::string& sh = bi->spec.shape;
+            if (sh == "none") continue;
+            const bool bb = sh[0] == 'b', hb = sh[1] == 'h', tb = sh[2] == 't';
             const long long Tb = tb ? s.T : 1, Hb = hb ? s.NH : 1, Bb = bb ? s.B : 1;
-            bias_st = {bb ? Hb * Tb * s.Tk : 0, tb ? (long long)s.Tk : 0, hb ? Tb * s.Tk : 0};
-            bias.resize((size_t)Bb * Hb * Tb * s.Tk);
-            ref_x.bias = bias.data(); ref_x.bias_b = bias_st.batch; ref_x.bias_h = bias_st.head; ref_x.bias_q = bias_st.row;
-            d_bias = device_alloc<uint8_t>(bias.size() * (c.bias_fp32 ? 4 : 2));
-            if (c.dbias) d_dbias = device_alloc<uint8_t>(bias.size() * (c.bias_fp32 ? 4 : 2));
+            bi->st = {bb ? Hb * Tb * s.Tk : 0, tb ? (long long)s.Tk : 0, hb ? Tb * s.Tk : 0};
+            bi->values.resize((size_t)Bb * Hb * Tb * s.Tk);
+            bi->d = device_alloc<uint8_t>(bi->bytes());
+            if (bi->spec.grad) bi->d_grad = device_alloc<uint8_t>(bi->bytes());
         }
+        if (!bias.values.empty()) { ref_x.bias = bias.values.data(); ref_x.bias_b = bias.st.batch; ref_x.bias_h = bias.st.head; ref_x.bias_q = bias.st.row; }
+        if (!bias2.values.empty()) { ref_x.bias2 = bias2.values.data(); ref_x.bias2_b = bias2.st.batch; ref_x.bias2_h = bias2.st.head; ref_x.bias2_q = bias2.st.row; }
+        if (c.keymask) d_keymask = device_alloc<uint8_t>((size_t)s.B * s.Tk);
         if (c.layout == "qkv") {   // one buffer for Q, K, V and one for dQ, dK, dV
             k_base = (size_t)s.NH * s.HS; v_base = 2 * k_base;
             d_q = d_k = d_v = device_alloc<floatX>(q.elems);
@@ -265,8 +308,8 @@ struct CaseBuffers {
         if (c.bwd) { scratch_bytes = attention_backward_scratch_bytes(bwd()); d_scratch = device_alloc<uint8_t>(scratch_bytes); }
     }
     AttentionExtras extras() const {
-        return {d_bias, bias_st, c.bias_fp32, c.keylens ? d_seqlens : nullptr, d_cu_q, d_cu_k, d_gate, o.st, d_gated_out, d_doc_start,
-                c.varlen ? q.cu.back() : 0, c.varlen ? kv.cu.back() : 0};
+        return {bias.d, bias.st, c.bias_fp32, c.keylens ? d_seqlens : nullptr, d_cu_q, d_cu_k, d_gate, o.st, d_gated_out, d_doc_start,
+                c.varlen ? q.cu.back() : 0, c.varlen ? kv.cu.back() : 0, bias2.d, bias2.st, bias2.spec.fp32, d_keymask, c.s.Tk};
     }
     AttentionForwardParams fwd() const {
         const GeneralShape& s = c.s;
@@ -277,7 +320,7 @@ struct CaseBuffers {
         const GeneralShape& s = c.s;
         return {d_dq, d_dk + k_base, d_dv + v_base, d_scratch, d_dout, d_q, d_k + k_base, d_v + v_base, d_out, d_lse,
                 q.st, kv.st, kv.st, o.st, o.st, q.st, kv.st, kv.st, s.B, s.T, s.Tk, s.NH, s.NH_kv, s.HS, s.causal, (float)s.scale,
-                extras(), d_dbias, d_dgate};
+                extras(), bias.d_grad, d_dgate, nullptr, bias2.d_grad};
     }
     // fresh document starts: a new document at each position with probability 1/40, and at 0
     void fill_documents(std::mt19937_64& rng) {
@@ -291,20 +334,29 @@ struct CaseBuffers {
             }
         to_device(d_doc_start, ref_x.doc_start);
     }
-    // fresh extras: the document starts, the bias values (bf16-exact either way; mask: 10% of them -inf, and every row 7i + 3
-    // where the bias has rows)
+    // fresh extras: the document starts, the biases' values (bf16-exact either way; mask: 10% of the first's -inf, and
+    // every row 7i + 3 where it has rows), the key mask (10% of the keys at random, every key of sequence 1, all but key
+    // 0 of sequence 2)
     void fill_extras(std::mt19937_64& rng) {
         fill_documents(rng);
-        if (bias.empty()) return;
         std::normal_distribution<float> dist(0.0f, 1.0f);
         std::uniform_real_distribution<float> u(0.0f, 1.0f);
-        const long long row = bias_st.row ? bias_st.row : 0;
-        for (size_t i = 0; i < bias.size(); i++) {
-            bias[i] = (float)(floatX)dist(rng);
-            if (c.mask && (u(rng) < 0.1f || (row && (i / row) % 7 == 3))) bias[i] = -INFINITY;
+        for (Bias* bi : {&bias, &bias2}) {
+            if (bi->values.empty()) continue;
+            const long long row = bi->st.row ? bi->st.row : 0;
+            for (size_t i = 0; i < bi->values.size(); i++) {
+                bi->values[i] = (float)(floatX)dist(rng);
+                if (bi == &bias && c.mask && (u(rng) < 0.1f || (row && (i / row) % 7 == 3))) bi->values[i] = -INFINITY;
+            }
+            if (bi->spec.fp32) to_device((float*)bi->d, bi->values);
+            else { std::vector<floatX> h(bi->values.size()); for (size_t i = 0; i < h.size(); i++) h[i] = (floatX)bi->values[i]; to_device((floatX*)bi->d, h); }
         }
-        if (c.bias_fp32) to_device((float*)d_bias, bias);
-        else { std::vector<floatX> h(bias.size()); for (size_t i = 0; i < h.size(); i++) h[i] = (floatX)bias[i]; to_device((floatX*)d_bias, h); }
+        if (c.keymask) {
+            ref_x.key_mask.assign((size_t)c.s.B * c.s.Tk, 1);
+            for (int b = 0; b < c.s.B; b++)
+                for (int j = 0; j < c.s.Tk; j++) ref_x.key_mask[(size_t)b * c.s.Tk + j] = b == 1 ? 0 : b == 2 ? j == 0 : u(rng) >= 0.1f;
+            to_device(d_keymask, ref_x.key_mask);
+        }
     }
     void forward(cudaStream_t stream) const {
         if (c.kv_lens) attention_forward_kvcache(fwd(), d_seqlens, stream);
@@ -315,7 +367,8 @@ struct CaseBuffers {
         poison(d_dq, q.elems * 2); poison(d_dk, kv.elems * 2); poison(d_dv, kv.elems * 2);
     }
     void free_all() {
-        for (void* p : {(void*)d_out, (void*)d_dout, (void*)d_lse, d_scratch, (void*)d_q, (void*)d_dq, (void*)d_seqlens, d_bias, d_dbias,
+        for (void* p : {(void*)d_out, (void*)d_dout, (void*)d_lse, d_scratch, (void*)d_q, (void*)d_dq, (void*)d_seqlens, bias.d, bias.d_grad,
+                        bias2.d, bias2.d_grad, (void*)d_keymask,
                         (void*)d_cu_q, (void*)d_cu_k, (void*)d_gate, (void*)d_gated_out, (void*)d_dgate, (void*)d_doc_start})
             if (p) cudaCheck(cudaFree(p));
         if (c.layout != "qkv") for (void* p : {(void*)d_k, (void*)d_v, (void*)d_dk, (void*)d_dv}) cudaCheck(cudaFree(p));
@@ -348,6 +401,8 @@ static std::string case_name(const GeneralCase& c) {
              (int)s.causal, c.layout.c_str(), s.scale, c.bwd ? "" : " (forward only)");
     std::string name = buf;
     if (c.bias != "none") name += " bias=" + c.bias + (c.bias_fp32 ? " fp32" : " bf16") + (c.dbias ? " +dbias" : "") + (c.mask ? " +mask" : "");
+    if (c.bias2.shape != "none") name += " bias2=" + c.bias2.shape + (c.bias2.fp32 ? " fp32" : " bf16") + (c.bias2.grad ? " +dbias2" : "");
+    if (c.keymask) name += " keymask";
     if (c.keylens) name += " keylens";
     if (c.varlen) name += c.varlen == 2 ? " varlen=2" : " varlen";
     if (c.gate) name += " gate";
@@ -418,31 +473,35 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
     if (!c.bwd) return failed;
 
     std::vector<float> ref_dq(nq), ref_dk(nkv), ref_dv(nkv), naive_dq(nq), naive_dk(nkv), naive_dv(nkv);
-    std::vector<float> ref_ds(c.dbias ? (size_t)s.B * s.NH * s.T * s.Tk : 0), naive_ds(ref_ds.size());
+    const bool any_dbias = c.dbias || c.bias2.grad;
+    std::vector<float> ref_ds(any_dbias ? (size_t)s.B * s.NH * s.T * s.Tk : 0), naive_ds(ref_ds.size());
     attention_backward_cpu_general(ref_dq.data(), ref_dk.data(), ref_dv.data(), dout_eff.data(), q.data(), k.data(), v.data(), s, false, x,
-                                   c.dbias ? ref_ds.data() : nullptr);
+                                   any_dbias ? ref_ds.data() : nullptr);
     attention_backward_cpu_general(naive_dq.data(), naive_dk.data(), naive_dv.data(), dout_eff.data(), q.data(), k.data(), v.data(), s, true, x,
-                                   c.dbias ? naive_ds.data() : nullptr, naive_out.data());
-    // dbias: dS summed over the bias's broadcast dimensions (in double; the naive sum rounded to the bias's dtype)
-    std::vector<float> ref_dbias(bufs.bias.size(), 0.0f), naive_dbias(bufs.bias.size(), 0.0f);
-    if (c.dbias) {
-        std::vector<double> r(bufs.bias.size(), 0.0), n(bufs.bias.size(), 0.0);
+                                   any_dbias ? naive_ds.data() : nullptr, naive_out.data());
+    // a bias's gradient: dS summed over its broadcast dimensions (in double; the naive sum rounded to the bias's dtype)
+    struct Grad { const CaseBuffers::Bias* bias; const char* name; std::vector<float> ref, naive, first; };
+    std::vector<Grad> grads;
+    for (const CaseBuffers::Bias* bi : {&bufs.bias, &bufs.bias2}) {
+        if (!bi->spec.grad) continue;
+        std::vector<double> r(bi->values.size(), 0.0), n(bi->values.size(), 0.0);
         for (int b = 0; b < s.B; b++) for (int h = 0; h < s.NH; h++) for (int i = 0; i < s.T; i++) for (int j = 0; j < s.Tk; j++) {
             const size_t from = (((size_t)b * s.NH + h) * s.T + i) * s.Tk + j;
-            const size_t to = b * bufs.bias_st.batch + h * bufs.bias_st.head + i * bufs.bias_st.row + j;
+            const size_t to = b * bi->st.batch + h * bi->st.head + i * bi->st.row + j;
             r[to] += ref_ds[from]; n[to] += naive_ds[from];
         }
-        for (size_t i = 0; i < r.size(); i++) { ref_dbias[i] = (float)r[i]; naive_dbias[i] = c.bias_fp32 ? (float)n[i] : round_to_bf16((float)n[i]); }
+        Grad gr{bi, bi == &bufs.bias ? "dbias" : "dbias2", std::vector<float>(r.size()), std::vector<float>(r.size()), {}};
+        for (size_t i = 0; i < r.size(); i++) { gr.ref[i] = (float)r[i]; gr.naive[i] = bi->spec.fp32 ? (float)n[i] : round_to_bf16((float)n[i]); }
+        grads.push_back(std::move(gr));
     }
-    auto dbias_values = [&]() {   // the device's dbias as floats
-        if (c.bias_fp32) return from_device((float*)bufs.d_dbias, bufs.bias.size());
-        return to_float(from_device((floatX*)bufs.d_dbias, bufs.bias.size()));
+    auto grad_values = [&](const CaseBuffers::Bias& bi) {   // the device's gradient as floats
+        if (bi.spec.fp32) return from_device((float*)bi.d_grad, bi.values.size());
+        return to_float(from_device((floatX*)bi.d_grad, bi.values.size()));
     };
     std::vector<floatX> first_q, first_kv[2];
-    std::vector<float> first_dbias;
     for (int run = 0; run < 2; run++) {   // the second run must be bit-identical (deterministic backward)
         bufs.poison_grads(); poison(bufs.d_scratch, bufs.scratch_bytes);
-        if (c.dbias) poison(bufs.d_dbias, bufs.bias.size() * (c.bias_fp32 ? 4 : 2));
+        for (const Grad& gr : grads) poison(gr.bias->d_grad, gr.bias->bytes());
         if (c.gate) poison(bufs.d_dgate, bufs.o.elems * 2);
         attention_backward(bufs.bwd(), stream);
         cudaCheck(cudaGetLastError());
@@ -464,15 +523,18 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
                 const std::vector<float> dg = gather(from_device(bufs.d_dgate, bufs.o.elems), 0, bufs.o, s.B, s.T, s.NH, s.HS);
                 failed += !fa_rule_check("dgate", dg.data(), ref_dg.data(), naive_dg.data(), nq, DescribeBTHD{s.T, s.NH, s.HS}, true, kGradFloor);
             }
-            if (c.dbias) {
-                first_dbias = dbias_values();
-                failed += !fa_rule_check("dbias", first_dbias.data(), ref_dbias.data(), naive_dbias.data(), first_dbias.size(), [&](size_t i, char* b) {
+            for (Grad& gr : grads) {
+                gr.first = grad_values(*gr.bias);
+                failed += !fa_rule_check(gr.name, gr.first.data(), gr.ref.data(), gr.naive.data(), gr.first.size(), [&](size_t i, char* b) {
                     snprintf(b, 128, "(element %zu of the broadcast bias)", i); }, true, kGradFloor);
             }
         } else {
             bool same = memcmp(hq.data(), first_q.data(), hq.size() * 2) == 0 && memcmp(hk.data(), first_kv[0].data(), hk.size() * 2) == 0 &&
                         memcmp(hv.data(), first_kv[1].data(), hv.size() * 2) == 0;
-            if (c.dbias) { const std::vector<float> again = dbias_values(); same = same && memcmp(again.data(), first_dbias.data(), again.size() * 4) == 0; }
+            for (const Grad& gr : grads) {
+                const std::vector<float> again = grad_values(*gr.bias);
+                same = same && memcmp(again.data(), gr.first.data(), again.size() * 4) == 0;
+            }
             printf("  backward run twice: %s\n", same ? "bit-identical ok" : "DIFFERENT FAIL");
             failed += !same;
         }
@@ -532,6 +594,11 @@ int main(int argc, char** argv) {
         }
         if (!check) {
             bufs.fill_extras(rng);
+            for (std::pair<floatX*, size_t> t : {std::make_pair(bufs.d_q, bufs.q.elems), std::make_pair(bufs.d_k, bufs.kv.elems),
+                                                 std::make_pair(bufs.d_v, bufs.kv.elems), std::make_pair(bufs.d_dout, bufs.o.elems),
+                                                 std::make_pair(bufs.d_gate, bufs.o.elems)})
+                if (t.first) fill_uniform_bf16<<<1024, 256, 0, stream>>>(t.first, t.second, rng(), 1.0f);
+            cudaCheck(cudaGetLastError());
             const double flops = forward_flops(s, bufs.ref_x);
             const Timing tf = time_kernel([&](int) { bufs.forward(stream); }, repeats, stream);
             printf("RESULT attention_general %s fwd ms=%.4f tflops=%.1f", case_name(c).c_str(), tf.median_ms, flops / (tf.median_ms * 1e-3) / 1e12);

@@ -166,6 +166,9 @@ struct GeneralShape { int B, T, Tk, NH, NH_kv, HS; bool causal; double scale; };
 struct GeneralExtras {
     const float* bias = nullptr;
     long long bias_b = 0, bias_h = 0, bias_q = 0;
+    const float* bias2 = nullptr;           // a second bias, likewise
+    long long bias2_b = 0, bias2_h = 0, bias2_q = 0;
+    std::vector<uint8_t> key_mask;          // (B, Tk), optional: key j of sequence b is seen where nonzero
     std::vector<int> T_b, Tk_b;   // empty: T, Tk for every sequence
     std::vector<int> doc_start;   // (B, T), optional: query i of sequence b sees keys from doc_start[b * T + i] on
 };
@@ -189,6 +192,8 @@ inline int general_softmax_row(std::vector<double>& P, double* lse, const float*
     const int hk = h / (s.NH / s.NH_kv);
     const float* qi = &q[bthd_index(b, i, h, 0, s.T, s.NH, s.HS)];
     const float* bias_row = x && x->bias ? x->bias + b * x->bias_b + h * x->bias_h + i * x->bias_q : nullptr;
+    const float* bias2_row = x && x->bias2 ? x->bias2 + b * x->bias2_b + h * x->bias2_h + i * x->bias2_q : nullptr;
+    const uint8_t* mask_row = x && !x->key_mask.empty() ? &x->key_mask[(size_t)b * s.Tk] : nullptr;
     double row_max = -INFINITY, row_sum = 0.0;
     for (int j = 0; j <= last; j++) {
         const float* kj = &k[bthd_index(b, j, hk, 0, s.Tk, s.NH_kv, s.HS)];
@@ -196,6 +201,8 @@ inline int general_softmax_row(std::vector<double>& P, double* lse, const float*
         for (int d = 0; d < s.HS; d++) dot += (double)qi[d] * (double)kj[d];
         P[j] = rnd(dot * s.scale);
         if (bias_row) P[j] = rnd(P[j] + (double)bias_row[j]);
+        if (bias2_row) P[j] = rnd(P[j] + (double)bias2_row[j]);
+        if (mask_row && !mask_row[j]) P[j] = -INFINITY;
         if (x && !x->doc_start.empty() && j < x->doc_start[(size_t)b * s.T + i]) P[j] = -INFINITY;
         row_max = std::fmax(row_max, P[j]);
     }
