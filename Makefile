@@ -1,6 +1,7 @@
 # flashgpt build. Everything is nvcc + cuBLAS/cuBLASLt; no cuDNN anywhere.
 #
-#   make                      train_gpt2cu, test_gpt2cu, profile_gpt2cu, generate_gpt2cu and the dev/cuda binaries
+#   make                      train_gpt2cu, test_gpt2cu, profile_gpt2cu, generate_gpt2cu and the dev/cuda binaries, one
+#                             job per core (make -jN to choose)
 #   make test                 CPU tests everywhere; GPU tests too where a GPU is present. Ends "N passed, N failed".
 #                             On a GPU: the shipped attention and the first config of every other variant on the
 #                             validation set, test_gpt2cu and a 20-step d12 run.
@@ -14,6 +15,11 @@
 
 NVCC ?= nvcc
 CXX ?= g++
+
+# one job per core unless the command line gives -j (GNU make 4.3+ takes a -j set here)
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+  MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+endif
 
 # lowest compute capability among the GPUs present, e.g. 9.0 -> 90a; no GPU -> build both archs
 DETECTED_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | sort -n | head -n 1 | tr -d '.')

@@ -30,7 +30,16 @@ Extras (src/attention.cuh's AttentionExtras):
                gate.requires_grad the gate's gradient comes back too. A gate whose memory differs from out's
                ((B, T, H, D) contiguous; packed (total_q, H, D)) is copied into such memory first; its gradient has
                out's memory.
-A row whose keys are all masked (key_lengths, -inf bias, causal) gives 0 and no gradient (SDPA gives NaN). The lengths
+  bias2        a second bias like bias, with its own broadcast shape, dtype and gradient (AlphaFold's mask bias beside
+               its pair bias); a bias without query rows costs the kernels one value per key
+  key_mask     (B, Tk) bool (or (Tk,), (1, Tk) for every sequence): True where the key is seen, any pattern
+AlphaFold-family calls with the conventions of NVIDIA's cuEquivariance and DeepSpeed's DS4Sci_EvoformerAttention:
+  triangle_attention(q, k, v, bias, mask=None, scale=None)   q (B, N, H, Q, D), bias (B, 1, H, Q, K), mask (B, N, 1, 1, K)
+  evoformer_attention(q, k, v, biases)                       q (B, N, L, H, D), biases: up to two, e.g. (B, N, 1, 1, L)
+                                                             and (B, 1, H, L, L)
+On Hopper these run the wgmma kernels at head dims 8 to 256, with the bias gradient summed in the kernel in a fixed
+order (no (B, H, T, Tk) buffer).
+A row whose keys are all masked (key_lengths, key_mask, -inf bias, causal) gives 0 and no gradient (SDPA gives NaN). The lengths
 are not checked against the shapes (that would synchronise): they must lie within them.
 
 Any strides pass without a copy when the head dim is contiguous, the other strides are multiples of 8 elements and

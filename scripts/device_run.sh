@@ -64,7 +64,7 @@ for section in "$@"; do
               grep -vE "^\|" "$OUT/profile.log" | grep -vE "^$" | head -20
               [ -f "$OUT/ncu_table.md" ] && { grep -E "^\| kernel|^\|---" -m 2 "$OUT/ncu_table.md"; grep -E "^\| " "$OUT/ncu_table.md" | sed -n '2,16p'
                                              echo; sed -n '/^| phase/,$p' "$OUT/ncu_table.md"; } ;;
-    ncu)      # limiter analysis of the shipped Hopper kernels, one launch each (dev/cuda/README.md, "ncu, call 5")
+    ncu)      # limiter analysis of the shipped Hopper kernels, one launch each (dev/cuda/RESULTS.md, "ncu, call 5")
               N="ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy"
               $N -k regex:forward_hopper_ws -c 1 ./dev/cuda/attention_forward 0 --no-bench -b 64 -t 1024 -n 12 -d 64 > "$OUT/ncu_f1024.txt" 2>&1
               $N -k regex:forward_hopper_ws -c 1 ./dev/cuda/attention_forward 0 --no-bench -b 4 -t 4096 -n 16 -d 128 > "$OUT/ncu_f128.txt" 2>&1

@@ -28,6 +28,7 @@ run_gpu "matmul all --check" ./dev/cuda/matmul all --check
 # PyTorch's SDPA: out and q/k/v gradients by FlashAttention's rule, a nanoGPT attention block's loss and gradients
 if python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     run_gpu "python flash_attention vs SDPA" python3 tests/test_python_attention.py
+    run_gpu "python Evoformer block vs fp32 PyTorch" python3 tests/test_evoformer.py
 else
     echo "no torch with CUDA: tests/test_python_attention.py skipped"
 fi

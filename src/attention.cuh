@@ -12,9 +12,11 @@ flashgpt fused flash attention: forward and backward, bf16 in/out, fp32 accumula
   backward  recomputes P = exp(scale * Q K^T - lse) tile by tile (never stores T x Tk) and writes dq, dk, dv (with GQA
             dk, dv summed over each group of query heads, in a fixed order: deterministic)
 
-  extras    (AttentionExtras p.x, off by default) an additive bias with broadcast strides and its gradient, key
-            lengths per sequence, packed variable-length sequences, output gating, document masking
-  head dims 8, 16, 32, 64, 96, 128, 256 (8 runs zero-padded to 16)
+  extras    (AttentionExtras p.x, off by default) two additive biases with broadcast strides and their gradients, a key
+            mask of any pattern, key lengths per sequence, packed variable-length sequences, output gating, document
+            masking (AlphaFold's attention: a pair bias, a mask bias or key mask, gating, head dims 8-32)
+  head dims 8, 16, 32, 64, 96, 128, 256 (on Hopper 8-32 run HS 64's kernels and 96 HS 128's, zero-padded; before
+            sm_90a 8 runs zero-padded to 16)
 
   attention_forward(const AttentionForwardParams&, stream), attention_backward(const AttentionBackwardParams&, stream);
   attention_unsupported_reason() / attention_backward_unsupported_reason() say why a call is refused. GPT-2's calls
@@ -29,9 +31,10 @@ head dim; on Hopper, when the binary carries sm_90a code, head dims 64, 128 and 
 warp-specialised: a producer warpgroup issues TMA loads (tensor maps over the strided tensors) into mbarrier rings,
 consumer warpgroups (setmaxnreg) do the math, persistent CTAs take the longest tiles first; the forward's consumers
 ping-pong their GEMMs. Causal self-attention without GQA (GPT-2's family) runs kernels compiled for it (kGeneral
-false: the diagonal and Tk constants to the compiler); every other call the general copies of the same kernels; a bf16
-bias alone (kBias) and packed sequences with their totals (kVarlen) general copies of their own; other calls with
-extras (and head dims 8, 16) the mma.sync kernels' kExtras copies. Decoding (a few query rows against a long KV cache)
+false: the diagonal and Tk constants to the compiler); every other call the general copies of the same kernels; biases,
+key masks and gating (kBias: a TMA-loaded tile bias plus a per-key bias, see attention_kernel_extras) and packed
+sequences with their totals (kVarlen) general copies of their own; other calls with extras (key lengths, document
+masks, fp32 tile biases) the mma.sync kernels' kExtras copies. Decoding (a few query rows against a long KV cache)
 runs split-key kernels.
 */
 #pragma once
@@ -657,7 +660,7 @@ __device__ __forceinline__ void add_key_bias_frag(float (&s)[kNT * 4], const flo
 template <int HS, bool kGeneral>
 __device__ __forceinline__ bool head_chunk_stored(int head_dim, int ch) { return (HS != 64 && HS != 128) || !kGeneral || ch * 8 < head_dim; }
 
-// gating (the general copies): gated_out = O * gate over this warp's 16 rows of the tile, 16 bytes a lane, O read back
+// gating (the kBias copies): gated_out = O * gate over this warp's 16 rows of the tile, 16 bytes a lane, O read back
 // from the staging (o_staged, swizzle<HS>) or, unstaged, from out where this warp has just written it
 template <int HS>
 __device__ __forceinline__ void hopper_forward_gate(const AttentionForwardParams& p, const uint8_t* o_staged, int b, int h, int m_start,
@@ -679,7 +682,8 @@ __device__ __forceinline__ void hopper_forward_gate(const AttentionForwardParams
 // of O (swizzle<HS>, in Q's shared memory: the caller ordered every wgmma read of Q before this) for 16-byte stores;
 // kStaged false: no staging (q_smem unused), each thread stores its own bf16 pairs
 // Packed sequences: out_row0 = the sequence's first row of O, rows = its length (0: p.T); the LSE rows stay (B, NH, T)
-template <int HS, bool kStaged = true, bool kGeneral = false>
+// kGate (the kBias copies, which the gated calls run): gated_out = O * gate too, where the call gates
+template <int HS, bool kStaged = true, bool kGeneral = false, bool kGate = false>
 __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardParams& p, float (&o_acc)[HS / 2],
                                                         const float (&row_max)[2], const float (&row_sum)[2],
                                                         uint8_t* q_smem, int b, int h, int m_start, int warp_row0,
@@ -706,7 +710,7 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
         }
     }
     if constexpr (!kStaged) {
-        if (kGeneral && p.x.gate) hopper_forward_gate<HS>(p, nullptr, b, h, m_start, warp_row0, out_row0, T);
+        if (kGate && p.x.gate) hopper_forward_gate<HS>(p, nullptr, b, h, m_start, warp_row0, out_row0, T);
         return;
     }
     __syncwarp();
@@ -717,7 +721,7 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
             *reinterpret_cast<uint4*>(out_gl + (out_row0 + m_start + row) * p.o_st.row + ch * 8) =
                 *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
     }
-    if (kGeneral && p.x.gate) hopper_forward_gate<HS>(p, q_smem, b, h, m_start, warp_row0, out_row0, T);
+    if (kGate && p.x.gate) hopper_forward_gate<HS>(p, q_smem, b, h, m_start, warp_row0, out_row0, T);
 }
 
 // ----------------------------------------------------------------------------
@@ -923,6 +927,7 @@ struct AttentionTuning {
     enum { kByShape = 0, kRoundRobin = 1, kClaimed = 2 };
     int schedule = kByShape;   // the persistent Hopper kernels' schedule
     bool pdl = true;           // programmatic dependent launch of the Hopper backward's kernels
+    int dbias_slots = 0;       // the ordered dBias's accumulator slots (DbiasOrder); 0: by shape
 };
 inline AttentionTuning& attention_tuning() { static AttentionTuning t; return t; }
 
@@ -931,7 +936,7 @@ inline AttentionTuning& attention_tuning() { static AttentionTuning t; return t;
 // costs what the balance gains, so the round-robin walk runs; it also runs where every item has the same length
 // (even_items: non-causal), which round-robin balances by itself. HS 256 claims from T = 1024: its heads are cut into
 // sections beyond 64 heads of 1024 rows (persistent_section_heads), and round-robin over sections loads the SMs
-// unevenly (dev/cuda/README.md has the A/B runs).
+// unevenly (dev/cuda/RESULTS.md has the A/B runs).
 inline bool claimed_schedule(int T, int from_T = 4096, bool even_items = false) {
     const int forced = attention_tuning().schedule;
     return forced == AttentionTuning::kByShape ? !even_items && T >= from_T : forced == AttentionTuning::kClaimed;
@@ -1342,7 +1347,8 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
             reg_fence(o_acc);
             release_kv(&v_empty[vslot]);
 
-            hopper_forward_epilogue<HS, Tile::kStageO, kGeneral>(p, o_acc, row_max, row_sum, o_smem, b, h, m_start, warp_row0, out_row0, rows);
+            hopper_forward_epilogue<HS, Tile::kStageO, kGeneral, Tile::kBias>(p, o_acc, row_max, row_sum, o_smem, b, h, m_start, warp_row0,
+                                                                              out_row0, rows);
             if constexpr (!kEarlyS0) {   // the next item's S_0 in a turn of its own
                 if constexpr (kDynamic) has_next = item_of(tile_iter + 1) < num_items;
                 if (has_next) { skip_upper_diagonal(); wait_first_tiles(tile_iter + 1, kv_iter); }
@@ -1452,7 +1458,8 @@ inline bool attention_hopper_bias_fits(const AttentionExtras& x) {
                        x.bias_st.batch % 8 == 0);
 }
 inline bool attention_forward_hopper_bias_fits(const AttentionForwardParams& p) { return attention_hopper_bias_fits(p.x); }
-// gating alone: the Hopper kernels' general copies (their epilogue and the backward's preprocess do it)
+// gating alone: the forward's Hopper kBias copies (with a zero tile bias: their epilogue gates), the backward's general
+// Hopper copies (its preprocess gates)
 inline bool attention_gate_only(const AttentionExtras& x) {
     return x.gate && !x.bias && !x.key_bias && !x.seqlens_k && !x.cu_seqlens_q && !x.cu_seqlens_k && !x.doc_start;
 }
@@ -1541,9 +1548,9 @@ inline AttentionExtras attention_kernel_extras(const AttentionExtras& in, int B,
     }
     return x;
 }
-// The Hopper kBias copies always read a tile bias: with only a key bias they get a zero one that broadcasts (1 x Tk)
+// The Hopper kBias copies always read a tile bias: without one they get a zero one that broadcasts (1 x Tk)
 inline AttentionExtras with_zero_tile_bias(AttentionExtras x, int Tk) {
-    if (x.bias || !x.key_bias) return x;
+    if (x.bias) return x;
     static void* buf = nullptr;
     static size_t capacity = 0;
     const size_t had = capacity;
@@ -1960,7 +1967,7 @@ inline void attention_exit_unsupported(const char* what, int B, int T, int Tk, i
     exit(EXIT_FAILURE);
 }
 
-// Dispatch (tiles chosen by dev/cuda/attention_forward's sweeps, see dev/cuda/README.md):
+// Dispatch (tiles chosen by dev/cuda/attention_forward's sweeps, see dev/cuda/RESULTS.md):
 //   Hopper with sm_90a code in the binary, HS 64, 96, 128, 256 -> the warp-specialised TMA kernel
 //                (attention_forward_hopper_ws_kernel; HS 96 on HS 128's copies, zero-padded: see head_chunk_stored)
 //   otherwise -> the mma.sync kernel: HS 64 128x64 tiles, HS 128 128x48 (4 warps of 32 rows: the largest key tile with no
@@ -2022,8 +2029,9 @@ inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stre
     k.x = attention_kernel_extras(p.x, p.B, p.T, p.Tk, p.NH, stream);
     const bool hopper = attention_forward_uses_hopper(HS);
     // a bf16 tile bias, a key bias, gating: the Hopper kernels' kBias copies, the tiles below (HS 8-32 on HS 64's,
-    // zero-padded; HS 256: 64 keys, since a ring of bias tiles does not fit beside 80-key K/V stages)
-    if (attention_forward_hopper_bias_fits(k)) {
+    // zero-padded; HS 256: 64 keys, since a ring of bias tiles does not fit beside 80-key K/V stages); gating alone
+    // with a zero tile bias (their epilogue is the one that gates)
+    if (attention_forward_hopper_bias_fits(k) || (hopper && attention_gate_only(k.x))) {
         k.x = with_zero_tile_bias(k.x, p.Tk);
         if (HS <= 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, true>(k, stream);
         else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, true>(k, stream);
@@ -2034,7 +2042,7 @@ inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stre
         else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, false, true>(k, stream);
         else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, false, true, false, true>(k, stream);
     }
-    else if ((attention_has_extras(k.x) && !(hopper && attention_gate_only(k.x))) || (!hopper && HS <= 16)) {
+    else if (attention_has_extras(k.x) || (!hopper && HS <= 16)) {
         // key lengths, packed sequences, document masks, an fp32 bias; before sm_90a HS 8 and 16: the mma.sync kExtras copies
         if (HS <= 16) launch_attention_forward<16, 2, 4, 64, true, true>(k, stream);
         else if (HS == 64) launch_attention_forward<64, 2, 4, 64, true, true>(k, stream);
@@ -2130,7 +2138,7 @@ path exists for determinism.
 On Hopper with sm_90a code in the binary, the split path runs on the warp-specialised TMA kernels (*_hopper_ws
 below), and the atomic one, at HS 128 only, is the warp-specialised dK/dV kernel with atomic dQ
 (attention_backward_atomic_hopper_ws). At HS 128 from T = 8192 the default is that kernel with its dQ adds in a fixed
-order, deterministic (attention_backward_ordered_dq). dev/cuda/README.md has the measurements behind each choice.
+order, deterministic (attention_backward_ordered_dq). dev/cuda/RESULTS.md has the measurements behind each choice.
 The fused and atomic kernels serve causal self-attention without GQA (GPT-2's family); every other call runs the split.
 */
 
@@ -2893,6 +2901,7 @@ inline DbiasOrder dbias_order(const AttentionBackwardParams& k, int kBlockM, int
     o.row = (k.Tk + 1) / 2 * 2;
     const long long ords = (long long)(o.bcast_b ? k.B : 1) * (o.bcast_h ? k.NH : 1), concurrent = (long long)o.groups * o.n_blocks;
     o.slots = (int)std::min(ords, std::max(1LL, ceil_div(2LL * device_props().multiProcessorCount, concurrent)));
+    if (attention_tuning().dbias_slots > 0) o.slots = (int)std::min(ords, (long long)attention_tuning().dbias_slots);
     const size_t acc_bytes = (size_t)o.slots * o.Bd * o.Hd * k.T * o.row * sizeof(float);
     const size_t counter_bytes = (size_t)o.slots * o.groups * o.n_blocks * (kBlockM / 16) * sizeof(int);
     o.acc = (float*)grow_device_buffer(buf[0], capacity[0], acc_bytes);

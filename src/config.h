@@ -201,7 +201,7 @@ inline void train_config_defaults(TrainConfig* c) {
 }
 
 // -ge -1 (the default): GELU fused into the matmuls (2: cuBLASLt's forward epilogue, matmul_hopper.cuh's backward)
-// on Hopper, where d12 trains faster with it than with -ge 0 or 1 (dev/cuda/README.md's results log); llm.c's
+// on Hopper, where d12 trains faster with it than with -ge 0 or 1 (dev/cuda/RESULTS.md); llm.c's
 // default 0 elsewhere
 inline int gelu_fusion_default(int cc_major) { return cc_major >= 9 ? 2 : 0; }
 

@@ -20,7 +20,7 @@ accumulators' layout, where a quad of lanes holds a row's 8 columns and global a
 sector. The epilogue's GELU takes 9 fp32 operations and a tanh per element (gelu.cuh), and the bias sums of a warp's
 rows are reduced and scattered over its lanes in 7 shuffles per 8 columns. It stages dinp in shared memory for one
 TMA store, which runs on while the next tile's mainloop does; each warp's column sums of its 16 rows meet in shared
-memory and leave as one partial row per 64 rows. dev/cuda/README.md's results log has the designs this one replaced
+memory and leave as one partial row per 64 rows. dev/cuda/RESULTS.md has the designs this one replaced
 and what each cost: 128 x 192 tiles, pre staged by TMA with gelu written over it, gelu stored from registers 4 bytes
 a lane, the epilogue spread over the next tile's k-blocks, two warpgroups sharing each tile, clusters of 2 x 2
 sharing the weight too.

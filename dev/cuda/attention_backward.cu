@@ -9,7 +9,7 @@ deterministic ones also bit-for-bit across two runs, then timed.
   ./dev/cuda/attention_backward all -b 64 -t 1024 -n 12 -d 64                  (the GPT-2 124M training shape)
   ./dev/cuda/attention_backward 0 --shapes bench --schedule static --pdl 0     (A/B of the Hopper schedule and launches)
 
-Variants (one file each in backward_variants/; measured figures in dev/cuda/README.md):
+Variants (one file each in backward_variants/; measured figures in dev/cuda/RESULTS.md):
   0  what src/attention.cuh ships: deterministic, variant 6 on Hopper (7 /ordered at HS 128 from T = 8192),
      4 elsewhere; with FLASHGPT_ATTN_NONDETERMINISTIC=1, 7 at HS 128 on Hopper and 8 off Hopper
   1  naive: one warp per query row (dQ) / key row (dK, dV), fp32 (the GPU reference, writing bf16)

@@ -8,7 +8,7 @@ Causal attention forward: every variant validated (out AND lse) against the GPU 
   ./dev/cuda/attention_forward all --shapes bench                            (the benchmark shapes)
   ./dev/cuda/attention_forward 0 -b 64 -t 1024 -n 12 -d 64 --scale 8
 
-Variants (one file each in forward_variants/; measured figures in dev/cuda/README.md):
+Variants (one file each in forward_variants/; measured figures in dev/cuda/RESULTS.md):
   0  what src/attention.cuh ships: variant 5's kernel on Hopper, variant 3's elsewhere
   1  naive: one warp per query row, fp32 (the GPU reference, writing bf16)
   2  materialized: permute, cuBLAS q k^T, causal softmax, cuBLAS att v, unpermute (llm.c without cuDNN; the baseline)

@@ -11,7 +11,8 @@ computation's error plus a small constant), every output poisoned before each la
   ./dev/cuda/attention_general --x8 CASE ...                   cases validated at input scales 1 and 8
   ./dev/cuda/attention_general --bench                        the benchmark cases (BHTD, as PyTorch's SDPA takes them)
   ./dev/cuda/attention_general b=8,h=12,tq=1024,d=64,causal=0 one or more cases, validated then timed
-  --schedule static|dynamic, --pdl 0|1: as in the other harnesses (common.h), for A/B runs
+  --schedule static|dynamic, --pdl 0|1: as in the other harnesses (common.h), for A/B runs; --dbias-slots N: the ordered
+  dBias's accumulator slots (src/attention.cuh's DbiasOrder; default by shape)
 
 A case is the anchor script's syntax (../shared/bench/sdpa_general_anchor.py), so both time the same thing:
   b=[8] h=[12] hkv=[h] tq=[1024] tk=[tq] d=[64] causal=[1] bwd=[1] bias=[none]|(b|1)(h|1)(t|1)t, plus
@@ -558,8 +559,9 @@ int main(int argc, char** argv) {
         else if (a == "--schedule" && i + 1 < argc && (!strcmp(argv[i + 1], "static") || !strcmp(argv[i + 1], "dynamic")))
             attention_tuning().schedule = !strcmp(argv[++i], "static") ? AttentionTuning::kRoundRobin : AttentionTuning::kClaimed;
         else if (a == "--pdl" && i + 1 < argc) attention_tuning().pdl = atoi(argv[++i]) != 0;
+        else if (a == "--dbias-slots" && i + 1 < argc) attention_tuning().dbias_slots = atoi(argv[++i]);
         else if (a.find('=') != std::string::npos) cases.push_back(parse_case(a));
-        else { fprintf(stderr, "usage: %s [--check [--quick]] [--x8] [--bench] [--seed S] [--repeats R] [--schedule static|dynamic] [--pdl 0|1] [case ...]\n", argv[0]); return 1; }
+        else { fprintf(stderr, "usage: %s [--check [--quick]] [--x8] [--bench] [--seed S] [--repeats R] [--schedule static|dynamic] [--pdl 0|1] [--dbias-slots N] [case ...]\n", argv[0]); return 1; }
     }
     if (check) for (const char* c : kValidationCases) cases.push_back(parse_case(c));
     if (bench) for (const char* c : kBenchCases) cases.push_back(parse_case(c));

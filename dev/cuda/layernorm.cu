@@ -134,8 +134,7 @@ __global__ void layernorm_backward_reread_kernel(floatX* dinp, float* partials, 
 
 // ----------------------------------------------------------------------------
 // variant 3: the row (forward) and a lane's channels' dw, db sums (backward) in registers, for C <= 1024. The same
-// additions in the same order as variant 2's kernels, so bit-identical to them. Slower on an H100 (dev/cuda/README.md's
-// results log): the backward's sums take registers, and the warps an SM then holds lose more than the shared-memory
+// additions in the same order as variant 2's kernels, so bit-identical to them. Slower on an H100 (dev/cuda/RESULTS.md): the backward's sums take registers, and the warps an SM then holds lose more than the shared-memory
 // adds cost.
 
 // forward: the row read once into registers: lane l holds channels l*8 + 256k .. for k < kChunks
