@@ -1325,16 +1325,21 @@ int main(int argc, char** argv) {
         prev_read = now_seconds();
         const double dt = prev_read - t0;
         if (step > start_step) { total_time += dt; timed_steps++; }  // the first step warms up cuBLASLt
-        double tok_per_s = cfg.total_batch_size / dt;
-        double mfu = estimate_mfu(flops_per_token, tok_per_s, props.name);
-        printf("step %4d/%d | loss %7.6f (%+.2fz)| norm %6.4f (%+.2fz)| lr %.2e | %.2f ms | %s | %.0f tok/s%s\n", step + 1,
+        // throughput in total and, over several GPUs, per GPU; MFU is each GPU's share against its own peak
+        const double tok_per_s = cfg.total_batch_size / dt, tok_per_gpu = tok_per_s / cfg.num_processes;
+        const double mfu = estimate_mfu(flops_per_token, tok_per_gpu, props.name);
+        printf("step %4d/%d | loss %7.6f (%+.2fz)| norm %6.4f (%+.2fz)| lr %.2e | %.2f ms | %s | %.0f tok/s%s%s\n", step + 1,
                train_num_batches, model.mean_loss, loss_z, model.grad_norm, norm_z, lr, dt * 1000,
-               mfu > 0 ? strfmt("%.1f%% bf16 MFU", 100 * mfu).c_str() : "MFU n/a", tok_per_s, skip ? " (update skipped)" : "");
+               mfu > 0 ? strfmt("%.1f%% bf16 MFU%s", 100 * mfu, cfg.num_processes > 1 ? " a GPU" : "").c_str() : "MFU n/a", tok_per_s,
+               cfg.num_processes > 1 ? strfmt(" (%.0f a GPU)", tok_per_gpu).c_str() : "", skip ? " (update skipped)" : "");
         logger_log_train(&logger, step, model.mean_loss, lr, model.grad_norm);
     }
     wait_stream(main_stream);   // the last update
-    if (timed_steps > 0) printf("average over %d steps: %.2f ms/step, %.0f tok/s\n", timed_steps, 1000 * total_time / timed_steps,
-                                (double)cfg.total_batch_size * timed_steps / total_time);
+    if (timed_steps > 0) {
+        const double tok_per_s = (double)cfg.total_batch_size * timed_steps / total_time;
+        printf("average over %d steps: %.2f ms/step, %.0f tok/s%s\n", timed_steps, 1000 * total_time / timed_steps, tok_per_s,
+               cfg.num_processes > 1 ? strfmt(" (%.0f a GPU)", tok_per_s / cfg.num_processes).c_str() : "");
+    }
     // nothing is freed during training, so this is the run's peak; the remainder is what the plan does not count
     size_t total_bytes, used_after = device_used_bytes(&total_bytes);
     printf("device memory in use after the last step: %s of %s (before the model %s, plan %s, unplanned %+.1f MiB)\n",
