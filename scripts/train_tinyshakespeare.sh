@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Quick start: prepare tiny Shakespeare (if not done yet), build train_gpt2cu, and train GPT-2 124M (d12, random init)
-# on it for a few hundred steps, printing the loss every step, the val loss every 50 steps and a sample every 100.
+# on it for a few hundred steps, printing the loss every step, the val loss every 50 steps and a sample every 100; the
+# last step writes its checkpoint, $OUT_DIR/model_<STEPS, 8 digits>.bin, which generate_gpt2cu -e samples from.
 #
 #     ./scripts/train_tinyshakespeare.sh [extra train_gpt2cu flags, e.g. -x 500]
 #
@@ -42,6 +43,6 @@ VAL_STEPS=$(( (32768 - 1) / (B * T) ))
     -l 0.0003 -u 20 -q 0.1 -c 0.1 -k cosine \
     -v 50 -m "$VAL_STEPS" \
     -s 100 \
-    -n 0 -y 0 \
+    -n "$STEPS" -y 0 \
     -r 1 -z 0 \
     "$@"
