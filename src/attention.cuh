@@ -654,9 +654,10 @@ __device__ __forceinline__ void add_key_bias_frag(float (&s)[kNT * 4], const flo
     }
 }
 
-// Head dims 8, 16 and 32 run the HS 64 Hopper copies, head dim 96 the HS 128 ones, zero-padded: TMA reads head dims 96..127 as zeros (past the tensor map's
-// inner dimension), so S and dP are exact and the padded columns of O, dQ, dK and dV come out zero and are not stored.
-// Whether the 8 head dims of chunk ch are the caller's (kGeneral: the general copies, the only ones HS 96 reaches):
+// Head dims 8, 16 and 32 run the HS 64 Hopper copies, head dim 96 the HS 128 ones, zero-padded: TMA reads the head
+// dims past the caller's as zeros (past the tensor map's inner dimension), so S and dP are exact and the padded
+// columns of O, dQ, dK and dV come out zero and are not stored. Whether the 8 head dims of chunk ch are the caller's
+// (kGeneral: the general copies, the only ones the padded head dims reach):
 template <int HS, bool kGeneral>
 __device__ __forceinline__ bool head_chunk_stored(int head_dim, int ch) { return (HS != 64 && HS != 128) || !kGeneral || ch * 8 < head_dim; }
 
