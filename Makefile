@@ -93,7 +93,7 @@ tests/test_cpu: $(wildcard tests/*.cpp tests/*.h) dev/cuda/reference.h $(wildcar
 	$(CXX) $(CXX_FLAGS) $(filter %.cpp,$^) -o $@ -lm
 
 regs:
-	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -c dev/cuda/attention_forward.cu -o /dev/null
+	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -c dev/cuda/attention_general.cu -o /dev/null
 
 test: all $(TEST_LIB)
 	@bash scripts/run_tests.sh

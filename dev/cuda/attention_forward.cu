@@ -21,6 +21,7 @@ FLOPs: 4*B*NH*T*T*HS/2 (causal).
 
 qkv is (B, T, 3, NH, HS) bf16; out (B, T, NH, HS) bf16; lse (B, NH, T) fp32.
 */
+#define FLASHGPT_ATTENTION_GPT2_ONLY   // GPT-2's shapes only: src/attention.cuh's general copies are not compiled here
 #include "dev/cuda/common.h"
 #include "dev/cuda/forward_variants/00_shipped.cuh"
 #include "dev/cuda/forward_variants/01_naive.cuh"

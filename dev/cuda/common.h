@@ -1,6 +1,8 @@
 /*
 THE harness shared by every dev/cuda file (attention_forward.cu, attention_backward.cu, attention_general.cu, and the
-layer kernels' fused_classifier.cu and layernorm.cu, which take its inputs, poisoning, timing and command line).
+layer kernels' fused_classifier.cu, layernorm.cu and matmul.cu, which take its inputs, poisoning, timing and command
+line). The layer harnesses define DEV_CUDA_NO_ATTENTION first: they then compile none of src/attention.cuh (whose
+dispatch instantiates every attention kernel) nor the GPU attention references below.
 
   - CUDA error checks (cudaCheck from src/common.cuh) and a check after every launch
   - fresh random inputs every run (seeded from the clock unless --seed), randn or randn*scale
@@ -44,7 +46,11 @@ Command line shared by the dev binaries:
 #include <utility>
 #include <vector>
 #include <cublas_v2.h>
+#ifdef DEV_CUDA_NO_ATTENTION
+#include "src/common.cuh"
+#else
 #include "src/attention.cuh"
+#endif
 #include "dev/cuda/reference.h"
 
 // ----------------------------------------------------------------------------
@@ -118,12 +124,14 @@ inline HarnessArgs parse_harness_args(int argc, char** argv) {
         else if (f == "--repeats") a.repeats = atoi(next());
         else if (f == "--cfg") a.configs = split_commas(next());
         else if (f == "--first-config") a.first_config = true;
+#ifndef DEV_CUDA_NO_ATTENTION
         else if (f == "--schedule") {
             const std::string v = next();
             if (v != "static" && v != "dynamic") { fprintf(stderr, "--schedule takes static or dynamic\n"); exit(EXIT_FAILURE); }
             attention_tuning().schedule = v == "static" ? AttentionTuning::kRoundRobin : AttentionTuning::kClaimed;
         }
         else if (f == "--pdl") attention_tuning().pdl = atoi(next()) != 0;
+#endif
         else if (f == "--sync-each") timing_sync_each() = true;
         else if (f == "--trace") timing_trace() = true;
         else if (f == "--shapes") { if (strcmp(next(), "bench") != 0) { fprintf(stderr, "--shapes takes 'bench'\n"); exit(EXIT_FAILURE); } a.bench_shapes = true; }
@@ -196,6 +204,7 @@ struct Describe {
     }
 };
 
+#ifndef DEV_CUDA_NO_ATTENTION
 // ----------------------------------------------------------------------------
 // GPU reference forward: one warp per query row, fp32. Lanes split the keys; pass 1 finds the
 // row max, pass 2 accumulates exp(s - max) * v. With kRoundBf16 it rounds S, P and out to bf16
@@ -282,6 +291,7 @@ inline bool self_check_reference_forward(uint64_t seed) {
     }
     return ok;
 }
+#endif  // DEV_CUDA_NO_ATTENTION
 
 // ----------------------------------------------------------------------------
 // timing: CUDA events around each repeat on the launch stream; `launch(i)` runs repeat i and is
@@ -375,6 +385,7 @@ inline void* harness_workspace(size_t bytes) {
     return grow_device_buffer(ptr, size, bytes);
 }
 
+#ifndef DEV_CUDA_NO_ATTENTION
 // ----------------------------------------------------------------------------
 // GPU reference backward: fp32, naive. Lanes split the head dimension (HS / 32 elements each), so every
 // q.k and dout.v is a coalesced warp dot product; P is recomputed from the given lse. Two kernels:
@@ -537,3 +548,4 @@ inline bool self_check_reference_backward(uint64_t seed) {
     }
     return ok;
 }
+#endif  // DEV_CUDA_NO_ATTENTION

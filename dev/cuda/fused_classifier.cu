@@ -20,6 +20,7 @@ Timing (without --check): N = B*T = 65536 rows at V = 50257 (Vp = 50304), 20 lau
 (the gradient written in place is the next launch's input: the same work), bytes = one read + one write of the
 logits; GB/s against the GPU's HBM.
 */
+#define DEV_CUDA_NO_ATTENTION   // a layer harness: no attention kernels in this binary
 #include "dev/cuda/common.h"
 #include "src/fused_classifier.cuh"
 

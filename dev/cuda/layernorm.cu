@@ -25,6 +25,7 @@ Variants 3 and 4 must equal variant 2 bit for bit (4 up to C = 1024). Timing (wi
 median of 30 launches; bytes: forward one read of inp and one write of out; backward reads of dout, inp, dinp and a
 write of dinp (the fp32 statistics and partials left out).
 */
+#define DEV_CUDA_NO_ATTENTION   // a layer harness: no attention kernels in this binary
 #include "dev/cuda/common.h"
 #include "src/layernorm.cuh"
 #include "src/utils.h"   // strfmt

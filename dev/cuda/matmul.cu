@@ -36,6 +36,7 @@ groups inside the sampled first and last 64 rows within 2^-9 sum|ref| + 1e-3 of 
 Timing (without --check): M = -n (65536) rows, the five matmuls of a d12 layer; TFLOP/s = 2 M N K / time.
 */
 #include "src/matmul.cuh"   // first: its cublasCheck is the one the harness then keeps
+#define DEV_CUDA_NO_ATTENTION   // a layer harness: no attention kernels in this binary
 #include "dev/cuda/common.h"
 #include "src/gelu.cuh"
 #include "src/matmul_hopper.cuh"
