@@ -1,7 +1,7 @@
 # flashgpt build. Everything is nvcc + cuBLAS/cuBLASLt; no cuDNN anywhere.
 #
-#   make                      train_gpt2cu, test_gpt2cu, profile_gpt2cu, generate_gpt2cu and the dev/cuda binaries, one
-#                             job per core (make -jN to choose)
+#   make                      train_gpt2cu, test_gpt2cu, profile_gpt2cu, generate_gpt2cu (one build: gpt2_programs.cu)
+#                             and the dev/cuda binaries, one job per core (make -jN to choose)
 #   make test                 CPU tests everywhere; GPU tests too where a GPU is present. Ends "N passed, N failed".
 #                             On a GPU: the shipped attention and the first config of every other variant on the
 #                             validation set, test_gpt2cu and a 20-step d12 run.
@@ -52,6 +52,7 @@ NCCL_HOME_LIB := $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Xlinker -rpath -Xlinker $
 NCCL_LDLIBS := $(if $(NCCL_HEADER),$(if $(NCCL_HOME),$(NCCL_HOME_LIB),-lnccl))
 
 TRAIN_DEPS := train_gpt2.cu $(wildcard src/*.cuh src/*.h)
+GPT2_PROGRAMS := train_gpt2cu test_gpt2cu generate_gpt2cu profile_gpt2cu
 DEV_CUDA := dev/cuda/attention_forward dev/cuda/attention_backward dev/cuda/attention_general dev/cuda/matmul_algos dev/cuda/fused_classifier dev/cuda/layernorm dev/cuda/matmul
 CPU_TESTS := tests/test_cpu
 LIB := libflashgpt_attention.so
@@ -61,20 +62,17 @@ TEST_LIB := $(if $(DETECTED_CC),lib)
 
 .PHONY: all dev lib test test-all regs clean
 
-all: train_gpt2cu test_gpt2cu profile_gpt2cu generate_gpt2cu dev $(CPU_TESTS)
+all: $(GPT2_PROGRAMS) dev $(CPU_TESTS)
 
-train_gpt2cu: $(TRAIN_DEPS)
-	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $< $(NVCC_LDLIBS) $(NCCL_LDLIBS) -o $@
-
-test_gpt2cu: test_gpt2.cu $(TRAIN_DEPS)
-	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $< $(NVCC_LDLIBS) $(NCCL_LDLIBS) -o $@
-
-# text generation with the KV cache (includes train_gpt2.cu, as test_gpt2cu does)
-generate_gpt2cu: generate_gpt2.cu $(TRAIN_DEPS)
-	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $< $(NVCC_LDLIBS) $(NCCL_LDLIBS) -o $@
-
-profile_gpt2cu: profile/profile_gpt2.cu profile/timeline.h $(TRAIN_DEPS)
+# train_gpt2cu, test_gpt2cu, generate_gpt2cu (text generation with the KV cache) and profile_gpt2cu are one build,
+# gpt2_programs.cu, which runs the program its name says: train_gpt2.cu's kernels compile once for the four, and each
+# name is a hard link to build/gpt2_programs
+build/gpt2_programs: gpt2_programs.cu test_gpt2.cu generate_gpt2.cu profile/profile_gpt2.cu profile/timeline.h $(TRAIN_DEPS)
+	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $(CUPTI_FLAGS) $< $(NVCC_LDLIBS) $(NCCL_LDLIBS) -ldl -o $@
+
+$(GPT2_PROGRAMS): build/gpt2_programs
+	ln -f $< $@
 
 dev: $(DEV_CUDA)
 
@@ -102,4 +100,4 @@ test-all: all $(TEST_LIB)
 	@bash scripts/run_tests.sh --all
 
 clean:
-	rm -f train_gpt2cu test_gpt2cu profile_gpt2cu generate_gpt2cu $(DEV_CUDA) $(CPU_TESTS) $(LIB)
+	rm -f $(GPT2_PROGRAMS) build/gpt2_programs $(DEV_CUDA) $(CPU_TESTS) $(LIB)

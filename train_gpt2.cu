@@ -7,6 +7,8 @@ training code.
 
   make train_gpt2cu && ./train_gpt2cu -e d12 -b 4 -t 1024 -x 100
 */
+#ifndef FLASHGPT_TRAIN_GPT2_CU   // gpt2_programs.cu includes this file first, then the programs that include it again
+#define FLASHGPT_TRAIN_GPT2_CU
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -1355,3 +1357,4 @@ int main(int argc, char** argv) {
     return 0;
 }
 #endif
+#endif  // FLASHGPT_TRAIN_GPT2_CU
