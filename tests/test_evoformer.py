@@ -22,23 +22,13 @@ bf16 logits). Masked logits are -1e9 in the references, as in OpenFold; no row h
 import math
 import os
 import sys
-import traceback
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_gpu import require_torch_cuda, results, run  # noqa: E402
 
-try:
-    import torch
-except ImportError:
-    print("SKIP: test_evoformer.py (no torch)")
-    sys.exit(0)
-if not torch.cuda.is_available():
-    print("SKIP: test_evoformer.py (no CUDA GPU)")
-    sys.exit(0)
-
+require_torch_cuda("test_evoformer.py")
+import torch  # noqa: E402
 import flashgpt_attention as fa  # noqa: E402
-
-results = []
 
 
 def plain_attention(q, k, v, biases, mask):
@@ -143,21 +133,9 @@ def check_module(name, module, inputs):
         raise AssertionError("; ".join(bad))
 
 
-def run(name, fn):
-    try:
-        fn()
-        results.append(("PASS", name))
-    except Exception as e:
-        print(f"  {name}: {type(e).__name__}: {e}")
-        if not isinstance(e, AssertionError):
-            traceback.print_exc(file=sys.stdout)
-        results.append(("FAIL", name))
-    print(f"{results[-1][0]}: evoformer {name}", flush=True)
-
-
 if __name__ == "__main__":
     for name, module, inputs in module_cases(r=67, s=12, c_m=32, c_z=16):
-        run(name, lambda: check_module(name, module, inputs))
+        run(name, lambda: check_module(name, module, inputs), label="evoformer ")
     failed = sum(1 for r in results if r[0] == "FAIL")
     print(f"test_evoformer: {len(results) - failed} passed, {failed} failed")
     sys.exit(1 if failed else 0)

@@ -21,41 +21,19 @@ import itertools
 import math
 import os
 import sys
-import traceback
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_gpu import require_torch_cuda, results, run  # noqa: E402
 
-try:
-    import torch
-    import torch.nn.functional as F
-except ImportError:
-    print("SKIP: test_python_attention.py (no torch)")
-    sys.exit(0)
-if not torch.cuda.is_available():
-    print("SKIP: test_python_attention.py (no CUDA GPU)")
-    sys.exit(0)
-
+require_torch_cuda("test_python_attention.py")
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 import flashgpt_attention as fa  # noqa: E402
-
-results = []
 
 
 def check(cond, what):
     if not cond:
         raise AssertionError(what)
-
-
-def run(name, fn):
-    try:
-        fn()
-        results.append(("PASS", name))
-    except Exception as e:  # a crash is a failure too
-        print(f"  {name}: {type(e).__name__}: {e}")
-        if not isinstance(e, AssertionError):
-            traceback.print_exc(file=sys.stdout)
-        results.append(("FAIL", name))
-    print(f"{results[-1][0]}: {name}", flush=True)
 
 
 # ----------------------------------------------------------------------------
