@@ -76,7 +76,7 @@ $(GPT2_PROGRAMS): build/gpt2_programs
 
 dev: $(DEV_CUDA)
 
-dev/cuda/%: dev/cuda/%.cu dev/cuda/common.h dev/cuda/reference.h $(wildcard src/*.cuh src/*.h) $(wildcard dev/cuda/forward_variants/*.cuh dev/cuda/backward_variants/*.cuh)
+dev/cuda/%: dev/cuda/%.cu $(wildcard dev/cuda/*.h) $(wildcard src/*.cuh src/*.h) $(wildcard dev/cuda/forward_variants/*.cuh dev/cuda/backward_variants/*.cuh)
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
 
 # shared library: symbols hidden except the C interface's (FLASHGPT_API), the static cudart's too (--exclude-libs);

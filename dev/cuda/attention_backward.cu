@@ -34,6 +34,7 @@ forward timed in the same run (fwd+bwd FLOPs = 3.5 * fwd; bwd FLOPs = 2.5 * 4*B*
 */
 #define FLASHGPT_ATTENTION_GPT2_ONLY   // GPT-2's shapes only: src/attention.cuh's general copies are not compiled here
 #include "dev/cuda/common.h"
+#include "dev/cuda/gpu_reference.h"
 #include "dev/cuda/backward_variants/00_shipped.cuh"
 #include "dev/cuda/backward_variants/01_naive.cuh"
 #include "dev/cuda/backward_variants/02_cublas_softmax.cuh"

@@ -23,6 +23,7 @@ qkv is (B, T, 3, NH, HS) bf16; out (B, T, NH, HS) bf16; lse (B, NH, T) fp32.
 */
 #define FLASHGPT_ATTENTION_GPT2_ONLY   // GPT-2's shapes only: src/attention.cuh's general copies are not compiled here
 #include "dev/cuda/common.h"
+#include "dev/cuda/gpu_reference.h"
 #include "dev/cuda/forward_variants/00_shipped.cuh"
 #include "dev/cuda/forward_variants/01_naive.cuh"
 #include "dev/cuda/forward_variants/02_cublas_softmax.cuh"
