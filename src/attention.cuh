@@ -1453,10 +1453,13 @@ inline bool attention_forward_hopper_packed_fits(const AttentionForwardParams& p
 // pointer and non-zero strides TMA accepts (16 bytes), a key bias (bias2, key masks), either or both, and gating: the
 // forward at every head dim, the backward up to 128 (with dBias too); everything else with a bias runs on the mma.sync
 // kExtras copies.
+// a bf16 bias TMA can load: its pointer and non-zero strides 16-byte multiples
+inline bool bias_tma_ready(const void* bias, const AttentionStrides& st, bool fp32) {
+    return !fp32 && (uintptr_t)bias % 16 == 0 && st.row % 8 == 0 && st.head % 8 == 0 && st.batch % 8 == 0;
+}
 inline bool attention_hopper_bias_fits(const AttentionExtras& x) {
     if ((!x.bias && !x.key_bias) || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.doc_start || !hopper_path_available()) return false;
-    return !x.bias || (!x.bias_fp32 && (uintptr_t)x.bias % 16 == 0 && x.bias_st.row % 8 == 0 && x.bias_st.head % 8 == 0 &&
-                       x.bias_st.batch % 8 == 0);
+    return !x.bias || bias_tma_ready(x.bias, x.bias_st, x.bias_fp32);
 }
 inline bool attention_forward_hopper_bias_fits(const AttentionForwardParams& p) { return attention_hopper_bias_fits(p.x); }
 // gating alone: the forward's Hopper kBias copies (with a zero tile bias: their epilogue gates), the backward's general
@@ -1505,36 +1508,40 @@ __global__ void key_bias_kernel(float* kb, int Hk, int Tk, long long row, const 
     }
     kb[(long long)blockIdx.y * row + j] = v;
 }
+// A call's biases in the kernels' roles: the first without query rows is the key bias, the others tile biases (a
+// second one summed into the first); source: 1 for AttentionExtras::bias, 2 for bias2, 0 for none
+struct KernelBias { const void* ptr; AttentionStrides st; bool fp32; int source; };
+struct KernelBiases { KernelBias keys, rows, rows2; };
+inline KernelBiases kernel_biases(const AttentionExtras& x) {
+    KernelBiases r{};
+    for (KernelBias b : {KernelBias{x.bias, x.bias_st, x.bias_fp32, 1}, KernelBias{x.bias2, x.bias2_st, x.bias2_fp32, 2}}) {
+        if (!b.ptr) continue;
+        if (b.st.row == 0 && !r.keys.ptr) r.keys = b;
+        else if (!r.rows.ptr) r.rows = b;
+        else r.rows2 = b;
+    }
+    return r;
+}
 inline AttentionExtras attention_kernel_extras(const AttentionExtras& in, int B, int T, int Tk, int NH, cudaStream_t stream) {
     AttentionExtras x = in;
-    if (!x.bias2 && !x.key_mask && !(x.bias && x.bias_st.row == 0) && !(x.bias && !x.bias_fp32 && hopper_path_available()))
-        return x;
     static void* buf[2] = {nullptr, nullptr};   // the key bias, the tile bias: scratch of the last call (one stream)
     static size_t capacity[2] = {0, 0};
-    struct Bias { const void* ptr; AttentionStrides st; bool fp32; };
-    // the first bias without query rows is the key bias; the others are tile biases, two of them summed into one
-    Bias keys{nullptr, {}, false}, rows{nullptr, {}, false}, rows2{nullptr, {}, false};
-    for (Bias b : {Bias{x.bias, x.bias_st, x.bias_fp32}, Bias{x.bias2, x.bias2_st, x.bias2_fp32}}) {
-        if (!b.ptr) continue;
-        if (b.st.row == 0 && !keys.ptr) keys = b;
-        else if (!rows.ptr) rows = b;
-        else rows2 = b;
-    }
+    const KernelBiases kb = kernel_biases(in);
+    const KernelBias &keys = kb.keys, &rows = kb.rows, &rows2 = kb.rows2;
     x.bias2 = nullptr;
     if (keys.ptr || x.key_mask) {
         const int Bk = (keys.ptr && keys.st.batch) || (x.key_mask && x.key_mask_batch) ? B : 1, Hk = keys.ptr && keys.st.head ? NH : 1;
         const long long row = key_bias_row(Tk);
-        float* kb = (float*)grow_device_buffer(buf[0], capacity[0], (size_t)Bk * Hk * row * sizeof(float));
-        key_bias_kernel<<<dim3((unsigned)(row / 256), Bk * Hk), 256, 0, stream>>>(kb, Hk, Tk, row, keys.ptr, keys.st, keys.fp32,
-                                                                                 x.key_mask, x.key_mask_batch);
+        float* d = (float*)grow_device_buffer(buf[0], capacity[0], (size_t)Bk * Hk * row * sizeof(float));
+        key_bias_kernel<<<dim3((unsigned)(row / 256), Bk * Hk), 256, 0, stream>>>(d, Hk, Tk, row, keys.ptr, keys.st, keys.fp32,
+                                                                                x.key_mask, x.key_mask_batch);
         cudaCheck(cudaGetLastError());
-        x.key_bias = kb, x.key_bias_batch = Bk > 1 ? Hk * row : 0, x.key_bias_head = Hk > 1 ? row : 0;
+        x.key_bias = d, x.key_bias_batch = Bk > 1 ? Hk * row : 0, x.key_bias_head = Hk > 1 ? row : 0;
         x.key_mask = nullptr;
     }
     x.bias = rows.ptr, x.bias_st = rows.st, x.bias_fp32 = rows.fp32;
-    const bool tma_rows = !x.bias_fp32 && (uintptr_t)x.bias % 16 == 0 && x.bias_st.row % 8 == 0 && x.bias_st.head % 8 == 0 &&
-                          x.bias_st.batch % 8 == 0;
-    if (x.bias && (rows2.ptr || (!tma_rows && !x.bias_fp32 && hopper_path_available()))) {
+    const bool pad_rows = !rows.fp32 && !bias_tma_ready(rows.ptr, rows.st, rows.fp32) && hopper_path_available();
+    if (rows.ptr && (rows2.ptr || pad_rows)) {
         // dense rows: the sum of two biases in fp32, or one bf16 bias in rows padded to 8 keys
         const AttentionStrides a = rows.st, c = rows2.ptr ? rows2.st : rows.st;
         const int Bd = a.batch || c.batch ? B : 1, Hd = a.head || c.head ? NH : 1, Td = a.row || c.row ? T : 1;
@@ -4574,10 +4581,8 @@ inline bool attention_backward_dbias_ordered(const AttentionBackwardParams& p) {
     const AttentionExtras& x = p.x;
     if (!p.dbias == !p.dbias2 || p.HS == 256 || !hopper_path_available() || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.doc_start)
         return false;
-    const bool first = p.dbias != nullptr;
-    const AttentionStrides& st = first ? x.bias_st : x.bias2_st;
-    const AttentionStrides& other = first ? x.bias2_st : x.bias_st;
-    return st.row != 0 && !(first ? x.bias_fp32 : x.bias2_fp32) && !((first ? x.bias2 : x.bias) && other.row != 0);
+    const KernelBiases kb = kernel_biases(x);   // the bias with the gradient must be the tile bias, alone, with rows, bf16
+    return kb.rows.source == (p.dbias ? 1 : 2) && !kb.rows2.ptr && kb.rows.st.row != 0 && !kb.rows.fp32;
 }
 
 inline size_t attention_backward_scratch_bytes(const AttentionBackwardParams& p) {
