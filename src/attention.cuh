@@ -1461,7 +1461,6 @@ inline bool attention_hopper_bias_fits(const AttentionExtras& x) {
     if ((!x.bias && !x.key_bias) || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.doc_start || !hopper_path_available()) return false;
     return !x.bias || bias_tma_ready(x.bias, x.bias_st, x.bias_fp32);
 }
-inline bool attention_forward_hopper_bias_fits(const AttentionForwardParams& p) { return attention_hopper_bias_fits(p.x); }
 // gating alone: the forward's Hopper kBias copies (with a zero tile bias: their epilogue gates), the backward's general
 // Hopper copies (its preprocess gates)
 inline bool attention_gate_only(const AttentionExtras& x) {
@@ -1582,7 +1581,7 @@ inline CUtensorMap bias_tensor_map(const AttentionExtras& x, int B, int T, int T
 
 // kCluster 2: pairs of CTAs (thread-block clusters, launched with cudaLaunchKernelEx), as many pairs as fit at once
 // kGeneral: any call (non-causal, T != Tk); otherwise causal self-attention only (T = Tk, checked here)
-// kBias: a general copy that adds p.x.bias, its only extra (attention_forward_hopper_bias_fits says which biases)
+// kBias: a general copy that adds the kernels' tile bias and key bias and gates (attention_hopper_bias_fits says which calls)
 // kVarlen: packed sequences (attention_hopper_packed_fits): Q, K, V through tensor maps of all the pack's rows, the items
 // from the query-block table
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false, bool kGeneral = false,
@@ -2039,7 +2038,7 @@ inline void attention_forward(const AttentionForwardParams& p, cudaStream_t stre
     // a bf16 tile bias, a key bias, gating: the Hopper kernels' kBias copies, the tiles below (HS 8-32 on HS 64's,
     // zero-padded; HS 256: 64 keys, since a ring of bias tiles does not fit beside 80-key K/V stages); gating alone
     // with a zero tile bias (their epilogue is the one that gates)
-    if (attention_forward_hopper_bias_fits(k) || (hopper && attention_gate_only(k.x))) {
+    if (attention_hopper_bias_fits(k.x) || (hopper && attention_gate_only(k.x))) {
         k.x = with_zero_tile_bias(k.x, p.Tk);
         if (HS <= 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, true>(k, stream);
         else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, true>(k, stream);
@@ -3878,7 +3877,7 @@ __device__ __forceinline__ void dkdv_ws_dq_writer(const DkdvWsSmem<Tile>& sm, co
 #endif
 
 // ordered_dq (atomic dQ): the key blocks of a head add into each query block's dQ in a fixed order (deterministic)
-// kBias: a general copy that adds p.x.bias, its only extra (attention_hopper_bias_fits)
+// kBias: a general copy that adds the kernels' tile bias and key bias (attention_hopper_bias_fits)
 // kVarlen: a general copy for packed sequences (attention_hopper_packed_fits), its items from the key-block table
 template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kDynamic = false, bool kGeneral = false,
           bool kBias = false, bool kVarlen = false>
@@ -4035,7 +4034,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
 }
 
 // kGeneral false: causal self-attention without GQA (the diagonal a constant, no key bound)
-// kBias: a general copy that adds p.x.bias, its only extra, and writes dS for dBias where p.dbias is set
+// kBias: a general copy that adds the tile bias and key bias, and sums dBias in order (DbiasOrder) or writes dS for it
 // kVarlen: a general copy for packed sequences (attention_hopper_packed_fits), its items from the query-block table
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false, bool kGeneral = false, bool kBias = false,
           bool kVarlen = false>
