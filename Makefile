@@ -7,7 +7,7 @@
 #                             validation set, test_gpt2cu and a 20-step d12 run.
 #   make test-all             the same, but every attention variant on every config
 #   make GPU_ARCH=90a ...     build for one arch (default: the GPU found by nvidia-smi, else "80 90a")
-#   make regs                 ptxas register/smem report for src/attention.cuh
+#   make regs                 ptxas register/smem report for the attention's kernels (src/attention_forward.cu, _backward.cu)
 #   make lib                  libflashgpt_attention.so: the attention behind a C interface (src/attention_capi.h), for
 #                             python/flashgpt_attention.py; not part of `all`, built by `make test` where a GPU is present
 #
@@ -52,6 +52,10 @@ NCCL_HOME_LIB := $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Xlinker -rpath -Xlinker $
 NCCL_LDLIBS := $(if $(NCCL_HEADER),$(if $(NCCL_HOME),$(NCCL_HOME_LIB),-lnccl))
 
 TRAIN_DEPS := train_gpt2.cu $(wildcard src/*.cuh src/*.h)
+# the attention, compiled once (forward and backward in parallel) into one archive that every program links
+ATTENTION := build/attention.a
+ATTENTION_OBJS := build/attention_forward.o build/attention_backward.o
+ATTENTION_HEADERS := src/attention.cuh src/attention_forward.cuh src/attention_backward.cuh src/common.cuh src/ptx.cuh
 GPT2_PROGRAMS := train_gpt2cu test_gpt2cu generate_gpt2cu profile_gpt2cu
 DEV_CUDA := dev/cuda/attention_forward dev/cuda/attention_backward dev/cuda/attention_general dev/cuda/matmul_algos dev/cuda/fused_classifier dev/cuda/layernorm dev/cuda/matmul
 CPU_TESTS := tests/test_cpu
@@ -62,36 +66,53 @@ TEST_LIB := $(if $(DETECTED_CC),lib)
 
 .PHONY: all dev lib test test-all regs clean
 
-all: $(GPT2_PROGRAMS) dev $(CPU_TESTS)
+# the longest compiles first, so that make -j keeps every core busy to the end
+all: build/attention_backward.o build/dev/attention_backward.o build/attention_forward.o build/dev/attention_forward.o \
+     $(GPT2_PROGRAMS) dev $(CPU_TESTS)
 
 # train_gpt2cu, test_gpt2cu, generate_gpt2cu (text generation with the KV cache) and profile_gpt2cu are one build,
 # gpt2_programs.cu, which runs the program its name says: train_gpt2.cu's kernels compile once for the four, and each
 # name is a hard link to build/gpt2_programs
-build/gpt2_programs: gpt2_programs.cu test_gpt2.cu generate_gpt2.cu profile/profile_gpt2.cu profile/timeline.h $(TRAIN_DEPS)
+build/gpt2_programs: gpt2_programs.cu test_gpt2.cu generate_gpt2.cu profile/profile_gpt2.cu profile/timeline.h $(TRAIN_DEPS) $(ATTENTION)
 	@mkdir -p build
-	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $(CUPTI_FLAGS) $< $(NVCC_LDLIBS) $(NCCL_LDLIBS) -ldl -o $@
+	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $(CUPTI_FLAGS) $< $(ATTENTION) $(NVCC_LDLIBS) $(NCCL_LDLIBS) -ldl -o $@
+
+# position-independent with hidden symbols, so the same objects also go into libflashgpt_attention.so
+build/attention_%.o: src/attention_%.cu $(ATTENTION_HEADERS)
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) -Xcompiler -fPIC,-fvisibility=hidden -c $< -o $@
+
+$(ATTENTION): $(ATTENTION_OBJS)
+	ar rcs $@ $^
 
 $(GPT2_PROGRAMS): build/gpt2_programs
 	ln -f $< $@
 
 dev: $(DEV_CUDA)
 
-dev/cuda/%: dev/cuda/%.cu $(wildcard dev/cuda/*.h) $(wildcard src/*.cuh src/*.h) $(wildcard dev/cuda/forward_variants/*.cuh dev/cuda/backward_variants/*.cuh)
-	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
+# the harnesses compile their own variants (while the attention compiles) and link the shipped attention
+build/dev/%.o: dev/cuda/%.cu $(wildcard dev/cuda/*.h) $(wildcard src/*.cuh src/*.h) $(wildcard dev/cuda/forward_variants/*.cuh dev/cuda/backward_variants/*.cuh)
+	@mkdir -p build/dev
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+.PRECIOUS: build/dev/%.o
+dev/cuda/%: build/dev/%.o $(ATTENTION)
+	$(NVCC) $(NVCC_FLAGS) $< $(ATTENTION) $(NVCC_LDLIBS) -o $@
 
 # shared library: symbols hidden except the C interface's (FLASHGPT_API), the static cudart's too (--exclude-libs);
 # --no-undefined makes a missing symbol a link error here rather than a load error in Python
 lib: $(LIB)
 
-$(LIB): src/attention_capi.cu $(wildcard src/*.cuh src/*.h)
-	$(NVCC) $(NVCC_FLAGS) -shared -Xcompiler -fPIC,-fvisibility=hidden -Xlinker --no-undefined,--exclude-libs,ALL $< -o $@
+$(LIB): src/attention_capi.cu src/attention_capi.h src/attention.cuh src/common.cuh $(ATTENTION)
+	$(NVCC) $(NVCC_FLAGS) -shared -Xcompiler -fPIC,-fvisibility=hidden -Xlinker --no-undefined,--exclude-libs,ALL $< $(ATTENTION) -o $@
 
 # CPU tests are plain C++ (no CUDA runtime), so they run on any machine
 tests/test_cpu: $(wildcard tests/*.cpp tests/*.h) dev/cuda/reference.h $(wildcard src/*.h)
 	$(CXX) $(CXX_FLAGS) $(filter %.cpp,$^) -o $@ -lm
 
 regs:
-	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -c dev/cuda/attention_general.cu -o /dev/null
+	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -c src/attention_forward.cu -o /dev/null
+	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -c src/attention_backward.cu -o /dev/null
 
 test: all $(TEST_LIB)
 	@bash scripts/run_tests.sh
@@ -100,4 +121,4 @@ test-all: all $(TEST_LIB)
 	@bash scripts/run_tests.sh --all
 
 clean:
-	rm -f $(GPT2_PROGRAMS) build/gpt2_programs $(DEV_CUDA) $(CPU_TESTS) $(LIB)
+	rm -f $(GPT2_PROGRAMS) build/gpt2_programs $(ATTENTION) $(ATTENTION_OBJS) build/dev/*.o $(DEV_CUDA) $(CPU_TESTS) $(LIB)

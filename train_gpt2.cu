@@ -36,8 +36,7 @@ training code.
 #include "matmul.cuh"         // defines: matmul_forward, matmul_backward, bias_backward (cuBLASLt)
 #include "gelu.cuh"           // defines: gelu_forward, gelu_backward_inplace
 #include "matmul_hopper.cuh"  // defines: matmul_backward_dgelu_hopper (the MLP's backward through GELU, sm_90a)
-#define FLASHGPT_ATTENTION_GPT2_ONLY   // GPT-2's attention calls only: the general kernels are not compiled here
-#include "attention.cuh"      // defines: attention_forward, attention_backward (flash attention, out + LSE)
+#include "attention.cuh"      // declares: attention_forward, attention_backward (flash attention, out + LSE; build/attention.a)
 #include "fused_classifier.cuh" // defines: fused_classifier, accumulate_loss
 #include "global_norm.cuh"    // defines: global_norm
 #include "adamw.cuh"          // defines: adamw_update

@@ -2,9 +2,11 @@
 # Shows that a refactor changes no shipped kernel. Builds the PTX of each target for sm_80 and sm_90a twice,
 # at BASE_REV (checked out into a temporary git worktree) and in the working tree, splits every PTX file into
 # its kernels (.entry) and non-inlined device functions (.func), and compares them one by one by name.
-#   bash scripts/compare_ptx.sh HEAD                  working tree vs HEAD: train_gpt2.cu (what ships)
-#   bash scripts/compare_ptx.sh HEAD~3 --dev          also dev/cuda/attention_forward.cu and attention_backward.cu
+#   bash scripts/compare_ptx.sh HEAD                  working tree vs HEAD: train_gpt2.cu with src/attention_*.cu (what ships)
+#   bash scripts/compare_ptx.sh HEAD~3 --dev          also the dev/cuda attention harnesses
 #   bash scripts/compare_ptx.sh HEAD dev/cuda/attention_backward.cu   just the targets given
+#   bash scripts/compare_ptx.sh HEAD a.cu+b.cu         a group: the members' kernels compared as one target (members
+#                                                      missing from a tree are skipped), so kernels may move between files
 #   flags: -q prints only kernels that are not identical; -j N runs N nvcc at once (default: nproc);
 #          --keep keeps the PTX and the split kernels (they are kept anyway when something differs)
 # One line per kernel with its status on each arch: identical / differs / only in base / only in new,
@@ -36,8 +38,9 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(train_gpt2.cu)
-[ $DEV = 1 ] && TARGETS+=(dev/cuda/attention_forward.cu dev/cuda/attention_backward.cu)
+SHIPPED=train_gpt2.cu+src/attention_forward.cu+src/attention_backward.cu
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=($SHIPPED)
+[ $DEV = 1 ] && TARGETS+=(dev/cuda/attention_forward.cu dev/cuda/attention_backward.cu dev/cuda/attention_general.cu+src/attention_forward.cu+src/attention_backward.cu)
 ARCHS=(sm_80 sm_90a)
 NVCC=${NVCC:-nvcc}
 FLAGS=(-DGIT_COMMIT=\"x\" -O3 --use_fast_math -std=c++17 -DNDEBUG -lineinfo -I. -Isrc)
@@ -56,12 +59,19 @@ t0=$SECONDS
 # ----------------------------------------------------------------------------
 # build: every (side, arch, target) is one nvcc -ptx, run JOBS at a time, the long sm_90a ones first
 
-ptx_name() { echo "$1" | tr '/' '_' | sed 's/\.cu$//'; }   # dev/cuda/attention_forward.cu -> dev_cuda_attention_forward
-build_one() {   # side arch target
+ptx_name() { echo "$1" | tr '/+' '__' | sed 's/\.cu//g'; }   # dev/cuda/attention_forward.cu -> dev_cuda_attention_forward
+build_one() {   # side arch target: a .cu, or a group a.cu+b.cu whose members' PTX is compared as one (members missing
+                # from a tree are skipped: the group follows kernels that move between files)
     local tree=$NEW_TREE; [ "$1" = base ] && tree=$W/tree
-    local out=$W/$1/ptx_$2_$(ptx_name "$3")
-    if [ ! -f "$tree/$3" ]; then touch "$out.missing"; return; fi
-    (cd "$tree" && "$NVCC" "${FLAGS[@]}" -arch="$2" -ptx "$3" -o "$out.ptx") > "$out.log" 2>&1 || touch "$out.failed"
+    local out=$W/$1/ptx_$2_$(ptx_name "$3") found=0 m
+    : > "$out.ptx"
+    for m in ${3//+/ }; do
+        [ -f "$tree/$m" ] || continue
+        found=1
+        (cd "$tree" && "$NVCC" "${FLAGS[@]}" -arch="$2" -ptx "$m" -o "$out.$(ptx_name "$m").part") >> "$out.log" 2>&1 || { touch "$out.failed"; return; }
+        cat "$out.$(ptx_name "$m").part" >> "$out.ptx"
+    done
+    [ $found = 1 ] || { rm -f "$out.ptx"; touch "$out.missing"; }
 }
 mkdir -p "$W/base" "$W/new"
 for arch in sm_90a sm_80; do

@@ -16,19 +16,48 @@ done
 passed=0; failed=0; failed_names=()
 
 # tiny Shakespeare's token shards, which the tokenizer's full-corpus CPU test compares against (the GPU tests read
-# them too): written once by the prep script, only where its inputs are on disk (it would try to download them)
+# them too): written once by the prep script, only where its inputs are on disk (it would try to download them). It
+# runs in the background while the GPU tests start; what reads the shards waits for it (wait_for_shards).
 shard_dir=dev/data/tinyshakespeare
+work=$(mktemp -d /tmp/flashgpt_tests_XXXXXX)
 if [ ! -f $shard_dir/tiny_shakespeare_val.bin ] || [ ! -f $shard_dir/tiny_shakespeare_train.bin ]; then
-    for d in ../shared/data shared/data; do
+    (for d in ../shared/data shared/data; do
         if [ -f $d/tinyshakespeare.txt ] && [ -f $d/gpt2.tiktoken ] && command -v python3 >/dev/null; then
             python3 scripts/prepro_tinyshakespeare.py --text $d/tinyshakespeare.txt --ranks $d/gpt2.tiktoken > /dev/null ||
                 echo "scripts/prepro_tinyshakespeare.py failed: the tokenizer's full-corpus test is skipped"
             break
         fi
-    done
+    done; touch $work/shards.done) &
+else
+    touch $work/shards.done
+fi
+wait_for_shards() { while [ ! -f $work/shards.done ]; do sleep 0.2; done; }
+
+# GPU tests (where a GPU is present): each is one command judged by its exit code, started in the background as
+# scripts/gpu_tests.sh lists them (they run at once on the one GPU: each checks its own results, none is timed) and
+# reported in that order after the CPU tests
+gpu_names=(); gpu_pids=(); gpu_cmds=()
+start_gpu() {   # name command...: its output goes to $work/gpu_N.log, its exit code and seconds to .rc
+    local name="$1"; shift
+    local n=${#gpu_names[@]}
+    (t0=$SECONDS; "$@" > $work/gpu_$n.log 2>&1; echo "$? $((SECONDS - t0))" > $work/gpu_$n.rc) &
+    gpu_names+=("$name"); gpu_pids+=($!); gpu_cmds+=("$*")
+}
+# a step other GPU tests wait for (wait_for NAME): the reference model and its losses, which three tests read
+start_step() {   # name command...
+    local name="$1"; shift
+    ("$@"; echo $? > $work/step_$name.rc) &
+}
+wait_for() { while [ ! -f $work/step_$1.rc ]; do sleep 0.2; done; [ "$(cat $work/step_$1.rc)" = 0 ]; }
+export -f wait_for wait_for_shards; export work
+if nvidia-smi -L >/dev/null 2>&1; then
+    source scripts/gpu_tests.sh
+else
+    echo "no GPU found: GPU tests skipped (they run where nvidia-smi sees a GPU)"
 fi
 
 # CPU tests: one PASS/FAIL line per test
+wait_for_shards
 cpu_out=$(./tests/test_cpu 2>&1); echo "$cpu_out"
 p=$(grep -c '^PASS: ' <<<"$cpu_out"); f=$(grep -c '^FAIL: ' <<<"$cpu_out")
 passed=$((passed + p)); failed=$((failed + f))
@@ -61,19 +90,17 @@ else
     echo "$lib not built (make lib): its export check skipped"
 fi
 
-# GPU tests: each command is one test, judged by its exit code
-run_gpu() {
-    local name="$1"; shift
-    echo "=== $name: $*"
-    local t0=$SECONDS
-    if "$@"; then passed=$((passed + 1)); echo "PASS: $name ($((SECONDS - t0)) s)"
-    else failed=$((failed + 1)); failed_names+=("$name"); echo "FAIL: $name ($((SECONDS - t0)) s)"; fi
-}
-if nvidia-smi -L >/dev/null 2>&1; then
-    source scripts/gpu_tests.sh
-else
-    echo "no GPU found: GPU tests skipped (they run where nvidia-smi sees a GPU)"
-fi
+# the GPU tests' results, in the order they were started
+for i in "${!gpu_names[@]}"; do
+    wait "${gpu_pids[$i]}"
+    echo "=== ${gpu_names[$i]}: ${gpu_cmds[$i]}"
+    cat $work/gpu_$i.log
+    read -r rc secs < $work/gpu_$i.rc
+    if [ "$rc" = 0 ]; then passed=$((passed + 1)); echo "PASS: ${gpu_names[$i]} ($secs s)"
+    else failed=$((failed + 1)); failed_names+=("${gpu_names[$i]}"); echo "FAIL: ${gpu_names[$i]} ($secs s)"; fi
+done
+wait   # the background steps
+rm -rf $work
 
 for n in "${failed_names[@]}"; do echo "failed: $n"; done
 echo "$passed passed, $failed failed"

@@ -525,8 +525,9 @@ void launch_persistent_clusters(int clusters_wanted, int threads, int smem_bytes
     cudaCheck(cudaLaunchKernelEx(&config, kKernel, args...));
 }
 
-// 1 if this binary carries sm_90a code for the GPU in hand (a GPU_ARCH=80 build running on an H100 does not)
-__global__ void hopper_path_probe_kernel(int* compiled) {
+// 1 if this binary carries sm_90a code for the GPU in hand (a GPU_ARCH=80 build running on an H100 does not). Static,
+// as every non-template kernel of a header: each translation unit that includes it keeps its own copy.
+static __global__ void hopper_path_probe_kernel(int* compiled) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     *compiled = 1;
 #else

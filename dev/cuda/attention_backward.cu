@@ -32,8 +32,8 @@ Inputs: qkv (B, T, 3, NH, HS) bf16 randn * scale, dout (B, T, NH, HS) bf16 randn
 reference forward. Output dqkv (B, T, 3, NH, HS) bf16. RESULT lines also give fwd+bwd TFLOP/s with the shipped
 forward timed in the same run (fwd+bwd FLOPs = 3.5 * fwd; bwd FLOPs = 2.5 * 4*B*NH*T*T*HS/2).
 */
-#define FLASHGPT_ATTENTION_GPT2_ONLY   // GPT-2's shapes only: src/attention.cuh's general copies are not compiled here
 #include "dev/cuda/common.h"
+#include "src/attention_backward.cuh"   // the shipped kernels, which variants 3 and up run with other tiles
 #include "dev/cuda/gpu_reference.h"
 #include "dev/cuda/backward_variants/00_shipped.cuh"
 #include "dev/cuda/backward_variants/01_naive.cuh"

@@ -21,8 +21,8 @@ FLOPs: 4*B*NH*T*T*HS/2 (causal).
 
 qkv is (B, T, 3, NH, HS) bf16; out (B, T, NH, HS) bf16; lse (B, NH, T) fp32.
 */
-#define FLASHGPT_ATTENTION_GPT2_ONLY   // GPT-2's shapes only: src/attention.cuh's general copies are not compiled here
 #include "dev/cuda/common.h"
+#include "src/attention_forward.cuh"   // the shipped kernels, which variants 3 and up run with other tiles
 #include "dev/cuda/gpu_reference.h"
 #include "dev/cuda/forward_variants/00_shipped.cuh"
 #include "dev/cuda/forward_variants/01_naive.cuh"

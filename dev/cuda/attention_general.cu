@@ -8,6 +8,7 @@ computation's error plus a small constant), every output poisoned before each la
   make dev/cuda/attention_general
   ./dev/cuda/attention_general --check                        the validation set at input scales 1 and 8
   ./dev/cuda/attention_general --check --quick                the same at scale 1 only (make test runs this)
+  ./dev/cuda/attention_general --check --quick --shard 0/3    every third validation case from the first
   ./dev/cuda/attention_general --x8 CASE ...                   cases validated at input scales 1 and 8
   ./dev/cuda/attention_general --bench                        the benchmark cases (BHTD, as PyTorch's SDPA takes them)
   ./dev/cuda/attention_general b=8,h=12,tq=1024,d=64,causal=0 one or more cases, validated then timed
@@ -545,6 +546,7 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
 
 int main(int argc, char** argv) {
     bool check = false, bench = false, quick = false, x8 = false;
+    int shard = 0, shards = 1;
     uint64_t seed = 0;
     int repeats = 30;
     std::vector<GeneralCase> cases;
@@ -560,10 +562,13 @@ int main(int argc, char** argv) {
             attention_tuning().schedule = !strcmp(argv[++i], "static") ? AttentionTuning::kRoundRobin : AttentionTuning::kClaimed;
         else if (a == "--pdl" && i + 1 < argc) attention_tuning().pdl = atoi(argv[++i]) != 0;
         else if (a == "--dbias-slots" && i + 1 < argc) attention_tuning().dbias_slots = atoi(argv[++i]);
+        else if (a == "--shard" && i + 1 < argc && sscanf(argv[i + 1], "%d/%d", &shard, &shards) == 2 && shard >= 0 && shard < shards) i++;
         else if (a.find('=') != std::string::npos) cases.push_back(parse_case(a));
-        else { fprintf(stderr, "usage: %s [--check [--quick]] [--x8] [--bench] [--seed S] [--repeats R] [--schedule static|dynamic] [--pdl 0|1] [--dbias-slots N] [case ...]\n", argv[0]); return 1; }
+        else { fprintf(stderr, "usage: %s [--check [--quick]] [--x8] [--bench] [--seed S] [--repeats R] [--schedule static|dynamic] [--pdl 0|1] [--dbias-slots N] [--shard I/N] [case ...]\n", argv[0]); return 1; }
     }
-    if (check) for (const char* c : kValidationCases) cases.push_back(parse_case(c));
+    if (check)   // --shard I/N: every N-th validation case from the I-th (make test runs three shards side by side)
+        for (size_t i = 0; i < std::size(kValidationCases); i++)
+            if ((int)(i % shards) == shard) cases.push_back(parse_case(kValidationCases[i]));
     if (bench) for (const char* c : kBenchCases) cases.push_back(parse_case(c));
     if (cases.empty()) { fprintf(stderr, "nothing to do: --check, --bench or a case\n"); return 1; }
     if (seed == 0) seed = (uint64_t)std::chrono::high_resolution_clock::now().time_since_epoch().count();

@@ -1,0 +1,164 @@
+/*
+flashgpt attention, the backward's calls (declared in src/attention.cuh): the checks, the scratch sizes and the dispatch
+onto the kernels of src/attention_backward.cuh. Compiled once into build/attention.a.
+*/
+#include "attention_backward.cuh"
+
+bool& attention_backward_nondeterministic() {
+    static bool flag = [] { const char* e = getenv("FLASHGPT_ATTN_NONDETERMINISTIC"); return e && e[0] == '1'; }();
+    return flag;
+}
+
+size_t attention_backward_scratch_bytes_for(int B, int T, int NH, int HS, bool with_dq_accum) {
+    const size_t stats = 2 * (size_t)B * NH * bwd_padded_T(T) * sizeof(float);
+    return stats + (with_dq_accum ? (size_t)B * NH * (T * HS * sizeof(float) + ceil_div(T, kDqOrderRows) * sizeof(int)) : 0);
+}
+size_t attention_backward_scratch_bytes(const AttentionBackwardParams& p) {
+    const bool tuned = attention_self_causal(p);
+    const bool with_dq_accum = tuned && (attention_backward_nondeterministic() || attention_backward_ordered_dq(p.T, p.HS));
+    const bool ds_scratch = (p.dbias || p.dbias2) && !attention_backward_dbias_ordered(p);
+    const size_t ds = ds_scratch ? (size_t)p.B * p.NH * p.T * p.Tk * sizeof(float) : 0;
+    const size_t gated_dout = p.x.gate ? (size_t)p.B * p.T * p.NH * p.HS * sizeof(floatX) : 0;
+    return attention_backward_scratch_bytes_for(p.B, p.T, p.NH, p.HS, with_dq_accum) + ds + gated_dout;
+}
+size_t attention_backward_scratch_bytes(int B, int T, int NH, int HS) {   // GPT-2
+    return attention_backward_scratch_bytes(fused_qkv_backward_params(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, B, T, NH, HS));
+}
+
+const char* attention_backward_path_name(int HS) {
+    if (attention_backward_uses_hopper(HS) && HS == 128 && attention_backward_nondeterministic())
+        return "flash backward, wgmma+TMA sm90a, warp-specialised dK/dV 128 keys x 64 with atomic dQ (TMA reduce-add, non-deterministic), 2 consumer warpgroups (HS=128)";
+    if (attention_backward_uses_hopper(HS))
+        return HS == 64 ? "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys x 128 + dQ 128 x 128, 2 consumer warpgroups each (HS=64)"
+                        : "flash backward, wgmma+TMA sm90a, warp-specialised split deterministic: dK/dV 128 keys x 64 + dQ 128 x 96, 2 consumer warpgroups each; at T >= 8192 dK/dV 128 keys x 64 with dQ by TMA reduce-add in a fixed order (deterministic) (HS=128)";
+    const bool fits = HS == 64 ? attention_backward_fused_fits<64, 2, 2, false>() : attention_backward_fused_fits<128, 2, 2, true>();
+    if (attention_backward_nondeterministic() && fits)
+        return HS == 64 ? "flash backward, mma.sync sm80, fused with atomic dQ (non-deterministic): 128 keys x 128-query stages, 4x2 warps, dK/dV in registers (HS=64)"
+                        : "flash backward, mma.sync sm80, fused with atomic dQ (non-deterministic): 128 keys x 64-query stages, 4x2 warps, P^T/dS^T through shared memory (HS=128)";
+    if (attention_backward_nondeterministic())
+        return "flash backward, mma.sync sm80, atomic dQ (non-deterministic): 64 keys x 64 queries 4 warps (the fused kernel's shared memory does not fit)";
+    if (fits)
+        return HS == 64 ? "flash backward, mma.sync sm80, split deterministic: dK/dV 128 keys x 128-query stages 4x2 warps + dQ 64x64 4 warps (HS=64)"
+                        : "flash backward, mma.sync sm80, split deterministic: dK/dV 128 keys x 64-query stages 4x2 warps + dQ 64x32 4 warps (HS=128)";
+    return "flash backward, mma.sync sm80, split deterministic: dK/dV 64 keys x 32 queries 4 warps + dQ 4 warps (the fused kernel's shared memory does not fit)";
+}
+
+bool attention_backward_sums_dqkv(int T, int HS, bool document_masking) {
+    return attention_backward_uses_hopper(HS) && !attention_backward_nondeterministic() && !attention_backward_ordered_dq(T, HS) &&
+           !document_masking;
+}
+
+const char* attention_backward_unsupported_reason(const AttentionBackwardParams& p) {
+    AttentionForwardParams f{p.q, p.k, p.v, nullptr, nullptr, p.q_st, p.k_st, p.v_st, p.o_st, p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, p.causal, p.scale, p.x};
+    f.x.gated_out = p.dgate;   // the backward's gating output (same checks: 16-byte aligned)
+    if (const char* why = attention_unsupported_reason(f)) return why;
+    for (const AttentionStrides& st : {p.do_st, p.dq_st, p.dk_st, p.dv_st})
+        if (st.batch % 8 || st.row % 8 || st.head % 8) return "every batch, row and head stride must be a multiple of 8 elements (16 bytes)";
+    if (p.dbias && !p.x.bias) return "dbias needs a bias (it takes the bias's dtype, strides and broadcast dimensions)";
+    if (p.dbias && (uintptr_t)p.dbias % (p.x.bias_fp32 ? 4 : 2)) return "dbias must be aligned to its element size";
+    if (p.dbias2 && !p.x.bias2) return "dbias2 needs bias2";
+    if (p.dbias2 && (uintptr_t)p.dbias2 % (p.x.bias2_fp32 ? 4 : 2)) return "dbias2 must be aligned to its element size";
+    if (p.dqkv_sums && !(attention_self_causal(p) && !attention_has_extras(p.x) && attention_backward_sums_dqkv(p.T, p.HS, false)))
+        return "dqkv_sums is written only by GPT-2's causal self-attention on the deterministic Hopper split (attention_backward_sums_dqkv)";
+    if ((uintptr_t)p.dqkv_sums % 8) return "dqkv_sums must be 8-byte aligned";
+    for (const void* ptr : {(const void*)p.out, (const void*)p.dout, (const void*)p.dq, (const void*)p.dk, (const void*)p.dv})
+        if ((uintptr_t)ptr % 16) return "O, dO, dQ, dK and dV must be 16-byte aligned";
+    return nullptr;
+}
+
+// GPT-2's family (attention_self_causal): the kernels compiled for it; the non-deterministic path is this family's
+void attention_backward_self_causal_path(const AttentionBackwardParams& p, cudaStream_t stream) {
+    const int HS = p.HS, T = p.T;
+    if (attention_backward_uses_hopper(HS)) {
+        // warp-specialised split, 2 consumer warpgroups: dev variant 6's best configs, HS 64 kv128x128+q128x128, HS 128
+        // kv128x64+q128x96 (96-key dQ steps: see wgmma_ss_m64n80k16). Non-deterministic at HS 128: the 5-GEMM kernel
+        // with atomic dQ (dev variant 7); at HS 64 it loses to the split, which runs there either way.
+        if (HS == 128 && attention_backward_nondeterministic()) attention_backward_atomic_hopper_ws<128, 2>(p, stream, /*ordered_dq=*/false);
+        else if (attention_backward_ordered_dq(T, HS)) attention_backward_atomic_hopper_ws<128, 2>(p, stream, /*ordered_dq=*/true);
+        else if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 96, 2>(p, stream);
+        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2>(p, stream);
+    } else if (attention_backward_nondeterministic()) {   // the fused kernel (dev variant 8), fastest at every shape measured
+        if (HS == 64 && attention_backward_fused_fits<64, 2, 2, false>()) attention_backward_fused<64, 2, 2, false>(p, stream);
+        else if (HS == 128 && attention_backward_fused_fits<128, 2, 2, true>()) attention_backward_fused<128, 2, 2, true>(p, stream);
+        else if (HS == 64) attention_backward_atomic<64, 4, 64>(p, stream);    // dev variant 3, 64x64/4w (57 KB)
+        else attention_backward_atomic<128, 4, 64>(p, stream);
+    } else {
+        // the fused kernel's dK/dV without dQ + the mma.sync dQ kernel (dev variant 4's wide configs); where the fused
+        // kernel's shared memory does not fit, the dK/dV kernel's 64-key config
+        if (HS == 64 && attention_backward_fused_fits<64, 2, 2, false>()) attention_backward_split_wide<64, 2, 2, false, 4, 1, 64>(p, stream);
+        else if (HS == 128 && attention_backward_fused_fits<128, 2, 2, true>()) attention_backward_split_wide<128, 2, 2, true, 4, 1, 32>(p, stream);
+        else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(p, stream);
+        else attention_backward_split<128, 4, 1, 32, 4, 1, 32>(p, stream);
+    }
+}
+
+// any call attention_backward_unsupported_reason() accepts: GPT-2's family, then the general copies by their extras
+void attention_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
+    if (const char* why = attention_backward_unsupported_reason(p)) attention_exit_unsupported("backward", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
+    const int HS = p.HS;
+    if (attention_self_causal(p)) { attention_backward_self_causal_path(p, stream); return; }
+    // the kernels' extras (attention_kernel_extras); they write dS into the scratch where either bias's gradient is asked
+    // for, and the dbias kernel sums it over each bias's broadcast dimensions after them
+    AttentionBackwardParams k = p;
+    k.x = attention_kernel_extras(p.x, p.B, p.T, p.Tk, p.NH, stream);
+    k.dbias = p.dbias ? p.dbias : p.dbias2, k.dbias2 = nullptr;
+    const bool hopper = attention_backward_uses_hopper(HS);
+    // (HS 8-32 run HS 64's Hopper copies, 96 HS 128's, zero-padded: see head_chunk_stored)
+    if (HS != 256 && attention_hopper_bias_fits(k.x)) {   // a bf16 tile bias, a key bias, gating: the Hopper split's kBias copies
+        k.x = with_zero_tile_bias(k.x, p.Tk);
+        // the ordered dBias where the tile bias is the one bias whose gradient is asked for; else dS into the scratch
+        const bool ordered = attention_backward_dbias_ordered(p);
+        const DbiasOrder order = ordered ? dbias_order(k, 128, HS > 64 ? 64 : 128, stream) : DbiasOrder{};
+        if (ordered) k.dbias = nullptr;
+        if (HS > 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, true>(k, stream, order);
+        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, true>(k, stream, order);
+        if (ordered) {
+            const bool first = p.dbias != nullptr;
+            dbias_from_order(order, k, first ? p.x.bias_st : p.x.bias2_st, first ? p.x.bias_fp32 : p.x.bias2_fp32, first ? p.dbias : p.dbias2, stream);
+            return;
+        }
+    } else if ((HS == 64 || HS == 96 || HS == 128) && attention_hopper_packed_fits(k.x, {p.q_st, p.k_st, p.v_st, p.o_st, p.do_st, p.dq_st, p.dk_st, p.dv_st})) {
+        // packed sequences with their totals: the Hopper split's kVarlen copies
+        if (HS != 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, false, true>(k, stream);
+        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, false, true>(k, stream);
+    } else if ((attention_has_extras(k.x) && !(hopper && HS != 256 && attention_gate_only(k.x))) || (!hopper && HS <= 16)) {
+        // the mma.sync split's kExtras copies
+        if (HS <= 16) attention_backward_split<16, 4, 1, 64, 4, 1, 64, true>(k, stream);
+        else if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64, true>(k, stream);
+        else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64, true>(k, stream);
+        else if (HS == 96) attention_backward_split<96, 4, 1, 32, 4, 1, 32, true>(k, stream);
+        else if (HS == 128) attention_backward_split<128, 4, 1, 32, 4, 1, 32, true>(k, stream);
+        else attention_backward_split<256, 4, 1, 32, 4, 1, 32, true>(k, stream);
+    } else if (hopper) {
+        // the warp-specialised split's general copies (GQA: each dK/dV item sums its group's query heads; gating)
+        if (HS == 256) attention_backward_split_hopper_ws_256<2>(k, stream);
+        else if (HS > 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 96, 2, true>(k, stream);
+        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true>(k, stream);
+    } else {
+        // general: preprocess, the dK/dV kernel (GQA: each CTA sums its group's query heads), the dQ kernel
+        if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64>(k, stream);
+        else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(k, stream);
+        else if (HS == 96) attention_backward_split<96, 4, 1, 32, 4, 1, 32>(k, stream);
+        else if (HS == 128) attention_backward_split<128, 4, 1, 32, 4, 1, 32>(k, stream);
+        else attention_backward_split<256, 4, 1, 32, 4, 1, 32>(k, stream);   // dK/dV in two column halves (blockIdx.z)
+    }
+    if (p.dbias) launch_attention_dbias(k, p.x.bias_st, p.x.bias_fp32, p.dbias, stream);
+    if (p.dbias2) launch_attention_dbias(k, p.x.bias2_st, p.x.bias2_fp32, p.dbias2, stream);
+}
+
+// GPT-2's call: document masking on the mma.sync split's kExtras copies
+bool attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
+                        const float* lse, int B, int T, int NH, int HS, cudaStream_t stream, const int* doc_start,
+                        float* dqkv_sums) {
+    if (const char* why = attention_unsupported_reason(B, T, NH, HS)) attention_exit_unsupported("backward", B, T, T, NH, NH, HS, why);
+    AttentionBackwardParams p = fused_qkv_backward_params(dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS);
+    if (!doc_start) {
+        if (attention_backward_sums_dqkv(T, HS, false)) p.dqkv_sums = dqkv_sums;
+        attention_backward_self_causal_path(p, stream);
+        return p.dqkv_sums != nullptr;
+    }
+    p.x.doc_start = doc_start;
+    if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64, true>(p, stream);
+    else attention_backward_split<128, 4, 1, 32, 4, 1, 32, true>(p, stream);
+    return false;
+}

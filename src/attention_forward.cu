@@ -1,0 +1,160 @@
+/*
+flashgpt attention, the forward's calls (declared in src/attention.cuh): the checks and the dispatch onto the kernels
+of src/attention_forward.cuh. Compiled once into build/attention.a.
+*/
+#include "attention_forward.cuh"
+
+AttentionTuning& attention_tuning() { static AttentionTuning t; return t; }
+
+const char* attention_unsupported_reason(const AttentionForwardParams& p) {
+    if (p.HS != 8 && p.HS != 16 && p.HS != 32 && p.HS != 64 && p.HS != 96 && p.HS != 128 && p.HS != 256)
+        return "head dim must be 8, 16, 32, 64, 96, 128 or 256";
+    if (p.B < 1 || p.T < 1 || p.Tk < 1 || p.NH < 1 || p.NH_kv < 1) return "B, T, Tk, NH and NH_kv must be at least 1";
+    if (p.NH % p.NH_kv != 0) return "the query heads NH must be a multiple of the key/value heads NH_kv";
+    if ((long long)p.B * p.NH > 2147483647LL) return "B * NH too large for the grid";
+    if (p.x.seqlens_k && p.x.cu_seqlens_k) return "give key lengths either as seqlens_k (padded) or cu_seqlens_k (packed), not both";
+    if (p.x.doc_start && (!p.causal || p.T != p.Tk || p.x.seqlens_k || p.x.cu_seqlens_q || p.x.cu_seqlens_k))
+        return "document masking (doc_start) is for causal self-attention without key lengths or packed sequences";
+    if (p.x.bias && (uintptr_t)p.x.bias % (p.x.bias_fp32 ? 4 : 2)) return "the bias must be aligned to its element size";
+    if (p.x.bias2 && (uintptr_t)p.x.bias2 % (p.x.bias2_fp32 ? 4 : 2)) return "bias2 must be aligned to its element size";
+    if (p.x.key_bias) return "key_bias is the kernels' form of bias2 and key_mask, set by attention_forward / attention_backward";
+    if (p.x.gate && (!p.x.gated_out || (uintptr_t)p.x.gate % 16 || (uintptr_t)p.x.gated_out % 16 || p.x.gate_st.batch % 8 ||
+                     p.x.gate_st.row % 8 || p.x.gate_st.head % 8))
+        return "gating needs gated_out (the backward: dgate), and gate, gated_out 16-byte aligned with strides multiples of 8 elements";
+    if (ceil_div(p.T, 64) > 65535) return "T too large for the grid";
+    for (const AttentionStrides& st : {p.q_st, p.k_st, p.v_st, p.o_st}) {
+        if (st.batch % 8 || st.row % 8 || st.head % 8) return "every batch, row and head stride must be a multiple of 8 elements (16 bytes)";
+        if (st.row >= (1LL << 31)) return "row strides must be below 2^31 elements";
+    }
+    for (const void* ptr : {(const void*)p.q, (const void*)p.k, (const void*)p.v, (const void*)p.out})
+        if ((uintptr_t)ptr % 16) return "Q, K, V and O must be 16-byte aligned";
+    if (device_props().major < 8) return "needs compute capability 8.0 or newer (bf16 tensor cores)";
+    return nullptr;
+}
+// GPT-2's shape (fused QKV, causal, scale 1/sqrt(HS))
+const char* attention_unsupported_reason(int B, int T, int NH, int HS) {
+    if (HS != 64 && HS != 128) return "head size (C / NH) must be 64 or 128";
+    return attention_unsupported_reason(fused_qkv_forward_params(nullptr, nullptr, nullptr, B, T, NH, HS));
+}
+
+const char* attention_forward_path_name(int HS) {
+    if (attention_forward_uses_hopper(HS) && HS == 256)
+        return "flash forward, wgmma+TMA sm90a, warp-specialised, 128x80 tiles (128x64 with a bias or packed sequences), 2 consumer warpgroups, 2 stages (HS=256)";
+    if (attention_forward_uses_hopper(HS) && HS == 96)
+        return "flash forward, wgmma+TMA sm90a, warp-specialised, HS 128's kernel with head dims 96..127 zero-padded, 128x128 tiles, 2 consumer warpgroups (HS=96)";
+    if (attention_forward_uses_hopper(HS) && HS < 64)
+        return "flash forward, wgmma+TMA sm90a, warp-specialised, HS 64's kernel with the head dims past HS zero-padded, 128x128 tiles, 2 consumer warpgroups (HS=8..32)";
+    if (attention_forward_uses_hopper(HS))
+        return HS == 64 ? "flash forward, wgmma+TMA sm90a, warp-specialised, 192x128 tiles / 3 consumer warpgroups (128x128 / 2 with few tiles), 3 stages (HS=64)"
+                        : "flash forward, wgmma+TMA sm90a, warp-specialised, 128x128 tiles, 2 consumer warpgroups, CTA pairs sharing K/V where the blocks pair up (causal, T = Tk), items claimed at T >= 4096 (HS=128)";
+    switch (HS) {
+        case 64: return "flash forward, mma.sync sm80, 128x64 tiles, 4 warps (HS=64)";
+        case 128: return "flash forward, mma.sync sm80, 128x48 tiles, 4 warps (HS=128)";
+        case 256: return "flash forward, mma.sync sm80, 64x32 tiles, 4 warps (HS=256)";
+        default: return "flash forward, mma.sync sm80, 128x64 tiles, 4 warps (HS=32, 96)";   // HS 96: before sm_90a
+    }
+}
+
+// GPT-2's family (attention_self_causal) on the kernels compiled for it
+void attention_forward_self_causal_path(const AttentionForwardParams& p, cudaStream_t stream) {
+    const int HS = p.HS, T = p.T;
+    if (attention_forward_uses_hopper(HS)) {
+        // Warp-specialised TMA kernel, ping-pong on. HS 64: 3 consumer warpgroups (192-row blocks: a third less K/V
+        // traffic per FLOP, a third warpgroup's softmax to hide the GEMMs behind) from 128K query rows (B * NH * T,
+        // about 5 such blocks per SM), else 2 (128 rows); a 3-deep K/V ring for both, since each item's first S is
+        // issued early.
+        if (HS == 64 && (long)p.B * p.NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true>(p, stream);
+        else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true>(p, stream);
+        // HS 128: pairs of CTAs share each K/V tile by TMA multicast where the 128-row query blocks pair up (an even
+        // count; on the causal diagonal the pair's walk is its upper block's), which halves the K/V traffic out of
+        // L2. At T >= 4096 the pairs claim their items (claimed_schedule).
+        else if (ceil_div(T, 128) % 2 == 0 && claimed_schedule(T)) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2, true>(p, stream);
+        else if (ceil_div(T, 128) % 2 == 0) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2>(p, stream);
+        else launch_attention_forward_hopper_ws<128, 2, 128, 2, true>(p, stream);
+    }
+    else if (HS == 64) launch_attention_forward<64, 2, 4, 64>(p, stream);
+    else launch_attention_forward<128, 2, 4, 48>(p, stream);
+}
+
+// any call attention_unsupported_reason() accepts: decoding, GPT-2's family, then the general copies by their extras
+void attention_forward(const AttentionForwardParams& p, cudaStream_t stream) {
+    if (const char* why = attention_unsupported_reason(p)) attention_exit_unsupported("forward", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
+    const int HS = p.HS, T = p.T;
+    if (attention_decode_applies(p)) { attention_forward_kvcache(p, p.x.seqlens_k, stream); return; }
+    if (attention_self_causal(p)) { attention_forward_self_causal_path(p, stream); return; }
+    AttentionForwardParams k = p;   // the kernels' extras: bias2 and the key mask as the key bias (attention_kernel_extras)
+    k.x = attention_kernel_extras(p.x, p.B, p.T, p.Tk, p.NH, stream);
+    const bool hopper = attention_forward_uses_hopper(HS);
+    // a bf16 tile bias, a key bias, gating: the Hopper kernels' kBias copies, the tiles below (HS 8-32 on HS 64's,
+    // zero-padded; HS 256: 64 keys, since a ring of bias tiles does not fit beside 80-key K/V stages); gating alone
+    // with a zero tile bias (their epilogue is the one that gates)
+    if (attention_hopper_bias_fits(k.x) || (hopper && attention_gate_only(k.x))) {
+        k.x = with_zero_tile_bias(k.x, p.Tk);
+        if (HS <= 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, true>(k, stream);
+        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, true>(k, stream);
+        else launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, false, true, true>(k, stream);
+    }
+    else if (attention_forward_hopper_packed_fits(k)) {   // packed sequences with their totals: the kVarlen copies
+        if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, false, true>(k, stream);
+        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, false, true>(k, stream);
+        else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, false, true, false, true>(k, stream);
+    }
+    else if (attention_has_extras(k.x) || (!hopper && HS <= 16)) {
+        // key lengths, packed sequences, document masks, an fp32 bias; before sm_90a HS 8 and 16: the mma.sync kExtras copies
+        if (HS <= 16) launch_attention_forward<16, 2, 4, 64, true, true>(k, stream);
+        else if (HS == 64) launch_attention_forward<64, 2, 4, 64, true, true>(k, stream);
+        else if (HS == 128) launch_attention_forward<128, 2, 4, 48, true, true>(k, stream);
+        else if (HS == 32) launch_attention_forward<32, 2, 4, 64, true, true>(k, stream);
+        else if (HS == 96) launch_attention_forward<96, 2, 4, 64, true, true>(k, stream);
+        else launch_attention_forward<256, 1, 4, 32, true, true>(k, stream);
+    }
+    else if (hopper) {
+        // the tiles of the path above (HS 8-32: HS 64's, HS 96: HS 128's, zero-padded); HS 256: 80-key tiles (a 128-row
+        // Q block and two 40 KB stages each of K and V fill the 227 KB; O takes 128 registers a thread, S 40)
+        if (HS <= 64 && (long)p.B * p.NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true, 1, false, true>(k, stream);
+        else if (HS <= 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true>(k, stream);
+        // HS 96 / 128 causal from T = 4096: claimed items, as the self-attention path's CTA pairs (which need T = Tk
+        // and no GQA) claim theirs; round-robin, the long items of the last query blocks end on a few SMs
+        else if ((HS == 96 || HS == 128) && p.causal && claimed_schedule(T)) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, true, true>(k, stream);
+        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true>(k, stream);
+        // HS 256 causal: the items' lengths differ, and with the heads cut into sections (see persistent_section_heads)
+        // the round-robin walk leaves the SMs unevenly loaded; from T = 1024 the items are claimed
+        else if (p.causal && claimed_schedule(T, 1024)) launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, true, true>(k, stream);
+        else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, false, true>(k, stream);
+    }
+    else if (HS == 64) launch_attention_forward<64, 2, 4, 64, true>(k, stream);
+    else if (HS == 128) launch_attention_forward<128, 2, 4, 48, true>(k, stream);
+    else if (HS == 32) launch_attention_forward<32, 2, 4, 64, true>(k, stream);
+    else if (HS == 96) launch_attention_forward<96, 2, 4, 64, true>(k, stream);
+    else launch_attention_forward<256, 1, 4, 32, true>(k, stream);
+}
+
+// GPT-2's call: document masking on the mma.sync kernels' kExtras copies
+void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS, cudaStream_t stream,
+                       const int* doc_start) {
+    if (const char* why = attention_unsupported_reason(B, T, NH, HS)) attention_exit_unsupported("forward", B, T, T, NH, NH, HS, why);
+    AttentionForwardParams p = fused_qkv_forward_params(out, lse, qkv, B, T, NH, HS);
+    if (!doc_start) { attention_forward_self_causal_path(p, stream); return; }
+    p.x.doc_start = doc_start;
+    if (HS == 64) launch_attention_forward<64, 2, 4, 64, true, true>(p, stream);
+    else launch_attention_forward<128, 2, 4, 48, true, true>(p, stream);
+}
+
+// decoding: the split-key kernels
+void attention_forward_kvcache(const AttentionForwardParams& p, const int* seqlens_k, cudaStream_t stream) {
+    const char* why = attention_unsupported_reason(p);
+    if (!why && (long long)p.T * (p.NH / p.NH_kv) > kDecodeRows) why = "the KV-cache path takes T * NH / NH_kv <= 16 query rows (a prefill runs attention_forward)";
+    if (!why && (long long)p.B * p.NH_kv > 65535) why = "B * NH_kv too large for the grid";
+    if (!why && (p.x.bias || p.x.cu_seqlens_q || p.x.cu_seqlens_k || p.x.gate || p.x.doc_start || p.x.bias2 || p.x.key_mask))
+        why = "the KV-cache path takes no bias, packed sequences, gating, key masks or document masks";
+    if (!why && p.HS < 32) why = "the KV-cache path takes head dims 32 to 256 (attention_forward runs 8 and 16)";
+    if (!seqlens_k) seqlens_k = p.x.seqlens_k;
+    if (why) attention_exit_unsupported("forward (KV cache)", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
+    switch (p.HS) {
+        case 32: launch_attention_decode<32>(p, seqlens_k, stream); break;
+        case 64: launch_attention_decode<64>(p, seqlens_k, stream); break;
+        case 96: launch_attention_decode<96>(p, seqlens_k, stream); break;
+        case 128: launch_attention_decode<128>(p, seqlens_k, stream); break;
+        default: launch_attention_decode<256>(p, seqlens_k, stream); break;
+    }
+}
