@@ -110,6 +110,14 @@ def _library():
         lib.flashgpt_attention_backward_ex.argtypes = ([ptr] * 9 + [strides] * 8 + shape + [ctypes.c_float] + extras +
                                                        [ptr, ptr] + extras2 + [ptr, ptr, ctypes.c_size_t, ptr])
         lib.flashgpt_attention_backward_ex.restype = ctypes.c_char_p
+        # the plain calls (no extras): the fast path's
+        lib.flashgpt_attention_forward.argtypes = [ptr] * 5 + [strides] * 4 + shape + [ctypes.c_float, ptr]
+        lib.flashgpt_attention_forward.restype = ctypes.c_char_p
+        lib.flashgpt_attention_backward.argtypes = ([ptr] * 9 + [strides] * 8 + shape + [ctypes.c_float, ptr,
+                                                    ctypes.c_size_t, ptr])  # ..., scratch, scratch_bytes, stream
+        lib.flashgpt_attention_backward.restype = ctypes.c_char_p
+        lib.flashgpt_attention_backward_scratch_bytes.argtypes = shape
+        lib.flashgpt_attention_backward_scratch_bytes.restype = ctypes.c_size_t
         lib.flashgpt_attention_version.argtypes = []
         lib.flashgpt_attention_version.restype = ctypes.c_char_p
         _lib = lib
@@ -224,6 +232,13 @@ def _stream(x):
     return ctypes.c_void_p(torch.cuda.current_stream(x.device).cuda_stream)
 
 
+try:  # the current stream's handle without building a torch.cuda.Stream (what SDPA's C++ call reads)
+    _raw_stream = torch._C._cuda_getCurrentRawStream
+except AttributeError:  # pragma: no cover
+    def _raw_stream(index):
+        return torch.cuda.current_stream(index).cuda_stream
+
+
 def _describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths, gate):
     text = f"B={B} T={T} Tk={Tk} H={H} H_kv={H_kv} D={D} causal={int(causal)} layout={layout}"
     if bias is not None:
@@ -276,10 +291,11 @@ class FlashAttentionFunction(torch.autograd.Function):
         # the backward reads the ungated out (it needs O), whichever of the two the call returns
         ctx.save_for_backward(q, k, v, out, lse, bias, gate, bias2, key_mask, key_lengths, cu_seqlens_q, cu_seqlens_k)
         ctx.causal, ctx.scale, ctx.layout, ctx.sizes = causal, scale, layout, (B, T, Tk, H, H_kv, D)
-        return out if gate is None else gated_out
+        ctx.mark_non_differentiable(lse)
+        return (out if gate is None else gated_out), lse
 
     @staticmethod
-    def backward(ctx, dout):
+    def backward(ctx, dout, _dlse):
         q, k, v, out, lse, bias, gate, bias2, key_mask, key_lengths, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
         causal, scale, layout = ctx.causal, ctx.scale, ctx.layout
         B, T, Tk, H, H_kv, D = ctx.sizes
@@ -321,6 +337,123 @@ class FlashAttentionFunction(torch.autograd.Function):
         if not ctx.needs_input_grad[FlashAttentionFunction.GATE]:
             dgate = None
         return dq, dk, dv, dbias, dgate, dbias2, None, None, None, None, None, None, None, None, None
+
+
+# ----------------------------------------------------------------------------
+# the plain call's fast path: a call with none of the extras whose q, k and v the kernels read in place is planned once
+# per (shapes, strides, dtypes, causal, scale, layout, device) -- its sizes, the ctypes strides of every tensor, the
+# gradients' memory, the backward's scratch size -- and then costs a dict lookup, the allocations and one library call
+# each way (a training loop calls the same shapes every step)
+
+class _Plan:
+    __slots__ = ("device", "index", "args", "describe", "layout", "out_sizes", "lse_shape", "strides", "grads",
+                 "scratch_bytes", "dout")
+
+    def __init__(self, q, k, v, causal, scale, layout):
+        B, T, H, D = _sizes(q, layout)
+        _, Tk, H_kv, _ = _sizes(k, layout)
+        self.device, self.index, self.layout = q.device, q.device.index, layout
+        self.args = (B, T, Tk, H, H_kv, D, int(causal), scale)
+        self.describe = _describe(B, T, Tk, H, H_kv, D, causal, layout, None, None, None)
+        self.out_sizes, self.lse_shape = (B, T, H, D), (B, H, T)
+        out = _empty_bthd(q, (B, T, H, D), layout)
+        # each gradient's memory, as _empty_grad chooses it: x's own strides where x is dense (a leaf's .grad takes
+        # it without a copy), else (B, T, H, D) memory; (like x, its ctypes strides)
+        self.grads = []
+        for x in (q, k, v):
+            like = x.is_contiguous() or x.transpose(1, 2).is_contiguous()
+            g = x if like else _empty_bthd(x, _sizes(x, layout), layout)
+            self.grads.append((like, _c_strides(g, layout)))
+        self.strides = tuple(_c_strides(x, layout) for x in (q, k, v, out))
+        self.scratch_bytes = None  # asked of the library at the first backward
+        self.dout = {}  # dout's strides -> its ctypes strides, or None where the kernels can't read it in place
+
+
+_plans = {}
+
+
+def _plain_plan(q, k, v, causal, scale, layout):
+    """the plan of a plain call, or None where the call takes the general path (which checks and copies)"""
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, q.device,
+           k.device, v.device, causal, scale, layout)
+    plan = _plans.get(key)
+    if plan is None:
+        if layout not in LAYOUTS or any(not isinstance(x, torch.Tensor) or x.dim() != 4 or x.dtype != torch.bfloat16
+                                        or not x.is_cuda or x.device != q.device or not _usable(x, layout)
+                                        for x in (q, k, v)):
+            return None
+        (B, _, _, D), (Bk, _, H_kv, Dk) = _sizes(q, layout), _sizes(k, layout)
+        if k.shape != v.shape or Bk != B or Dk != D or H_kv < 1 or _sizes(q, layout)[2] % H_kv:
+            return None
+        if len(_plans) >= 1024:  # many shapes (generation's growing T): start over rather than grow without bound
+            _plans.clear()
+        plan = _plans[key] = _Plan(q, k, v, causal, scale, layout)
+    return plan
+
+
+def _call(plan, fn, *args):
+    """fn(*args) on the plan's device (switching only where the current device differs) and its current stream"""
+    if torch.cuda.current_device() == plan.index:
+        return fn(*args, _raw_stream(plan.index))
+    with torch.cuda.device(plan.device):
+        return fn(*args, _raw_stream(plan.index))
+
+
+def _grad_buffer(plan, x, which):
+    like, strides = plan.grads[which]
+    if like:
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device), strides
+    return _empty_bthd(x, _sizes(x, plan.layout), plan.layout), strides
+
+
+def _plain_forward(q, k, v, plan):
+    """out and lse of a planned call (autograd's forward, or the whole call where no gradient is wanted)"""
+    out = torch.empty(plan.out_sizes, dtype=q.dtype, device=q.device)
+    if plan.layout == "bhtd":
+        out = out.transpose(1, 2)
+    lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=q.device)
+    qs, ks, vs, os_ = plan.strides
+    err = _call(plan, _library().flashgpt_attention_forward, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                lse.data_ptr(), qs, ks, vs, os_, *plan.args)
+    if err:
+        raise FlashAttentionError(f"flashgpt attention forward ({plan.describe}): {err.decode()}")
+    return out, lse
+
+
+class PlainAttentionFunction(torch.autograd.Function):
+    """flash_attention without extras, through a _Plan (FlashAttentionFunction is the general one)"""
+
+    @staticmethod
+    def forward(ctx, q, k, v, plan):
+        out, lse = _plain_forward(q, k, v, plan)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.plan = plan
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        plan = ctx.plan
+        lib = _library()
+        key = dout.stride()
+        if key not in plan.dout:
+            plan.dout[key] = _c_strides(dout, plan.layout) if _usable(dout, plan.layout) else None
+        do_st = plan.dout[key]
+        if do_st is None or dout.data_ptr() % 16:
+            dout = dout.clone(memory_format=torch.contiguous_format)
+            do_st = _c_strides(dout, plan.layout)
+        (dq, dq_st), (dk, dk_st), (dv, dv_st) = (_grad_buffer(plan, x, i) for i, x in enumerate((q, k, v)))
+        if plan.scratch_bytes is None:
+            plan.scratch_bytes = lib.flashgpt_attention_backward_scratch_bytes(*plan.args[:7])
+        scratch = torch.empty(max(plan.scratch_bytes, 16), dtype=torch.uint8, device=q.device)
+        qs, ks, vs, os_ = plan.strides
+        err = _call(plan, lib.flashgpt_attention_backward, dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), dout.data_ptr(),
+                    q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), dq_st, dk_st, dv_st, do_st,
+                    qs, ks, vs, os_, *plan.args, scratch.data_ptr(), plan.scratch_bytes)
+        if err:
+            raise FlashAttentionError(f"flashgpt attention backward ({plan.describe}): {err.decode()}")
+        return dq, dk, dv, None
 
 
 # ----------------------------------------------------------------------------
@@ -368,9 +501,23 @@ def _key_mask_2d(key_mask, B, Tk, device):
 
 def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, key_lengths=None,
                     cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-                    cu_seqlens=None, max_seqlen=None, gate=None, bias2=None, key_mask=None):
+                    cu_seqlens=None, max_seqlen=None, gate=None, bias2=None, key_mask=None, return_lse=False):
     """softmax(scale * q k^T + bias + bias2, masks) v, times gate when given; scale defaults to 1 / sqrt(D). See the
-    module docstring for shapes and for the extras (bias, bias2, key_mask, key_lengths, packed sequences, gate)."""
+    module docstring for shapes and for the extras (bias, bias2, key_mask, key_lengths, packed sequences, gate).
+    return_lse: (out, lse), lse (B, H, T) fp32 the natural-log softmax denominators (packed: T the longest sequence,
+    sequence b's rows first; -inf where a row sees no key), no gradient."""
+    if (bias is None and key_lengths is None and cu_seqlens_q is None and cu_seqlens_k is None and cu_seqlens is None
+            and gate is None and bias2 is None and key_mask is None and max_seqlen is None and max_seqlen_q is None
+            and max_seqlen_k is None):
+        if scale is None and isinstance(q, torch.Tensor) and q.dim() == 4:
+            scale = 1.0 / math.sqrt(q.shape[3])
+        plan = _plain_plan(q, k, v, bool(causal), None if scale is None else float(scale), layout)
+        if plan is not None and (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16 == 0:
+            if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+                out, lse = PlainAttentionFunction.apply(q, k, v, plan)
+            else:
+                out, lse = _plain_forward(q, k, v, plan)  # inference: no autograd node to build
+            return (out, lse) if return_lse else out
     if cu_seqlens is not None or max_seqlen is not None:
         if any(x is not None for x in (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)):
             raise ValueError("give cu_seqlens / max_seqlen (one for q and k) or cu_seqlens_q, cu_seqlens_k / "
@@ -430,9 +577,10 @@ def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, 
             raise ValueError(f"gate {tuple(gate.shape)} must have out's shape, q's {tuple(q.shape)} ({layout})")
     if scale is None:
         scale = 1.0 / math.sqrt(D)
-    return FlashAttentionFunction.apply(q, k, v, bias, gate, bias2, key_mask, bool(causal), float(scale), layout,
-                                        key_lengths, cu_seqlens_q if packed else None, cu_seqlens_k if packed else None,
-                                        T, Tk)
+    out, lse = FlashAttentionFunction.apply(q, k, v, bias, gate, bias2, key_mask, bool(causal), float(scale), layout,
+                                            key_lengths, cu_seqlens_q if packed else None,
+                                            cu_seqlens_k if packed else None, T, Tk)
+    return (out, lse) if return_lse else out
 
 
 # ----------------------------------------------------------------------------

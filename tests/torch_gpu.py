@@ -1,4 +1,4 @@
-"""Shared by the Python GPU tests (tests/test_python_attention.py, tests/test_evoformer.py): puts python/ on the path,
+"""Shared by the Python GPU tests (tests/test_python_attention.py, test_evoformer.py, test_flash_attn_interface.py): puts python/ on the path,
 skips a test script (a SKIP line, exit 0) where torch or a CUDA GPU is missing, and runs each check as one PASS/FAIL
 line, like tests/test_cpu."""
 import os

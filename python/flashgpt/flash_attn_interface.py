@@ -1,0 +1,163 @@
+"""FlashAttention 2.x's Python API (flash_attn.flash_attn_interface) on flashgpt's kernels: the same names, argument
+order, defaults, shapes and return values, so a program written for flash_attn runs after importing this in its place:
+
+  from flashgpt.flash_attn_interface import flash_attn_func, flash_attn_varlen_func   # python/ on sys.path
+
+  flash_attn_func(q, k, v)                       q (B, T, H, D), k and v (B, Tk, H_kv, D); out like q
+  flash_attn_qkvpacked_func(qkv)                 qkv (B, T, 3, H, D), read in place
+  flash_attn_kvpacked_func(q, kv)                kv (B, Tk, 2, H_kv, D)
+  flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)   q (total_q, H, D), ...
+  flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen)                             qkv (total, 3, H, D)
+  flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+
+each with dropout_p=0.0, softmax_scale=None (1 / sqrt(D)), causal=False (aligned bottom-right when T != Tk, as
+FlashAttention 2.1+), window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+return_attn_probs=False. With return_attn_probs: (out, softmax_lse, S_dmask), softmax_lse (B, H, T) fp32 (varlen
+(H, total_q)), S_dmask the attention probabilities (B, H, T, Tk) recomputed densely from q, k and the LSE (for tests,
+as FlashAttention's; not padded to its tile multiples). GQA / MQA where H_kv divides H. The backward is always
+deterministic (bit-identical run to run), so `deterministic` changes nothing.
+
+What flashgpt does not run yet raises NotImplementedError naming the feature: dropout_p > 0, a sliding window,
+softcap, ALiBi, fp16 (bf16 only). Head dims other than flashgpt's 8, 16, 32, 64, 96, 128 and 256 (up to 256) run
+zero-padded to the next of them (a copy of q, k and v; the padding changes no score), as FlashAttention's wrapper pads
+to multiples of 8.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+import flashgpt_attention as _fg
+
+__all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func", "flash_attn_varlen_func",
+           "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func"]
+
+_HEAD_DIMS = (8, 16, 32, 64, 96, 128, 256)
+
+
+def _refuse(dropout_p, window_size, softcap, alibi_slopes, *tensors):
+    if dropout_p:
+        raise NotImplementedError("flashgpt's flash_attn_interface: dropout_p > 0 is not supported yet")
+    if tuple(window_size) != (-1, -1):
+        raise NotImplementedError("flashgpt's flash_attn_interface: a sliding window is not supported yet")
+    if softcap:
+        raise NotImplementedError("flashgpt's flash_attn_interface: softcap is not supported yet")
+    if alibi_slopes is not None:
+        raise NotImplementedError("flashgpt's flash_attn_interface: ALiBi is not supported yet")
+    for x in tensors:
+        if x.dtype == torch.float16:
+            raise NotImplementedError("flashgpt's flash_attn_interface: fp16 is not supported yet (bf16 is)")
+
+
+def _padded(D):
+    """the head dim flashgpt runs for D: D itself, or the next of its head dims (zero-padded)"""
+    if D > 256:
+        raise ValueError(f"head dim {D}: FlashAttention and flashgpt take head dims up to 256")
+    return next(d for d in _HEAD_DIMS if d >= D)
+
+
+def _attention(q, k, v, softmax_scale, causal, return_attn_probs, packed=None):
+    """q (B, T, H, D) or packed (total, H, D) with packed = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)"""
+    D = q.shape[-1]
+    scale = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
+    Dp = _padded(D)
+    if Dp != D:
+        q, k, v = (F.pad(x, (0, Dp - D)) for x in (q, k, v))
+    if packed is None:
+        out, lse = _fg.flash_attention(q, k, v, causal=causal, scale=scale, layout="bthd", return_lse=True)
+    else:
+        cu_q, cu_k, max_q, max_k = packed
+        out, lse = _fg.flash_attention(q, k, v, causal=causal, scale=scale, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                                       max_seqlen_q=max_q, max_seqlen_k=max_k, return_lse=True)
+    if Dp != D:
+        out = out[..., :D]
+    if not return_attn_probs:
+        return out
+    if packed is None:
+        probs = _probs(q[..., :D], k[..., :D], lse, scale, causal)
+        return out, lse, probs
+    return out, *_packed_lse_and_probs(q[..., :D], k[..., :D], lse, scale, causal, packed)
+
+
+def _probs(q, k, lse, scale, causal):
+    """softmax(scale q k^T) (B, H, T, Tk) from the forward's LSE, 0 where causal hides a key (FlashAttention's tests
+    read S_dmask; it is computed here densely, in fp32)"""
+    B, T, H, D = q.shape
+    Tk, H_kv = k.shape[1], k.shape[2]
+    kk = k.float().repeat_interleave(H // H_kv, dim=2)
+    s = torch.einsum("bthd,bshd->bhts", q.float(), kk) * scale
+    p = torch.exp(s - lse[..., None])
+    if causal:
+        i = torch.arange(T, device=q.device)[:, None]
+        j = torch.arange(Tk, device=q.device)[None, :]
+        p = p.masked_fill(j > i + Tk - T, 0.0)
+    return torch.nan_to_num(p, nan=0.0).to(q.dtype)
+
+
+def _packed_lse_and_probs(q, k, lse, scale, causal, packed):
+    """varlen: softmax_lse (H, total_q) as FlashAttention 2.x returns it, and S_dmask (B, H, max_q, max_k) per
+    sequence from (0, 0)"""
+    cu_q, cu_k, max_q, max_k = packed
+    B = cu_q.numel() - 1
+    H = q.shape[1]
+    lens_q = (cu_q[1:] - cu_q[:-1]).long()
+    b_of_row = torch.repeat_interleave(torch.arange(B, device=q.device), lens_q, output_size=q.shape[0])
+    t_of_row = torch.arange(q.shape[0], device=q.device) - cu_q.long()[b_of_row]
+    lse_rows = lse.permute(1, 0, 2)[:, b_of_row, t_of_row]   # (H, total_q)
+    probs = torch.zeros(B, H, max_q, max_k, dtype=q.dtype, device=q.device)
+    for b in range(B):   # test-only output: a loop over sequences, with their lengths read back
+        q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
+        if q1 > q0 and k1 > k0:
+            probs[b, :, :q1 - q0, :k1 - k0] = _probs(q[None, q0:q1], k[None, k0:k1], lse[b:b + 1, :, :q1 - q0], scale,
+                                                     causal)[0]
+    return lse_rows, probs
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """q (B, T, H, D), k and v (B, Tk, H_kv, D) -> out (B, T, H, D)"""
+    _refuse(dropout_p, window_size, softcap, alibi_slopes, q, k, v)
+    return _attention(q, k, v, softmax_scale, causal, return_attn_probs)
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                              alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """qkv (B, T, 3, H, D) -> out (B, T, H, D); q, k and v are read in place"""
+    _refuse(dropout_p, window_size, softcap, alibi_slopes, qkv)
+    return _attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], softmax_scale, causal, return_attn_probs)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                             alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """q (B, T, H, D), kv (B, Tk, 2, H_kv, D) -> out (B, T, H, D)"""
+    _refuse(dropout_p, window_size, softcap, alibi_slopes, q, kv)
+    return _attention(q, kv[:, :, 0], kv[:, :, 1], softmax_scale, causal, return_attn_probs)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None):
+    """q (total_q, H, D), k and v (total_k, H_kv, D), cu_seqlens (B + 1,) int32 -> out (total_q, H, D)"""
+    _refuse(dropout_p, window_size, softcap, alibi_slopes, q, k, v)
+    if block_table is not None:
+        raise NotImplementedError("flashgpt's flash_attn_interface: a paged KV cache (block_table) is not supported yet")
+    return _attention(q, k, v, softmax_scale, causal, return_attn_probs,
+                      (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
+                                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False):
+    """qkv (total, 3, H, D) -> out (total, H, D)"""
+    _refuse(dropout_p, window_size, softcap, alibi_slopes, qkv)
+    return _attention(qkv[:, 0], qkv[:, 1], qkv[:, 2], softmax_scale, causal, return_attn_probs,
+                      (cu_seqlens, cu_seqlens, max_seqlen, max_seqlen))
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                                    softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """q (total_q, H, D), kv (total_k, 2, H_kv, D) -> out (total_q, H, D)"""
+    _refuse(dropout_p, window_size, softcap, alibi_slopes, q, kv)
+    return _attention(q, kv[:, 0], kv[:, 1], softmax_scale, causal, return_attn_probs,
+                      (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""GPU test of flashgpt.flash_attn_interface (FlashAttention 2.x's Python API on flashgpt's kernels) over a slice of
+FlashAttention's own test grid: head dims 32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256 (those between
+flashgpt's run zero-padded), its (T, Tk) pairs, MHA / MQA / GQA, causal or not, the packed forms and varlen.
+Prints one PASS/FAIL line per case; exits 0 with a SKIP line where torch or a CUDA GPU is missing.
+
+  make lib && python3 tests/test_flash_attn_interface.py
+
+Rule (FlashAttention's tests): out and dq, dk, dv against the same attention in fp32 (PyTorch, from the bf16 inputs)
+within 2x the error of the naive bf16 computation (softmax of bf16 logits) plus 1e-3; softmax_lse within 1e-3 of the
+fp32 LSE; S_dmask against the fp32 probabilities. What flashgpt does not run yet (dropout, window, softcap, ALiBi,
+fp16) must raise NotImplementedError.
+"""
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_gpu import require_torch_cuda, results, run  # noqa: E402
+
+require_torch_cuda("test_flash_attn_interface.py")
+import torch  # noqa: E402
+from flashgpt import flash_attn_interface as fai  # noqa: E402
+
+
+def reference(q, k, v, causal, dtype):
+    """attention on (B, T, H, D) tensors computed in dtype (fp32: the reference; bf16: the naive low-precision one),
+    the causal diagonal bottom-right; returns out (B, T, H, D) and the LSE (B, H, T)"""
+    H, H_kv = q.shape[2], k.shape[2]
+    q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))
+    k, v = (x.repeat_interleave(H // H_kv, dim=1) for x in (k, v))
+    s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+    T, Tk = s.shape[-2], s.shape[-1]
+    if causal:
+        i = torch.arange(T, device=q.device)[:, None]
+        j = torch.arange(Tk, device=q.device)[None, :]
+        s = s.masked_fill(j > i + Tk - T, float("-inf"))
+    lse = torch.logsumexp(s.float(), dim=-1)
+    p = torch.nan_to_num(torch.softmax(s, dim=-1), nan=0.0)   # rows that see no key: 0
+    return (p @ v).transpose(1, 2), lse
+
+
+def check_close(name, ours, ref, naive, floor=1e-3):
+    err, tol = (ours.float() - ref.float()).abs().max().item(), 2 * (naive.float() - ref.float()).abs().max().item() + floor
+    assert err <= tol, f"{name}: {err:.3e} > {tol:.3e}"
+
+
+def case_dense(B, T, Tk, H, H_kv, D, causal, packed):
+    def fn():
+        q = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(B, Tk, H_kv, D, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(B, Tk, H_kv, D, device="cuda", dtype=torch.bfloat16)
+        dout = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16)
+        if packed == "qkv":
+            qkv = torch.stack([q, k, v], dim=2).requires_grad_()
+            out, lse, probs = fai.flash_attn_qkvpacked_func(qkv, causal=causal, return_attn_probs=True)
+            out.backward(dout)
+            dq, dk, dv = qkv.grad.unbind(2)
+        elif packed == "kv":
+            qg, kv = q.clone().requires_grad_(), torch.stack([k, v], dim=2).requires_grad_()
+            out, lse, probs = fai.flash_attn_kvpacked_func(qg, kv, causal=causal, return_attn_probs=True)
+            out.backward(dout)
+            dq, (dk, dv) = qg.grad, kv.grad.unbind(2)
+        else:
+            qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+            out, lse, probs = fai.flash_attn_func(qg, kg, vg, causal=causal, return_attn_probs=True)
+            out.backward(dout)
+            dq, dk, dv = qg.grad, kg.grad, vg.grad
+        grads = {}
+        for dtype in (torch.float32, torch.bfloat16):
+            xs = [x.to(dtype).requires_grad_() for x in (q, k, v)]
+            o, l = reference(*xs, causal, dtype)
+            o.backward(dout.to(dtype))
+            grads[dtype] = (o, l, *[x.grad for x in xs])
+        (ro, rl, rdq, rdk, rdv), (no, _, ndq, ndk, ndv) = grads[torch.float32], grads[torch.bfloat16]
+        for n, a, r, nv in (("out", out, ro, no), ("dq", dq, rdq, ndq), ("dk", dk, rdk, ndk), ("dv", dv, rdv, ndv)):
+            check_close(n, a, r, nv)
+        finite = torch.isfinite(rl)
+        assert torch.equal(finite, torch.isfinite(lse)), "softmax_lse: -inf rows differ"
+        lerr = (lse[finite] - rl[finite]).abs().max().item() if finite.any() else 0.0
+        assert lerr <= 1e-3 * max(1.0, rl[finite].abs().max().item() if finite.any() else 1.0), f"softmax_lse {lerr:.3e}"
+        assert probs.shape == (B, H, T, Tk), f"S_dmask shape {tuple(probs.shape)}"
+        v_heads = v.float().repeat_interleave(H // H_kv, dim=2)   # the probabilities, through v, give out
+        check_close("S_dmask @ v", torch.einsum("bhts,bshd->bthd", probs.float(), v_heads), ro, no)
+    return fn
+
+
+def case_varlen(lens_q, lens_k, H, H_kv, D, causal, packed):
+    def fn():
+        cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), device="cuda", dtype=torch.int32)
+        cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), device="cuda", dtype=torch.int32)
+        tq, tk = int(cu_q[-1]), int(cu_k[-1])
+        q = torch.randn(tq, H, D, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(tk, H_kv, D, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(tk, H_kv, D, device="cuda", dtype=torch.bfloat16)
+        dout = torch.randn(tq, H, D, device="cuda", dtype=torch.bfloat16)
+        if packed == "qkv":
+            qkv = torch.stack([q, k, v], dim=1).requires_grad_()
+            out, lse, _ = fai.flash_attn_varlen_qkvpacked_func(qkv, cu_q, max(lens_q), causal=causal, return_attn_probs=True)
+            out.backward(dout)
+            dq, dk, dv = qkv.grad.unbind(1)
+        else:
+            qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+            out, lse, _ = fai.flash_attn_varlen_func(qg, kg, vg, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
+                                                     return_attn_probs=True)
+            out.backward(dout)
+            dq, dk, dv = qg.grad, kg.grad, vg.grad
+        assert lse.shape == (H, tq), f"varlen softmax_lse shape {tuple(lse.shape)}"
+        for b in range(len(lens_q)):
+            q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
+            res = {}
+            for dtype in (torch.float32, torch.bfloat16):
+                xs = [x[None, a:e].to(dtype).requires_grad_() for x, a, e in ((q, q0, q1), (k, k0, k1), (v, k0, k1))]
+                o, l = reference(*xs, causal, dtype)
+                o.backward(dout[None, q0:q1].to(dtype))
+                res[dtype] = (o[0], l[0], *[x.grad[0] for x in xs])
+            (ro, rl, rdq, rdk, rdv), (no, _, ndq, ndk, ndv) = res[torch.float32], res[torch.bfloat16]
+            for n, a, r, nv in (("out", out[q0:q1], ro, no), ("dq", dq[q0:q1], rdq, ndq), ("dk", dk[k0:k1], rdk, ndk),
+                                ("dv", dv[k0:k1], rdv, ndv)):
+                check_close(f"sequence {b} {n}", a, r, nv)
+            fin = torch.isfinite(rl)
+            if fin.any():
+                assert (lse[:, q0:q1][fin] - rl[fin]).abs().max().item() <= 1e-3 * max(1.0, rl[fin].abs().max().item()), \
+                    f"sequence {b} softmax_lse"
+    return fn
+
+
+def refusals():
+    q = torch.randn(1, 16, 2, 64, device="cuda", dtype=torch.bfloat16)
+    for kwargs in ({"dropout_p": 0.1}, {"window_size": (8, 0)}, {"softcap": 30.0},
+                   {"alibi_slopes": torch.ones(2, device="cuda", dtype=torch.float32)}):
+        try:
+            fai.flash_attn_func(q, q, q, **kwargs)
+        except NotImplementedError:
+            continue
+        raise AssertionError(f"{kwargs} did not raise NotImplementedError")
+    try:
+        fai.flash_attn_func(q.half(), q.half(), q.half())
+    except NotImplementedError:
+        return
+    raise AssertionError("fp16 did not raise NotImplementedError")
+
+
+if __name__ == "__main__":
+    torch.manual_seed(int.from_bytes(os.urandom(4), "little"))   # fresh inputs every run
+    pairs = [(113, 203), (128, 217), (113, 211), (108, 256), (256, 512), (512, 256), (1023, 1024), (1024, 1023)]
+    dims = [32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256]
+    heads = [(4, 4), (4, 1), (6, 2)]   # MHA, MQA, GQA
+    for i, D in enumerate(dims):   # each head dim against two (T, Tk) pairs, the head patterns and causal in turn
+        for j in range(2):
+            T, Tk = pairs[(2 * i + j) % len(pairs)]
+            H, H_kv = heads[(i + j) % len(heads)]
+            causal = (i + j) % 2 == 1
+            packed = ("none", "qkv", "kv")[(i + j) % 3] if T == Tk or (i + j) % 3 != 1 else "none"
+            if packed == "qkv" and (T != Tk or H != H_kv):
+                packed = "kv" if T != Tk else "none"
+            name = f"flash_attn_{'' if packed == 'none' else packed + 'packed_'}func B=2 T={T} Tk={Tk} H={H} H_kv={H_kv} D={D} causal={int(causal)}"
+            run(name, case_dense(2, T, Tk, H, H_kv, D, causal, packed))
+    run("flash_attn_qkvpacked_func B=2 T=1024 H=4 D=128 causal=1", case_dense(2, 1024, 1024, 4, 4, 128, True, "qkv"))
+    run("flash_attn_func B=1 T=2048 H=2 D=64 causal=1", case_dense(1, 2048, 2048, 2, 2, 64, True, "none"))
+    run("flash_attn_varlen_func [113, 7, 300] x [203, 64, 300] H=4 H_kv=2 D=64 causal=1",
+        case_varlen([113, 7, 300], [203, 64, 300], 4, 2, 64, True, "none"))
+    run("flash_attn_varlen_func [50, 129] x [50, 129] H=3 H_kv=3 D=80 causal=0",
+        case_varlen([50, 129], [50, 129], 3, 3, 80, False, "none"))
+    run("flash_attn_varlen_qkvpacked_func [33, 1, 200] H=2 D=128 causal=1",
+        case_varlen([33, 1, 200], [33, 1, 200], 2, 2, 128, True, "qkv"))
+    run("features flashgpt lacks raise NotImplementedError", refusals)
+    failed = sum(1 for r in results if r[0] == "FAIL")
+    print(f"test_flash_attn_interface: {len(results) - failed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
