@@ -55,6 +55,12 @@ const char* attention_forward_path_name(int HS) {
     }
 }
 
+// Dispatch (tiles chosen by dev/cuda/attention_forward's sweeps, see dev/cuda/RESULTS.md):
+//   Hopper with sm_90a code in the binary, HS 64, 96, 128, 256 -> the warp-specialised TMA kernel
+//                (attention_forward_hopper_ws_kernel; HS 96 on HS 128's copies, zero-padded: see head_chunk_stored)
+//   otherwise -> the mma.sync kernel: HS 64 128x64 tiles, HS 128 128x48 (4 warps of 32 rows: the largest key tile with no
+//                spill at 255 registers); HS 32 128x64, HS 96 128x64, HS 256 64x32 (16 rows a warp: O alone is 128 registers)
+//
 // GPT-2's family (attention_self_causal) on the kernels compiled for it
 void attention_forward_self_causal_path(const AttentionForwardParams& p, cudaStream_t stream) {
     const int HS = p.HS, T = p.T;

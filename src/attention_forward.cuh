@@ -1788,14 +1788,11 @@ void launch_attention_decode(const AttentionForwardParams& p, const int* seqlens
                                                   split_keys, part);
 }
 
+// a refused call in a program that cannot take the reason back (the C interface checks first and returns it)
 inline void attention_exit_unsupported(const char* what, int B, int T, int Tk, int NH, int NH_kv, int HS, const char* why) {
     fprintf(stderr, "attention %s: unsupported call B=%d T=%d Tk=%d NH=%d NH_kv=%d HS=%d: %s\n", what, B, T, Tk, NH, NH_kv, HS, why);
     exit(EXIT_FAILURE);
 }
 
-// Dispatch (tiles chosen by dev/cuda/attention_forward's sweeps, see dev/cuda/RESULTS.md):
-//   Hopper with sm_90a code in the binary, HS 64, 96, 128, 256 -> the warp-specialised TMA kernel
-//                (attention_forward_hopper_ws_kernel; HS 96 on HS 128's copies, zero-padded: see head_chunk_stored)
-//   otherwise -> the mma.sync kernel: HS 64 128x64 tiles, HS 128 128x48 (4 warps of 32 rows: the largest key tile with no
-//                spill at 255 registers); HS 32 128x64, HS 96 128x64, HS 256 64x32 (16 rows a warp: O alone is 128 registers)
-inline bool attention_forward_uses_hopper(int /*HS*/) { return hopper_path_available(); }   // every head dim
+// the forward runs on wgmma wherever the binary carries sm_90a code for this GPU (every head dim)
+inline bool attention_forward_uses_hopper(int /*HS*/) { return hopper_path_available(); }
