@@ -1,10 +1,12 @@
 # flashgpt build. Everything is nvcc + cuBLAS/cuBLASLt; no cuDNN anywhere.
 #
-#   make                      train_gpt2cu, test_gpt2cu, profile_gpt2cu, generate_gpt2cu (one build: gpt2_programs.cu)
-#                             and the dev/cuda binaries, one job per core (make -jN to choose)
-#   make test                 CPU tests everywhere; GPU tests too where a GPU is present. Ends "N passed, N failed".
-#                             On a GPU: the shipped attention and the first config of every other variant on the
-#                             validation set, test_gpt2cu and a 20-step d12 run.
+#   make                      build/attention.a (the attention's kernels, compiled once), train_gpt2cu, test_gpt2cu,
+#                             profile_gpt2cu, generate_gpt2cu (one build: gpt2_programs.cu) and the dev/cuda binaries,
+#                             one job per core (make -jN to choose)
+#   make test                 CPU tests everywhere; GPU tests too where a GPU is present, side by side (scripts/
+#                             gpu_tests.sh). Ends "N passed, N failed". On a GPU: the shipped attention on the validation
+#                             set, the first config of every other variant on one shape, the Python calls, test_gpt2cu,
+#                             generation and a 20-step d12 run.
 #   make test-all             the same, but every attention variant on every config
 #   make GPU_ARCH=90a ...     build for one arch (default: the GPU found by nvidia-smi, else "80 90a")
 #   make regs                 ptxas register/smem report for the attention's kernels (src/attention_forward.cu, _backward.cu)
