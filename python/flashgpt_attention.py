@@ -228,15 +228,19 @@ def _extras2(bias2, key_mask):
     return [_ptr(bias2), strides, int(bias2 is not None and bias2.dtype == torch.float32), _ptr(key_mask), batch]
 
 
-def _stream(x):
-    return ctypes.c_void_p(torch.cuda.current_stream(x.device).cuda_stream)
-
-
 try:  # the current stream's handle without building a torch.cuda.Stream (what SDPA's C++ call reads)
     _raw_stream = torch._C._cuda_getCurrentRawStream
 except AttributeError:  # pragma: no cover
     def _raw_stream(index):
         return torch.cuda.current_stream(index).cuda_stream
+
+
+def _call(device, fn, *args):
+    """fn(*args, stream) on device (switching only where the current device differs), on its current stream"""
+    if torch.cuda.current_device() == device.index:
+        return fn(*args, _raw_stream(device.index))
+    with torch.cuda.device(device):
+        return fn(*args, _raw_stream(device.index))
 
 
 def _describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths, gate):
@@ -277,13 +281,12 @@ class FlashAttentionFunction(torch.autograd.Function):
                 gate = _empty_out(gate, layout).copy_(gate)
             gated_out = _empty_out(q, layout)
         lse = torch.empty((B, H, T), dtype=torch.float32, device=q.device)  # natural log, saved for the backward
-        with torch.cuda.device(q.device):
-            err = _library().flashgpt_attention_forward_ex(
-                q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-                _c_strides(q, layout), _c_strides(k, layout), _c_strides(v, layout), _c_strides(out, layout),
-                B, T, Tk, H, H_kv, D, int(causal), scale,
-                *_extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k, gate, layout, q, k), _ptr(gated_out),
-                *_extras2(bias2, key_mask), _stream(q))
+        err = _call(q.device, _library().flashgpt_attention_forward_ex,
+                    q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                    _c_strides(q, layout), _c_strides(k, layout), _c_strides(v, layout), _c_strides(out, layout),
+                    B, T, Tk, H, H_kv, D, int(causal), scale,
+                    *_extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k, gate, layout, q, k), _ptr(gated_out),
+                    *_extras2(bias2, key_mask))
         if err:
             raise FlashAttentionError(f"flashgpt attention forward "
                                       f"({_describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths, gate)}): "
@@ -329,7 +332,7 @@ class FlashAttentionFunction(torch.autograd.Function):
                 _c_strides(dq, layout), _c_strides(dk, layout), _c_strides(dv, layout), _c_strides(dout, layout),
                 _c_strides(q, layout), _c_strides(k, layout), _c_strides(v, layout), _c_strides(out, layout),
                 B, T, Tk, H, H_kv, D, int(causal), scale, *extras, _ptr(dgate), _ptr(dbias), *extras2, _ptr(dbias2),
-                scratch.data_ptr(), scratch_bytes, _stream(q))
+                scratch.data_ptr(), scratch_bytes, _raw_stream(q.device.index))
         if err:
             raise FlashAttentionError(f"flashgpt attention backward "
                                       f"({_describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths, gate)}): "
@@ -346,13 +349,13 @@ class FlashAttentionFunction(torch.autograd.Function):
 # each way (a training loop calls the same shapes every step)
 
 class _Plan:
-    __slots__ = ("device", "index", "args", "describe", "layout", "out_sizes", "lse_shape", "strides", "grads",
+    __slots__ = ("device", "args", "describe", "layout", "out_sizes", "lse_shape", "strides", "grads",
                  "scratch_bytes", "dout")
 
     def __init__(self, q, k, v, causal, scale, layout):
         B, T, H, D = _sizes(q, layout)
         _, Tk, H_kv, _ = _sizes(k, layout)
-        self.device, self.index, self.layout = q.device, q.device.index, layout
+        self.device, self.layout = q.device, layout
         self.args = (B, T, Tk, H, H_kv, D, int(causal), scale)
         self.describe = _describe(B, T, Tk, H, H_kv, D, causal, layout, None, None, None)
         self.out_sizes, self.lse_shape = (B, T, H, D), (B, H, T)
@@ -391,14 +394,6 @@ def _plain_plan(q, k, v, causal, scale, layout):
     return plan
 
 
-def _call(plan, fn, *args):
-    """fn(*args) on the plan's device (switching only where the current device differs) and its current stream"""
-    if torch.cuda.current_device() == plan.index:
-        return fn(*args, _raw_stream(plan.index))
-    with torch.cuda.device(plan.device):
-        return fn(*args, _raw_stream(plan.index))
-
-
 def _grad_buffer(plan, x, which):
     like, strides = plan.grads[which]
     if like:
@@ -413,7 +408,7 @@ def _plain_forward(q, k, v, plan):
         out = out.transpose(1, 2)
     lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=q.device)
     qs, ks, vs, os_ = plan.strides
-    err = _call(plan, _library().flashgpt_attention_forward, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+    err = _call(plan.device, _library().flashgpt_attention_forward, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
                 lse.data_ptr(), qs, ks, vs, os_, *plan.args)
     if err:
         raise FlashAttentionError(f"flashgpt attention forward ({plan.describe}): {err.decode()}")
@@ -448,7 +443,7 @@ class PlainAttentionFunction(torch.autograd.Function):
             plan.scratch_bytes = lib.flashgpt_attention_backward_scratch_bytes(*plan.args[:7])
         scratch = torch.empty(max(plan.scratch_bytes, 16), dtype=torch.uint8, device=q.device)
         qs, ks, vs, os_ = plan.strides
-        err = _call(plan, lib.flashgpt_attention_backward, dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), dout.data_ptr(),
+        err = _call(plan.device, lib.flashgpt_attention_backward, dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), dout.data_ptr(),
                     q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), dq_st, dk_st, dv_st, do_st,
                     qs, ks, vs, os_, *plan.args, scratch.data_ptr(), plan.scratch_bytes)
         if err:
