@@ -180,10 +180,11 @@ __device__ __forceinline__ void backward_st_dpt(float (&st)[kMT][kQT][4], float 
 
 // In place: P^T = exp2(S^T * c - lse2[query]), 0 where key > query (masked only); dS^T = P^T * (dP^T - D[query]).
 // lse2_s, dpsum_s: the stage's rows; warp_key0 / m_start: the key index of row warp_row0 and the query index of row 0
-template <int kMT, int kQT>
+// (plus the diagonal); kLowBound (the general copies): also 0 where key < query + lo (lo_start = row 0's query + lo)
+template <int kMT, int kQT, bool kLowBound = false>
 __device__ __forceinline__ void backward_p_ds(float (&st)[kMT][kQT][4], float (&dpt)[kMT][kQT][4], const float* lse2_s,
                                               const float* dpsum_s, int q0, bool masked, int warp_key0, int m_start,
-                                              float scale_log2, int lane) {
+                                              float scale_log2, int lane, int lo_start = 0) {
     const int g = lane / 4, tq = lane % 4;
     #pragma unroll
     for (int nt = 0; nt < kQT; nt++) {
@@ -196,6 +197,7 @@ __device__ __forceinline__ void backward_p_ds(float (&st)[kMT][kQT][4], float (&
             for (int e = 0; e < 4; e++) {
                 float x = st[mt][nt][e] * scale_log2 - (e % 2 ? l2.y : l2.x);
                 if (masked && warp_key0 + mt * 16 + g + 8 * (e / 2) > m_start + q + (e % 2)) x = -INFINITY;
+                if (kLowBound && masked && warp_key0 + mt * 16 + g + 8 * (e / 2) < lo_start + q + (e % 2)) x = -INFINITY;
                 const float pr = fast_exp2(x);
                 st[mt][nt][e] = pr;
                 dpt[mt][nt][e] = pr * (dpt[mt][nt][e] - (e % 2 ? dps.y : dps.x));
@@ -314,7 +316,8 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
     const int b = blockIdx.x / p.NH_kv, h_kv = blockIdx.x % p.NH_kv;
     // sequence b's own lengths and rows (AttentionExtras, in the kExtras copy only)
     const SequenceSpan seq = kExtras ? attention_sequence(p, b) : SequenceSpan{p.T, p.Tk, 0, 0};
-    const int T = seq.T, Tk = seq.Tk, diag = attention_diagonal(p.causal, T, Tk);
+    const KeyBand band = attention_band(p.x, p.causal, seq.T, seq.Tk);
+    const int T = seq.T, Tk = seq.Tk, diag = band.hi;
     const int n_block = blockIdx.y;                     // block 0 has the most query tiles: launched first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
@@ -327,15 +330,15 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
     const int head_chunks = HS == 16 ? p.HS / 8 : HS / 8;   // head dim 8 runs the HS 16 copy, zero-padded
     const int warp_row0 = warp * 16 * kMT;              // this warp's first key row inside the tile
     const int warp_key0 = n_start + warp_row0;          // ... and as a key index
-    // the first query block with a query that sees a key here (query i sees key j iff j <= i + diag)
-    const int m_first = max(n_start - diag, 0) / kBlockM;
-    const int m_blocks = ceil_div(T, kBlockM);
+    // the query blocks with a query that sees a key here (attention_query_blocks: the band's two diagonals)
+    const QueryBlocks qb = attention_query_blocks(n_start, kBlockN, kBlockM, band, ceil_div(T, kBlockM));
+    const int m_first = qb.first;
     // document masking: the query blocks end at the first whose first row starts a document after these keys
-    int m_end = m_blocks;
+    int m_end = qb.end;
     if (kExtras && p.x.doc_start) {
         const int* docs = p.x.doc_start + (size_t)b * p.T;
         m_end = m_first;
-        while (m_end < m_blocks && docs[m_end * kBlockM] < n_start + kBlockN) m_end++;
+        while (m_end < qb.end && docs[m_end * kBlockM] < n_start + kBlockN) m_end++;
     }
     const int head_steps = n_start < Tk ? max(m_end - m_first, 0) : 0, steps = group * head_steps;
     auto step_bh = [&](int i) { return b * NH + h_kv * group + i / head_steps; };   // the step's query head (b * NH + h)
@@ -409,11 +412,11 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
                             if (warp_key0 + mt * 16 + g + 8 * half < first) st[mt][nt][2 * half + e2] = -INFINITY;
                 }
         }
-        // P^T = exp2(S^T * c - lse2[query]), 0 where key > query + diag; dS^T = P^T * (dP^T - D[query]). Only tiles
-        // where some key of this warp exceeds some query's limit need the mask (keys past Tk need none: their rows
-        // of dK, dV are not stored).
-        const bool need_mask = warp_key0 + 16 * kMT - 1 > m_start + diag;
-        backward_p_ds<kMT, kQT>(st, dpt, lse2_s, dpsum_s, 0, need_mask, warp_key0, m_start + diag, scale_log2, lane);
+        // P^T = exp2(S^T * c - lse2[query]), 0 where key > query + diag or key < query + lo; dS^T = P^T * (dP^T -
+        // D[query]). Only tiles where some key of this warp passes some query's limits need the mask (keys past Tk
+        // need none: their rows of dK, dV are not stored).
+        const bool need_mask = warp_key0 + 16 * kMT - 1 > m_start + diag || warp_key0 < m_start + kBlockM - 1 + band.lo;
+        backward_p_ds<kMT, kQT, true>(st, dpt, lse2_s, dpsum_s, 0, need_mask, warp_key0, m_start + diag, scale_log2, lane, m_start + band.lo);
         if constexpr (kAtomicDq) {   // dS^T (bf16) to shared memory, [key][query], for dQ = dS K below
             #pragma unroll
             for (int mt = 0; mt < kMT; mt++)
@@ -522,7 +525,8 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH, h_kv = h / (NH / p.NH_kv);
     // sequence b's own lengths and rows (AttentionExtras, in the kExtras copy only)
     const SequenceSpan seq = kExtras ? attention_sequence(p, b) : SequenceSpan{p.T, p.Tk, 0, 0};
-    const int T = seq.T, Tk = seq.Tk, diag = attention_diagonal(p.causal, T, Tk);
+    const KeyBand band = attention_band(p.x, p.causal, seq.T, seq.Tk);
+    const int T = seq.T, Tk = seq.Tk, diag = band.hi, lo = band.lo;
     const int m_block = gridDim.y - 1 - blockIdx.y;     // longest (last) query tiles first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
@@ -535,8 +539,8 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
     const int head_chunks = HS == 16 ? p.HS / 8 : HS / 8;   // head dim 8 runs the HS 16 copy, zero-padded
     const int warp_row0 = warp * 16 * kMT;              // first row of this warp inside the tile
     const int n_blocks = attention_key_blocks(m_start + kBlockM - 1, diag, Tk, kBlockN);
-    // document masking: the block's first row starts the earliest document; the key tiles before it are skipped
-    int n_first = 0, doc_first[kMT][2] = {}, warp_doc_first = 0;
+    // the key tiles before the block's first row's window, or (document masking) before its document, are skipped
+    int n_first = min(attention_first_key_block(m_start, lo, kBlockN), n_blocks - 1), doc_first[kMT][2] = {}, warp_doc_first = 0;
     if constexpr (kExtras) {
         if (p.x.doc_start)
             query_block_documents<kMT, kBlockN>(n_first, doc_first, warp_doc_first, p.x.doc_start + (size_t)b * p.T, m_start,
@@ -605,8 +609,10 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                 #pragma unroll
                 for (int ks = 0; ks < kKS; ks++) load_frags(q_frag[mt][kFragsInRegs ? ks : 0], do_frag[mt][kFragsInRegs ? ks : 0], mt, ks);
         }
-        // a warp whose rows all lie above this K tile has nothing to do here (every key masked)
-        if (n_block * kBlockN <= m_start + warp_row0 + 16 * kMT - 1 + diag && (!kExtras || n_block * kBlockN + kBlockN > warp_doc_first)) {
+        // a warp whose rows all lie above this K tile, or whose windows all begin past it, has nothing to do here
+        const int warp_last_row = m_start + warp_row0 + 16 * kMT - 1;
+        if (n_block * kBlockN <= warp_last_row + diag && n_block * kBlockN + kBlockN - 1 >= m_start + warp_row0 + lo &&
+            (!kExtras || n_block * kBlockN + kBlockN > warp_doc_first)) {
             const uint8_t* k_s = k_tile(stage);
             const uint8_t* v_s = v_tile(stage);
             float s[kMT][kNT][4], dp[kMT][kNT][4];
@@ -643,9 +649,9 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
             if (kExtras && p.x.bias) add_bias_tile<kMT, kNT>(s, bias_tile(stage), bias_pitch, p.x.bias_fp32, warp_row0, 1.0f / p.scale, lane);
             if (kExtras && p.x.key_bias) add_key_bias<kMT, kNT>(s, key_bias_of(p.x, b, h), n_block * kBlockN, 1.0f / p.scale, lane);
             if (kExtras && p.x.doc_start) mask_before_documents<kMT, kNT>(s, doc_first, n_block * kBlockN, lane);
-            // P = exp2(S * c - lse2), 0 where key > query + diag or key >= Tk (only on tiles crossing this warp's
-            // limits); dS = P * (dP - D)
-            const bool need_mask = n_block * kBlockN + kBlockN - 1 > min(m_start + warp_row0 + diag, Tk - 1);
+            // P = exp2(S * c - lse2), 0 where key > query + diag, key < query + lo or key >= Tk (only on tiles crossing
+            // this warp's limits); dS = P * (dP - D)
+            const bool need_mask = n_block * kBlockN + kBlockN - 1 > min(m_start + warp_row0 + diag, Tk - 1) || n_block * kBlockN < warp_last_row + lo;
             #pragma unroll
             for (int mt = 0; mt < kMT; mt++)
                 #pragma unroll
@@ -654,7 +660,8 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                     for (int e = 0; e < 4; e++) {
                         float x = s[mt][nt][e] * scale_log2 - row_lse2[mt][e / 2];
                         const int key = n_block * kBlockN + nt * 8 + 2 * tq + (e % 2);
-                        if (need_mask && (key > m_start + warp_row0 + mt * 16 + g + 8 * (e / 2) + diag || key >= Tk)) x = -INFINITY;
+                        const int row = m_start + warp_row0 + mt * 16 + g + 8 * (e / 2);
+                        if (need_mask && (key > row + diag || key >= Tk || key < row + lo)) x = -INFINITY;
                         dp[mt][nt][e] = fast_exp2(x) * (dp[mt][nt][e] - row_dpsum[mt][e / 2]);
                     }
             if (kExtras && p.dbias) {   // dS is d loss / d logit = d loss / d bias: (B, NH, T, Tk) fp32 for the dbias kernel
@@ -723,11 +730,11 @@ static __global__ void attention_dbias_kernel(const AttentionBackwardParams p, c
     float sum = 0.0f;
     for (int b = st.batch ? b0 : 0; b < (st.batch ? b0 + 1 : p.B); b++) {
         const SequenceSpan seq = attention_sequence(p, b);
-        const int diag = attention_diagonal(p.causal, seq.T, seq.Tk);
+        const KeyBand band = attention_band(p.x, p.causal, seq.T, seq.Tk);
         if (j >= seq.Tk) continue;
         for (int h = st.head ? h0 : 0; h < (st.head ? h0 + 1 : p.NH); h++)
             for (int i = st.row ? i0 : 0; i < (st.row ? i0 + 1 : seq.T); i++)
-                if (i < seq.T && j <= i + diag && (!p.x.doc_start || j >= p.x.doc_start[(size_t)b * p.T + i]))
+                if (i < seq.T && j <= i + band.hi && j >= i + band.lo && (!p.x.doc_start || j >= p.x.doc_start[(size_t)b * p.T + i]))
                     sum += ds[(((size_t)b * p.NH + h) * p.T + i) * p.Tk + j];
     }
     const long long at = b0 * st.batch + h0 * st.head + i0 * st.row + j;
@@ -1153,24 +1160,27 @@ __device__ __forceinline__ void bias_t_frag(float (&b)[4], const BiasTile& bias,
 }
 
 // P^T at this thread's four elements of S^T's query group i (keys n_start + warp_row0 + g, + 8; queries
-// m_start + 8i + 2tq, + 1): exp2(S^T * c - lse2[query]), 0 where key > query (m_start carries the diagonal)
-template <int N>
+// m_start + 8i + 2tq, + 1): exp2(S^T * c - lse2[query]), 0 where key > query (m_start carries the diagonal) or
+// (kLowBound: the general copies) key < query + lo (lo_start: the first query + lo)
+template <int N, bool kLowBound = false>
 __device__ __forceinline__ void p_t_group(float (&st)[N], int i, float2 l2, bool need_mask, int n_start, int m_start, int warp_row0,
-                                          float scale_log2) {
+                                          float scale_log2, int lo_start = 0) {
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     #pragma unroll
     for (int e = 0; e < 4; e++) {
         float x = st[4 * i + e] * scale_log2 - (e % 2 ? l2.y : l2.x);
-        if (need_mask && n_start + warp_row0 + g + 8 * (e / 2) > m_start + i * 8 + 2 * tq + (e % 2)) x = -INFINITY;
+        const int key = n_start + warp_row0 + g + 8 * (e / 2), q = i * 8 + 2 * tq + (e % 2);
+        if (need_mask && (key > m_start + q || (kLowBound && key < lo_start + q))) x = -INFINITY;
         st[4 * i + e] = fast_exp2(x);
     }
 }
 
 // wait for S^T, P^T; wait for dP^T, dS^T; give P^T, dS^T as bf16 A fragments (pa, dsa). kBias: S^T += the bias first
-template <int HS, int kBlockM, bool kBias = false>
+// (kLowBound: lo_start, the first query + lo, masks the window's left side too)
+template <int HS, int kBlockM, bool kBias = false, bool kLowBound = false>
 __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)[kBlockM / 2], uint32_t (&pa)[kBlockM / 16][4],
                                           uint32_t (&dsa)[kBlockM / 16][4], const float* lse2_s, const float* dpsum_s,
-                                          int n_start, int m_start, int warp_row0, float scale_log2, BiasTile bias = {}) {
+                                          int n_start, int m_start, int warp_row0, float scale_log2, BiasTile bias = {}, int lo_start = 0) {
     constexpr int kQT = kBlockM / 8;      // n8 column groups of S^T (queries)
     constexpr int kQS = kBlockM / 16;     // k16 steps of dV, dK (over queries)
     const int tq = threadIdx.x % 4;
@@ -1182,7 +1192,7 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
         for (int i = 0; i < kQT; i++) { st[4 * i] += lo; st[4 * i + 1] += lo; st[4 * i + 2] += hi; st[4 * i + 3] += hi; }
     }
     // P^T = exp2(S^T * c - lse2[query]), 0 where key > query (only where this warp's keys cross the tile)
-    const bool need_mask = n_start + warp_row0 + 15 > m_start;
+    const bool need_mask = n_start + warp_row0 + 15 > m_start || (kLowBound && n_start + warp_row0 < lo_start + kBlockM - 1);
     #pragma unroll 1
     for (unsigned once = 0; once < schedule_pin(); once++)   // see schedule_pin
     #pragma unroll
@@ -1194,7 +1204,7 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
             #pragma unroll
             for (int e = 0; e < 4; e++) st[4 * i + e] += b[e] * bias.inv_scale;
         }
-        p_t_group(st, i, l2, need_mask, n_start, m_start, warp_row0, scale_log2);
+        p_t_group<kBlockM / 2, kLowBound>(st, i, l2, need_mask, n_start, m_start, warp_row0, scale_log2, lo_start);
     }
     wgmma_wait<0>();   // dP^T
     // dS^T = P^T * (dP^T - D[query])
@@ -1221,14 +1231,15 @@ __device__ __forceinline__ void dkdv_issue_dv_dk(float (&dk_acc)[HS / 2], float 
 }
 
 // the whole step; returns with every wgmma complete, so the caller may hand the stage back
-template <int HS, int kBlockM, int kBlockN, bool kBias = false>
+template <int HS, int kBlockM, int kBlockN, bool kBias = false, bool kLowBound = false>
 __device__ __forceinline__ void dkdv_hopper_step(float (&dk_acc)[HS / 2], float (&dv_acc)[HS / 2], uint64_t k_desc, uint64_t v_desc,
                                                  const uint8_t* q_s, const uint8_t* do_s, const float* lse2_s, const float* dpsum_s,
-                                                 int n_start, int m_start, int warp_row0, float scale_log2, BiasTile bias = {}) {
+                                                 int n_start, int m_start, int warp_row0, float scale_log2, BiasTile bias = {},
+                                                 int lo_start = 0) {
     float st[kBlockM / 2], dpt[kBlockM / 2];
     uint32_t pa[kBlockM / 16][4], dsa[kBlockM / 16][4];
     issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_s, do_s);
-    dkdv_p_ds<HS, kBlockM, kBias>(st, dpt, pa, dsa, lse2_s, dpsum_s, n_start, m_start, warp_row0, scale_log2, bias);
+    dkdv_p_ds<HS, kBlockM, kBias, kLowBound>(st, dpt, pa, dsa, lse2_s, dpsum_s, n_start, m_start, warp_row0, scale_log2, bias, lo_start);
     dkdv_issue_dv_dk<HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_s, do_s);
     wgmma_wait<0>();
 }
@@ -1334,18 +1345,20 @@ __device__ __forceinline__ void dbias_ordered_add(const DbiasWarp& w, const floa
     if (lane == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" :: "l"(counter), "r"(w.turn + 1) : "memory");
 }
 
-// wait for S, P; wait for dP, dS; give dS as bf16 A fragments. kBias: S += the bias (kBlockM rows) first
-template <int HS, int kBlockN, int kBlockM = 0, bool kBias = false>
+// wait for S, P; wait for dP, dS; give dS as bf16 A fragments. kBias: S += the bias (kBlockM rows) first; kLowBound
+// (the general copies): keys before a row's window (key < row + lo) masked too
+template <int HS, int kBlockN, int kBlockM = 0, bool kBias = false, bool kLowBound = false>
 __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBlockN / 2], uint32_t (&dsa)[kBlockN / 16][4],
                                         const float (&row_lse2)[2], const float (&row_dpsum)[2], int n_block, int m_start, int warp_row0,
-                                        float scale_log2, int diag = 0, int Tk = 1 << 30, BiasTile bias = {}) {
+                                        float scale_log2, int diag = 0, int Tk = 1 << 30, BiasTile bias = {}, int lo = 0) {
     constexpr int kNT = kBlockN / 8;      // n8 column groups of S (keys)
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     wgmma_wait<1>();   // S is ready; dP may still be running
     if constexpr (kBias) add_bias_tile_smem<kNT, kBlockM>(s, bias.tile, bias.rows, warp_row0 + g, tq, bias.inv_scale);
     if (kBias && bias.key_bias) add_key_bias_frag<kNT>(s, bias.key_bias, n_block * kBlockN, tq, bias.inv_scale);
     // keys past a row's limit (key > row + diag, key >= Tk) masked; causal self-attention: diag 0, no key bound
-    const bool need_mask = n_block * kBlockN + kBlockN - 1 > min(m_start + warp_row0 + diag, Tk - 1);
+    const bool need_mask = n_block * kBlockN + kBlockN - 1 > min(m_start + warp_row0 + diag, Tk - 1) ||
+                           (kLowBound && n_block * kBlockN < m_start + warp_row0 + 15 + lo);
     #pragma unroll 1
     for (unsigned once = 0; once < schedule_pin(); once++)   // see schedule_pin
     #pragma unroll
@@ -1353,8 +1366,8 @@ __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBl
         #pragma unroll
         for (int e = 0; e < 4; e++) {
             float x = s[4 * i + e] * scale_log2 - row_lse2[e / 2];
-            const int key = n_block * kBlockN + i * 8 + 2 * tq + (e % 2);
-            if (need_mask && (key > m_start + warp_row0 + g + 8 * (e / 2) + diag || key >= Tk)) x = -INFINITY;
+            const int key = n_block * kBlockN + i * 8 + 2 * tq + (e % 2), row = m_start + warp_row0 + g + 8 * (e / 2);
+            if (need_mask && (key > row + diag || key >= Tk || (kLowBound && key < row + lo))) x = -INFINITY;
             s[4 * i + e] = fast_exp2(x);
         }
     wgmma_wait<0>();   // dP
@@ -1376,15 +1389,15 @@ __device__ __forceinline__ void dq_issue_dq(float (&dq_acc)[HS / 2], const uint3
 // the whole step; returns with every wgmma complete. kBias: with the bias tile; ds_rows (dBias): this warp's rows g,
 // g + 8 of the fp32 dS scratch ((b, h, query) rows of Tk keys; nullptr: a row past T or no dBias), written while dQ runs;
 // order (the ordered dBias, DbiasOrder): its rows of the accumulator slot, added in turn while dQ runs
-template <int HS, int kBlockM, int kBlockN, bool kBias = false>
+template <int HS, int kBlockM, int kBlockN, bool kBias = false, bool kLowBound = false>
 __device__ __forceinline__ void dq_hopper_step(float (&dq_acc)[HS / 2], uint64_t q_desc, uint64_t do_desc, const uint8_t* k_s, const uint8_t* v_s,
                                                const float (&row_lse2)[2], const float (&row_dpsum)[2], int n_block, int m_start, int warp_row0,
                                                float scale_log2, int diag = 0, int Tk = 1 << 30, BiasTile bias = {},
-                                               float* const (&ds_rows)[2] = {}, const DbiasWarp& order = {}) {
+                                               float* const (&ds_rows)[2] = {}, const DbiasWarp& order = {}, int lo = 0) {
     float s[kBlockN / 2], dp[kBlockN / 2];
     uint32_t dsa[kBlockN / 16][4];
     issue_s_dp<HS, kBlockN, kBlockM>(s, dp, q_desc, do_desc, k_s, v_s);
-    dq_p_ds<HS, kBlockN, kBlockM, kBias>(s, dp, dsa, row_lse2, row_dpsum, n_block, m_start, warp_row0, scale_log2, diag, Tk, bias);
+    dq_p_ds<HS, kBlockN, kBlockM, kBias, kLowBound>(s, dp, dsa, row_lse2, row_dpsum, n_block, m_start, warp_row0, scale_log2, diag, Tk, bias, lo);
     dq_issue_dq<HS, kBlockN>(dq_acc, dsa, k_s);
     if constexpr (kBias) if (order.counter) dbias_ordered_add<kBlockN, kBlockM>(order, dp, n_block, Tk);
     if constexpr (kBias) {   // pairs of keys as 8-byte stores where Tk is even (the rows then 8-byte aligned)
@@ -1612,7 +1625,7 @@ struct DkdvWsSmem {
 // diagonal and Tk = T constants to the compiler).
 template <class Tile>
 struct DkdvWsWalk {
-    int T, Tk, NH, NH_kv, group, diag, Tp, num_bh, num_n_blocks, num_items, m_blocks, section_heads;
+    int T, Tk, NH, NH_kv, group, diag, lo, Tp, num_bh, num_n_blocks, num_items, m_blocks, section_heads;
     bool snake, ordered_dq;
     HopperBiasBoxes bias;   // kBias
     const int* packed;      // kVarlen: the pack's key-block table (see packed_block: its heads are the key/value heads)
@@ -1622,26 +1635,26 @@ struct DkdvWsWalk {
     __device__ __forceinline__ DkdvWsWalk(const AttentionBackwardParams& p, int section_heads_, bool ordered_dq_, std::bool_constant<kGeneral>,
                                           const int* packed_ = nullptr)
         : T(p.T), Tk(kGeneral ? p.Tk : p.T), NH(p.NH), NH_kv(kGeneral ? p.NH_kv : p.NH), group(kGeneral ? p.NH / p.NH_kv : 1),
-          diag(kGeneral ? attention_diagonal(p) : 0), Tp(bwd_padded_T(p.T)), num_bh(p.B * NH_kv), num_n_blocks(ceil_div(Tk, Tile::kBlockN)),
+          diag(kGeneral ? attention_band(p).hi : 0), lo(kGeneral ? attention_band(p).lo : -kBandFar), Tp(bwd_padded_T(p.T)), num_bh(p.B * NH_kv), num_n_blocks(ceil_div(Tk, Tile::kBlockN)),
           num_items(packed_ ? packed_[0] * NH_kv : num_n_blocks * num_bh), m_blocks(ceil_div(p.T, Tile::kBlockM)),
           section_heads(section_heads_), snake(packed_ || section_heads_ >= num_bh), ordered_dq(ordered_dq_), bias(p.x, Tile::kBlockM),
           packed(packed_), x(p.x), causal(p.causal) {}
     __device__ __forceinline__ int key_block_of(int rank) const { return Tile::kAtomicDq && ordered_dq ? num_n_blocks - 1 - rank : rank; }
-    // the first query block with a query that sees a key of the block starting at n_start (query i sees key j iff j <= i + diag)
-    __device__ __forceinline__ int first_query_block(int n_start) const { return max(n_start - diag, 0) / Tile::kBlockM; }
-    // item w: its key block, head, query blocks (m_first .. m_end - 1) and diagonal; packed: its sequence's lengths and
-    // where its rows lie in the tensor maps (rows q0.., k0.. of one batch)
-    struct Item { int n_start, b, h_kv, m_first, m_end, diag, Tk, q_row0, k_row0, map_b; };
+    // item w: its key block, head, query blocks (m_first .. m_end - 1: those with a query that sees one of its keys,
+    // attention_query_blocks) and band (diag, lo); packed: its sequence's lengths and where its rows lie in the tensor
+    // maps (rows q0.., k0.. of one batch)
+    struct Item { int n_start, b, h_kv, m_first, m_end, diag, lo, Tk, q_row0, k_row0, map_b; };
     __device__ __forceinline__ Item locate(int w) const {
         if constexpr (Tile::kVarlen) {
             const PackedBlock pb = packed_block(packed, w, x, causal);
             const int n_start = pb.block * Tile::kBlockN;
-            return {n_start, pb.b, pb.h, max(n_start - pb.diag, 0) / Tile::kBlockM, ceil_div(pb.T, Tile::kBlockM), pb.diag, pb.Tk,
-                    pb.q0, pb.k0, 0};
+            const QueryBlocks qb = attention_query_blocks(n_start, Tile::kBlockN, Tile::kBlockM, {pb.lo, pb.diag}, ceil_div(pb.T, Tile::kBlockM));
+            return {n_start, pb.b, pb.h, qb.first, qb.end, pb.diag, pb.lo, pb.Tk, pb.q0, pb.k0, 0};
         } else {
             const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
             const int n_start = key_block_of(item.rank) * Tile::kBlockN, b = item.bh / NH_kv;
-            return {n_start, b, item.bh % NH_kv, first_query_block(n_start), m_blocks, diag, Tk, 0, 0, b};
+            const QueryBlocks qb = attention_query_blocks(n_start, Tile::kBlockN, Tile::kBlockM, {lo, diag}, m_blocks);
+            return {n_start, b, item.bh % NH_kv, qb.first, qb.end, diag, lo, Tk, 0, 0, b};
         }
     }
 };
@@ -1837,9 +1850,9 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                 const float* kb = key_bias_of(p.x, b, h_kv * walk.group + hq);
                 const BiasTile bias{sm.bias_tile(s) + cwg * max(walk.bias.rows, 8) * 128, walk.bias.rows,   // this warpgroup's box
                                     1.0f / p.scale, kb ? kb + n_start : nullptr};
-                dkdv_hopper_step<HS, kBlockM, kBlockN, kBias>(dk_acc, dv_acc, k_desc, v_desc, q_tile(s), do_tile(s), lse2_tile(s),
-                                                              lse2_tile(s) + kBlockM, n_start, m_block * kBlockM + it.diag, warp_row0,
-                                                              p.scale * kLog2e, bias);
+                dkdv_hopper_step<HS, kBlockM, kBlockN, kBias, kGeneral>(dk_acc, dv_acc, k_desc, v_desc, q_tile(s), do_tile(s), lse2_tile(s),
+                                                                        lse2_tile(s) + kBlockM, n_start, m_block * kBlockM + it.diag, warp_row0,
+                                                                        p.scale * kLog2e, bias, m_block * kBlockM + it.lo);
                 mbar_arrive(stage_empty(s));
             }
         } else {
@@ -1923,7 +1936,9 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
     __syncthreads();
 
     const int T = p.T, NH = p.NH, Tp = bwd_padded_T(T), num_bh = p.B * p.NH;
-    const int Tk = kGeneral ? p.Tk : T, diag = kGeneral ? attention_diagonal(p) : 0, group = kGeneral ? p.NH / p.NH_kv : 1;
+    const int Tk = kGeneral ? p.Tk : T, group = kGeneral ? p.NH / p.NH_kv : 1;
+    const KeyBand band = kGeneral ? attention_band(p) : KeyBand{-kBandFar, 0};
+    const int diag = band.hi, lo = band.lo;
     const int num_m_blocks = ceil_div(T, kBlockM);
     int num_items = num_m_blocks * num_bh;
     bool snake = section_heads >= num_bh;   // see persistent_work
@@ -1931,15 +1946,19 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
         if constexpr (kGeneral) return attention_key_blocks(m_start + kBlockM - 1, diag, Tk, kBlockN);
         else return min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
     };
-    // item w: its query block, head and key tiles; packed: its sequence's lengths, diagonal and where its rows lie in
-    // the tensor maps (rows q0.., k0.. of one batch)
-    struct Item { int b, h, m_start, n_blocks, diag, Tk, T, q_row0, k_row0, map_b; };
+    // item w: its query block, head and key tiles (n_blocks of them from n_top down: the band's, at least one);
+    // packed: its sequence's lengths, band and where its rows lie in the tensor maps (rows q0.., k0.. of one batch)
+    struct Item { int b, h, m_start, n_top, n_blocks, diag, lo, Tk, T, q_row0, k_row0, map_b; };
+    auto item = [&](int b, int h, int m_start, int key_blocks_, int diag_, int lo_, int Tk_, int T_, int q_row0, int k_row0, int map_b) {
+        const int n_first = kGeneral ? min(attention_first_key_block(m_start, lo_, kBlockN), key_blocks_ - 1) : 0;
+        return Item{b, h, m_start, key_blocks_ - 1, key_blocks_ - n_first, diag_, lo_, Tk_, T_, q_row0, k_row0, map_b};
+    };
     auto locate = [&](int w) {
         if constexpr (kVarlen) {
             const PackedBlock pb = packed_block(maps.packed, w, p.x, p.causal);
             const int m_start = pb.block * kBlockM;
-            return Item{pb.b, pb.h, m_start, attention_key_blocks(min(m_start + kBlockM, pb.T) - 1, pb.diag, pb.Tk, kBlockN), pb.diag,
-                        pb.Tk, pb.T, pb.q0, pb.k0, 0};
+            return item(pb.b, pb.h, m_start, attention_key_blocks(min(m_start + kBlockM, pb.T) - 1, pb.diag, pb.Tk, kBlockN), pb.diag, pb.lo,
+                        pb.Tk, pb.T, pb.q0, pb.k0, 0);
         } else {
             if constexpr (kBias) {
                 if (maps.order.acc) {   // ordered dBias: ord-major (see DbiasOrder)
@@ -1947,12 +1966,12 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
                     const int ord = w / o.groups, grp = w % o.groups, own = grp / num_m_blocks;
                     const int b = o.bcast_b ? ord / (o.bcast_h ? NH : 1) : own / o.Hd, h = o.bcast_h ? ord % NH : own % o.Hd;
                     const int m_start = (num_m_blocks - 1 - grp % num_m_blocks) * kBlockM;
-                    return Item{b, h, m_start, key_blocks(m_start), diag, Tk, T, 0, 0, b};
+                    return item(b, h, m_start, key_blocks(m_start), diag, lo, Tk, T, 0, 0, b);
                 }
             }
-            const PersistentItem item = persistent_item(w, num_m_blocks, num_bh, section_heads);
-            const int m_start = (num_m_blocks - 1 - item.rank) * kBlockM, b = item.bh / NH;
-            return Item{b, item.bh % NH, m_start, key_blocks(m_start), diag, Tk, T, 0, 0, b};
+            const PersistentItem pi = persistent_item(w, num_m_blocks, num_bh, section_heads);
+            const int m_start = (num_m_blocks - 1 - pi.rank) * kBlockM, b = pi.bh / NH;
+            return item(b, pi.bh % NH, m_start, key_blocks(m_start), diag, lo, Tk, T, 0, 0, b);
         }
     };
     if constexpr (kVarlen) {
@@ -1977,7 +1996,7 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
                 tma_load_tile<HS, kBlockM>(do_smem, &maps.dout, qo_full, h, it.q_row0 + m_start, it.map_b);
                 for (int i = 0; i < n_blocks; i++, kv_iter++) {   // the diagonal tile first
                     const int s = kv_iter % kStages, phase = (kv_iter / kStages) & 1;
-                    const int key0 = (n_blocks - 1 - i) * kBlockN;
+                    const int key0 = (it.n_top - i) * kBlockN;
                     mbar_wait(kv_empty(s), phase ^ 1);
                     mbar_arrive_expect_tx(kv_full(s), 2 * Tile::kTileBytes + (kBias ? bias_boxes.tile_bytes(kBlockN) : 0));
                     tma_load_tile<HS, kBlockN>(k_tile(s), &maps.k, kv_full(s), h_kv, it.k_row0 + key0, it.map_b);
@@ -2043,9 +2062,9 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
             const int s = kv_iter % kStages;
             mbar_wait(kv_full(s), (kv_iter / kStages) & 1);
             const BiasTile bias{bias_tile(s), bias_boxes.rows, 1.0f / p.scale, key_bias_of(p.x, b, h)};
-            dq_hopper_step<HS, kBlockM, kBlockN, kBias>(dq_acc, q_desc, do_desc, k_tile(s), v_tile(s), row_lse2, row_dpsum, n_blocks - 1 - i,
-                                                        m_start, warp_row0, p.scale * kLog2e, it.diag, kGeneral ? it.Tk : 1 << 30, bias, ds_rows,
-                                                        order);
+            dq_hopper_step<HS, kBlockM, kBlockN, kBias, kGeneral>(dq_acc, q_desc, do_desc, k_tile(s), v_tile(s), row_lse2, row_dpsum,
+                                                                  it.n_top - i, m_start, warp_row0, p.scale * kLog2e, it.diag,
+                                                                  kGeneral ? it.Tk : 1 << 30, bias, ds_rows, order, it.lo);
             release(kv_empty(s));
         }
         release(qo_empty);
@@ -2119,12 +2138,14 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
             wgmma_commit();
             wgmma_wait<0>();
             if constexpr (kRole == 0) {
-                // P^T = exp2(S^T * c - lse2[query]), 0 where key > query + diag (only where this warp's keys cross the tile)
-                const bool need_mask = it.n_start + warp_row0 + 15 > m_start;
+                // P^T = exp2(S^T * c - lse2[query]), 0 where key > query + diag or key < query + lo (only where this
+                // warp's keys cross the tile's limits)
+                const int lo_start = m_block * kBlockM + it.lo;
+                const bool need_mask = it.n_start + warp_row0 + 15 > m_start || it.n_start + warp_row0 < lo_start + kBlockM - 1;
                 #pragma unroll
                 for (int i = 0; i < kQT; i++)
-                    p_t_group(x, i, *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * tq), need_mask, it.n_start, m_start, warp_row0,
-                              scale_log2);
+                    p_t_group<kBlockM / 2, true>(x, i, *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * tq), need_mask, it.n_start,
+                                                 m_start, warp_row0, scale_log2, lo_start);
                 mbar_wait(pt_empty, (stage_iter & 1) ^ 1);   // warpgroup 1 has read the last step's
                 #pragma unroll
                 for (int i = 0; i < kQT; i++) pt[i * 128 + tid] = make_float4(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]);

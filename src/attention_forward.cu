@@ -22,6 +22,9 @@ const char* attention_unsupported_reason(const AttentionForwardParams& p) {
                      p.x.gate_st.row % 8 || p.x.gate_st.head % 8))
         return "gating needs gated_out (the backward: dgate), and gate, gated_out 16-byte aligned with strides multiples of 8 elements";
     if (ceil_div(p.T, 64) > 65535) return "T too large for the grid";
+    if (p.Tk >= (1 << 30)) return "Tk must be below 2^30";
+    if (p.x.window && p.x.window_left < -1) return "window_left must be -1 (unbounded) or at least 0";
+    if (p.x.window && p.x.window_right < -1) return "window_right must be -1 (unbounded) or at least 0";
     for (const AttentionStrides& st : {p.q_st, p.k_st, p.v_st, p.o_st}) {
         if (st.batch % 8 || st.row % 8 || st.head % 8) return "every batch, row and head stride must be a multiple of 8 elements (16 bytes)";
         if (st.row >= (1LL << 31)) return "row strides must be below 2^31 elements";
@@ -151,8 +154,8 @@ void attention_forward_kvcache(const AttentionForwardParams& p, const int* seqle
     const char* why = attention_unsupported_reason(p);
     if (!why && (long long)p.T * (p.NH / p.NH_kv) > kDecodeRows) why = "the KV-cache path takes T * NH / NH_kv <= 16 query rows (a prefill runs attention_forward)";
     if (!why && (long long)p.B * p.NH_kv > 65535) why = "B * NH_kv too large for the grid";
-    if (!why && (p.x.bias || p.x.cu_seqlens_q || p.x.cu_seqlens_k || p.x.gate || p.x.doc_start || p.x.bias2 || p.x.key_mask))
-        why = "the KV-cache path takes no bias, packed sequences, gating, key masks or document masks";
+    if (!why && (p.x.bias || p.x.cu_seqlens_q || p.x.cu_seqlens_k || p.x.gate || p.x.doc_start || p.x.bias2 || p.x.key_mask || p.x.window))
+        why = "the KV-cache path takes no bias, packed sequences, gating, key masks, document masks or window";
     if (!why && p.HS < 32) why = "the KV-cache path takes head dims 32 to 256 (attention_forward runs 8 and 16)";
     if (!seqlens_k) seqlens_k = p.x.seqlens_k;
     if (why) attention_exit_unsupported("forward (KV cache)", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);

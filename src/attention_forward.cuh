@@ -22,7 +22,6 @@ __device__ __forceinline__ SequenceSpan attention_sequence(const Params& p, int 
     else if (p.x.seqlens_k) sp.Tk = p.x.seqlens_k[b];
     return sp;
 }
-__host__ __device__ inline int attention_diagonal(bool causal, int T, int Tk) { return causal ? Tk - T : (1 << 30); }
 
 // The bias rows of one (b, h): element (i, j) for query i, key j of the sequence at base + (i * row + j) * elem size
 struct BiasRows { const uint8_t* base; long long row; bool fp32; };
@@ -134,12 +133,12 @@ __device__ __forceinline__ void mask_before_documents(float (&s)[kMT][kNT][4], c
                 if (key0 + nt * 8 + 2 * tq + (e % 2) < doc_first[mt][e / 2]) s[mt][nt][e] = -INFINITY;
 }
 // Document masking of a query block from m_start (docs: the sequence's doc_start row): the first key tile any of its
-// rows sees, this thread's rows' document starts (rows past T: T, which masks nothing they need), and this warp's
-// earliest
+// rows sees (n_first, raised to the tile of its first row's document), this thread's rows' document starts (rows past
+// T: T, which masks nothing they need), and this warp's earliest
 template <int kMT, int kBlockN>
 __device__ __forceinline__ void query_block_documents(int& n_first, int (&doc_first)[kMT][2], int& warp_doc_first, const int* docs,
                                                       int m_start, int warp_row0, int T, int lane) {
-    n_first = docs[m_start] / kBlockN;
+    n_first = max(n_first, docs[m_start] / kBlockN);
     #pragma unroll
     for (int mt = 0; mt < kMT; mt++)
         #pragma unroll
@@ -204,7 +203,9 @@ attention_forward_kernel(const AttentionForwardParams p) {
     // general: sequence b's own lengths and rows (AttentionExtras); GPT-2's family: T = Tk, diagonal 0
     static_assert(kGeneral || !kExtras, "the extras run on the general copies");
     const SequenceSpan seq = kExtras ? attention_sequence(p, b) : SequenceSpan{p.T, kGeneral ? p.Tk : p.T, 0, 0};
-    const int T = seq.T, Tk = seq.Tk, diag = kGeneral ? attention_diagonal(p.causal, T, Tk) : 0;
+    // the band (causal, window): GPT-2's family keys 0 .. row
+    const KeyBand band = kGeneral ? attention_band(p.x, p.causal, seq.T, seq.Tk) : KeyBand{-kBandFar, 0};
+    const int T = seq.T, Tk = seq.Tk, diag = band.hi, lo = band.lo;
     const int m_block = gridDim.y - 1 - blockIdx.y;      // longest (last) Q tiles first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
@@ -221,8 +222,10 @@ attention_forward_kernel(const AttentionForwardParams p) {
     const int warp_row0 = warp * 16 * kMT;               // first row of this warp inside the tile
     const int n_blocks = kGeneral ? attention_key_blocks(m_start + kBlockM - 1, diag, Tk, kBlockN)
                                   : min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
-    // document masking: the block's first row starts the earliest document; the key tiles before it are skipped
-    int n_first = 0, doc_first[kMT][2] = {}, warp_doc_first = 0;
+    // the key tiles before the block's first row's window, and (document masking) before the block's first row's
+    // document, are skipped; a block that sees no key still walks one tile
+    int n_first = kGeneral ? min(attention_first_key_block(m_start, lo, kBlockN), n_blocks - 1) : 0;
+    int doc_first[kMT][2] = {}, warp_doc_first = 0;
     if constexpr (kExtras) {
         if (p.x.doc_start)
             query_block_documents<kMT, kBlockN>(n_first, doc_first, warp_doc_first, p.x.doc_start + (size_t)b * p.T, m_start,
@@ -310,8 +313,9 @@ attention_forward_kernel(const AttentionForwardParams p) {
                 #pragma unroll
                 for (int ks = 0; ks < kKS; ks++) load_q_frag(q_frag[kQInRegs ? mt : 0][kQInRegs ? ks : 0], mt, ks);
         }
-        // a warp whose rows all lie above this K tile has nothing to do here (every key masked)
-        const bool warp_active = n_block * kBlockN <= m_start + warp_row0 + 16 * kMT - 1 + diag &&
+        // a warp whose rows all lie above this K tile, or whose windows all begin past it, has nothing to do here
+        const int warp_last_row = m_start + warp_row0 + 16 * kMT - 1;
+        const bool warp_active = n_block * kBlockN <= warp_last_row + diag && n_block * kBlockN + kBlockN - 1 >= m_start + warp_row0 + lo &&
                                  (!kExtras || n_block * kBlockN + kBlockN > warp_doc_first);
         if (warp_active) {
             // S = Q K^T  (kMT*16 x kBlockN per warp)
@@ -345,8 +349,9 @@ attention_forward_kernel(const AttentionForwardParams p) {
                 if (p.x.key_bias) add_key_bias<kMT, kNT>(s, key_bias_of(p.x, b, h), n_block * kBlockN, 1.0f / p.scale, lane);
                 if (p.x.doc_start) mask_before_documents<kMT, kNT>(s, doc_first, n_block * kBlockN, lane);
             }
-            // mask (the causal diagonal, keys past Tk), only on tiles that cross this warp's limits
-            if (n_block * kBlockN + kBlockN - 1 > (kGeneral ? min(m_start + warp_row0 + diag, Tk - 1) : m_start + warp_row0)) {
+            // mask (the band's diagonals, keys past Tk), only on tiles that cross this warp's limits
+            if (n_block * kBlockN + kBlockN - 1 > (kGeneral ? min(m_start + warp_row0 + diag, Tk - 1) : m_start + warp_row0) ||
+                (kGeneral && n_block * kBlockN < warp_last_row + lo)) {
                 #pragma unroll
                 for (int mt = 0; mt < kMT; mt++)
                     #pragma unroll
@@ -355,7 +360,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
                         for (int e = 0; e < 4; e++) {
                             int row = m_start + warp_row0 + mt * 16 + g + 8 * (e / 2);
                             int key = n_block * kBlockN + nt * 8 + 2 * tq + (e % 2);
-                            if (key > row + diag || (kGeneral && key >= Tk)) s[mt][nt][e] = -INFINITY;
+                            if (key > row + diag || (kGeneral && (key >= Tk || key < row + lo))) s[mt][nt][e] = -INFINITY;
                         }
             }
             // online softmax: new row max, rescale O and the sum by alpha, P = exp2(s*c - m*c)
@@ -444,16 +449,17 @@ void launch_attention_forward(const AttentionForwardParams& p, cudaStream_t stre
 // Hopper (sm_90a) forward helpers: one thread's rows g and g + 8 of a warpgroup's m64 x kBlockN S tile
 // (s[4 * i + e]: key column 8i + 2tq + e % 2, row g + 8 (e / 2), the wgmma accumulator layout).
 
-// mask on a tile that crosses this warp's limits: key > row + diag or (kKeyBound) key >= Tk; lim0 = the warp's first
-// query row + diag, key0 = the tile's first key. Causal self-attention needs no key bound: row + 0 < T = Tk.
+// mask on a tile that crosses this warp's limits: key > row + diag or (kKeyBound: the general copies) key >= Tk or
+// key < row + lo (the window's left side); lim0 = the warp's first query row + diag, lo0 = that row + lo, key0 = the
+// tile's first key. Causal self-attention needs neither: row + 0 < T = Tk, no window.
 template <int kNT, bool kKeyBound = true>
-__device__ __forceinline__ void mask_tile(float (&s)[kNT * 4], int lim0, int key0, int Tk, int g, int tq) {
+__device__ __forceinline__ void mask_tile(float (&s)[kNT * 4], int lim0, int key0, int Tk, int g, int tq, int lo0 = -kBandFar) {
     #pragma unroll
     for (int i = 0; i < kNT; i++)
         #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int key = key0 + i * 8 + 2 * tq + (e % 2);
-            if (key > lim0 + g + 8 * (e / 2) || (kKeyBound && key >= Tk)) s[4 * i + e] = -INFINITY;
+            if (key > lim0 + g + 8 * (e / 2) || (kKeyBound && (key >= Tk || key < lo0 + g + 8 * (e / 2)))) s[4 * i + e] = -INFINITY;
         }
 }
 
@@ -670,14 +676,16 @@ inline PackedTables packed_blocks_tables(const AttentionExtras& x, int B, int T,
     cudaCheck(cudaGetLastError());
     return {q.table, k.table};
 }
-// item w of a table: head h of sequence b's block `block`, the sequence's first rows and lengths, its causal diagonal
-struct PackedBlock { int b, h, block, q0, T, k0, Tk, diag; };
+// item w of a table: head h of sequence b's block `block`, the sequence's first rows and lengths, its band's diagonals
+// (attention_band: diag = hi)
+struct PackedBlock { int b, h, block, q0, T, k0, Tk, diag, lo; };
 __device__ __forceinline__ PackedBlock packed_block(const int* table, int w, const AttentionExtras& x, bool causal) {
     const int count = table[0], pair = w % count;
     const int b = table[1 + 2 * pair], block = table[2 + 2 * pair];
     const int q0 = x.cu_seqlens_q[b], k0 = x.cu_seqlens_k[b];
     const int T = x.cu_seqlens_q[b + 1] - q0, Tk = x.cu_seqlens_k[b + 1] - k0;
-    return {b, w / count, block, q0, T, k0, Tk, attention_diagonal(causal, T, Tk)};
+    const KeyBand band = attention_band(x, causal, T, Tk);
+    return {b, w / count, block, q0, T, k0, Tk, band.hi, band.lo};
 }
 
 // The kBias copies' bias tiles (the forward's and the backward's): kRows queries x kKeys keys, bf16, loaded by TMA as
@@ -844,7 +852,7 @@ struct ForwardWsSmem {
 // three warpgroups would compute for nothing.
 template <int kBlockM, int kBlockN, int kCluster, bool kGeneral>
 struct ForwardWsWalk {
-    int T, Tk, NH, group, diag, num_bh, num_m_blocks, num_ranks, num_items, section_heads, cta_rank;
+    int T, Tk, NH, group, diag, lo, num_bh, num_m_blocks, num_ranks, num_items, section_heads, cta_rank;
     HopperBiasBoxes bias;   // kBias
     bool snake;   // see persistent_work
     const int* packed;      // kVarlen: the pack's query-block table (see packed_block); else nullptr
@@ -855,7 +863,7 @@ struct ForwardWsWalk {
     static constexpr bool kSelfCausal = !kGeneral || kCluster > 1;
     __device__ __forceinline__ ForwardWsWalk(const AttentionForwardParams& p, int section_heads_, const int* packed_ = nullptr)
         : T(p.T), Tk(kSelfCausal ? p.T : p.Tk), NH(p.NH), group(kSelfCausal ? 1 : p.NH / p.NH_kv),
-          diag(kSelfCausal ? 0 : attention_diagonal(p)), num_bh(p.B * p.NH),
+          diag(kSelfCausal ? 0 : attention_band(p).hi), lo(kSelfCausal ? -kBandFar : attention_band(p).lo), num_bh(p.B * p.NH),
           num_m_blocks(ceil_div(p.T, kBlockM)), num_ranks(num_m_blocks / kCluster),
           num_items(packed_ ? packed_[0] * p.NH : num_ranks * num_bh), section_heads(section_heads_),
           cta_rank(kCluster > 1 ? cluster_cta_rank() : 0), bias(p.x, kBlockM), snake(packed_ || section_heads_ >= num_bh),
@@ -872,6 +880,14 @@ struct ForwardWsWalk {
     __device__ __forceinline__ int key_blocks(int m_start) const {
         if constexpr (kSelfCausal) return min(ceil_div(m_start + kBlockM, kBlockN), ceil_div(T, kBlockN));
         else return attention_key_blocks(m_start + kBlockM - 1, diag, Tk, kBlockN);
+    }
+    // the first of them (the window's left side; at most the last, so that an item walks at least one tile)
+    __device__ __forceinline__ int first_key_block(int m_start, int n_blocks) const {
+        if constexpr (kSelfCausal) return 0;
+        else return min(attention_first_key_block(m_start, lo, kBlockN), n_blocks - 1);
+    }
+    __device__ __forceinline__ int packed_first_key_block(const PackedBlock& pb, int n_blocks) const {
+        return min(attention_first_key_block(pb.block * kBlockM, pb.lo, kBlockN), n_blocks - 1);
     }
     __device__ __forceinline__ int work(int round) const {   // the round-robin walk's item of round `round`
         return persistent_work(round, snake, (int)blockIdx.x / kCluster, (int)gridDim.x / kCluster);
@@ -896,10 +912,11 @@ __device__ __forceinline__ void forward_ws_producer(const ForwardWsSmem<Tile>& s
         auto load_item = [&](int w, int tile_iter) {   // its Q into slot tile_iter % kQSlots, then its K/V walk
             // the item's block, its key tiles, and where its rows lie in the tensor maps (packed: rows q0.., k0.. of
             // one batch)
-            int m_start, b, h, n_blocks, q_row0 = 0, k_row0 = 0, map_b;
+            int m_start, b, h, n_blocks, n_first, q_row0 = 0, k_row0 = 0, map_b;
             if constexpr (Tile::kVarlen) {
                 const PackedBlock pb = walk.packed_item(w);
                 m_start = pb.block * kBlockM, b = pb.b, h = pb.h, n_blocks = walk.packed_key_blocks(pb);
+                n_first = walk.packed_first_key_block(pb, n_blocks);
                 q_row0 = pb.q0, k_row0 = pb.k0, map_b = 0;
             } else {
                 const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
@@ -907,6 +924,7 @@ __device__ __forceinline__ void forward_ws_producer(const ForwardWsSmem<Tile>& s
                 b = item.bh / NH, h = item.bh % NH, map_b = b;
                 m_start = walk.block_start(m_top - cta_rank);
                 n_blocks = walk.key_blocks(walk.block_start(m_top));
+                n_first = walk.first_key_block(m_start, n_blocks);   // 0 for CTA pairs (self-attention)
             }
             const int h_kv = h / walk.group;
             const int qslot = tile_iter % Tile::kQSlots;
@@ -914,7 +932,7 @@ __device__ __forceinline__ void forward_ws_producer(const ForwardWsSmem<Tile>& s
             mbar_arrive_expect_tx(&q_full[qslot], Tile::kQBytes);
             for (int c = 0; c < kCB; c++)
                 tma_load_4d(q_smem + qslot * Tile::kQBytes + c * kBlockM * 128, &maps.q, &q_full[qslot], 64 * c, h, q_row0 + m_start, map_b);
-            for (int i = 0; i < n_blocks; i++, kv_iter++) {   // the diagonal tile first, as the consumers walk
+            for (int i = 0; i < n_blocks - n_first; i++, kv_iter++) {   // the diagonal tile first, as the consumers walk
                 const int slot = kv_iter % kStages, phase = (kv_iter / kStages) & 1;
                 const int key0 = (n_blocks - 1 - i) * kBlockN;
                 mbar_wait(&k_empty[slot], phase ^ 1);
@@ -1106,23 +1124,26 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
         turn_end(false);
         for (int w = item_of(tile_iter); w < num_items; w = item_of(++tile_iter)) {
             // the item's block and key tiles; packed: its sequence's lengths, diagonal and first row of O
-            int m_start, b, h, n_blocks, item_Tk = Tk, item_diag = diag, out_row0 = 0, rows = 0;
+            // n_top: its last key tile, the first walked; n_blocks: how many it walks (down to the window's first)
+            int m_start, b, h, n_top, n_blocks, item_Tk = Tk, item_diag = diag, item_lo = walk.lo, out_row0 = 0, rows = 0;
             if constexpr (Tile::kVarlen) {
                 const PackedBlock pb = walk.packed_item(w);
-                m_start = pb.block * kBlockM, b = pb.b, h = pb.h, n_blocks = walk.packed_key_blocks(pb);
-                item_Tk = pb.Tk, item_diag = pb.diag, out_row0 = pb.q0, rows = pb.T;
+                m_start = pb.block * kBlockM, b = pb.b, h = pb.h, n_top = walk.packed_key_blocks(pb) - 1;
+                n_blocks = n_top + 1 - walk.packed_first_key_block(pb, n_top + 1);
+                item_Tk = pb.Tk, item_diag = pb.diag, item_lo = pb.lo, out_row0 = pb.q0, rows = pb.T;
             } else {
                 const PersistentItem item = persistent_item(w, num_ranks, num_bh, section_heads);
                 const int m_block = num_m_blocks - 1 - kCluster * item.rank - cta_rank;
                 b = item.bh / NH, h = item.bh % NH;
                 m_start = walk.block_start(m_block);
-                n_blocks = walk.key_blocks(m_start);
+                n_top = walk.key_blocks(m_start) - 1;
+                n_blocks = n_top + 1 - walk.first_key_block(m_start, n_top + 1);
             }
             const int qslot = tile_iter % Tile::kQSlots;
             bool has_next = false;
             if constexpr (!kDynamic) has_next = item_of(tile_iter + 1) < num_items;
             auto softmax = [&](int j) {   // on tile j (loop order): P_j (fp32) in s, row statistics, alpha
-                const int key0 = (n_blocks - 1 - j) * kBlockN;
+                const int key0 = (n_top - j) * kBlockN;
                 if constexpr (Tile::kBias) {   // its bias tile and key bias (loaded with K tile j), then handed back
                     const int it = kv_iter + j, bslot = it % Tile::kBiasStages;
                     mbar_wait(&sm.bias_full[bslot], (it / Tile::kBiasStages) & 1);
@@ -1132,8 +1153,9 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
                     release(&sm.bias_empty[bslot]);
                 }
                 constexpr bool kKeyBound = !std::remove_reference_t<decltype(walk)>::kSelfCausal;
-                if (key0 + kBlockN - 1 > (kKeyBound ? min(m_start + warp_row0 + item_diag, item_Tk - 1) : m_start + warp_row0 + item_diag))
-                    mask_tile<kNT, kKeyBound>(s, m_start + warp_row0 + item_diag, key0, item_Tk, g, tq);
+                if (key0 + kBlockN - 1 > (kKeyBound ? min(m_start + warp_row0 + item_diag, item_Tk - 1) : m_start + warp_row0 + item_diag) ||
+                    (kKeyBound && key0 < m_start + warp_row0 + 15 + item_lo))
+                    mask_tile<kNT, kKeyBound>(s, m_start + warp_row0 + item_diag, key0, item_Tk, g, tq, m_start + warp_row0 + item_lo);
                 online_softmax_tile<kNT>(s, row_max, row_sum, alpha, scale_log2);
             };
             #pragma unroll
@@ -1217,7 +1239,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
         }
         wgmma_wait<0>();   // the dummy S_0
     };
-    if (kHalfDiag && cwg == 0 && diag == 0) consumer(std::true_type{});   // causal, T = Tk
+    if (kHalfDiag && cwg == 0 && diag == 0 && walk.lo == -kBandFar) consumer(std::true_type{});   // causal, T = Tk, no window
     else consumer(std::false_type{});
 }
 
@@ -1726,7 +1748,7 @@ attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, in
 inline bool attention_decode_applies(const AttentionForwardParams& p) {
     return (long long)p.T * (p.NH / p.NH_kv) <= kDecodeRows && p.Tk >= 2 * kDecodeKeys && (long long)p.B * p.NH_kv <= 65535 &&
            !p.x.bias && !p.x.cu_seqlens_q && !p.x.cu_seqlens_k && !p.x.gate && !p.x.doc_start && !p.x.bias2 && !p.x.key_mask &&
-           !p.x.key_bias && p.HS >= 32;
+           !p.x.key_bias && !p.x.window && p.HS >= 32;
 }
 
 // fp32 scratch for the splits' partials, grown as needed, and the zeroed split counters (the decode call owns them; one

@@ -22,9 +22,10 @@ A case is the anchor script's syntax (../shared/bench/sdpa_general_anchor.py), s
   the keys at random, every key of sequence 1, all but one of sequence 2), keylens=1 (per-sequence key lengths),
   varlen=1 (packed sequences of ragged lengths; varlen=2: of
   lengths tq / tk, the same tokens as the unpadded batch), gate=1 (output
-  gating), docs=1 (document masking), kvlens=1 (a KV cache of per-sequence lengths)
+  gating), docs=1 (document masking), kvlens=1 (a KV cache of per-sequence lengths), wl=N / wr=N (a sliding window:
+  N keys left / right of the diagonal, FlashAttention's window_size; -1 unbounded)
 FLOPs as the anchor script counts them: forward 4*B*H*Tq*Tk*D, halved for causal with tq = tk (per sequence with
-keylens / varlen); backward 2.5x forward. The anchor's causal bias cases fold the mask into the bias; here causal=1
+keylens / varlen); with a window 4*H*D per (query, key) pair it sees; backward 2.5x forward. The anchor's causal bias cases fold the mask into the bias; here causal=1
 with a bias is both.
 */
 #include "dev/cuda/common.h"
@@ -46,11 +47,13 @@ struct GeneralCase {
     bool docs;            // document masking: documents of random lengths (1 to ~80) along each sequence
     BiasSpec bias2;       // a second bias (AttentionExtras::bias2)
     bool keymask;         // a (B, Tk) key mask (AttentionExtras::key_mask)
+    int window_left, window_right;   // a sliding window (AttentionExtras::window); both -1: none
 };
 
 static GeneralCase parse_case(const std::string& arg) {
     int b = 8, h = 12, hkv = -1, tq = 1024, tk = -1, d = 64, causal = 1, bwd = 1, kvlens = 0;
     int biasf32 = 0, dbias = 0, mask = 0, keylens = 0, varlen = 0, gate = 0, docs = 0, bias2f32 = 0, dbias2 = 0, keymask = 0;
+    int wl = -1, wr = -1;
     std::string bias2 = "none";
     double scale = 0.0;
     std::string layout = "bhtd", bias = "none";
@@ -67,6 +70,7 @@ static GeneralCase parse_case(const std::string& arg) {
         else if (k == "gate") gate = atoi(v.c_str()); else if (k == "docs") docs = atoi(v.c_str());
         else if (k == "bias2") bias2 = v; else if (k == "bias2f32") bias2f32 = atoi(v.c_str()); else if (k == "dbias2") dbias2 = atoi(v.c_str());
         else if (k == "keymask") keymask = atoi(v.c_str());
+        else if (k == "wl") wl = atoi(v.c_str()); else if (k == "wr") wr = atoi(v.c_str());
         else { fprintf(stderr, "unknown case key '%s'\n", k.c_str()); exit(EXIT_FAILURE); }
     }
     if (hkv < 0) hkv = h;
@@ -84,7 +88,7 @@ static GeneralCase parse_case(const std::string& arg) {
     if (varlen) layout = "bthd";   // packed: (total rows, heads, head dim)
     return {{b, tq, tk, h, hkv, d, causal != 0, scale}, layout, bwd != 0, kvlens != 0, bias, biasf32 != 0, dbias != 0 && bias != "none",
             mask != 0 && bias != "none", keylens != 0, varlen, gate != 0, docs != 0, {bias2, bias2f32 != 0, dbias2 != 0 && bias2 != "none"},
-            keymask != 0};
+            keymask != 0, wl, wr};
 }
 
 // the validation set: every feature of the general interface, ragged lengths, rows that see no key, tiny and large B*NH
@@ -160,6 +164,20 @@ static const char* kValidationCases[] = {
     // document masking (train_gpt2cu -dm 1): random document boundaries along each sequence
     "b=2,h=3,tq=300,d=64,docs=1",                                "b=2,h=4,tq=257,d=128,docs=1,layout=bthd",
     "b=3,h=2,hkv=1,tq=200,d=32,docs=1,bias=1htt,dbias=1",
+    // sliding windows (FlashAttention's window_size, bottom-right aligned): causal and not, narrower and wider than a
+    // tile, one-sided, cross both ways (rows that see no key), GQA / MQA, every head dim and path (general Hopper and
+    // mma.sync copies, the kBias, kVarlen and kExtras copies), a window past the sequence (unbounded)
+    "b=2,h=3,tq=700,d=64,wl=100",                                "b=2,h=2,tq=515,d=128,wl=37",
+    "b=2,h=3,tq=600,d=64,causal=0,wl=64,wr=64",                  "b=2,h=2,tq=333,d=128,causal=0,wl=5,wr=0",
+    "b=2,h=2,tq=300,tk=700,d=64,causal=0,wl=-1,wr=20",           "b=2,h=4,hkv=2,tq=700,tk=300,d=128,wl=50",
+    "b=1,h=4,hkv=1,tq=256,tk=900,d=64,causal=0,wl=0,wr=0",       "b=2,h=3,tq=400,d=32,wl=17",
+    "b=2,h=2,tq=333,d=96,causal=0,wl=90,wr=3",                   "b=2,h=2,tq=300,d=256,wl=130",
+    "b=2,h=2,tq=200,tk=330,d=256,causal=0,wl=40,wr=40",          "b=2,h=3,tq=150,d=16,causal=0,wl=9,wr=30",
+    "b=2,h=2,tq=130,d=8,wl=3",                                   "b=2,h=2,tq=257,d=64,wl=5000,wr=5000,causal=0",
+    "b=4,h=2,tq=600,d=64,varlen=1,wl=70",                        "b=3,h=2,tq=300,tk=500,d=128,varlen=1,causal=0,wl=20,wr=100",
+    "b=2,h=2,tq=300,d=64,causal=0,bias=1htt,dbias=1,wl=40,wr=10", "b=2,h=2,tq=257,d=128,bias=b11t,dbias=1,mask=1,wl=60",
+    "b=4,h=2,tq=200,tk=300,d=64,causal=0,keylens=1,wl=30,wr=30", "b=2,h=3,tq=300,d=64,docs=1,wl=50",
+    "b=2,h=2,tq=4100,d=128,wl=1024",                             "b=1,h=4,tq=2500,d=64,wl=300",
 };
 // the benchmark cases of the general-attention issue (the anchor script runs the same strings)
 static const char* kBenchCases[] = {
@@ -190,7 +208,13 @@ static double forward_flops(const GeneralShape& s, const GeneralExtras& x) {
     double f = 0.0;
     for (int b = 0; b < s.B; b++) {
         const int T = general_seq_T(s, &x, b), Tk = general_seq_Tk(s, &x, b);
-        f += 4.0 * s.NH * (double)T * Tk * s.HS / (s.causal && T == Tk ? 2 : 1);
+        if (x.window_left < 0 && x.window_right < 0) { f += 4.0 * s.NH * (double)T * Tk * s.HS / (s.causal && T == Tk ? 2 : 1); continue; }
+        for (long long i = 0; i < T; i++) {   // the keys each row sees
+            const long long right = s.causal ? 0 : x.window_right, d = i + Tk - T;
+            const long long lo = x.window_left < 0 ? 0 : std::max(0LL, d - x.window_left);
+            const long long hi = right < 0 ? Tk - 1 : std::min<long long>(Tk - 1, d + right);
+            f += 4.0 * s.NH * s.HS * (double)std::max(0LL, hi - lo + 1);
+        }
     }
     return f;
 }
@@ -259,6 +283,7 @@ struct CaseBuffers {
     int *d_cu_q = nullptr, *d_cu_k = nullptr;
     explicit CaseBuffers(const GeneralCase& c_) : c(c_) {
         const GeneralShape& s = c.s;
+        ref_x.window_left = c.window_left, ref_x.window_right = c.window_right;
         if (c.kv_lens || c.keylens) {   // keylens: 0, 1 and Tk among them
             for (int b = 0; b < s.B; b++)
                 seqlens.push_back(c.kv_lens ? std::max(s.T, s.Tk - (b * 997) % s.Tk) : b == 1 ? 0 : b == 2 ? 1 : s.Tk - (b * 613) % s.Tk);
@@ -310,8 +335,12 @@ struct CaseBuffers {
         if (c.bwd) { scratch_bytes = attention_backward_scratch_bytes(bwd()); d_scratch = device_alloc<uint8_t>(scratch_bytes); }
     }
     AttentionExtras extras() const {
-        return {bias.d, bias.st, c.bias_fp32, c.keylens ? d_seqlens : nullptr, d_cu_q, d_cu_k, d_gate, o.st, d_gated_out, d_doc_start,
-                c.varlen ? q.cu.back() : 0, c.varlen ? kv.cu.back() : 0, bias2.d, bias2.st, bias2.spec.fp32, d_keymask, c.s.Tk};
+        AttentionExtras x{bias.d, bias.st, c.bias_fp32, c.keylens ? d_seqlens : nullptr, d_cu_q, d_cu_k, d_gate, o.st, d_gated_out,
+                          d_doc_start, c.varlen ? q.cu.back() : 0, c.varlen ? kv.cu.back() : 0, bias2.d, bias2.st, bias2.spec.fp32,
+                          d_keymask, c.s.Tk};
+        x.window = c.window_left >= 0 || c.window_right >= 0;
+        x.window_left = c.window_left, x.window_right = c.window_right;
+        return x;
     }
     AttentionForwardParams fwd() const {
         const GeneralShape& s = c.s;
@@ -409,6 +438,7 @@ static std::string case_name(const GeneralCase& c) {
     if (c.varlen) name += c.varlen == 2 ? " varlen=2" : " varlen";
     if (c.gate) name += " gate";
     if (c.docs) name += " docs";
+    if (c.window_left >= 0 || c.window_right >= 0) name += " window=(" + std::to_string(c.window_left) + "," + std::to_string(c.window_right) + ")";
     return name;
 }
 

@@ -171,6 +171,9 @@ struct GeneralExtras {
     std::vector<uint8_t> key_mask;          // (B, Tk), optional: key j of sequence b is seen where nonzero
     std::vector<int> T_b, Tk_b;   // empty: T, Tk for every sequence
     std::vector<int> doc_start;   // (B, T), optional: query i of sequence b sees keys from doc_start[b * T + i] on
+    // a sliding window (FlashAttention's window_size): query i sees keys i + Tk_b - T_b - window_left ..
+    // i + Tk_b - T_b + window_right; -1: that side unbounded
+    int window_left = -1, window_right = -1;
 };
 inline int general_seq_T(const GeneralShape& s, const GeneralExtras* x, int b) { return x && !x->T_b.empty() ? x->T_b[b] : s.T; }
 inline int general_seq_Tk(const GeneralShape& s, const GeneralExtras* x, int b) { return x && !x->Tk_b.empty() ? x->Tk_b[b] : s.Tk; }
@@ -204,6 +207,8 @@ inline int general_softmax_row(std::vector<double>& P, double* lse, const float*
         if (bias2_row) P[j] = rnd(P[j] + (double)bias2_row[j]);
         if (mask_row && !mask_row[j]) P[j] = -INFINITY;
         if (x && !x->doc_start.empty() && j < x->doc_start[(size_t)b * s.T + i]) P[j] = -INFINITY;
+        if (x && x->window_left >= 0 && j < (long long)i + general_seq_Tk(s, x, b) - general_seq_T(s, x, b) - x->window_left) P[j] = -INFINITY;
+        if (x && x->window_right >= 0 && j > (long long)i + general_seq_Tk(s, x, b) - general_seq_T(s, x, b) + x->window_right) P[j] = -INFINITY;
         row_max = std::fmax(row_max, P[j]);
     }
     if (row_max == -INFINITY) last = -1;   // every key masked
