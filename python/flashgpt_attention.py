@@ -59,7 +59,8 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB_NAME = "libflashgpt_attention.so"
 LAYOUTS = ("bhtd", "bthd")
-# the version of src/attention_capi.h's signatures this module calls (flashgpt_attention_abi): 5, the window
+# the version of src/attention_capi.h's signatures this module calls (flashgpt_attention_abi): 5, the window, softcap
+# and ALiBi
 ABI = 5
 
 
@@ -93,7 +94,7 @@ def _library():
             abi = lib.flashgpt_attention_abi()
         if abi < ABI:
             raise FlashAttentionError(f"{path} predates this module's interface (its ABI {abi or 'unnumbered'}, this "
-                                      f"module needs {ABI}: the window): rebuild it with `make lib` in "
+                                      f"module needs {ABI}: the window, softcap and ALiBi): rebuild it with `make lib` in "
                                       f"{REPO_ROOT}")
         ptr, strides, i32 = ctypes.c_void_p, ctypes.POINTER(ctypes.c_longlong), ctypes.c_int
         shape = [i32] * 7  # B, T, Tk, NH, NH_kv, HS, causal
@@ -101,14 +102,15 @@ def _library():
         extras = [ptr, strides, i32, ptr, ptr, ptr, i32, i32, ptr, strides]
         # bias2, bias2_strides, bias2_fp32, key_mask, key_mask_batch
         extras2 = [ptr, strides, i32, ptr, ctypes.c_longlong]
-        window = [i32, i32]  # window_left, window_right
+        # window_left, window_right, softcap, alibi_slopes, alibi_batch
+        window = [i32, i32, ctypes.c_float, ptr, ctypes.c_longlong]
         lib.flashgpt_attention_forward_ex.argtypes = ([ptr] * 5 + [strides] * 4 + shape + [ctypes.c_float] + extras +
                                                       [ptr] + extras2 + window + [ptr])  # gated_out, ..., stream
         lib.flashgpt_attention_forward_ex.restype = ctypes.c_char_p
         lib.flashgpt_attention_backward_scratch_bytes_ex.argtypes = (shape + extras + [ptr] + extras2 + [ptr] +
-                                                                     window)  # dbias, ..., dbias2, window
+                                                                     window)  # dbias, ..., dbias2, window, ...
         lib.flashgpt_attention_backward_scratch_bytes_ex.restype = ctypes.c_size_t
-        # after the extras: dgate, dbias, the second extras, dbias2, the window, scratch, scratch_bytes, stream
+        # after the extras: dgate, dbias, the second extras, dbias2, the window and modifiers, scratch, scratch_bytes, stream
         lib.flashgpt_attention_backward_ex.argtypes = ([ptr] * 9 + [strides] * 8 + shape + [ctypes.c_float] + extras +
                                                        [ptr, ptr] + extras2 + [ptr] + window + [ptr, ctypes.c_size_t, ptr])
         lib.flashgpt_attention_backward_ex.restype = ctypes.c_char_p
@@ -245,6 +247,12 @@ def _call(device, fn, *args):
         return fn(*args, _raw_stream(device.index))
 
 
+def _mods(mods):
+    """(window_left, window_right, softcap, alibi_slopes, alibi_batch) as the library's arguments"""
+    left, right, softcap, alibi, alibi_batch = mods
+    return [left, right, softcap, _ptr(alibi), alibi_batch]
+
+
 def _describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths, gate):
     text = f"B={B} T={T} Tk={Tk} H={H} H_kv={H_kv} D={D} causal={int(causal)} layout={layout}"
     if bias is not None:
@@ -262,7 +270,7 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, bias, gate, bias2, key_mask, causal, scale, layout, key_lengths, cu_seqlens_q, cu_seqlens_k,
-                max_seqlen_q, max_seqlen_k, window=(-1, -1)):
+                max_seqlen_q, max_seqlen_k, mods=(-1, -1, 0.0, None, 0)):
         q, k, v = (_ready(x, layout) for x in (q, k, v))
         B, T, H, D = _sizes(q, layout)
         _, Tk, H_kv, _ = _sizes(k, layout)
@@ -288,21 +296,21 @@ class FlashAttentionFunction(torch.autograd.Function):
                     _c_strides(q, layout), _c_strides(k, layout), _c_strides(v, layout), _c_strides(out, layout),
                     B, T, Tk, H, H_kv, D, int(causal), scale,
                     *_extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k, gate, layout, q, k), _ptr(gated_out),
-                    *_extras2(bias2, key_mask), *window)
+                    *_extras2(bias2, key_mask), *_mods(mods))
         if err:
             raise FlashAttentionError(f"flashgpt attention forward "
                                       f"({_describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths, gate)}): "
                                       f"{err.decode()}")
         # the backward reads the ungated out (it needs O), whichever of the two the call returns
         ctx.save_for_backward(q, k, v, out, lse, bias, gate, bias2, key_mask, key_lengths, cu_seqlens_q, cu_seqlens_k)
-        ctx.causal, ctx.scale, ctx.layout, ctx.sizes, ctx.window = causal, scale, layout, (B, T, Tk, H, H_kv, D), window
+        ctx.causal, ctx.scale, ctx.layout, ctx.sizes, ctx.mods = causal, scale, layout, (B, T, Tk, H, H_kv, D), mods
         ctx.mark_non_differentiable(lse)
         return (out if gate is None else gated_out), lse
 
     @staticmethod
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse, bias, gate, bias2, key_mask, key_lengths, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
-        causal, scale, layout, window = ctx.causal, ctx.scale, ctx.layout, ctx.window
+        causal, scale, layout, mods = ctx.causal, ctx.scale, ctx.layout, ctx.mods
         B, T, Tk, H, H_kv, D = ctx.sizes
         # d loss / d out, or with a gate d loss / d gated_out; copied where the kernels can't read it in place, e.g.
         # the expanded (all strides 0) gradient of out.sum()
@@ -325,7 +333,7 @@ class FlashAttentionFunction(torch.autograd.Function):
             # the extras and dbias change the scratch (dbias adds B * H * T * Tk fp32, a gate B * T * H * D bf16): the
             # query takes the backward's
             scratch_bytes = lib.flashgpt_attention_backward_scratch_bytes_ex(B, T, Tk, H, H_kv, D, int(causal), *extras,
-                                                                             _ptr(dbias), *extras2, _ptr(dbias2), *window)
+                                                                             _ptr(dbias), *extras2, _ptr(dbias2), *_mods(mods))
             # 0 when the call is refused: the backward below says why
             scratch = torch.empty(max(scratch_bytes, 16), dtype=torch.uint8, device=q.device)
             err = lib.flashgpt_attention_backward_ex(
@@ -334,7 +342,7 @@ class FlashAttentionFunction(torch.autograd.Function):
                 _c_strides(dq, layout), _c_strides(dk, layout), _c_strides(dv, layout), _c_strides(dout, layout),
                 _c_strides(q, layout), _c_strides(k, layout), _c_strides(v, layout), _c_strides(out, layout),
                 B, T, Tk, H, H_kv, D, int(causal), scale, *extras, _ptr(dgate), _ptr(dbias), *extras2, _ptr(dbias2),
-                *window, scratch.data_ptr(), scratch_bytes, _raw_stream(q.device.index))
+                *_mods(mods), scratch.data_ptr(), scratch_bytes, _raw_stream(q.device.index))
         if err:
             raise FlashAttentionError(f"flashgpt attention backward "
                                       f"({_describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths, gate)}): "
@@ -499,11 +507,13 @@ def _key_mask_2d(key_mask, B, Tk, device):
 def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, key_lengths=None,
                     cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
                     cu_seqlens=None, max_seqlen=None, gate=None, bias2=None, key_mask=None, return_lse=False,
-                    window_size=(-1, -1)):
+                    window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
     """softmax(scale * q k^T + bias + bias2, masks) v, times gate when given; scale defaults to 1 / sqrt(D). See the
     module docstring for shapes and for the extras (bias, bias2, key_mask, key_lengths, packed sequences, gate).
     window_size (left, right): FlashAttention's sliding window, query i sees keys i + Tk - T - left .. i + Tk - T +
     right (per sequence), -1 leaving a side unbounded; causal sets right to 0.
+    softcap > 0: the scores capped, softcap * tanh(scale q.k / softcap) (not with bias, bias2 or key_mask).
+    alibi_slopes (H,) or (B, H) fp32: ALiBi, -slope * |i + Tk - T - j| added to each score (FlashAttention's).
     return_lse: (out, lse), lse (B, H, T) fp32 the natural-log softmax denominators (packed: T the longest sequence,
     sequence b's rows first; -inf where a row sees no key), no gradient."""
     window = (int(window_size[0]), int(window_size[1]))
@@ -511,7 +521,7 @@ def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, 
         raise ValueError(f"window_size entries must be -1 (unbounded) or at least 0, not {tuple(window_size)}")
     if (bias is None and key_lengths is None and cu_seqlens_q is None and cu_seqlens_k is None and cu_seqlens is None
             and gate is None and bias2 is None and key_mask is None and max_seqlen is None and max_seqlen_q is None
-            and max_seqlen_k is None and window == (-1, -1)):
+            and max_seqlen_k is None and window == (-1, -1) and not softcap and alibi_slopes is None):
         if scale is None and isinstance(q, torch.Tensor) and q.dim() == 4:
             scale = 1.0 / math.sqrt(q.shape[3])
         plan = _plain_plan(q, k, v, bool(causal), None if scale is None else float(scale), layout)
@@ -578,11 +588,19 @@ def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, 
                             f"{getattr(gate, 'dtype', type(gate))} on {getattr(gate, 'device', '-')}")
         if gate.shape != q.shape:
             raise ValueError(f"gate {tuple(gate.shape)} must have out's shape, q's {tuple(q.shape)} ({layout})")
+    alibi_batch = 0
+    if alibi_slopes is not None:
+        if not isinstance(alibi_slopes, torch.Tensor) or tuple(alibi_slopes.shape) not in ((H,), (B, H)):
+            raise ValueError(f"alibi_slopes must be a ({H},) or ({B}, {H}) tensor, not "
+                             f"{tuple(getattr(alibi_slopes, 'shape', ()))}")
+        alibi_slopes = alibi_slopes.to(device=q.device, dtype=torch.float32).contiguous()
+        alibi_batch = H if alibi_slopes.dim() == 2 else 0
     if scale is None:
         scale = 1.0 / math.sqrt(D)
     out, lse = FlashAttentionFunction.apply(q, k, v, bias, gate, bias2, key_mask, bool(causal), float(scale), layout,
                                             key_lengths, cu_seqlens_q if packed else None,
-                                            cu_seqlens_k if packed else None, T, Tk, window)
+                                            cu_seqlens_k if packed else None, T, Tk,
+                                            (window[0], window[1], float(softcap), alibi_slopes, alibi_batch))
     return (out, lse) if return_lse else out
 
 

@@ -106,7 +106,18 @@ struct AttentionExtras {
     // tiles wholly outside every row's window are skipped, in both directions.
     bool window;
     int window_left, window_right;
+    // Score modifiers (FlashAttention's softcap and ALiBi), applied by every general kernel with their gradients: the
+    // logit of query i, key j is softcap * tanh(scale * q_i.k_j / softcap) (softcap > 0; else scale * q_i.k_j), plus
+    // the biases, minus alibi_slopes[b * alibi_batch + h] * |i + Tk_b - T_b - j|. softcap does not combine with a
+    // bias, bias2 or key mask (its gradient is recovered from P, which they would shift).
+    float softcap;                // 0: none
+    const float* alibi_slopes;    // (B, NH) or (NH) fp32 device; nullptr: none
+    long long alibi_batch;        // NH, or 0: one row of slopes for every sequence
+    // The kernels' constants of the score modifiers (set by attention_forward / attention_backward from softcap and the
+    // scale; never by the caller): scale / softcap, softcap / scale, 1 / (softcap log2e) (0 without softcap), 1 / scale
+    float softcap_in, softcap_out, softcap_t, inv_scale;
 };
+__host__ __device__ inline bool attention_has_score_mods(const AttentionExtras& x) { return x.softcap > 0.0f || x.alibi_slopes; }
 __host__ __device__ inline bool attention_has_extras(const AttentionExtras& x) {
     return x.bias || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.gate || x.doc_start || x.bias2 || x.key_mask || x.key_bias;
 }
@@ -166,7 +177,8 @@ __host__ __device__ inline KeyBand attention_band(const Params& p) { return atte
 // runs the general copies.
 template <class Params>
 inline bool attention_self_causal(const Params& p) {
-    return p.causal && p.T == p.Tk && p.NH == p.NH_kv && (p.HS == 64 || p.HS == 128) && !attention_has_extras(p.x) && !p.x.window;
+    return p.causal && p.T == p.Tk && p.NH == p.NH_kv && (p.HS == 64 || p.HS == 128) && !attention_has_extras(p.x) && !p.x.window &&
+           !attention_has_score_mods(p.x);
 }
 template <class Params>
 inline void attention_check_self_causal(const Params& p) {

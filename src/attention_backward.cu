@@ -100,11 +100,14 @@ void attention_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
     // the kernels' extras (attention_kernel_extras); they write dS into the scratch where either bias's gradient is asked
     // for, and the dbias kernel sums it over each bias's broadcast dimensions after them
     AttentionBackwardParams k = p;
-    k.x = attention_kernel_extras(p.x, p.B, p.T, p.Tk, p.NH, stream);
+    k.x = attention_with_score_constants(attention_kernel_extras(p.x, p.B, p.T, p.Tk, p.NH, stream), p.scale);
     k.dbias = p.dbias ? p.dbias : p.dbias2, k.dbias2 = nullptr;
     const bool hopper = attention_backward_uses_hopper(HS);
+    // softcap and ALiBi (the score modifiers): the Hopper split's kMods copies, or with bias tiles or packs the mma.sync
+    // kExtras copies, which apply them too (as every mma.sync general copy does)
+    const bool mods = attention_has_score_mods(k.x);
     // (HS 8-32 run HS 64's Hopper copies, 96 HS 128's, zero-padded: see head_chunk_stored)
-    if (HS != 256 && attention_hopper_bias_fits(k.x)) {   // a bf16 tile bias, a key bias, gating: the Hopper split's kBias copies
+    if (!mods && HS != 256 && attention_hopper_bias_fits(k.x)) {   // a bf16 tile bias, a key bias, gating: the Hopper split's kBias copies
         k.x = with_zero_tile_bias(k.x, p.Tk);
         // the ordered dBias where the tile bias is the one bias whose gradient is asked for; else dS into the scratch
         const bool ordered = attention_backward_dbias_ordered(p);
@@ -117,7 +120,7 @@ void attention_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
             dbias_from_order(order, k, first ? p.x.bias_st : p.x.bias2_st, first ? p.x.bias_fp32 : p.x.bias2_fp32, first ? p.dbias : p.dbias2, stream);
             return;
         }
-    } else if ((HS == 64 || HS == 96 || HS == 128) && attention_hopper_packed_fits(k.x, {p.q_st, p.k_st, p.v_st, p.o_st, p.do_st, p.dq_st, p.dk_st, p.dv_st})) {
+    } else if (!mods && (HS == 64 || HS == 96 || HS == 128) && attention_hopper_packed_fits(k.x, {p.q_st, p.k_st, p.v_st, p.o_st, p.do_st, p.dq_st, p.dk_st, p.dv_st})) {
         // packed sequences with their totals: the Hopper split's kVarlen copies
         if (HS != 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, false, true>(k, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, false, true>(k, stream);
@@ -129,6 +132,10 @@ void attention_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
         else if (HS == 96) attention_backward_split<96, 4, 1, 32, 4, 1, 32, true>(k, stream);
         else if (HS == 128) attention_backward_split<128, 4, 1, 32, 4, 1, 32, true>(k, stream);
         else attention_backward_split<256, 4, 1, 32, 4, 1, 32, true>(k, stream);
+    } else if (hopper && mods) {   // the general copies' tiles below, with the score modifiers
+        if (HS == 256) attention_backward_split_hopper_ws_256<2, true>(k, stream);
+        else if (HS > 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 96, 2, true, false, false, true>(k, stream);
+        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, false, false, true>(k, stream);
     } else if (hopper) {
         // the warp-specialised split's general copies (GQA: each dK/dV item sums its group's query heads; gating)
         if (HS == 256) attention_backward_split_hopper_ws_256<2>(k, stream);

@@ -205,6 +205,34 @@ __device__ __forceinline__ void backward_p_ds(float (&st)[kMT][kQT][4], float (&
     }
 }
 
+// The score modifiers on S^T (the dK/dV kernels' layout: keys key0 + 16mt + g (+8) as rows, queries q0 + 8nt + 2tq
+// (+1)), and after backward_p_ds the softcap's factor on dS^T from P^T and the queries' lse2 (lse2_s: the stage's rows,
+// query q0 first)
+template <int kMT, int kQT>
+__device__ __forceinline__ void apply_score_mods_t(float (&st)[kMT][kQT][4], const ScoreMods& m, int key0, int q0, int lane) {
+    #pragma unroll
+    for (int mt = 0; mt < kMT; mt++)
+        #pragma unroll
+        for (int nt = 0; nt < kQT; nt++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++)
+                st[mt][nt][e] = m.apply(st[mt][nt][e], q0 + nt * 8 + 2 * (lane % 4) + (e % 2), key0 + mt * 16 + lane / 4 + 8 * (e / 2));
+}
+template <int kMT, int kQT>
+__device__ __forceinline__ void softcap_grad_t(float (&dst)[kMT][kQT][4], const float (&pt)[kMT][kQT][4], const ScoreMods& m,
+                                               const float* lse2_s, int key0, int q0, int lane) {
+    #pragma unroll
+    for (int nt = 0; nt < kQT; nt++) {
+        const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + nt * 8 + 2 * (lane % 4));
+        #pragma unroll
+        for (int mt = 0; mt < kMT; mt++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++)
+                dst[mt][nt][e] *= m.grad(pt[mt][nt][e], e % 2 ? l2.y : l2.x, q0 + nt * 8 + 2 * (lane % 4) + (e % 2),
+                                         key0 + mt * 16 + lane / 4 + 8 * (e / 2));
+    }
+}
+
 // dV += P^T dO and dK += dS^T Q over the warp's kQT * 8 queries: accumulator tiles 2kk, 2kk+1 are the A fragment of
 // k step kk; B fragments of d tiles 2dp, 2dp+1 by transposed loads of the [query][d] tiles. mma_accum_times_tile
 // twice (dV, then dK) would do the same, but the two interleaved share the address math: as two calls ptxas spilled
@@ -416,7 +444,10 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
         // D[query]). Only tiles where some key of this warp passes some query's limits need the mask (keys past Tk
         // need none: their rows of dK, dV are not stored).
         const bool need_mask = warp_key0 + 16 * kMT - 1 > m_start + diag || warp_key0 < m_start + kBlockM - 1 + band.lo;
+        const ScoreMods mods = score_mods(p.x, b, step_bh(i) % NH, T, Tk);   // softcap, ALiBi: on S^T, then softcap's factor on dS^T
+        if (attention_has_score_mods(p.x)) apply_score_mods_t<kMT, kQT>(st, mods, warp_key0, m_start, lane);
         backward_p_ds<kMT, kQT, true>(st, dpt, lse2_s, dpsum_s, 0, need_mask, warp_key0, m_start + diag, scale_log2, lane, m_start + band.lo);
+        if (p.x.softcap_in != 0.0f) softcap_grad_t<kMT, kQT>(dpt, st, mods, lse2_s, warp_key0, m_start, lane);
         if constexpr (kAtomicDq) {   // dS^T (bf16) to shared memory, [key][query], for dQ = dS K below
             #pragma unroll
             for (int mt = 0; mt < kMT; mt++)
@@ -646,6 +677,8 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                     }
                 }
             }
+            const ScoreMods mods = score_mods(p.x, b, h, T, Tk);   // softcap, ALiBi
+            if (attention_has_score_mods(p.x)) apply_score_mods<kMT, kNT>(s, mods, m_start + warp_row0, n_block * kBlockN, lane);
             if (kExtras && p.x.bias) add_bias_tile<kMT, kNT>(s, bias_tile(stage), bias_pitch, p.x.bias_fp32, warp_row0, 1.0f / p.scale, lane);
             if (kExtras && p.x.key_bias) add_key_bias<kMT, kNT>(s, key_bias_of(p.x, b, h), n_block * kBlockN, 1.0f / p.scale, lane);
             if (kExtras && p.x.doc_start) mask_before_documents<kMT, kNT>(s, doc_first, n_block * kBlockN, lane);
@@ -662,7 +695,9 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                         const int key = n_block * kBlockN + nt * 8 + 2 * tq + (e % 2);
                         const int row = m_start + warp_row0 + mt * 16 + g + 8 * (e / 2);
                         if (need_mask && (key > row + diag || key >= Tk || key < row + lo)) x = -INFINITY;
-                        dp[mt][nt][e] = fast_exp2(x) * (dp[mt][nt][e] - row_dpsum[mt][e / 2]);
+                        const float pr = fast_exp2(x);
+                        dp[mt][nt][e] = pr * (dp[mt][nt][e] - row_dpsum[mt][e / 2]);
+                        if (p.x.softcap_in != 0.0f) dp[mt][nt][e] *= mods.grad(pr, row_lse2[mt][e / 2], row, key);
                     }
             if (kExtras && p.dbias) {   // dS is d loss / d logit = d loss / d bias: (B, NH, T, Tk) fp32 for the dbias kernel
                 #pragma unroll
@@ -1162,14 +1197,16 @@ __device__ __forceinline__ void bias_t_frag(float (&b)[4], const BiasTile& bias,
 // P^T at this thread's four elements of S^T's query group i (keys n_start + warp_row0 + g, + 8; queries
 // m_start + 8i + 2tq, + 1): exp2(S^T * c - lse2[query]), 0 where key > query (m_start carries the diagonal) or
 // (kLowBound: the general copies) key < query + lo (lo_start: the first query + lo)
+// mods (the general copies): the score modifiers first, q_first the first query of the tile
 template <int N, bool kLowBound = false>
 __device__ __forceinline__ void p_t_group(float (&st)[N], int i, float2 l2, bool need_mask, int n_start, int m_start, int warp_row0,
-                                          float scale_log2, int lo_start = 0) {
+                                          float scale_log2, int lo_start = 0, const ScoreMods* mods = nullptr, int q_first = 0) {
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     #pragma unroll
     for (int e = 0; e < 4; e++) {
-        float x = st[4 * i + e] * scale_log2 - (e % 2 ? l2.y : l2.x);
         const int key = n_start + warp_row0 + g + 8 * (e / 2), q = i * 8 + 2 * tq + (e % 2);
+        if (mods && mods->any()) st[4 * i + e] = mods->apply(st[4 * i + e], q_first + q, key);
+        float x = st[4 * i + e] * scale_log2 - (e % 2 ? l2.y : l2.x);
         if (need_mask && (key > m_start + q || (kLowBound && key < lo_start + q))) x = -INFINITY;
         st[4 * i + e] = fast_exp2(x);
     }
@@ -1177,10 +1214,12 @@ __device__ __forceinline__ void p_t_group(float (&st)[N], int i, float2 l2, bool
 
 // wait for S^T, P^T; wait for dP^T, dS^T; give P^T, dS^T as bf16 A fragments (pa, dsa). kBias: S^T += the bias first
 // (kLowBound: lo_start, the first query + lo, masks the window's left side too)
+// (mods: the score modifiers, q_first the tile's first query)
 template <int HS, int kBlockM, bool kBias = false, bool kLowBound = false>
 __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)[kBlockM / 2], uint32_t (&pa)[kBlockM / 16][4],
                                           uint32_t (&dsa)[kBlockM / 16][4], const float* lse2_s, const float* dpsum_s,
-                                          int n_start, int m_start, int warp_row0, float scale_log2, BiasTile bias = {}, int lo_start = 0) {
+                                          int n_start, int m_start, int warp_row0, float scale_log2, BiasTile bias = {}, int lo_start = 0,
+                                          const ScoreMods* mods = nullptr, int q_first = 0) {
     constexpr int kQT = kBlockM / 8;      // n8 column groups of S^T (queries)
     constexpr int kQS = kBlockM / 16;     // k16 steps of dV, dK (over queries)
     const int tq = threadIdx.x % 4;
@@ -1204,15 +1243,22 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
             #pragma unroll
             for (int e = 0; e < 4; e++) st[4 * i + e] += b[e] * bias.inv_scale;
         }
-        p_t_group<kBlockM / 2, kLowBound>(st, i, l2, need_mask, n_start, m_start, warp_row0, scale_log2, lo_start);
+        p_t_group<kBlockM / 2, kLowBound>(st, i, l2, need_mask, n_start, m_start, warp_row0, scale_log2, lo_start, mods, q_first);
     }
     wgmma_wait<0>();   // dP^T
-    // dS^T = P^T * (dP^T - D[query])
+    // dS^T = P^T * (dP^T - D[query]) (times the softcap's factor)
     #pragma unroll
     for (int i = 0; i < kQT; i++) {
         const float2 dps = *reinterpret_cast<const float2*>(dpsum_s + i * 8 + 2 * tq);
         #pragma unroll
         for (int e = 0; e < 4; e++) dpt[4 * i + e] = st[4 * i + e] * (dpt[4 * i + e] - (e % 2 ? dps.y : dps.x));
+        if (mods && mods->x.softcap_in != 0.0f) {
+            const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * tq);
+            const int g = threadIdx.x % 32 / 4;
+            #pragma unroll
+            for (int e = 0; e < 4; e++)
+                dpt[4 * i + e] *= mods->grad(st[4 * i + e], e % 2 ? l2.y : l2.x, q_first + i * 8 + 2 * tq + (e % 2), n_start + warp_row0 + g + 8 * (e / 2));
+        }
     }
     #pragma unroll
     for (int j = 0; j < kQS; j++) { accum_to_a_frag(pa[j], st, j); accum_to_a_frag(dsa[j], dpt, j); }
@@ -1235,11 +1281,12 @@ template <int HS, int kBlockM, int kBlockN, bool kBias = false, bool kLowBound =
 __device__ __forceinline__ void dkdv_hopper_step(float (&dk_acc)[HS / 2], float (&dv_acc)[HS / 2], uint64_t k_desc, uint64_t v_desc,
                                                  const uint8_t* q_s, const uint8_t* do_s, const float* lse2_s, const float* dpsum_s,
                                                  int n_start, int m_start, int warp_row0, float scale_log2, BiasTile bias = {},
-                                                 int lo_start = 0) {
+                                                 int lo_start = 0, const ScoreMods* mods = nullptr, int q_first = 0) {
     float st[kBlockM / 2], dpt[kBlockM / 2];
     uint32_t pa[kBlockM / 16][4], dsa[kBlockM / 16][4];
     issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_s, do_s);
-    dkdv_p_ds<HS, kBlockM, kBias, kLowBound>(st, dpt, pa, dsa, lse2_s, dpsum_s, n_start, m_start, warp_row0, scale_log2, bias, lo_start);
+    dkdv_p_ds<HS, kBlockM, kBias, kLowBound>(st, dpt, pa, dsa, lse2_s, dpsum_s, n_start, m_start, warp_row0, scale_log2, bias, lo_start,
+                                             mods, q_first);
     dkdv_issue_dv_dk<HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_s, do_s);
     wgmma_wait<0>();
 }
@@ -1350,10 +1397,12 @@ __device__ __forceinline__ void dbias_ordered_add(const DbiasWarp& w, const floa
 template <int HS, int kBlockN, int kBlockM = 0, bool kBias = false, bool kLowBound = false>
 __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBlockN / 2], uint32_t (&dsa)[kBlockN / 16][4],
                                         const float (&row_lse2)[2], const float (&row_dpsum)[2], int n_block, int m_start, int warp_row0,
-                                        float scale_log2, int diag = 0, int Tk = 1 << 30, BiasTile bias = {}, int lo = 0) {
+                                        float scale_log2, int diag = 0, int Tk = 1 << 30, BiasTile bias = {}, int lo = 0,
+                                        const ScoreMods* mods = nullptr) {
     constexpr int kNT = kBlockN / 8;      // n8 column groups of S (keys)
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     wgmma_wait<1>();   // S is ready; dP may still be running
+    if (mods && mods->any()) apply_score_mods_frag(s, *mods, m_start + warp_row0, n_block * kBlockN, lane);   // softcap, ALiBi
     if constexpr (kBias) add_bias_tile_smem<kNT, kBlockM>(s, bias.tile, bias.rows, warp_row0 + g, tq, bias.inv_scale);
     if (kBias && bias.key_bias) add_key_bias_frag<kNT>(s, bias.key_bias, n_block * kBlockN, tq, bias.inv_scale);
     // keys past a row's limit (key > row + diag, key >= Tk) masked; causal self-attention: diag 0, no key bound
@@ -1373,6 +1422,11 @@ __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBl
     wgmma_wait<0>();   // dP
     #pragma unroll
     for (int i = 0; i < kNT * 4; i++) dp[i] = s[i] * (dp[i] - row_dpsum[(i % 4) / 2]);
+    if (mods && mods->x.softcap_in != 0.0f) {   // the softcap's factor, from P
+        #pragma unroll
+        for (int i = 0; i < kNT * 4; i++)
+            dp[i] *= mods->grad(s[i], row_lse2[(i % 4) / 2], m_start + warp_row0 + g + 8 * ((i % 4) / 2), n_block * kBlockN + 8 * (i / 4) + 2 * tq + (i % 2));
+    }
     #pragma unroll
     for (int j = 0; j < kBlockN / 16; j++) accum_to_a_frag(dsa[j], dp, j);
 }
@@ -1393,11 +1447,13 @@ template <int HS, int kBlockM, int kBlockN, bool kBias = false, bool kLowBound =
 __device__ __forceinline__ void dq_hopper_step(float (&dq_acc)[HS / 2], uint64_t q_desc, uint64_t do_desc, const uint8_t* k_s, const uint8_t* v_s,
                                                const float (&row_lse2)[2], const float (&row_dpsum)[2], int n_block, int m_start, int warp_row0,
                                                float scale_log2, int diag = 0, int Tk = 1 << 30, BiasTile bias = {},
-                                               float* const (&ds_rows)[2] = {}, const DbiasWarp& order = {}, int lo = 0) {
+                                               float* const (&ds_rows)[2] = {}, const DbiasWarp& order = {}, int lo = 0,
+                                               const ScoreMods* mods = nullptr) {
     float s[kBlockN / 2], dp[kBlockN / 2];
     uint32_t dsa[kBlockN / 16][4];
     issue_s_dp<HS, kBlockN, kBlockM>(s, dp, q_desc, do_desc, k_s, v_s);
-    dq_p_ds<HS, kBlockN, kBlockM, kBias, kLowBound>(s, dp, dsa, row_lse2, row_dpsum, n_block, m_start, warp_row0, scale_log2, diag, Tk, bias, lo);
+    dq_p_ds<HS, kBlockN, kBlockM, kBias, kLowBound>(s, dp, dsa, row_lse2, row_dpsum, n_block, m_start, warp_row0, scale_log2, diag, Tk, bias, lo,
+                                                    mods);
     dq_issue_dq<HS, kBlockN>(dq_acc, dsa, k_s);
     if constexpr (kBias) if (order.counter) dbias_ordered_add<kBlockN, kBlockM>(order, dp, n_block, Tk);
     if constexpr (kBias) {   // pairs of keys as 8-byte stores where Tk is even (the rows then 8-byte aligned)
@@ -1643,18 +1699,18 @@ struct DkdvWsWalk {
     // item w: its key block, head, query blocks (m_first .. m_end - 1: those with a query that sees one of its keys,
     // attention_query_blocks) and band (diag, lo); packed: its sequence's lengths and where its rows lie in the tensor
     // maps (rows q0.., k0.. of one batch)
-    struct Item { int n_start, b, h_kv, m_first, m_end, diag, lo, Tk, q_row0, k_row0, map_b; };
+    struct Item { int n_start, b, h_kv, m_first, m_end, diag, lo, T, Tk, q_row0, k_row0, map_b; };
     __device__ __forceinline__ Item locate(int w) const {
         if constexpr (Tile::kVarlen) {
             const PackedBlock pb = packed_block(packed, w, x, causal);
             const int n_start = pb.block * Tile::kBlockN;
             const QueryBlocks qb = attention_query_blocks(n_start, Tile::kBlockN, Tile::kBlockM, {pb.lo, pb.diag}, ceil_div(pb.T, Tile::kBlockM));
-            return {n_start, pb.b, pb.h, qb.first, qb.end, pb.diag, pb.lo, pb.Tk, pb.q0, pb.k0, 0};
+            return {n_start, pb.b, pb.h, qb.first, qb.end, pb.diag, pb.lo, pb.T, pb.Tk, pb.q0, pb.k0, 0};
         } else {
             const PersistentItem item = persistent_item(w, num_n_blocks, num_bh, section_heads);
             const int n_start = key_block_of(item.rank) * Tile::kBlockN, b = item.bh / NH_kv;
             const QueryBlocks qb = attention_query_blocks(n_start, Tile::kBlockN, Tile::kBlockM, {lo, diag}, m_blocks);
-            return {n_start, b, item.bh % NH_kv, qb.first, qb.end, diag, lo, Tk, 0, 0, b};
+            return {n_start, b, item.bh % NH_kv, qb.first, qb.end, diag, lo, T, Tk, 0, 0, b};
         }
     }
 };
@@ -1747,7 +1803,7 @@ __device__ __forceinline__ void dkdv_ws_dq_writer(const DkdvWsSmem<Tile>& sm, co
 // kBias: a general copy that adds the kernels' tile bias and key bias (attention_hopper_bias_fits)
 // kVarlen: a general copy for packed sequences (attention_hopper_packed_fits), its items from the key-block table
 template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kDynamic = false, bool kGeneral = false,
-          bool kBias = false, bool kVarlen = false>
+          bool kBias = false, bool kVarlen = false, bool kMods = false>
 __global__ void __launch_bounds__(HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>::kThreads, 1)
 attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardMaps<kBias, kVarlen> maps,
                                          int section_heads, bool ordered_dq) {
@@ -1850,9 +1906,12 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                 const float* kb = key_bias_of(p.x, b, h_kv * walk.group + hq);
                 const BiasTile bias{sm.bias_tile(s) + cwg * max(walk.bias.rows, 8) * 128, walk.bias.rows,   // this warpgroup's box
                                     1.0f / p.scale, kb ? kb + n_start : nullptr};
+                // the score modifiers of this query head (kGeneral; the sequence's lengths: packed, its own)
+                const ScoreMods mods = score_mods(p.x, b, h_kv * walk.group + hq, it.T, it.Tk);
                 dkdv_hopper_step<HS, kBlockM, kBlockN, kBias, kGeneral>(dk_acc, dv_acc, k_desc, v_desc, q_tile(s), do_tile(s), lse2_tile(s),
                                                                         lse2_tile(s) + kBlockM, n_start, m_block * kBlockM + it.diag, warp_row0,
-                                                                        p.scale * kLog2e, bias, m_block * kBlockM + it.lo);
+                                                                        p.scale * kLog2e, bias, m_block * kBlockM + it.lo,
+                                                                        kMods ? &mods : nullptr, m_block * kBlockM);
                 mbar_arrive(stage_empty(s));
             }
         } else {
@@ -1904,7 +1963,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
 // kBias: a general copy that adds the tile bias and key bias, and sums dBias in order (DbiasOrder) or writes dS for it
 // kVarlen: a general copy for packed sequences (attention_hopper_packed_fits), its items from the query-block table
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false, bool kGeneral = false, bool kBias = false,
-          bool kVarlen = false>
+          bool kVarlen = false, bool kMods = false>
 __global__ void __launch_bounds__(HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
 attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardMaps<kBias, kVarlen> maps,
                                        int section_heads) {
@@ -2062,9 +2121,11 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
             const int s = kv_iter % kStages;
             mbar_wait(kv_full(s), (kv_iter / kStages) & 1);
             const BiasTile bias{bias_tile(s), bias_boxes.rows, 1.0f / p.scale, key_bias_of(p.x, b, h)};
+            const ScoreMods mods = score_mods(p.x, b, h, it.T, it.Tk);   // softcap, ALiBi (the general copies)
             dq_hopper_step<HS, kBlockM, kBlockN, kBias, kGeneral>(dq_acc, q_desc, do_desc, k_tile(s), v_tile(s), row_lse2, row_dpsum,
                                                                   it.n_top - i, m_start, warp_row0, p.scale * kLog2e, it.diag,
-                                                                  kGeneral ? it.Tk : 1 << 30, bias, ds_rows, order, it.lo);
+                                                                  kGeneral ? it.Tk : 1 << 30, bias, ds_rows, order, it.lo,
+                                                                  kMods ? &mods : nullptr);
             release(kv_empty(s));
         }
         release(qo_empty);
@@ -2106,7 +2167,7 @@ __device__ __forceinline__ uint64_t* dkdv256_pt_bars(const DkdvWsSmem<Tile>& sm)
 
 // One role's whole consumer loop (kRole 0: S^T, P^T, dV; 1: dP^T, dS^T, dK), each in its own copy of the code: a
 // wgmma under a runtime branch would serialise the kernel's wgmmas
-template <int kRole, class Tile, bool kDynamic>
+template <int kRole, class Tile, bool kDynamic, bool kMods>
 __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& p, const DkdvWsSmem<Tile>& sm, const DkdvWsWalk<Tile>& walk) {
     constexpr int HS = 256, kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
     constexpr int kQT = kBlockM / 8;   // n8 column groups of S^T, dP^T (queries)
@@ -2131,6 +2192,8 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
             const float* lse2_s = sm.lse2_tile(s);
             const float* dpsum_s = lse2_s + kBlockM;
             const int m_start = m_block * kBlockM + it.diag;   // the mask compares key > query + diag
+            // the score modifiers of this query head
+            const ScoreMods mods = score_mods(p.x, it.b, it.h_kv * walk.group + hq, it.T, it.Tk);
             float x[kBlockM / 2];   // S^T, then P^T (role 0); dP^T, then dS^T (role 1)
             uint32_t frag[kBlockM / 16][4];   // x as the A fragments of dV (role 0) or dK (role 1)
             wgmma_fence();
@@ -2145,7 +2208,8 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
                 #pragma unroll
                 for (int i = 0; i < kQT; i++)
                     p_t_group<kBlockM / 2, true>(x, i, *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * tq), need_mask, it.n_start,
-                                                 m_start, warp_row0, scale_log2, lo_start);
+                                                 m_start, warp_row0, scale_log2, lo_start,
+                                                 kMods ? &mods : nullptr, m_block * kBlockM);
                 mbar_wait(pt_empty, (stage_iter & 1) ^ 1);   // warpgroup 1 has read the last step's
                 #pragma unroll
                 for (int i = 0; i < kQT; i++) pt[i * 128 + tid] = make_float4(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]);
@@ -2161,6 +2225,14 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
                     x[4 * i + 1] = pv.y * (x[4 * i + 1] - dps.y);
                     x[4 * i + 2] = pv.z * (x[4 * i + 2] - dps.x);
                     x[4 * i + 3] = pv.w * (x[4 * i + 3] - dps.y);
+                    if (kMods && p.x.softcap_in != 0.0f) {   // the softcap's factor, from P^T
+                        const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * tq);
+                        const int q = m_block * kBlockM + i * 8 + 2 * tq, key = it.n_start + warp_row0 + g;
+                        x[4 * i] *= mods.grad(pv.x, l2.x, q, key);
+                        x[4 * i + 1] *= mods.grad(pv.y, l2.y, q + 1, key);
+                        x[4 * i + 2] *= mods.grad(pv.z, l2.x, q, key + 8);
+                        x[4 * i + 3] *= mods.grad(pv.w, l2.y, q + 1, key + 8);
+                    }
                 }
                 mbar_arrive(pt_empty);
             }
@@ -2192,7 +2264,7 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
 }
 #endif
 
-template <int kStages, bool kDynamic = false>
+template <int kStages, bool kDynamic = false, bool kMods = false>
 __global__ void __launch_bounds__(384, 1)
 attention_backward_dkdv256_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps, int section_heads) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -2216,8 +2288,8 @@ attention_backward_dkdv256_hopper_ws_kernel(const AttentionBackwardParams p, con
         return;
     }
     setmaxnreg_inc<Tile::kConsumerRegs>();
-    if (wg == 1) dkdv256_consumer<0, Tile, kDynamic>(p, sm, walk);
-    else dkdv256_consumer<1, Tile, kDynamic>(p, sm, walk);
+    if (wg == 1) dkdv256_consumer<0, Tile, kDynamic, kMods>(p, sm, walk);
+    else dkdv256_consumer<1, Tile, kDynamic, kMods>(p, sm, walk);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
@@ -2269,7 +2341,7 @@ inline HopperBackwardTmaMaps backward_tma_maps(const AttentionBackwardParams& p,
 // kGeneral false: causal self-attention without GQA only (checked here); kBias: a bf16 bias (attention_hopper_bias_fits);
 // kVarlen: packed sequences (attention_hopper_packed_fits), packed their key-block table
 template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kDynamic = false, bool kGeneral = false,
-          bool kBias = false, bool kVarlen = false>
+          bool kBias = false, bool kVarlen = false, bool kMods = false>
 void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false,
                                               bool ordered_dq = false, const int* packed = nullptr) {
     using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq, kBias, kVarlen>;
@@ -2285,7 +2357,7 @@ void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, 
         const cuuint32_t box[3] = {32, (cuuint32_t)kBlockM, 1};
         maps.dq_accum = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, backward_scratch(p).dq_accum, dims, strides, box);
     }
-    launch_with_smem_ex<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kDynamic, kGeneral, kBias, kVarlen>>(
+    launch_with_smem_ex<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kDynamic, kGeneral, kBias, kVarlen, kMods>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p, maps,
         persistent_section_heads(p.B * p.NH_kv, p.T * (p.NH / p.NH_kv), HS), ordered_dq);
 }
@@ -2293,7 +2365,7 @@ void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, 
 // early_start: launched to overlap the dK/dV kernel before it (programmatic dependent launch); packed (kVarlen): the
 // query-block table
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false, bool kGeneral = false, bool kBias = false,
-          bool kVarlen = false>
+          bool kVarlen = false, bool kMods = false>
 void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false,
                                             const int* packed = nullptr, const DbiasOrder& order = {}) {
     using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages, kBias>;
@@ -2304,7 +2376,7 @@ void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cu
     if constexpr (kBias) maps.bias = bias_tensor_map(p.x, p.B, p.T, p.Tk, p.NH, Tile::kBlockM), maps.order = order;
     if constexpr (kVarlen) maps.packed = packed;
     static_assert(Tile::kSmemBytes <= 227 * 1024, "shared memory");
-    launch_with_smem_ex<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kDynamic, kGeneral, kBias, kVarlen>>(
+    launch_with_smem_ex<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kDynamic, kGeneral, kBias, kVarlen, kMods>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p, maps,
         persistent_section_heads(p.B * p.NH, p.Tk, HS));
 }
@@ -2359,9 +2431,11 @@ void attention_backward_split(const AttentionBackwardParams& p, cudaStream_t str
 // kBias (general): with a bf16 bias (attention_hopper_bias_fits), and dBias from the dQ kernel's dS where p.dbias is set
 // kVarlen (general): packed sequences with their totals (attention_hopper_packed_fits), on the round-robin schedule
 // order (kBias): the dQ kernel's ordered dBias (DbiasOrder), its accumulators zeroed
+// kMods (general, no bias tiles or packs): with the score modifiers (softcap, ALiBi), on the round-robin schedule
 template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages, bool kGeneral = false, bool kBias = false,
-          bool kVarlen = false>
+          bool kVarlen = false, bool kMods = false>
 void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, const DbiasOrder& order = {}) {
+    static_assert(!kMods || (kGeneral && !kBias && !kVarlen), "the score modifiers' copies are general, without bias tiles or packs");
     PackedTables t{};   // kVarlen: built before the preprocess, which the dK/dV kernel's early start overlaps
     if constexpr (kVarlen) t = packed_blocks_tables(p.x, p.B, p.T, p.Tk, 64 * kQWG, 64 * kKVWG, stream);
     // the preprocess at the caller's head dim (HS 8-32 on the HS 64 copies, 96 on the HS 128 ones, zero-padded); with
@@ -2383,31 +2457,35 @@ void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaSt
     if constexpr (kVarlen) {
         launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, true, false, true>(q, stream, early, false, t.keys);
         launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, true, false, true>(q, stream, early, t.queries);
-    } else if (claimed_schedule(p.T, 4096, /*even_items=*/!p.causal)) {
+    } else if (!kMods && claimed_schedule(p.T, 4096, /*even_items=*/!p.causal)) {
         launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, true, kGeneral, kBias>(q, stream, early);
         launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, true, kGeneral, kBias>(q, stream, early, nullptr, order);
     } else {
-        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, kGeneral, kBias>(q, stream, early);
-        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, kGeneral, kBias>(q, stream, early, nullptr, order);
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, kGeneral, kBias, false, kMods>(q, stream, early);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, kGeneral, kBias, false, kMods>(q, stream, early, nullptr, order);
     }
 }
 
 // HS 256 on Hopper (general): preprocess, the role-split dK/dV kernel (64 keys, 64-query stages), the dQ kernel with
 // one consumer warpgroup (64 rows, 64-key stages); kStages-deep rings. Deterministic.
-template <int kStages, bool kDynamic>
+template <int kStages, bool kDynamic, bool kMods = false>
 void launch_attention_backward_dkdv256_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start) {
     using Tile = HopperBackwardKV256Tile<kStages>;
     const int num_items = p.B * p.NH_kv * ceil_div(p.Tk, Tile::kBlockN);
     const HopperBackwardTmaMaps maps = backward_tma_maps(p, Tile::kBlockM, Tile::kBlockN);
-    launch_with_smem_ex<attention_backward_dkdv256_hopper_ws_kernel<kStages, kDynamic>>(
+    launch_with_smem_ex<attention_backward_dkdv256_hopper_ws_kernel<kStages, kDynamic, kMods>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p, maps,
         persistent_section_heads(p.B * p.NH_kv, p.T * (p.NH / p.NH_kv), 256));
 }
-template <int kStages>
+// kMods: with the score modifiers (softcap, ALiBi), on the round-robin schedule
+template <int kStages, bool kMods = false>
 void attention_backward_split_hopper_ws_256(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<256>(p, /*zero_dq=*/false, stream);
     const bool early = backward_early_start();
-    if (claimed_schedule(p.T, 1024, /*even_items=*/!p.causal)) {
+    if constexpr (kMods) {
+        launch_attention_backward_dkdv256_hopper_ws<kStages, false, true>(p, stream, early);
+        launch_attention_backward_dq_hopper_ws<256, 1, 64, kStages, false, true, false, false, true>(p, stream, early);
+    } else if (claimed_schedule(p.T, 1024, /*even_items=*/!p.causal)) {
         launch_attention_backward_dkdv256_hopper_ws<kStages, true>(p, stream, early);
         launch_attention_backward_dq_hopper_ws<256, 1, 64, kStages, true, true>(p, stream, early);
     } else {

@@ -58,7 +58,8 @@ AttentionStrides strides_of(const long long* s) { return {s[0], s[1], s[2]}; }
 const char* extras_of(AttentionExtras& x, const void* bias, const long long* bias_strides, int bias_fp32,
                       const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k, int total_q, int total_k,
                       const void* gate, const long long* gate_strides, const void* bias2, const long long* bias2_strides,
-                      int bias2_fp32, const unsigned char* key_mask, long long key_mask_batch, int window_left, int window_right) {
+                      int bias2_fp32, const unsigned char* key_mask, long long key_mask_batch, int window_left, int window_right,
+                      float softcap, const float* alibi_slopes, long long alibi_batch) {
     if (bias && !bias_strides) return "a bias needs its 3 strides (bias_strides not null)";
     if (bias2 && !bias2_strides) return "bias2 needs its 3 strides (bias2_strides not null)";
     if (gate && !gate_strides) return "a gate needs its 3 strides (gate_strides not null)";
@@ -80,6 +81,8 @@ const char* extras_of(AttentionExtras& x, const void* bias, const long long* bia
     if (gate) x.gate_st = strides_of(gate_strides);
     x.window = window_left != -1 || window_right != -1;
     x.window_left = window_left, x.window_right = window_right;
+    x.softcap = softcap;
+    x.alibi_slopes = alibi_slopes, x.alibi_batch = alibi_batch;
     return nullptr;
 }
 
@@ -110,13 +113,13 @@ const char* flashgpt_attention_forward_ex(const void* q, const void* k, const vo
                                           int total_q, int total_k, const void* gate, const long long* gate_strides,
                                           void* gated_out, const void* bias2, const long long* bias2_strides, int bias2_fp32,
                                           const unsigned char* key_mask, long long key_mask_batch, int window_left, int window_right,
-                                          void* stream) {
+                                          float softcap, const float* alibi_slopes, long long alibi_batch, void* stream) {
     if (!q || !k || !v || !out || !lse) return "q, k, v, out and lse must not be null";
     if (!q_strides || !k_strides || !v_strides || !o_strides) return "every stride array must have 3 elements (not null)";
     AttentionForwardParams p{};
     if (const char* why = extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k,
                                     total_q, total_k, gate, gate_strides, bias2, bias2_strides, bias2_fp32, key_mask, key_mask_batch,
-                                    window_left, window_right))
+                                    window_left, window_right, softcap, alibi_slopes, alibi_batch))
         return why;
     if (const char* why = gate_output_problem(gate, gated_out, "gated_out")) return why;
     p.x.gated_out = (floatX*)gated_out;
@@ -140,7 +143,7 @@ const char* flashgpt_attention_forward(const void* q, const void* k, const void*
                                        void* stream) {
     return flashgpt_attention_forward_ex(q, k, v, out, lse, q_strides, k_strides, v_strides, o_strides, B, T, Tk, NH, NH_kv,
                                          HS, causal, scale, nullptr, nullptr, 0, nullptr, nullptr, nullptr, 0, 0, nullptr,
-                                         nullptr, nullptr, nullptr, nullptr, 0, nullptr, 0, -1, -1, stream);
+                                         nullptr, nullptr, nullptr, nullptr, 0, nullptr, 0, -1, -1, 0.0f, nullptr, 0, stream);
 }
 
 size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal,
@@ -149,11 +152,13 @@ size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, int Tk, int NH
                                                     const int* cu_seqlens_k, int total_q, int total_k, const void* gate,
                                                     const long long* gate_strides, const void* dbias, const void* bias2,
                                                     const long long* bias2_strides, int bias2_fp32, const unsigned char* key_mask,
-                                                    long long key_mask_batch, const void* dbias2, int window_left, int window_right) {
+                                                    long long key_mask_batch, const void* dbias2, int window_left, int window_right,
+                                                    float softcap, const float* alibi_slopes, long long alibi_batch) {
     if (B < 1 || T < 1 || Tk < 1 || NH < 1 || NH_kv < 1 || HS < 1) return 0;
     AttentionBackwardParams p{};
     if (extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, total_q, total_k, gate, gate_strides,
-                  bias2, bias2_strides, bias2_fp32, key_mask, key_mask_batch, window_left, window_right))
+                  bias2, bias2_strides, bias2_fp32, key_mask, key_mask_batch, window_left, window_right, softcap, alibi_slopes,
+                  alibi_batch))
         return 0;
     // only whether there is a gate (the gated dO it adds) or a dbias (the ds buffer) counts here, never an address
     p.dbias = (void*)dbias, p.dbias2 = (void*)dbias2;
@@ -167,7 +172,7 @@ size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, int Tk, int NH
 size_t flashgpt_attention_backward_scratch_bytes(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal) {
     return flashgpt_attention_backward_scratch_bytes_ex(B, T, Tk, NH, NH_kv, HS, causal, nullptr, nullptr, 0, nullptr, nullptr,
                                                         nullptr, 0, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr, 0,
-                                                        nullptr, -1, -1);
+                                                        nullptr, -1, -1, 0.0f, nullptr, 0);
 }
 
 const char* flashgpt_attention_backward_ex(void* dq, void* dk, void* dv, const void* dout, const void* q,
@@ -182,8 +187,8 @@ const char* flashgpt_attention_backward_ex(void* dq, void* dk, void* dv, const v
                                            int total_q, int total_k, const void* gate, const long long* gate_strides,
                                            void* dgate, void* dbias, const void* bias2, const long long* bias2_strides,
                                            int bias2_fp32, const unsigned char* key_mask, long long key_mask_batch,
-                                           void* dbias2, int window_left, int window_right, void* scratch, size_t scratch_bytes,
-                                           void* stream) {
+                                           void* dbias2, int window_left, int window_right, float softcap, const float* alibi_slopes,
+                                           long long alibi_batch, void* scratch, size_t scratch_bytes, void* stream) {
     if (!dq || !dk || !dv || !dout || !q || !k || !v || !out || !lse) return "dq, dk, dv, dout, q, k, v, out and lse must not be null";
     if (!dq_strides || !dk_strides || !dv_strides || !do_strides || !q_strides || !k_strides || !v_strides || !o_strides)
         return "every stride array must have 3 elements (not null)";
@@ -191,7 +196,7 @@ const char* flashgpt_attention_backward_ex(void* dq, void* dk, void* dv, const v
     AttentionBackwardParams p{};
     if (const char* why = extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k,
                                     total_q, total_k, gate, gate_strides, bias2, bias2_strides, bias2_fp32, key_mask, key_mask_batch,
-                                    window_left, window_right))
+                                    window_left, window_right, softcap, alibi_slopes, alibi_batch))
         return why;
     if (const char* why = gate_output_problem(gate, dgate, "dgate")) return why;
     std::lock_guard<std::mutex> lock(g_call_mutex);
@@ -230,7 +235,7 @@ const char* flashgpt_attention_backward(void* dq, void* dk, void* dv, const void
     return flashgpt_attention_backward_ex(dq, dk, dv, dout, q, k, v, out, lse, dq_strides, dk_strides, dv_strides, do_strides,
                                           q_strides, k_strides, v_strides, o_strides, B, T, Tk, NH, NH_kv, HS, causal, scale,
                                           nullptr, nullptr, 0, nullptr, nullptr, nullptr, 0, 0, nullptr, nullptr, nullptr, nullptr,
-                                          nullptr, nullptr, 0, nullptr, 0, nullptr, -1, -1, scratch, scratch_bytes, stream);
+                                          nullptr, nullptr, 0, nullptr, 0, nullptr, -1, -1, 0.0f, nullptr, 0, scratch, scratch_bytes, stream);
 }
 
 const char* flashgpt_attention_version(void) { return GIT_COMMIT; }

@@ -40,6 +40,11 @@ without _ex (which are the _ex calls with them all null):
   window_left, window_right: a sliding window (FlashAttention's window_size): query i sees keys
        i + Tk_b - T_b - window_left .. i + Tk_b - T_b + window_right; -1 leaves a side unbounded (both -1: no window),
        causal sets window_right to 0
+  softcap: > 0 caps the scores, softcap * tanh(scale * q.k / softcap) (FlashAttention's softcap; 0: none). It does
+       not combine with a bias, bias2 or key mask.
+  alibi_slopes (B, NH) or (NH) fp32 device: ALiBi, the logit of query i and key j minus
+       alibi_slopes[b * alibi_batch + h] * |i + Tk_b - T_b - j| (FlashAttention's alibi_slopes; alibi_batch NH, or 0
+       for one row of slopes)
   dbias, dbias2 (backward only): d loss / d bias (bias2), in that bias's dtype and with its strides (summed over its
        broadcast dimensions); each needs its bias, and the scratch that flashgpt_attention_backward_scratch_bytes_ex
        gives with them.
@@ -47,7 +52,7 @@ Each sequence b runs with its own lengths T_b, Tk_b, the causal diagonal aligned
 (key j <= i + Tk_b - T_b); a row that sees no key (all its keys masked) gets 0 and no gradient.
 
 flashgpt_attention_abi() says which version of these signatures the library has, FLASHGPT_ATTENTION_ABI when it was
-built from this header (5: the _ex calls take the window; 4: bias2 and the key mask; 3: the packed totals; 2: the gate arguments), so
+built from this header (5: the _ex calls take the window, softcap and ALiBi; 4: bias2 and the key mask; 3: the packed totals; 2: the gate arguments), so
 a caller can refuse a library built from another.
 
 The calls return nullptr on success, else a message that says why: a call src/attention.cuh does not support (its
@@ -100,7 +105,8 @@ FLASHGPT_API const char* flashgpt_attention_forward_ex(const void* q, const void
                                                        int total_q, int total_k, const void* gate, const long long* gate_strides,
                                                        void* gated_out, const void* bias2, const long long* bias2_strides,
                                                        int bias2_fp32, const unsigned char* key_mask, long long key_mask_batch,
-                                                       int window_left, int window_right, void* stream);
+                                                       int window_left, int window_right, float softcap,
+                                                       const float* alibi_slopes, long long alibi_batch, void* stream);
 
 // flashgpt_attention_backward_scratch_bytes for flashgpt_attention_backward_ex with these extras (pass the backward's
 // own: dbias may add B * NH * T * Tk fp32, a gate B * T * NH * HS bf16, and the extras change which kernels run)
@@ -111,7 +117,8 @@ FLASHGPT_API size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, i
                                                                  const void* gate, const long long* gate_strides, const void* dbias,
                                                                  const void* bias2, const long long* bias2_strides, int bias2_fp32,
                                                                  const unsigned char* key_mask, long long key_mask_batch,
-                                                                 const void* dbias2, int window_left, int window_right);
+                                                                 const void* dbias2, int window_left, int window_right,
+                                                                 float softcap, const float* alibi_slopes, long long alibi_batch);
 
 // flashgpt_attention_backward with the extras above (the forward's) and, optionally, dbias (overwritten); with a gate,
 // dout is d loss / d gated_out, out is still the forward's out (not gated_out), and dgate is overwritten;
@@ -128,7 +135,8 @@ FLASHGPT_API const char* flashgpt_attention_backward_ex(void* dq, void* dk, void
                                                         int total_q, int total_k, const void* gate, const long long* gate_strides,
                                                         void* dgate, void* dbias, const void* bias2, const long long* bias2_strides,
                                                         int bias2_fp32, const unsigned char* key_mask, long long key_mask_batch,
-                                                        void* dbias2, int window_left, int window_right, void* scratch,
+                                                        void* dbias2, int window_left, int window_right, float softcap,
+                                                        const float* alibi_slopes, long long alibi_batch, void* scratch,
                                                         size_t scratch_bytes, void* stream);
 
 // the git commit the library was built from

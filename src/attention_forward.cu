@@ -25,6 +25,9 @@ const char* attention_unsupported_reason(const AttentionForwardParams& p) {
     if (p.Tk >= (1 << 30)) return "Tk must be below 2^30";
     if (p.x.window && p.x.window_left < -1) return "window_left must be -1 (unbounded) or at least 0";
     if (p.x.window && p.x.window_right < -1) return "window_right must be -1 (unbounded) or at least 0";
+    if (!(p.x.softcap >= 0.0f) || std::isinf(p.x.softcap)) return "softcap must be 0 (none) or a finite positive number";
+    if (p.x.softcap > 0.0f && (p.x.bias || p.x.bias2 || p.x.key_mask))
+        return "softcap does not combine with a bias, bias2 or key mask (its gradient is recovered from P, which they shift)";
     for (const AttentionStrides& st : {p.q_st, p.k_st, p.v_st, p.o_st}) {
         if (st.batch % 8 || st.row % 8 || st.head % 8) return "every batch, row and head stride must be a multiple of 8 elements (16 bytes)";
         if (st.row >= (1LL << 31)) return "row strides must be below 2^31 elements";
@@ -92,18 +95,21 @@ void attention_forward(const AttentionForwardParams& p, cudaStream_t stream) {
     if (attention_decode_applies(p)) { attention_forward_kvcache(p, p.x.seqlens_k, stream); return; }
     if (attention_self_causal(p)) { attention_forward_self_causal_path(p, stream); return; }
     AttentionForwardParams k = p;   // the kernels' extras: bias2 and the key mask as the key bias (attention_kernel_extras)
-    k.x = attention_kernel_extras(p.x, p.B, p.T, p.Tk, p.NH, stream);
+    k.x = attention_with_score_constants(attention_kernel_extras(p.x, p.B, p.T, p.Tk, p.NH, stream), p.scale);
     const bool hopper = attention_forward_uses_hopper(HS);
+    // softcap and ALiBi (the score modifiers): the Hopper kernels' kMods copies, or with other extras the mma.sync
+    // kExtras copies, which apply them too (as every mma.sync general copy does)
+    const bool mods = attention_has_score_mods(k.x);
     // a bf16 tile bias, a key bias, gating: the Hopper kernels' kBias copies, the tiles below (HS 8-32 on HS 64's,
     // zero-padded; HS 256: 64 keys, since a ring of bias tiles does not fit beside 80-key K/V stages); gating alone
     // with a zero tile bias (their epilogue is the one that gates)
-    if (attention_hopper_bias_fits(k.x) || (hopper && attention_gate_only(k.x))) {
+    if (!mods && (attention_hopper_bias_fits(k.x) || (hopper && attention_gate_only(k.x)))) {
         k.x = with_zero_tile_bias(k.x, p.Tk);
         if (HS <= 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, true>(k, stream);
         else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, true>(k, stream);
         else launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, false, true, true>(k, stream);
     }
-    else if (attention_forward_hopper_packed_fits(k)) {   // packed sequences with their totals: the kVarlen copies
+    else if (!mods && attention_forward_hopper_packed_fits(k)) {   // packed sequences with their totals: the kVarlen copies
         if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, false, true>(k, stream);
         else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, false, true>(k, stream);
         else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, false, true, false, true>(k, stream);
@@ -116,6 +122,11 @@ void attention_forward(const AttentionForwardParams& p, cudaStream_t stream) {
         else if (HS == 32) launch_attention_forward<32, 2, 4, 64, true, true>(k, stream);
         else if (HS == 96) launch_attention_forward<96, 2, 4, 64, true, true>(k, stream);
         else launch_attention_forward<256, 1, 4, 32, true, true>(k, stream);
+    }
+    else if (hopper && mods) {   // the general tiles below, round-robin
+        if (HS <= 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, false, false, true>(k, stream);
+        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, false, false, true>(k, stream);
+        else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, false, true, false, false, true>(k, stream);
     }
     else if (hopper) {
         // the tiles of the path above (HS 8-32: HS 64's, HS 96: HS 128's, zero-padded); HS 256: 80-key tiles (a 128-row
@@ -154,8 +165,9 @@ void attention_forward_kvcache(const AttentionForwardParams& p, const int* seqle
     const char* why = attention_unsupported_reason(p);
     if (!why && (long long)p.T * (p.NH / p.NH_kv) > kDecodeRows) why = "the KV-cache path takes T * NH / NH_kv <= 16 query rows (a prefill runs attention_forward)";
     if (!why && (long long)p.B * p.NH_kv > 65535) why = "B * NH_kv too large for the grid";
-    if (!why && (p.x.bias || p.x.cu_seqlens_q || p.x.cu_seqlens_k || p.x.gate || p.x.doc_start || p.x.bias2 || p.x.key_mask || p.x.window))
-        why = "the KV-cache path takes no bias, packed sequences, gating, key masks, document masks or window";
+    if (!why && (p.x.bias || p.x.cu_seqlens_q || p.x.cu_seqlens_k || p.x.gate || p.x.doc_start || p.x.bias2 || p.x.key_mask || p.x.window ||
+                 attention_has_score_mods(p.x)))
+        why = "the KV-cache path takes no bias, packed sequences, gating, key masks, document masks, window, softcap or ALiBi";
     if (!why && p.HS < 32) why = "the KV-cache path takes head dims 32 to 256 (attention_forward runs 8 and 16)";
     if (!seqlens_k) seqlens_k = p.x.seqlens_k;
     if (why) attention_exit_unsupported("forward (KV cache)", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);

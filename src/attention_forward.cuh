@@ -23,6 +23,62 @@ __device__ __forceinline__ SequenceSpan attention_sequence(const Params& p, int 
     return sp;
 }
 
+// The score modifiers (AttentionExtras::softcap, alibi_slopes) of one (b, h) of a sequence of T queries and Tk keys, in
+// the units the kernels keep S in (q.k, which the softmax multiplies by scale): s -> softcap_out * tanh(s * softcap_in),
+// then s -= slope * |row + Tk - T - key| (slope = the ALiBi slope / scale). The softcap's constants stay in the kernel
+// parameters (x: the kernel's AttentionExtras, attention_with_score_constants), so that only the slope and the
+// diagonal take registers. The backward's softcap factor 1 - t^2 comes back from P: with x = s * scale log2e - lse2 =
+// log2 P and no bias beside softcap, softcap log2e t = log2 P + lse2 + alibi log2e |d|.
+struct ScoreMods {
+    const AttentionExtras& x;
+    float slope;   // 0: no ALiBi
+    int diag0;
+    __device__ __forceinline__ bool any() const { return x.softcap_in != 0.0f || slope != 0.0f; }
+    __device__ __forceinline__ float apply(float s, int row, int key) const {
+        if (x.softcap_in != 0.0f) s = x.softcap_out * fast_tanh(s * x.softcap_in);
+        if (slope != 0.0f) s -= slope * fabsf((float)(row + diag0 - key));
+        return s;
+    }
+    // d logit / d (scale q.k) at (row, key) from its P and its row's lse2: 1 - t^2 with softcap, else 1 (P = 0 gives
+    // t = -1 after the clamp: a factor 0 on a dS that is 0)
+    __device__ __forceinline__ float grad(float p, float lse2, int row, int key) const {
+        if (x.softcap_in == 0.0f) return 1.0f;
+        const float t = (fast_log2(p) + lse2) * x.softcap_t + slope * x.softcap_in * fabsf((float)(row + diag0 - key));
+        const float tc = fminf(fmaxf(t, -1.0f), 1.0f);
+        return 1.0f - tc * tc;
+    }
+};
+__device__ __forceinline__ ScoreMods score_mods(const AttentionExtras& x, int b, int h, int T, int Tk) {
+    return {x, x.alibi_slopes ? x.alibi_slopes[b * x.alibi_batch + h] * x.inv_scale : 0.0f, Tk - T};
+}
+// the kernels' form of the softcap and the scale (AttentionExtras' constants; attention_forward / attention_backward)
+inline AttentionExtras attention_with_score_constants(AttentionExtras x, float scale) {
+    x.softcap_in = x.softcap > 0.0f ? scale / x.softcap : 0.0f;
+    x.softcap_out = x.softcap > 0.0f ? x.softcap / scale : 0.0f;
+    x.softcap_t = x.softcap > 0.0f ? 1.0f / (x.softcap * kLog2e) : 0.0f;
+    x.inv_scale = 1.0f / scale;
+    return x;
+}
+// s = mods(s) over a warp's kMT m16 x kNT n8 accumulator tiles (rows row0 + 16mt + g (+8), keys key0 + 8nt + 2tq (+1))
+template <int kMT, int kNT>
+__device__ __forceinline__ void apply_score_mods(float (&s)[kMT][kNT][4], const ScoreMods& m, int row0, int key0, int lane) {
+    #pragma unroll
+    for (int mt = 0; mt < kMT; mt++)
+        #pragma unroll
+        for (int nt = 0; nt < kNT; nt++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[mt][nt][e] = m.apply(s[mt][nt][e], row0 + mt * 16 + lane / 4 + 8 * (e / 2), key0 + nt * 8 + 2 * (lane % 4) + (e % 2));
+}
+// the same on one thread's part of a wgmma accumulator of S (s[4i + e]: row row0 + g + 8 (e / 2), key key0 + 8i + 2tq
+// + e % 2)
+template <int N>
+__device__ __forceinline__ void apply_score_mods_frag(float (&s)[N], const ScoreMods& m, int row0, int key0, int lane) {
+    #pragma unroll
+    for (int i = 0; i < N; i++)
+        s[i] = m.apply(s[i], row0 + lane / 4 + 8 * ((i % 4) / 2), key0 + 8 * (i / 4) + 2 * (lane % 4) + (i % 2));
+}
+
 // The bias rows of one (b, h): element (i, j) for query i, key j of the sequence at base + (i * row + j) * elem size
 struct BiasRows { const uint8_t* base; long long row; bool fp32; };
 __device__ __forceinline__ BiasRows bias_rows(const AttentionExtras& x, int b, int h) {
@@ -343,6 +399,10 @@ attention_forward_kernel(const AttentionForwardParams p) {
                         mma_bf16_16816(s[mt][2 * np + 1], qa, kb[2], kb[3]);
                     }
                 }
+            }
+            if constexpr (kGeneral) {   // the score modifiers (softcap, ALiBi), read from the parameters where present
+                if (attention_has_score_mods(p.x))
+                    apply_score_mods<kMT, kNT>(s, score_mods(p.x, b, h, T, Tk), m_start + warp_row0, n_block * kBlockN, lane);
             }
             if constexpr (kExtras) {   // the additive bias, in units of S (scale multiplies it back); document masking
                 if (p.x.bias) add_bias_tile<kMT, kNT>(s, bias_tile(stage), bias_pitch, p.x.bias_fp32, warp_row0, 1.0f / p.scale, lane);
@@ -712,12 +772,12 @@ __device__ __forceinline__ void tma_load_bias_tile(uint8_t* dst, const CUtensorM
 // kBias: a ring of kBiasStages bias tiles (kBlockM queries x kBlockN keys, bf16, the layout of a wgmma tile of kBlockN
 // "head dims": kBlockN / 64 TMA boxes of 64 keys), loaded with each K tile
 // kVarlen: packed sequences (the table above)
-template <int HS, int kNCWG_, int kBlockN_, int kStages_, bool kBias_ = false, bool kVarlen_ = false>
+template <int HS, int kNCWG_, int kBlockN_, int kStages_, bool kBias_ = false, bool kVarlen_ = false, bool kMods_ = false>
 struct HopperWsTile {
     static constexpr int kHeadSize = HS, kNCWG = kNCWG_, kBlockN = kBlockN_, kStages = kStages_;
     static constexpr int kBlockM = 64 * kNCWG, kThreads = 128 * (kNCWG + 1);
     static constexpr int kQBytes = kBlockM * HS * 2, kTileBytes = kBlockN * HS * 2;
-    static constexpr bool kBias = kBias_, kVarlen = kVarlen_;
+    static constexpr bool kBias = kBias_, kVarlen = kVarlen_, kMods = kMods_;   // kMods: the score modifiers (softcap, ALiBi)
     static constexpr int kBiasStages = kBias ? 2 : 0, kBiasBytes = kBlockM * kBlockN * 2;
     static constexpr int kKeyBiasBytes = kBlockN * 4;   // a bias stage's key bias (AttentionExtras::key_bias), fp32
     static constexpr int kRingBytes = 2 * kStages * kTileBytes + kBiasStages * (kBiasBytes + kKeyBiasBytes);   // K, V (and bias) rings
@@ -1020,7 +1080,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
     // that has one under a branch it cannot prove uniform (C7520). HS 128 runs the one copy: its kernels serve long
     // T, where the saving is under 1% and a second copy measured slower.
     // (not with a bias, whose ring goes tile by tile, nor with packed sequences, whose diagonals differ)
-    constexpr bool kHalfDiag = kBlockM == kBlockN && HS == 64 && !Tile::kBias && !Tile::kVarlen;
+    constexpr bool kHalfDiag = kBlockM == kBlockN && HS == 64 && !Tile::kBias && !Tile::kVarlen && !Tile::kMods;
     auto consumer = [&](auto wg0) {
         constexpr bool half_diag = kHalfDiag && decltype(wg0)::value;
         float s[kNT * 4];       // S of the current tile, then P in fp32
@@ -1144,6 +1204,8 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
             if constexpr (!kDynamic) has_next = item_of(tile_iter + 1) < num_items;
             auto softmax = [&](int j) {   // on tile j (loop order): P_j (fp32) in s, row statistics, alpha
                 const int key0 = (n_top - j) * kBlockN;
+                if constexpr (Tile::kMods)   // softcap, ALiBi
+                    apply_score_mods_frag(s, score_mods(p.x, b, h, Tile::kVarlen ? rows : walk.T, item_Tk), m_start + warp_row0, key0, lane);
                 if constexpr (Tile::kBias) {   // its bias tile and key bias (loaded with K tile j), then handed back
                     const int it = kv_iter + j, bslot = it % Tile::kBiasStages;
                     mbar_wait(&sm.bias_full[bslot], (it / Tile::kBiasStages) & 1);
@@ -1254,8 +1316,10 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
 // kDynamic: items past the first round claimed from a counter (see persistent_claim); in a pair rank 0 claims and
 // hands each index to rank 1 through its shared memory.
 // kVarlen: a general copy for packed sequences (attention_hopper_packed_fits), their items from the block table
+// kMods: a general copy with the score modifiers (softcap, ALiBi: ScoreMods), so that the calls without them keep
+// their registers
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false, bool kGeneral = false,
-          bool kBias = false, bool kVarlen = false>
+          bool kBias = false, bool kVarlen = false, bool kMods = false>
 __global__ void __launch_bounds__(HopperWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
 attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_constant__ HopperForwardMaps<kBias, kVarlen> maps,
                                    int section_heads) {
@@ -1263,7 +1327,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
     static_assert(HS == 64 || HS == 128 || HS == 256, "head dims 64, 128, 256");
     static_assert(kStages >= 2, "V_{j-1} and K_j are in flight together");
     static_assert(!kPingPong || kNCWG >= 2, "ping-pong needs two consumer warpgroups");
-    using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages, kBias, kVarlen>;
+    using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages, kBias, kVarlen, kMods>;
     constexpr int kBlockM = Tile::kBlockM;
     static_assert(kCluster == 1 || (kCluster == 2 && HS == 128 && kBlockN == kBlockM), "pairs split HS 128's two column boxes");
     static_assert(!kBias || (kGeneral && kCluster == 1 && kBlockN % 64 == 0), "the bias runs on the general copies");
@@ -1461,10 +1525,12 @@ inline CUtensorMap bias_tensor_map(const AttentionExtras& x, int B, int T, int T
 // kVarlen: packed sequences (attention_hopper_packed_fits): Q, K, V through tensor maps of all the pack's rows, the items
 // from the query-block table
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false, bool kGeneral = false,
-          bool kBias = false, bool kVarlen = false>
+          bool kBias = false, bool kVarlen = false, bool kMods = false>
 void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStream_t stream) {
-    using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages, kBias, kVarlen>;
-    constexpr auto kKernel = attention_forward_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kPingPong, kCluster, kDynamic, kGeneral, kBias, kVarlen>;
+    using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages, kBias, kVarlen, kMods>;
+    constexpr auto kKernel = attention_forward_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kPingPong, kCluster, kDynamic, kGeneral, kBias, kVarlen,
+                                                                kMods>;
+    static_assert(!kMods || (kGeneral && !kBias && !kVarlen), "the score modifiers' copies are general, without bias tiles or packs");
     static_assert(!kGeneral || kCluster == 1, "CTA pairs walk the causal diagonal of self-attention");
     if (!kGeneral) attention_check_self_causal(p);
     constexpr int kSmemBytes = Tile::kSmemBytes + (kDynamic ? Tile::kDynamicBytes : 0);
@@ -1748,7 +1814,7 @@ attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, in
 inline bool attention_decode_applies(const AttentionForwardParams& p) {
     return (long long)p.T * (p.NH / p.NH_kv) <= kDecodeRows && p.Tk >= 2 * kDecodeKeys && (long long)p.B * p.NH_kv <= 65535 &&
            !p.x.bias && !p.x.cu_seqlens_q && !p.x.cu_seqlens_k && !p.x.gate && !p.x.doc_start && !p.x.bias2 && !p.x.key_mask &&
-           !p.x.key_bias && !p.x.window && p.HS >= 32;
+           !p.x.key_bias && !p.x.window && !attention_has_score_mods(p.x) && p.HS >= 32;
 }
 
 // fp32 scratch for the splits' partials, grown as needed, and the zeroed split counters (the decode call owns them; one

@@ -67,6 +67,19 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
+// one MUFU.TANH (sm_75+; relative error about 2^-11, below the bf16 rounding of the logits it feeds)
+__device__ __forceinline__ float fast_tanh(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+// one MUFU.LG2
+__device__ __forceinline__ float fast_log2(float x) {
+    float y;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // *p += a, p[1] += b in global memory (red.global.add: no result returned); sm_90 adds both in one instruction
 __device__ __forceinline__ void red_add_f32x2(float* p, float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -2,15 +2,16 @@
 """GPU test of flashgpt.flash_attn_interface (FlashAttention 2.x's Python API on flashgpt's kernels) over a slice of
 FlashAttention's own test grid: head dims 32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256 (those between
 flashgpt's run zero-padded), its (T, Tk) pairs, MHA / MQA / GQA, causal or not, sliding windows (its `local` cases:
-window_size drawn at random below Tk, with and without causal), the packed forms and varlen.
+window_size drawn at random below Tk, with and without causal), softcap (its 50.0) and ALiBi (its slopes, rand * 0.3
+per (B, H), and per head), the packed forms and varlen.
 Prints one PASS/FAIL line per case; exits 0 with a SKIP line where torch or a CUDA GPU is missing.
 
   make lib && python3 tests/test_flash_attn_interface.py
 
 Rule (FlashAttention's tests): out and dq, dk, dv against the same attention in fp32 (PyTorch, from the bf16 inputs)
 within 2x the error of the naive bf16 computation (softmax of bf16 logits) plus 1e-3; softmax_lse within 1e-3 of the
-fp32 LSE; S_dmask against the fp32 probabilities. What flashgpt does not run yet (dropout, softcap, ALiBi, fp16) must
-raise NotImplementedError.
+fp32 LSE; S_dmask against the fp32 probabilities. What flashgpt does not run yet (dropout, fp16) must raise
+NotImplementedError.
 """
 import math
 import os
@@ -24,9 +25,10 @@ import torch  # noqa: E402
 from flashgpt import flash_attn_interface as fai  # noqa: E402
 
 
-def reference(q, k, v, causal, dtype, window=(-1, -1)):
+def reference(q, k, v, causal, dtype, window=(-1, -1), softcap=0.0, alibi=None):
     """attention on (B, T, H, D) tensors computed in dtype (fp32: the reference; bf16: the naive low-precision one),
-    the causal diagonal and the window bottom-right; returns out (B, T, H, D) and the LSE (B, H, T)"""
+    the causal diagonal and the window bottom-right, softcap, ALiBi (slopes (H,) or (B, H): -slope |i + Tk - T - j|);
+    returns out (B, T, H, D) and the LSE (B, H, T)"""
     H, H_kv = q.shape[2], k.shape[2]
     q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))
     k, v = (x.repeat_interleave(H // H_kv, dim=1) for x in (k, v))
@@ -34,6 +36,11 @@ def reference(q, k, v, causal, dtype, window=(-1, -1)):
     T, Tk = s.shape[-2], s.shape[-1]
     i = torch.arange(T, device=q.device)[:, None]
     j = torch.arange(Tk, device=q.device)[None, :]
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    if alibi is not None:
+        slopes = alibi.reshape(-1, alibi.shape[-1], 1, 1).to(dtype)
+        s = s - slopes * (i + Tk - T - j).abs().to(dtype)
     right = 0 if causal else window[1]
     if right >= 0:
         s = s.masked_fill(j > i + Tk - T + right, float("-inf"))
@@ -49,31 +56,33 @@ def check_close(name, ours, ref, naive, floor=1e-3):
     assert err <= tol, f"{name}: {err:.3e} > {tol:.3e}"
 
 
-def case_dense(B, T, Tk, H, H_kv, D, causal, packed, window=(-1, -1)):
+def case_dense(B, T, Tk, H, H_kv, D, causal, packed, window=(-1, -1), softcap=0.0, alibi=None):
     def fn():
+        slopes = None if alibi is None else torch.rand(*((B, H) if alibi == "bh" else (H,)), device="cuda") * 0.3
+        mods = dict(window_size=window, softcap=softcap, alibi_slopes=slopes)
         q = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(B, Tk, H_kv, D, device="cuda", dtype=torch.bfloat16)
         v = torch.randn(B, Tk, H_kv, D, device="cuda", dtype=torch.bfloat16)
         dout = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16)
         if packed == "qkv":
             qkv = torch.stack([q, k, v], dim=2).requires_grad_()
-            out, lse, probs = fai.flash_attn_qkvpacked_func(qkv, causal=causal, window_size=window, return_attn_probs=True)
+            out, lse, probs = fai.flash_attn_qkvpacked_func(qkv, causal=causal, **mods, return_attn_probs=True)
             out.backward(dout)
             dq, dk, dv = qkv.grad.unbind(2)
         elif packed == "kv":
             qg, kv = q.clone().requires_grad_(), torch.stack([k, v], dim=2).requires_grad_()
-            out, lse, probs = fai.flash_attn_kvpacked_func(qg, kv, causal=causal, window_size=window, return_attn_probs=True)
+            out, lse, probs = fai.flash_attn_kvpacked_func(qg, kv, causal=causal, **mods, return_attn_probs=True)
             out.backward(dout)
             dq, (dk, dv) = qg.grad, kv.grad.unbind(2)
         else:
             qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
-            out, lse, probs = fai.flash_attn_func(qg, kg, vg, causal=causal, window_size=window, return_attn_probs=True)
+            out, lse, probs = fai.flash_attn_func(qg, kg, vg, causal=causal, **mods, return_attn_probs=True)
             out.backward(dout)
             dq, dk, dv = qg.grad, kg.grad, vg.grad
         grads = {}
         for dtype in (torch.float32, torch.bfloat16):
             xs = [x.to(dtype).requires_grad_() for x in (q, k, v)]
-            o, l = reference(*xs, causal, dtype, window)
+            o, l = reference(*xs, causal, dtype, window, softcap, slopes)
             o.backward(dout.to(dtype))
             grads[dtype] = (o, l, *[x.grad for x in xs])
         (ro, rl, rdq, rdk, rdv), (no, _, ndq, ndk, ndv) = grads[torch.float32], grads[torch.bfloat16]
@@ -89,8 +98,10 @@ def case_dense(B, T, Tk, H, H_kv, D, causal, packed, window=(-1, -1)):
     return fn
 
 
-def case_varlen(lens_q, lens_k, H, H_kv, D, causal, packed, window=(-1, -1)):
+def case_varlen(lens_q, lens_k, H, H_kv, D, causal, packed, window=(-1, -1), softcap=0.0, alibi=None):
     def fn():
+        slopes = None if alibi is None else torch.rand(*((len(lens_q), H) if alibi == "bh" else (H,)), device="cuda") * 0.3
+        mods = dict(window_size=window, softcap=softcap, alibi_slopes=slopes)
         cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), device="cuda", dtype=torch.int32)
         cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), device="cuda", dtype=torch.int32)
         tq, tk = int(cu_q[-1]), int(cu_k[-1])
@@ -100,14 +111,14 @@ def case_varlen(lens_q, lens_k, H, H_kv, D, causal, packed, window=(-1, -1)):
         dout = torch.randn(tq, H, D, device="cuda", dtype=torch.bfloat16)
         if packed == "qkv":
             qkv = torch.stack([q, k, v], dim=1).requires_grad_()
-            out, lse, _ = fai.flash_attn_varlen_qkvpacked_func(qkv, cu_q, max(lens_q), causal=causal, window_size=window,
+            out, lse, _ = fai.flash_attn_varlen_qkvpacked_func(qkv, cu_q, max(lens_q), causal=causal, **mods,
                                                                return_attn_probs=True)
             out.backward(dout)
             dq, dk, dv = qkv.grad.unbind(1)
         else:
             qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
             out, lse, _ = fai.flash_attn_varlen_func(qg, kg, vg, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
-                                                     window_size=window, return_attn_probs=True)
+                                                     **mods, return_attn_probs=True)
             out.backward(dout)
             dq, dk, dv = qg.grad, kg.grad, vg.grad
         assert lse.shape == (H, tq), f"varlen softmax_lse shape {tuple(lse.shape)}"
@@ -116,7 +127,8 @@ def case_varlen(lens_q, lens_k, H, H_kv, D, causal, packed, window=(-1, -1)):
             res = {}
             for dtype in (torch.float32, torch.bfloat16):
                 xs = [x[None, a:e].to(dtype).requires_grad_() for x, a, e in ((q, q0, q1), (k, k0, k1), (v, k0, k1))]
-                o, l = reference(*xs, causal, dtype, window)
+                sl = None if slopes is None else slopes[b] if slopes.dim() == 2 else slopes
+                o, l = reference(*xs, causal, dtype, window, softcap, sl)
                 o.backward(dout[None, q0:q1].to(dtype))
                 res[dtype] = (o[0], l[0], *[x.grad[0] for x in xs])
             (ro, rl, rdq, rdk, rdv), (no, _, ndq, ndk, ndv) = res[torch.float32], res[torch.bfloat16]
@@ -132,8 +144,7 @@ def case_varlen(lens_q, lens_k, H, H_kv, D, causal, packed, window=(-1, -1)):
 
 def refusals():
     q = torch.randn(1, 16, 2, 64, device="cuda", dtype=torch.bfloat16)
-    for kwargs in ({"dropout_p": 0.1}, {"softcap": 30.0},
-                   {"alibi_slopes": torch.ones(2, device="cuda", dtype=torch.float32)}):
+    for kwargs in ({"dropout_p": 0.1},):
         try:
             fai.flash_attn_func(q, q, q, **kwargs)
         except NotImplementedError:
@@ -176,7 +187,8 @@ if __name__ == "__main__":
         window = draw(Tk)
         run(f"flash_attn_func B=2 T={T} Tk={Tk} H={H} H_kv={H_kv} D={D} causal={i % 2} window={window}",
             case_dense(2, T, Tk, H, H_kv, D, i % 2 == 1, "kv" if i % 3 == 2 else "none", window))
-    run("flash_attn_func B=1 T=2048 H=2 D=128 causal=1 window=(256, 0)", case_dense(1, 2048, 2048, 2, 2, 128, True, "none", (256, 0)))
+    run("flash_attn_func B=1 T=2048 H=2 D=128 causal=1 window=(256, 0)",
+        case_dense(1, 2048, 2048, 2, 2, 128, True, "none", (256, 0)))
     run("flash_attn_qkvpacked_func B=2 T=1024 H=4 D=64 causal=0 window=(100, 30)",
         case_dense(2, 1024, 1024, 4, 4, 64, False, "qkv", (100, 30)))
     run("flash_attn_func B=2 T=512 Tk=256 H=4 H_kv=1 D=64 causal=0 window=(-1, 10)",
@@ -185,6 +197,22 @@ if __name__ == "__main__":
         case_varlen([113, 7, 300], [203, 64, 300], 4, 2, 128, True, "none", (40, 0)))
     run("flash_attn_varlen_qkvpacked_func [33, 1, 200] H=2 D=64 causal=0 window=(17, 5)",
         case_varlen([33, 1, 200], [33, 1, 200], 2, 2, 64, False, "qkv", (17, 5)))
+    # softcap (FlashAttention's grid: 0 and 50) and ALiBi (its slopes rand * 0.3, per (B, H); and per head), each head
+    # dim of the grid once, with causal, windows, GQA / MQA and the packed forms among them
+    for i, D in enumerate(dims):
+        T, Tk = pairs[(5 * i + 2) % len(pairs)]
+        H, H_kv = heads[(i + 1) % len(heads)]
+        softcap, alibi = [(50.0, None), (0.0, "bh"), (50.0, "h")][i % 3]
+        window = draw(Tk) if i % 4 == 3 else (-1, -1)
+        causal, packed = (i + 1) % 2 == 1, "kv" if i % 5 == 4 else "none"
+        run(f"flash_attn_func B=2 T={T} Tk={Tk} H={H} H_kv={H_kv} D={D} causal={int(causal)} softcap={softcap} "
+            f"alibi={alibi} window={window}", case_dense(2, T, Tk, H, H_kv, D, causal, packed, window, softcap, alibi))
+    run("flash_attn_qkvpacked_func B=2 T=1024 H=4 D=128 causal=1 softcap=50 alibi=(B, H)",
+        case_dense(2, 1024, 1024, 4, 4, 128, True, "qkv", softcap=50.0, alibi="bh"))
+    run("flash_attn_varlen_func [113, 7, 300] x [203, 64, 300] H=4 H_kv=2 D=64 causal=1 alibi=(B, H) softcap=50",
+        case_varlen([113, 7, 300], [203, 64, 300], 4, 2, 64, True, "none", softcap=50.0, alibi="bh"))
+    run("flash_attn_varlen_qkvpacked_func [33, 1, 200] H=2 D=128 causal=0 alibi=(H) window=(40, 8)",
+        case_varlen([33, 1, 200], [33, 1, 200], 2, 2, 128, False, "qkv", (40, 8), alibi="h"))
     run("features flashgpt lacks raise NotImplementedError", refusals)
     failed = sum(1 for r in results if r[0] == "FAIL")
     print(f"test_flash_attn_interface: {len(results) - failed} passed, {failed} failed")

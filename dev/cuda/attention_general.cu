@@ -23,7 +23,8 @@ A case is the anchor script's syntax (../shared/bench/sdpa_general_anchor.py), s
   varlen=1 (packed sequences of ragged lengths; varlen=2: of
   lengths tq / tk, the same tokens as the unpadded batch), gate=1 (output
   gating), docs=1 (document masking), kvlens=1 (a KV cache of per-sequence lengths), wl=N / wr=N (a sliding window:
-  N keys left / right of the diagonal, FlashAttention's window_size; -1 unbounded)
+  N keys left / right of the diagonal, FlashAttention's window_size; -1 unbounded), softcap=F (FlashAttention's
+  softcap), alibi=1 (ALiBi slopes per head, FlashAttention's geometric ones; alibi=2: per sequence and head, random)
 FLOPs as the anchor script counts them: forward 4*B*H*Tq*Tk*D, halved for causal with tq = tk (per sequence with
 keylens / varlen); with a window 4*H*D per (query, key) pair it sees; backward 2.5x forward. The anchor's causal bias cases fold the mask into the bias; here causal=1
 with a bias is both.
@@ -48,12 +49,15 @@ struct GeneralCase {
     BiasSpec bias2;       // a second bias (AttentionExtras::bias2)
     bool keymask;         // a (B, Tk) key mask (AttentionExtras::key_mask)
     int window_left, window_right;   // a sliding window (AttentionExtras::window); both -1: none
+    double softcap;                  // AttentionExtras::softcap
+    int alibi;                       // ALiBi slopes: 1 (NH), 2 (B, NH)
 };
 
 static GeneralCase parse_case(const std::string& arg) {
     int b = 8, h = 12, hkv = -1, tq = 1024, tk = -1, d = 64, causal = 1, bwd = 1, kvlens = 0;
     int biasf32 = 0, dbias = 0, mask = 0, keylens = 0, varlen = 0, gate = 0, docs = 0, bias2f32 = 0, dbias2 = 0, keymask = 0;
-    int wl = -1, wr = -1;
+    int wl = -1, wr = -1, alibi = 0;
+    double softcap = 0.0;
     std::string bias2 = "none";
     double scale = 0.0;
     std::string layout = "bhtd", bias = "none";
@@ -71,6 +75,7 @@ static GeneralCase parse_case(const std::string& arg) {
         else if (k == "bias2") bias2 = v; else if (k == "bias2f32") bias2f32 = atoi(v.c_str()); else if (k == "dbias2") dbias2 = atoi(v.c_str());
         else if (k == "keymask") keymask = atoi(v.c_str());
         else if (k == "wl") wl = atoi(v.c_str()); else if (k == "wr") wr = atoi(v.c_str());
+        else if (k == "softcap") softcap = atof(v.c_str()); else if (k == "alibi") alibi = atoi(v.c_str());
         else { fprintf(stderr, "unknown case key '%s'\n", k.c_str()); exit(EXIT_FAILURE); }
     }
     if (hkv < 0) hkv = h;
@@ -88,7 +93,7 @@ static GeneralCase parse_case(const std::string& arg) {
     if (varlen) layout = "bthd";   // packed: (total rows, heads, head dim)
     return {{b, tq, tk, h, hkv, d, causal != 0, scale}, layout, bwd != 0, kvlens != 0, bias, biasf32 != 0, dbias != 0 && bias != "none",
             mask != 0 && bias != "none", keylens != 0, varlen, gate != 0, docs != 0, {bias2, bias2f32 != 0, dbias2 != 0 && bias2 != "none"},
-            keymask != 0, wl, wr};
+            keymask != 0, wl, wr, softcap, alibi};
 }
 
 // the validation set: every feature of the general interface, ragged lengths, rows that see no key, tiny and large B*NH
@@ -178,6 +183,17 @@ static const char* kValidationCases[] = {
     "b=2,h=2,tq=300,d=64,causal=0,bias=1htt,dbias=1,wl=40,wr=10", "b=2,h=2,tq=257,d=128,bias=b11t,dbias=1,mask=1,wl=60",
     "b=4,h=2,tq=200,tk=300,d=64,causal=0,keylens=1,wl=30,wr=30", "b=2,h=3,tq=300,d=64,docs=1,wl=50",
     "b=2,h=2,tq=4100,d=128,wl=1024",                             "b=1,h=4,tq=2500,d=64,wl=300",
+    // the score modifiers (FlashAttention's softcap and ALiBi), alone and together, with windows, causal cross, GQA,
+    // packs, key lengths, a bias beside ALiBi; every head dim and path (the Hopper kMods copies, the mma.sync copies)
+    "b=2,h=3,tq=300,d=64,softcap=30",                            "b=2,h=2,tq=257,tk=400,d=128,causal=0,softcap=5",
+    "b=2,h=4,hkv=2,tq=333,d=64,alibi=1",                         "b=2,h=4,tq=200,tk=300,d=128,causal=0,alibi=2",
+    "b=2,h=2,tq=300,tk=170,d=64,softcap=10,alibi=2",             "b=2,h=3,tq=400,d=128,causal=0,softcap=20,alibi=1,wl=60,wr=30",
+    "b=2,h=2,tq=200,d=256,softcap=15,alibi=1",                   "b=2,h=2,tq=190,tk=250,d=256,causal=0,alibi=2,wl=50",
+    "b=2,h=3,tq=150,d=32,softcap=8",                             "b=2,h=2,tq=140,d=96,causal=0,alibi=1,softcap=12",
+    "b=2,h=2,tq=100,d=16,alibi=2",                               "b=2,h=2,tq=130,d=8,causal=0,softcap=3",
+    "b=4,h=2,tq=300,d=64,varlen=1,alibi=2,softcap=25",           "b=3,h=2,tq=200,tk=300,d=128,varlen=1,causal=0,alibi=1",
+    "b=4,h=2,tq=200,tk=300,d=64,causal=0,keylens=1,softcap=10",  "b=2,h=2,tq=200,d=64,causal=0,bias=1htt,dbias=1,alibi=2",
+    "b=2,h=4,hkv=1,tq=1,tk=700,d=128,alibi=1,softcap=30",        "b=1,h=4,tq=2100,d=128,alibi=1,wl=512",
 };
 // the benchmark cases of the general-attention issue (the anchor script runs the same strings)
 static const char* kBenchCases[] = {
@@ -278,12 +294,19 @@ struct CaseBuffers {
         size_t bytes() const { return values.size() * (spec.fp32 ? 4 : 2); }
     } bias, bias2;
     uint8_t* d_keymask = nullptr;   // (B, Tk)
+    float* d_alibi = nullptr;       // ALiBi slopes (NH) or (B, NH)
     floatX *d_gate = nullptr, *d_gated_out = nullptr, *d_dgate = nullptr;   // gating: (B, T, NH, HS) in O's layout
     int* d_doc_start = nullptr;   // document masking: (B, T)
     int *d_cu_q = nullptr, *d_cu_k = nullptr;
     explicit CaseBuffers(const GeneralCase& c_) : c(c_) {
         const GeneralShape& s = c.s;
         ref_x.window_left = c.window_left, ref_x.window_right = c.window_right;
+        ref_x.softcap = c.softcap;
+        if (c.alibi) {
+            ref_x.alibi.resize((size_t)(c.alibi == 2 ? s.B : 1) * s.NH);
+            ref_x.alibi_batch = c.alibi == 2 ? s.NH : 0;
+            d_alibi = device_alloc<float>(ref_x.alibi.size());
+        }
         if (c.kv_lens || c.keylens) {   // keylens: 0, 1 and Tk among them
             for (int b = 0; b < s.B; b++)
                 seqlens.push_back(c.kv_lens ? std::max(s.T, s.Tk - (b * 997) % s.Tk) : b == 1 ? 0 : b == 2 ? 1 : s.Tk - (b * 613) % s.Tk);
@@ -340,6 +363,8 @@ struct CaseBuffers {
                           d_keymask, c.s.Tk};
         x.window = c.window_left >= 0 || c.window_right >= 0;
         x.window_left = c.window_left, x.window_right = c.window_right;
+        x.softcap = (float)c.softcap;
+        x.alibi_slopes = d_alibi, x.alibi_batch = ref_x.alibi_batch;
         return x;
     }
     AttentionForwardParams fwd() const {
@@ -370,6 +395,12 @@ struct CaseBuffers {
     // 0 of sequence 2)
     void fill_extras(std::mt19937_64& rng) {
         fill_documents(rng);
+        if (c.alibi) {   // alibi=1: the geometric slopes 2^(-8 (h + 1) / NH); alibi=2: random ones in (0, 1) per (b, h)
+            std::uniform_real_distribution<float> slope(0.0f, 1.0f);
+            for (size_t i = 0; i < ref_x.alibi.size(); i++)
+                ref_x.alibi[i] = c.alibi == 2 ? slope(rng) : std::exp2(-8.0f * (float)(i % c.s.NH + 1) / c.s.NH);
+            to_device(d_alibi, ref_x.alibi);
+        }
         std::normal_distribution<float> dist(0.0f, 1.0f);
         std::uniform_real_distribution<float> u(0.0f, 1.0f);
         for (Bias* bi : {&bias, &bias2}) {
@@ -399,7 +430,7 @@ struct CaseBuffers {
     }
     void free_all() {
         for (void* p : {(void*)d_out, (void*)d_dout, (void*)d_lse, d_scratch, (void*)d_q, (void*)d_dq, (void*)d_seqlens, bias.d, bias.d_grad,
-                        bias2.d, bias2.d_grad, (void*)d_keymask,
+                        bias2.d, bias2.d_grad, (void*)d_keymask, (void*)d_alibi,
                         (void*)d_cu_q, (void*)d_cu_k, (void*)d_gate, (void*)d_gated_out, (void*)d_dgate, (void*)d_doc_start})
             if (p) cudaCheck(cudaFree(p));
         if (c.layout != "qkv") for (void* p : {(void*)d_k, (void*)d_v, (void*)d_dk, (void*)d_dv}) cudaCheck(cudaFree(p));
@@ -439,6 +470,8 @@ static std::string case_name(const GeneralCase& c) {
     if (c.gate) name += " gate";
     if (c.docs) name += " docs";
     if (c.window_left >= 0 || c.window_right >= 0) name += " window=(" + std::to_string(c.window_left) + "," + std::to_string(c.window_right) + ")";
+    if (c.softcap > 0.0) { char b[32]; snprintf(b, sizeof b, " softcap=%g", c.softcap); name += b; }
+    if (c.alibi) name += c.alibi == 2 ? " alibi=(b,h)" : " alibi=(h)";
     return name;
 }
 

@@ -174,6 +174,11 @@ struct GeneralExtras {
     // a sliding window (FlashAttention's window_size): query i sees keys i + Tk_b - T_b - window_left ..
     // i + Tk_b - T_b + window_right; -1: that side unbounded
     int window_left = -1, window_right = -1;
+    // the score modifiers: softcap > 0 makes the score softcap * tanh(scale q.k / softcap); ALiBi subtracts
+    // alibi[b * alibi_batch + h] * |i + Tk_b - T_b - j| (alibi empty: none)
+    double softcap = 0.0;
+    std::vector<float> alibi;
+    long long alibi_batch = 0;
 };
 inline int general_seq_T(const GeneralShape& s, const GeneralExtras* x, int b) { return x && !x->T_b.empty() ? x->T_b[b] : s.T; }
 inline int general_seq_Tk(const GeneralShape& s, const GeneralExtras* x, int b) { return x && !x->Tk_b.empty() ? x->Tk_b[b] : s.Tk; }
@@ -188,8 +193,10 @@ inline int general_last_key(const GeneralShape& s, int i, const GeneralExtras* x
 // Row i of query head h, batch b: P[j] = softmax_j(scale * q_i . k_j + bias) over the keys j <= last the row sees,
 // rounded like a naive bf16 implementation (the scores, then the probabilities) with round_like_bf16. Returns last
 // (-1: no key, or every key masked by a -inf bias: P = 0) and sets *lse (natural log; -inf without keys).
+// dcap (optional): d score / d (scale q.k) per key, 1 - tanh^2 with softcap (else 1)
 inline int general_softmax_row(std::vector<double>& P, double* lse, const float* q, const float* k, const GeneralShape& s,
-                               int b, int h, int i, bool round_like_bf16, const GeneralExtras* x = nullptr) {
+                               int b, int h, int i, bool round_like_bf16, const GeneralExtras* x = nullptr,
+                               std::vector<double>* dcap = nullptr) {
     auto rnd = [&](double v) { return round_like_bf16 ? (double)round_to_bf16((float)v) : v; };
     int last = general_last_key(s, i, x, b);
     const int hk = h / (s.NH / s.NH_kv);
@@ -203,6 +210,15 @@ inline int general_softmax_row(std::vector<double>& P, double* lse, const float*
         double dot = 0.0;
         for (int d = 0; d < s.HS; d++) dot += (double)qi[d] * (double)kj[d];
         P[j] = rnd(dot * s.scale);
+        if (dcap) (*dcap)[j] = 1.0;
+        if (x && x->softcap > 0.0) {
+            const double t = std::tanh(P[j] / x->softcap);
+            P[j] = rnd(x->softcap * t);
+            if (dcap) (*dcap)[j] = 1.0 - t * t;
+        }
+        if (x && !x->alibi.empty())
+            P[j] = rnd(P[j] - (double)x->alibi[b * x->alibi_batch + h] *
+                                  std::fabs((double)i + general_seq_Tk(s, x, b) - general_seq_T(s, x, b) - j));
         if (bias_row) P[j] = rnd(P[j] + (double)bias_row[j]);
         if (bias2_row) P[j] = rnd(P[j] + (double)bias2_row[j]);
         if (mask_row && !mask_row[j]) P[j] = -INFINITY;
@@ -267,11 +283,11 @@ inline void attention_backward_cpu_general(float* dq, float* dk, float* dv, cons
     const int group = s.NH / s.NH_kv;
     parallel_units(s.B * s.NH_kv, [&](int unit) {   // one (b, key/value head) a unit: its dK, dV sum its group's heads
     const int b = unit / s.NH_kv;
-    std::vector<double> P(s.Tk), dS(s.Tk), dqi(s.HS);
+    std::vector<double> P(s.Tk), dS(s.Tk), dqi(s.HS), dcap(s.Tk);
     for (int h = unit % s.NH_kv * group; h < (unit % s.NH_kv + 1) * group; h++)
     for (int i = 0; i < s.T; i++) {
         double row_lse, D = 0.0;
-        const int last = general_softmax_row(P, &row_lse, q, k, s, b, h, i, round_like_bf16, x), hk = h / (s.NH / s.NH_kv);
+        const int last = general_softmax_row(P, &row_lse, q, k, s, b, h, i, round_like_bf16, x, &dcap), hk = h / (s.NH / s.NH_kv);
         const float* qi = &q[bthd_index(b, i, h, 0, s.T, s.NH, s.HS)];
         const float* doi = &dout[bthd_index(b, i, h, 0, s.T, s.NH, s.HS)];
         for (int j = 0; j <= last; j++) {
@@ -288,8 +304,9 @@ inline void attention_backward_cpu_general(float* dq, float* dk, float* dv, cons
         }
         std::fill(dqi.begin(), dqi.end(), 0.0);
         for (int j = 0; j <= last; j++) {
-            const double ds = rnd(P[j] * (dS[j] - D));
-            if (dbias_full) dbias_full[(((size_t)b * s.NH + h) * s.T + i) * s.Tk + j] = (float)ds;
+            const double ds_logit = rnd(P[j] * (dS[j] - D));   // d loss / d score (the biases' gradient)
+            if (dbias_full) dbias_full[(((size_t)b * s.NH + h) * s.T + i) * s.Tk + j] = (float)ds_logit;
+            const double ds = dcap[j] == 1.0 ? ds_logit : rnd(ds_logit * dcap[j]);   // through the softcap
             const float* kj = &k[bthd_index(b, j, hk, 0, s.Tk, s.NH_kv, s.HS)];
             const size_t kv = bthd_index(b, j, hk, 0, s.Tk, s.NH_kv, s.HS);
             for (int d = 0; d < s.HS; d++) {

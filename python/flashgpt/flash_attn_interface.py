@@ -18,9 +18,11 @@ as FlashAttention's; not padded to its tile multiples). GQA / MQA where H_kv div
 deterministic (bit-identical run to run), so `deterministic` changes nothing.
 
 window_size (left, right): the sliding window, query i seeing keys i + Tk - T - left .. i + Tk - T + right (-1: that
-side unbounded; causal sets right to 0), with the key tiles outside every row's window skipped.
-What flashgpt does not run yet raises NotImplementedError naming the feature: dropout_p > 0, softcap, ALiBi, fp16
-(bf16 only). Head dims other than flashgpt's 8, 16, 32, 64, 96, 128 and 256 (up to 256) run
+side unbounded; causal sets right to 0), with the key tiles outside every row's window skipped. softcap > 0:
+softcap * tanh(scale q.k / softcap) as the score. alibi_slopes (H,) or (B, H) fp32: -slope * |i + Tk - T - j| added
+to each score.
+What flashgpt does not run yet raises NotImplementedError naming the feature: dropout_p > 0, fp16 (bf16 only).
+Head dims other than flashgpt's 8, 16, 32, 64, 96, 128 and 256 (up to 256) run
 zero-padded to the next of them (a copy of q, k and v; the padding changes no score), as FlashAttention's wrapper pads
 to multiples of 8.
 """
@@ -37,13 +39,9 @@ __all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_
 _HEAD_DIMS = (8, 16, 32, 64, 96, 128, 256)
 
 
-def _refuse(dropout_p, softcap, alibi_slopes, *tensors):
+def _refuse(dropout_p, *tensors):
     if dropout_p:
         raise NotImplementedError("flashgpt's flash_attn_interface: dropout_p > 0 is not supported yet")
-    if softcap:
-        raise NotImplementedError("flashgpt's flash_attn_interface: softcap is not supported yet")
-    if alibi_slopes is not None:
-        raise NotImplementedError("flashgpt's flash_attn_interface: ALiBi is not supported yet")
     for x in tensors:
         if x.dtype == torch.float16:
             raise NotImplementedError("flashgpt's flash_attn_interface: fp16 is not supported yet (bf16 is)")
@@ -56,8 +54,10 @@ def _padded(D):
     return next(d for d in _HEAD_DIMS if d >= D)
 
 
-def _attention(q, k, v, softmax_scale, causal, window_size, return_attn_probs, packed=None):
-    """q (B, T, H, D) or packed (total, H, D) with packed = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)"""
+def _attention(q, k, v, softmax_scale, causal, mods, return_attn_probs, packed=None):
+    """q (B, T, H, D) or packed (total, H, D) with packed = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+    mods = (window_size, softcap, alibi_slopes)"""
+    window_size, softcap, alibi_slopes = mods
     D = q.shape[-1]
     scale = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
     Dp = _padded(D)
@@ -65,34 +65,44 @@ def _attention(q, k, v, softmax_scale, causal, window_size, return_attn_probs, p
         q, k, v = (F.pad(x, (0, Dp - D)) for x in (q, k, v))
     if packed is None:
         out, lse = _fg.flash_attention(q, k, v, causal=causal, scale=scale, layout="bthd", return_lse=True,
-                                       window_size=window_size)
+                                       window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
     else:
         cu_q, cu_k, max_q, max_k = packed
         out, lse = _fg.flash_attention(q, k, v, causal=causal, scale=scale, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
-                                       max_seqlen_q=max_q, max_seqlen_k=max_k, return_lse=True, window_size=window_size)
+                                       max_seqlen_q=max_q, max_seqlen_k=max_k, return_lse=True, window_size=window_size,
+                                       softcap=softcap, alibi_slopes=alibi_slopes)
     if Dp != D:
         out = out[..., :D]
     if not return_attn_probs:
         return out
     if packed is None:
-        probs = _probs(q[..., :D], k[..., :D], lse, scale, causal, window_size)
+        probs = _probs(q[..., :D], k[..., :D], lse, scale, causal, mods)
         return out, lse, probs
-    return out, *_packed_lse_and_probs(q[..., :D], k[..., :D], lse, scale, causal, window_size, packed)
+    return out, *_packed_lse_and_probs(q[..., :D], k[..., :D], lse, scale, causal, mods, packed)
 
 
-def _probs(q, k, lse, scale, causal, window_size):
-    """softmax(scale q k^T) (B, H, T, Tk) from the forward's LSE, 0 where causal or the window hides a key
-    (FlashAttention's tests read S_dmask; it is computed here densely, in fp32)"""
+def _probs(q, k, lse, scale, causal, mods, batch=None):
+    """softmax of the scores (softcap, ALiBi) (B, H, T, Tk) from the forward's LSE, 0 where causal or the window hides
+    a key (FlashAttention's tests read S_dmask; it is computed here densely, in fp32); batch: the sequence of a packed
+    call (its row of (B, H) ALiBi slopes)"""
+    window_size, softcap, alibi_slopes = mods
     B, T, H, D = q.shape
     Tk, H_kv = k.shape[1], k.shape[2]
     kk = k.float().repeat_interleave(H // H_kv, dim=2)
     s = torch.einsum("bthd,bshd->bhts", q.float(), kk) * scale
+    i = torch.arange(T, device=q.device)[:, None]
+    j = torch.arange(Tk, device=q.device)[None, :]
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.float().to(q.device)
+        slopes = slopes[batch:batch + 1] if slopes.dim() == 2 and batch is not None else slopes
+        slopes = slopes.reshape(-1 if slopes.dim() == 2 else 1, H, 1, 1)
+        s = s - slopes * (i + Tk - T - j).abs().float()
     p = torch.exp(s - lse[..., None])
     left, right = window_size
     right = 0 if causal else right
     if left >= 0 or right >= 0:
-        i = torch.arange(T, device=q.device)[:, None]
-        j = torch.arange(Tk, device=q.device)[None, :]
         if right >= 0:
             p = p.masked_fill(j > i + Tk - T + right, 0.0)
         if left >= 0:
@@ -100,7 +110,7 @@ def _probs(q, k, lse, scale, causal, window_size):
     return torch.nan_to_num(p, nan=0.0).to(q.dtype)
 
 
-def _packed_lse_and_probs(q, k, lse, scale, causal, window_size, packed):
+def _packed_lse_and_probs(q, k, lse, scale, causal, mods, packed):
     """varlen: softmax_lse (H, total_q) as FlashAttention 2.x returns it, and S_dmask (B, H, max_q, max_k) per
     sequence from (0, 0)"""
     cu_q, cu_k, max_q, max_k = packed
@@ -115,48 +125,52 @@ def _packed_lse_and_probs(q, k, lse, scale, causal, window_size, packed):
         q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
         if q1 > q0 and k1 > k0:
             probs[b, :, :q1 - q0, :k1 - k0] = _probs(q[None, q0:q1], k[None, k0:k1], lse[b:b + 1, :, :q1 - q0], scale,
-                                                     causal, window_size)[0]
+                                                     causal, mods, b)[0]
     return lse_rows, probs
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """q (B, T, H, D), k and v (B, Tk, H_kv, D) -> out (B, T, H, D)"""
-    _refuse(dropout_p, softcap, alibi_slopes, q, k, v)
-    return _attention(q, k, v, softmax_scale, causal, window_size, return_attn_probs)
+    _refuse(dropout_p, q, k, v)
+    return _attention(q, k, v, softmax_scale, causal, (window_size, softcap, alibi_slopes),
+                      return_attn_probs)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                               alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """qkv (B, T, 3, H, D) -> out (B, T, H, D); q, k and v are read in place"""
-    _refuse(dropout_p, softcap, alibi_slopes, qkv)
-    return _attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], softmax_scale, causal, window_size, return_attn_probs)
+    _refuse(dropout_p, qkv)
+    mods = (window_size, softcap, alibi_slopes)
+    return _attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], softmax_scale, causal, mods, return_attn_probs)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                              alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """q (B, T, H, D), kv (B, Tk, 2, H_kv, D) -> out (B, T, H, D)"""
-    _refuse(dropout_p, softcap, alibi_slopes, q, kv)
-    return _attention(q, kv[:, :, 0], kv[:, :, 1], softmax_scale, causal, window_size, return_attn_probs)
+    _refuse(dropout_p, q, kv)
+    return _attention(q, kv[:, :, 0], kv[:, :, 1], softmax_scale, causal, (window_size, softcap, alibi_slopes),
+                      return_attn_probs)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None):
     """q (total_q, H, D), k and v (total_k, H_kv, D), cu_seqlens (B + 1,) int32 -> out (total_q, H, D)"""
-    _refuse(dropout_p, softcap, alibi_slopes, q, k, v)
+    _refuse(dropout_p, q, k, v)
     if block_table is not None:
         raise NotImplementedError("flashgpt's flash_attn_interface: a paged KV cache (block_table) is not supported yet")
-    return _attention(q, k, v, softmax_scale, causal, window_size, return_attn_probs,
-                      (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
+    return _attention(q, k, v, softmax_scale, causal, (window_size, softcap, alibi_slopes),
+                      return_attn_probs, (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
                                      window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
                                      return_attn_probs=False):
     """qkv (total, 3, H, D) -> out (total, H, D)"""
-    _refuse(dropout_p, softcap, alibi_slopes, qkv)
-    return _attention(qkv[:, 0], qkv[:, 1], qkv[:, 2], softmax_scale, causal, window_size, return_attn_probs,
+    _refuse(dropout_p, qkv)
+    mods = (window_size, softcap, alibi_slopes)
+    return _attention(qkv[:, 0], qkv[:, 1], qkv[:, 2], softmax_scale, causal, mods, return_attn_probs,
                       (cu_seqlens, cu_seqlens, max_seqlen, max_seqlen))
 
 
@@ -164,6 +178,6 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                                     alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """q (total_q, H, D), kv (total_k, 2, H_kv, D) -> out (total_q, H, D)"""
-    _refuse(dropout_p, softcap, alibi_slopes, q, kv)
-    return _attention(q, kv[:, 0], kv[:, 1], softmax_scale, causal, window_size, return_attn_probs,
-                      (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
+    _refuse(dropout_p, q, kv)
+    return _attention(q, kv[:, 0], kv[:, 1], softmax_scale, causal, (window_size, softcap, alibi_slopes),
+                      return_attn_probs, (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
