@@ -210,17 +210,28 @@ __device__ __forceinline__ void backward_p_ds(float (&st)[kMT][kQT][4], float (&
 // query q0 first)
 template <int kMT, int kQT>
 __device__ __forceinline__ void apply_score_mods_t(float (&st)[kMT][kQT][4], const ScoreMods& m, int key0, int q0, int lane) {
-    #pragma unroll
-    for (int mt = 0; mt < kMT; mt++)
+    if (m.x.softcap_in != 0.0f) {
         #pragma unroll
-        for (int nt = 0; nt < kQT; nt++)
+        for (int mt = 0; mt < kMT; mt++)
             #pragma unroll
-            for (int e = 0; e < 4; e++)
-                st[mt][nt][e] = m.apply(st[mt][nt][e], q0 + nt * 8 + 2 * (lane % 4) + (e % 2), key0 + mt * 16 + lane / 4 + 8 * (e / 2));
+            for (int nt = 0; nt < kQT; nt++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) st[mt][nt][e] = m.cap(st[mt][nt][e]);
+    }
+    if (m.slope != 0.0f) {
+        const float d0 = m.dist0(q0 + 2 * (lane % 4), key0 + lane / 4);
+        #pragma unroll
+        for (int mt = 0; mt < kMT; mt++)
+            #pragma unroll
+            for (int nt = 0; nt < kQT; nt++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) st[mt][nt][e] -= m.slope * fabsf(d0 + (float)(nt * 8 + e % 2 - mt * 16 - 8 * (e / 2)));
+    }
 }
 template <int kMT, int kQT>
 __device__ __forceinline__ void softcap_grad_t(float (&dst)[kMT][kQT][4], const float (&pt)[kMT][kQT][4], const ScoreMods& m,
                                                const float* lse2_s, int key0, int q0, int lane) {
+    const float d0 = m.dist0(q0 + 2 * (lane % 4), key0 + lane / 4);
     #pragma unroll
     for (int nt = 0; nt < kQT; nt++) {
         const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + nt * 8 + 2 * (lane % 4));
@@ -228,8 +239,35 @@ __device__ __forceinline__ void softcap_grad_t(float (&dst)[kMT][kQT][4], const 
         for (int mt = 0; mt < kMT; mt++)
             #pragma unroll
             for (int e = 0; e < 4; e++)
-                dst[mt][nt][e] *= m.grad(pt[mt][nt][e], e % 2 ? l2.y : l2.x, q0 + nt * 8 + 2 * (lane % 4) + (e % 2),
-                                         key0 + mt * 16 + lane / 4 + 8 * (e / 2));
+                dst[mt][nt][e] *= m.grad(pt[mt][nt][e], e % 2 ? l2.y : l2.x, d0 + (float)(nt * 8 + e % 2 - mt * 16 - 8 * (e / 2)));
+    }
+}
+// the same two on a wgmma accumulator of S^T (the Hopper dK/dV kernels: st[4i + e] at key key0 + g + 8 (e / 2), query
+// q0 + 8i + 2tq + e % 2)
+template <int N>
+__device__ __forceinline__ void apply_score_mods_frag_t(float (&st)[N], const ScoreMods& m, int key0, int q0) {
+    const int lane = threadIdx.x % 32;
+    if (m.x.softcap_in != 0.0f) {
+        #pragma unroll
+        for (int i = 0; i < N; i++) st[i] = m.cap(st[i]);
+    }
+    if (m.slope != 0.0f) {
+        const float d0 = m.dist0(q0 + 2 * (lane % 4), key0 + lane / 4);
+        #pragma unroll
+        for (int i = 0; i < N; i++) st[i] -= m.slope * fabsf(d0 + (float)(8 * (i / 4) + i % 2 - 8 * ((i % 4) / 2)));
+    }
+}
+template <int N>
+__device__ __forceinline__ void softcap_grad_frag_t(float (&dst)[N], const float (&pt)[N], const ScoreMods& m, const float* lse2_s,
+                                                    int key0, int q0) {
+    const int lane = threadIdx.x % 32;
+    const float d0 = m.dist0(q0 + 2 * (lane % 4), key0 + lane / 4);
+    #pragma unroll
+    for (int i = 0; i < N / 4; i++) {
+        const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * (lane % 4));
+        #pragma unroll
+        for (int e = 0; e < 4; e++)
+            dst[4 * i + e] *= m.grad(pt[4 * i + e], e % 2 ? l2.y : l2.x, d0 + (float)(8 * i + e % 2 - 8 * (e / 2)));
     }
 }
 
@@ -697,8 +735,17 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                         if (need_mask && (key > row + diag || key >= Tk || key < row + lo)) x = -INFINITY;
                         const float pr = fast_exp2(x);
                         dp[mt][nt][e] = pr * (dp[mt][nt][e] - row_dpsum[mt][e / 2]);
-                        if (p.x.softcap_in != 0.0f) dp[mt][nt][e] *= mods.grad(pr, row_lse2[mt][e / 2], row, key);
                     }
+            if (p.x.softcap_in != 0.0f) {   // the softcap's factor 1 - t^2, t from the capped score s still holds
+                const float d0 = mods.dist0(m_start + warp_row0 + g, n_block * kBlockN + 2 * tq);
+                #pragma unroll
+                for (int mt = 0; mt < kMT; mt++)
+                    #pragma unroll
+                    for (int nt = 0; nt < kNT; nt++)
+                        #pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            dp[mt][nt][e] *= mods.grad_from_score(s[mt][nt][e], d0 + (float)(mt * 16 + 8 * (e / 2) - nt * 8 - e % 2));
+            }
             if (kExtras && p.dbias) {   // dS is d loss / d logit = d loss / d bias: (B, NH, T, Tk) fp32 for the dbias kernel
                 #pragma unroll
                 for (int mt = 0; mt < kMT; mt++)
@@ -1197,15 +1244,13 @@ __device__ __forceinline__ void bias_t_frag(float (&b)[4], const BiasTile& bias,
 // P^T at this thread's four elements of S^T's query group i (keys n_start + warp_row0 + g, + 8; queries
 // m_start + 8i + 2tq, + 1): exp2(S^T * c - lse2[query]), 0 where key > query (m_start carries the diagonal) or
 // (kLowBound: the general copies) key < query + lo (lo_start: the first query + lo)
-// mods (the general copies): the score modifiers first, q_first the first query of the tile
 template <int N, bool kLowBound = false>
 __device__ __forceinline__ void p_t_group(float (&st)[N], int i, float2 l2, bool need_mask, int n_start, int m_start, int warp_row0,
-                                          float scale_log2, int lo_start = 0, const ScoreMods* mods = nullptr, int q_first = 0) {
+                                          float scale_log2, int lo_start = 0) {
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     #pragma unroll
     for (int e = 0; e < 4; e++) {
         const int key = n_start + warp_row0 + g + 8 * (e / 2), q = i * 8 + 2 * tq + (e % 2);
-        if (mods && mods->any()) st[4 * i + e] = mods->apply(st[4 * i + e], q_first + q, key);
         float x = st[4 * i + e] * scale_log2 - (e % 2 ? l2.y : l2.x);
         if (need_mask && (key > m_start + q || (kLowBound && key < lo_start + q))) x = -INFINITY;
         st[4 * i + e] = fast_exp2(x);
@@ -1230,6 +1275,7 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
         #pragma unroll
         for (int i = 0; i < kQT; i++) { st[4 * i] += lo; st[4 * i + 1] += lo; st[4 * i + 2] += hi; st[4 * i + 3] += hi; }
     }
+    if (mods) apply_score_mods_frag_t(st, *mods, n_start + warp_row0, q_first);   // softcap, ALiBi (kMods)
     // P^T = exp2(S^T * c - lse2[query]), 0 where key > query (only where this warp's keys cross the tile)
     const bool need_mask = n_start + warp_row0 + 15 > m_start || (kLowBound && n_start + warp_row0 < lo_start + kBlockM - 1);
     #pragma unroll 1
@@ -1243,7 +1289,7 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
             #pragma unroll
             for (int e = 0; e < 4; e++) st[4 * i + e] += b[e] * bias.inv_scale;
         }
-        p_t_group<kBlockM / 2, kLowBound>(st, i, l2, need_mask, n_start, m_start, warp_row0, scale_log2, lo_start, mods, q_first);
+        p_t_group<kBlockM / 2, kLowBound>(st, i, l2, need_mask, n_start, m_start, warp_row0, scale_log2, lo_start);
     }
     wgmma_wait<0>();   // dP^T
     // dS^T = P^T * (dP^T - D[query]) (times the softcap's factor)
@@ -1252,14 +1298,8 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
         const float2 dps = *reinterpret_cast<const float2*>(dpsum_s + i * 8 + 2 * tq);
         #pragma unroll
         for (int e = 0; e < 4; e++) dpt[4 * i + e] = st[4 * i + e] * (dpt[4 * i + e] - (e % 2 ? dps.y : dps.x));
-        if (mods && mods->x.softcap_in != 0.0f) {
-            const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * tq);
-            const int g = threadIdx.x % 32 / 4;
-            #pragma unroll
-            for (int e = 0; e < 4; e++)
-                dpt[4 * i + e] *= mods->grad(st[4 * i + e], e % 2 ? l2.y : l2.x, q_first + i * 8 + 2 * tq + (e % 2), n_start + warp_row0 + g + 8 * (e / 2));
-        }
     }
+    if (mods && mods->x.softcap_in != 0.0f) softcap_grad_frag_t(dpt, st, *mods, lse2_s, n_start + warp_row0, q_first);
     #pragma unroll
     for (int j = 0; j < kQS; j++) { accum_to_a_frag(pa[j], st, j); accum_to_a_frag(dsa[j], dpt, j); }
 }
@@ -1423,9 +1463,10 @@ __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBl
     #pragma unroll
     for (int i = 0; i < kNT * 4; i++) dp[i] = s[i] * (dp[i] - row_dpsum[(i % 4) / 2]);
     if (mods && mods->x.softcap_in != 0.0f) {   // the softcap's factor, from P
+        const float d0 = mods->dist0(m_start + warp_row0 + g, n_block * kBlockN + 2 * tq);
         #pragma unroll
         for (int i = 0; i < kNT * 4; i++)
-            dp[i] *= mods->grad(s[i], row_lse2[(i % 4) / 2], m_start + warp_row0 + g + 8 * ((i % 4) / 2), n_block * kBlockN + 8 * (i / 4) + 2 * tq + (i % 2));
+            dp[i] *= mods->grad(s[i], row_lse2[(i % 4) / 2], d0 + (float)(8 * ((i % 4) / 2) - 8 * (i / 4) - i % 2));
     }
     #pragma unroll
     for (int j = 0; j < kBlockN / 16; j++) accum_to_a_frag(dsa[j], dp, j);
@@ -2205,11 +2246,11 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
                 // warp's keys cross the tile's limits)
                 const int lo_start = m_block * kBlockM + it.lo;
                 const bool need_mask = it.n_start + warp_row0 + 15 > m_start || it.n_start + warp_row0 < lo_start + kBlockM - 1;
+                if constexpr (kMods) apply_score_mods_frag_t(x, mods, it.n_start + warp_row0, m_block * kBlockM);   // softcap, ALiBi
                 #pragma unroll
                 for (int i = 0; i < kQT; i++)
                     p_t_group<kBlockM / 2, true>(x, i, *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * tq), need_mask, it.n_start,
-                                                 m_start, warp_row0, scale_log2, lo_start,
-                                                 kMods ? &mods : nullptr, m_block * kBlockM);
+                                                 m_start, warp_row0, scale_log2, lo_start);
                 mbar_wait(pt_empty, (stage_iter & 1) ^ 1);   // warpgroup 1 has read the last step's
                 #pragma unroll
                 for (int i = 0; i < kQT; i++) pt[i * 128 + tid] = make_float4(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]);
@@ -2228,10 +2269,11 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
                     if (kMods && p.x.softcap_in != 0.0f) {   // the softcap's factor, from P^T
                         const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * tq);
                         const int q = m_block * kBlockM + i * 8 + 2 * tq, key = it.n_start + warp_row0 + g;
-                        x[4 * i] *= mods.grad(pv.x, l2.x, q, key);
-                        x[4 * i + 1] *= mods.grad(pv.y, l2.y, q + 1, key);
-                        x[4 * i + 2] *= mods.grad(pv.z, l2.x, q, key + 8);
-                        x[4 * i + 3] *= mods.grad(pv.w, l2.y, q + 1, key + 8);
+                        const float d = mods.dist0(q, key);
+                        x[4 * i] *= mods.grad(pv.x, l2.x, d);
+                        x[4 * i + 1] *= mods.grad(pv.y, l2.y, d + 1.0f);
+                        x[4 * i + 2] *= mods.grad(pv.z, l2.x, d - 8.0f);
+                        x[4 * i + 3] *= mods.grad(pv.w, l2.y, d - 7.0f);
                     }
                 }
                 mbar_arrive(pt_empty);
@@ -2524,7 +2566,9 @@ inline bool attention_backward_ordered_dq(int T, int HS) { return HS == 128 && T
 // not summed with another (the other, if any, has no rows: it becomes the key bias)
 inline bool attention_backward_dbias_ordered(const AttentionBackwardParams& p) {
     const AttentionExtras& x = p.x;
-    if (!p.dbias == !p.dbias2 || p.HS == 256 || !hopper_path_available() || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.doc_start)
+    // (the score modifiers run the mma.sync copies beside a bias: attention_backward's dispatch)
+    if (!p.dbias == !p.dbias2 || p.HS == 256 || !hopper_path_available() || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.doc_start ||
+        attention_has_score_mods(x))
         return false;
     const KernelBiases kb = kernel_biases(x);   // the bias with the gradient must be the tile bias, alone, with rows, bf16
     return kb.rows.source == (p.dbias ? 1 : 2) && !kb.rows2.ptr && kb.rows.st.row != 0 && !kb.rows.fp32;

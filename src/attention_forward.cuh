@@ -34,18 +34,22 @@ struct ScoreMods {
     float slope;   // 0: no ALiBi
     int diag0;
     __device__ __forceinline__ bool any() const { return x.softcap_in != 0.0f || slope != 0.0f; }
-    __device__ __forceinline__ float apply(float s, int row, int key) const {
-        if (x.softcap_in != 0.0f) s = x.softcap_out * fast_tanh(s * x.softcap_in);
-        if (slope != 0.0f) s -= slope * fabsf((float)(row + diag0 - key));
-        return s;
-    }
-    // d logit / d (scale q.k) at (row, key) from its P and its row's lse2: 1 - t^2 with softcap, else 1 (P = 0 gives
+    __device__ __forceinline__ float cap(float s) const { return x.softcap_out * fast_tanh(s * x.softcap_in); }
+    // row + Tk - T - key as a float: ALiBi's distance before the abs. The loops convert it once per thread and tile and
+    // add their constant offsets (an I2F per element would cost as much as the MUFU.EX2 the softmax needs)
+    __device__ __forceinline__ float dist0(int row, int key) const { return (float)(row + diag0 - key); }
+    // d score / d (scale q.k) from P, its row's lse2 and the ALiBi distance: 1 - t^2 with softcap, else 1 (P = 0 gives
     // t = -1 after the clamp: a factor 0 on a dS that is 0)
-    __device__ __forceinline__ float grad(float p, float lse2, int row, int key) const {
+    __device__ __forceinline__ float grad(float p, float lse2, float dist) const {
         if (x.softcap_in == 0.0f) return 1.0f;
-        const float t = (fast_log2(p) + lse2) * x.softcap_t + slope * x.softcap_in * fabsf((float)(row + diag0 - key));
+        const float t = (fast_log2(p) + lse2) * x.softcap_t + slope * x.softcap_in * fabsf(dist);
         const float tc = fminf(fmaxf(t, -1.0f), 1.0f);
         return 1.0f - tc * tc;
+    }
+    // the same from the modified score s (S units, softcap then ALiBi applied), where a kernel still holds it
+    __device__ __forceinline__ float grad_from_score(float s, float dist) const {
+        const float t = fminf(fmaxf((s + slope * fabsf(dist)) * x.softcap_in, -1.0f), 1.0f);
+        return 1.0f - t * t;
     }
 };
 __device__ __forceinline__ ScoreMods score_mods(const AttentionExtras& x, int b, int h, int T, int Tk) {
@@ -62,21 +66,37 @@ inline AttentionExtras attention_with_score_constants(AttentionExtras x, float s
 // s = mods(s) over a warp's kMT m16 x kNT n8 accumulator tiles (rows row0 + 16mt + g (+8), keys key0 + 8nt + 2tq (+1))
 template <int kMT, int kNT>
 __device__ __forceinline__ void apply_score_mods(float (&s)[kMT][kNT][4], const ScoreMods& m, int row0, int key0, int lane) {
-    #pragma unroll
-    for (int mt = 0; mt < kMT; mt++)
+    if (m.x.softcap_in != 0.0f) {
         #pragma unroll
-        for (int nt = 0; nt < kNT; nt++)
+        for (int mt = 0; mt < kMT; mt++)
             #pragma unroll
-            for (int e = 0; e < 4; e++)
-                s[mt][nt][e] = m.apply(s[mt][nt][e], row0 + mt * 16 + lane / 4 + 8 * (e / 2), key0 + nt * 8 + 2 * (lane % 4) + (e % 2));
+            for (int nt = 0; nt < kNT; nt++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) s[mt][nt][e] = m.cap(s[mt][nt][e]);
+    }
+    if (m.slope != 0.0f) {
+        const float d0 = m.dist0(row0 + lane / 4, key0 + 2 * (lane % 4));
+        #pragma unroll
+        for (int mt = 0; mt < kMT; mt++)
+            #pragma unroll
+            for (int nt = 0; nt < kNT; nt++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) s[mt][nt][e] -= m.slope * fabsf(d0 + (float)(mt * 16 + 8 * (e / 2) - nt * 8 - e % 2));
+    }
 }
 // the same on one thread's part of a wgmma accumulator of S (s[4i + e]: row row0 + g + 8 (e / 2), key key0 + 8i + 2tq
 // + e % 2)
 template <int N>
 __device__ __forceinline__ void apply_score_mods_frag(float (&s)[N], const ScoreMods& m, int row0, int key0, int lane) {
-    #pragma unroll
-    for (int i = 0; i < N; i++)
-        s[i] = m.apply(s[i], row0 + lane / 4 + 8 * ((i % 4) / 2), key0 + 8 * (i / 4) + 2 * (lane % 4) + (i % 2));
+    if (m.x.softcap_in != 0.0f) {
+        #pragma unroll
+        for (int i = 0; i < N; i++) s[i] = m.cap(s[i]);
+    }
+    if (m.slope != 0.0f) {
+        const float d0 = m.dist0(row0 + lane / 4, key0 + 2 * (lane % 4));
+        #pragma unroll
+        for (int i = 0; i < N; i++) s[i] -= m.slope * fabsf(d0 + (float)(8 * ((i % 4) / 2) - 8 * (i / 4) - i % 2));
+    }
 }
 
 // The bias rows of one (b, h): element (i, j) for query i, key j of the sequence at base + (i * row + j) * elem size
