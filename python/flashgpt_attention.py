@@ -33,6 +33,10 @@ Extras (src/attention.cuh's AttentionExtras):
   bias2        a second bias like bias, with its own broadcast shape, dtype and gradient (AlphaFold's mask bias beside
                its pair bias); a bias without query rows costs the kernels one value per key
   key_mask     (B, Tk) bool (or (Tk,), (1, Tk) for every sequence): True where the key is seen, any pattern
+Modifiers (FlashAttention's; they compose with each other and with the extras):
+  window_size  (left, right): query i sees keys i + Tk - T - left .. i + Tk - T + right (-1: unbounded), per sequence
+  softcap      > 0: each score is softcap * tanh(scale q.k / softcap) (not with bias, bias2 or key_mask)
+  alibi_slopes (H,) or (B, H) fp32: -slope * |i + Tk - T - j| added to each score
 AlphaFold-family calls with the conventions of NVIDIA's cuEquivariance and DeepSpeed's DS4Sci_EvoformerAttention:
   triangle_attention(q, k, v, bias, mask=None, scale=None)   q (B, N, H, Q, D), bias (B, 1, H, Q, K), mask (B, N, 1, 1, K)
   evoformer_attention(q, k, v, biases)                       q (B, N, L, H, D), biases: up to two, e.g. (B, N, 1, 1, L)

@@ -15,6 +15,9 @@ flashgpt fused flash attention: forward and backward, bf16 in/out, fp32 accumula
   extras    (AttentionExtras p.x, off by default) two additive biases with broadcast strides and their gradients, a key
             mask of any pattern, key lengths per sequence, packed variable-length sequences, output gating, document
             masking (AlphaFold's attention: a pair bias, a mask bias or key mask, gating, head dims 8-32)
+  modifiers (p.x too; FlashAttention's) a sliding window (a mask modifier: the band's second diagonal, every general
+            kernel skips the key tiles outside it), softcap and ALiBi (score modifiers, ScoreMods, with their gradients:
+            the Hopper kernels' kMods copies, the mma.sync general copies); they compose with each other and the extras
   head dims 8, 16, 32, 64, 96, 128, 256 (on Hopper 8-32 run HS 64's kernels and 96 HS 128's, zero-padded; before
             sm_90a 8 runs zero-padded to 16)
 

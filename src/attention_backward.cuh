@@ -180,11 +180,10 @@ __device__ __forceinline__ void backward_st_dpt(float (&st)[kMT][kQT][4], float 
 
 // In place: P^T = exp2(S^T * c - lse2[query]), 0 where key > query (masked only); dS^T = P^T * (dP^T - D[query]).
 // lse2_s, dpsum_s: the stage's rows; warp_key0 / m_start: the key index of row warp_row0 and the query index of row 0
-// (plus the diagonal); kLowBound (the general copies): also 0 where key < query + lo (lo_start = row 0's query + lo)
-template <int kMT, int kQT, bool kLowBound = false>
+template <int kMT, int kQT>
 __device__ __forceinline__ void backward_p_ds(float (&st)[kMT][kQT][4], float (&dpt)[kMT][kQT][4], const float* lse2_s,
                                               const float* dpsum_s, int q0, bool masked, int warp_key0, int m_start,
-                                              float scale_log2, int lane, int lo_start = 0) {
+                                              float scale_log2, int lane) {
     const int g = lane / 4, tq = lane % 4;
     #pragma unroll
     for (int nt = 0; nt < kQT; nt++) {
@@ -197,7 +196,6 @@ __device__ __forceinline__ void backward_p_ds(float (&st)[kMT][kQT][4], float (&
             for (int e = 0; e < 4; e++) {
                 float x = st[mt][nt][e] * scale_log2 - (e % 2 ? l2.y : l2.x);
                 if (masked && warp_key0 + mt * 16 + g + 8 * (e / 2) > m_start + q + (e % 2)) x = -INFINITY;
-                if (kLowBound && masked && warp_key0 + mt * 16 + g + 8 * (e / 2) < lo_start + q + (e % 2)) x = -INFINITY;
                 const float pr = fast_exp2(x);
                 st[mt][nt][e] = pr;
                 dpt[mt][nt][e] = pr * (dpt[mt][nt][e] - (e % 2 ? dps.y : dps.x));
@@ -269,6 +267,46 @@ __device__ __forceinline__ void softcap_grad_frag_t(float (&dst)[N], const float
         for (int e = 0; e < 4; e++)
             dst[4 * i + e] *= m.grad(pt[4 * i + e], e % 2 ? l2.y : l2.x, d0 + (float)(8 * i + e % 2 - 8 * (e / 2)));
     }
+}
+
+// The window's left side (the general copies, only on tiles that reach past it: the P loops keep their one mask): the
+// score = -inf where key < query + lo, so that P = 0 there. On mma.sync S^T tiles (keys key0 + 16mt + g (+8), queries
+// q0 + 8nt + 2tq (+1)); on mma.sync S tiles (rows row0 + 16mt + g (+8), keys key0 + 8nt + 2tq (+1)); on wgmma
+// accumulators of S (s[4i + e]: row row0 + g + 8 (e / 2), key key0 + 8i + 2tq + e % 2) and of S^T (st[4i + e]: key
+// key0 + g + 8 (e / 2), query q0 + 8i + 2tq + e % 2).
+template <int kMT, int kQT>
+__device__ __forceinline__ void mask_before_window_t(float (&st)[kMT][kQT][4], int key0, int q0, int lo, int lane) {
+    #pragma unroll
+    for (int mt = 0; mt < kMT; mt++)
+        #pragma unroll
+        for (int nt = 0; nt < kQT; nt++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (key0 + mt * 16 + lane / 4 + 8 * (e / 2) < q0 + nt * 8 + 2 * (lane % 4) + (e % 2) + lo) st[mt][nt][e] = -INFINITY;
+}
+template <int kMT, int kNT>
+__device__ __forceinline__ void mask_before_window(float (&s)[kMT][kNT][4], int row0, int key0, int lo, int lane) {
+    #pragma unroll
+    for (int mt = 0; mt < kMT; mt++)
+        #pragma unroll
+        for (int nt = 0; nt < kNT; nt++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (key0 + nt * 8 + 2 * (lane % 4) + (e % 2) < row0 + mt * 16 + lane / 4 + 8 * (e / 2) + lo) s[mt][nt][e] = -INFINITY;
+}
+template <int N>
+__device__ __forceinline__ void mask_before_window_frag(float (&s)[N], int row0, int key0, int lo) {
+    const int lane = threadIdx.x % 32;
+    #pragma unroll
+    for (int i = 0; i < N; i++)
+        if (key0 + 8 * (i / 4) + 2 * (lane % 4) + i % 2 < row0 + lane / 4 + 8 * ((i % 4) / 2) + lo) s[i] = -INFINITY;
+}
+template <int N>
+__device__ __forceinline__ void mask_before_window_frag_t(float (&st)[N], int key0, int q0, int lo) {
+    const int lane = threadIdx.x % 32;
+    #pragma unroll
+    for (int i = 0; i < N; i++)
+        if (key0 + lane / 4 + 8 * ((i % 4) / 2) < q0 + 8 * (i / 4) + 2 * (lane % 4) + i % 2 + lo) st[i] = -INFINITY;
 }
 
 // dV += P^T dO and dK += dS^T Q over the warp's kQT * 8 queries: accumulator tiles 2kk, 2kk+1 are the A fragment of
@@ -478,13 +516,14 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
                             if (warp_key0 + mt * 16 + g + 8 * half < first) st[mt][nt][2 * half + e2] = -INFINITY;
                 }
         }
-        // P^T = exp2(S^T * c - lse2[query]), 0 where key > query + diag or key < query + lo; dS^T = P^T * (dP^T -
-        // D[query]). Only tiles where some key of this warp passes some query's limits need the mask (keys past Tk
-        // need none: their rows of dK, dV are not stored).
-        const bool need_mask = warp_key0 + 16 * kMT - 1 > m_start + diag || warp_key0 < m_start + kBlockM - 1 + band.lo;
+        // P^T = exp2(S^T * c - lse2[query]), 0 where key > query + diag or key < query + lo (the window, as -inf
+        // scores); dS^T = P^T * (dP^T - D[query]). Only tiles where some key of this warp passes some query's limits
+        // need the masks (keys past Tk need none: their rows of dK, dV are not stored).
+        const bool need_mask = warp_key0 + 16 * kMT - 1 > m_start + diag;
         const ScoreMods mods = score_mods(p.x, b, step_bh(i) % NH, T, Tk);   // softcap, ALiBi: on S^T, then softcap's factor on dS^T
         if (attention_has_score_mods(p.x)) apply_score_mods_t<kMT, kQT>(st, mods, warp_key0, m_start, lane);
-        backward_p_ds<kMT, kQT, true>(st, dpt, lse2_s, dpsum_s, 0, need_mask, warp_key0, m_start + diag, scale_log2, lane, m_start + band.lo);
+        if (warp_key0 < m_start + kBlockM - 1 + band.lo) mask_before_window_t<kMT, kQT>(st, warp_key0, m_start, band.lo, lane);
+        backward_p_ds<kMT, kQT>(st, dpt, lse2_s, dpsum_s, 0, need_mask, warp_key0, m_start + diag, scale_log2, lane);
         if (p.x.softcap_in != 0.0f) softcap_grad_t<kMT, kQT>(dpt, st, mods, lse2_s, warp_key0, m_start, lane);
         if constexpr (kAtomicDq) {   // dS^T (bf16) to shared memory, [key][query], for dQ = dS K below
             #pragma unroll
@@ -722,7 +761,8 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
             if (kExtras && p.x.doc_start) mask_before_documents<kMT, kNT>(s, doc_first, n_block * kBlockN, lane);
             // P = exp2(S * c - lse2), 0 where key > query + diag, key < query + lo or key >= Tk (only on tiles crossing
             // this warp's limits); dS = P * (dP - D)
-            const bool need_mask = n_block * kBlockN + kBlockN - 1 > min(m_start + warp_row0 + diag, Tk - 1) || n_block * kBlockN < warp_last_row + lo;
+            const bool need_mask = n_block * kBlockN + kBlockN - 1 > min(m_start + warp_row0 + diag, Tk - 1);
+            if (n_block * kBlockN < warp_last_row + lo) mask_before_window<kMT, kNT>(s, m_start + warp_row0, n_block * kBlockN, lo, lane);
             #pragma unroll
             for (int mt = 0; mt < kMT; mt++)
                 #pragma unroll
@@ -731,8 +771,7 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                     for (int e = 0; e < 4; e++) {
                         float x = s[mt][nt][e] * scale_log2 - row_lse2[mt][e / 2];
                         const int key = n_block * kBlockN + nt * 8 + 2 * tq + (e % 2);
-                        const int row = m_start + warp_row0 + mt * 16 + g + 8 * (e / 2);
-                        if (need_mask && (key > row + diag || key >= Tk || key < row + lo)) x = -INFINITY;
+                        if (need_mask && (key > m_start + warp_row0 + mt * 16 + g + 8 * (e / 2) + diag || key >= Tk)) x = -INFINITY;
                         const float pr = fast_exp2(x);
                         dp[mt][nt][e] = pr * (dp[mt][nt][e] - row_dpsum[mt][e / 2]);
                     }
@@ -1242,17 +1281,15 @@ __device__ __forceinline__ void bias_t_frag(float (&b)[4], const BiasTile& bias,
 }
 
 // P^T at this thread's four elements of S^T's query group i (keys n_start + warp_row0 + g, + 8; queries
-// m_start + 8i + 2tq, + 1): exp2(S^T * c - lse2[query]), 0 where key > query (m_start carries the diagonal) or
-// (kLowBound: the general copies) key < query + lo (lo_start: the first query + lo)
-template <int N, bool kLowBound = false>
+// m_start + 8i + 2tq, + 1): exp2(S^T * c - lse2[query]), 0 where key > query (m_start carries the diagonal)
+template <int N>
 __device__ __forceinline__ void p_t_group(float (&st)[N], int i, float2 l2, bool need_mask, int n_start, int m_start, int warp_row0,
-                                          float scale_log2, int lo_start = 0) {
+                                          float scale_log2) {
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     #pragma unroll
     for (int e = 0; e < 4; e++) {
-        const int key = n_start + warp_row0 + g + 8 * (e / 2), q = i * 8 + 2 * tq + (e % 2);
         float x = st[4 * i + e] * scale_log2 - (e % 2 ? l2.y : l2.x);
-        if (need_mask && (key > m_start + q || (kLowBound && key < lo_start + q))) x = -INFINITY;
+        if (need_mask && n_start + warp_row0 + g + 8 * (e / 2) > m_start + i * 8 + 2 * tq + (e % 2)) x = -INFINITY;
         st[4 * i + e] = fast_exp2(x);
     }
 }
@@ -1276,8 +1313,10 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
         for (int i = 0; i < kQT; i++) { st[4 * i] += lo; st[4 * i + 1] += lo; st[4 * i + 2] += hi; st[4 * i + 3] += hi; }
     }
     if (mods) apply_score_mods_frag_t(st, *mods, n_start + warp_row0, q_first);   // softcap, ALiBi (kMods)
+    // the window's left side: key < query + lo (lo_start: the tile's first query + lo), only where this warp reaches it
+    if (kLowBound && n_start + warp_row0 < lo_start + kBlockM - 1) mask_before_window_frag_t(st, n_start + warp_row0, lo_start, 0);
     // P^T = exp2(S^T * c - lse2[query]), 0 where key > query (only where this warp's keys cross the tile)
-    const bool need_mask = n_start + warp_row0 + 15 > m_start || (kLowBound && n_start + warp_row0 < lo_start + kBlockM - 1);
+    const bool need_mask = n_start + warp_row0 + 15 > m_start;
     #pragma unroll 1
     for (unsigned once = 0; once < schedule_pin(); once++)   // see schedule_pin
     #pragma unroll
@@ -1289,7 +1328,7 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
             #pragma unroll
             for (int e = 0; e < 4; e++) st[4 * i + e] += b[e] * bias.inv_scale;
         }
-        p_t_group<kBlockM / 2, kLowBound>(st, i, l2, need_mask, n_start, m_start, warp_row0, scale_log2, lo_start);
+        p_t_group(st, i, l2, need_mask, n_start, m_start, warp_row0, scale_log2);
     }
     wgmma_wait<0>();   // dP^T
     // dS^T = P^T * (dP^T - D[query]) (times the softcap's factor)
@@ -1445,9 +1484,10 @@ __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBl
     if (mods && mods->any()) apply_score_mods_frag(s, *mods, m_start + warp_row0, n_block * kBlockN, lane);   // softcap, ALiBi
     if constexpr (kBias) add_bias_tile_smem<kNT, kBlockM>(s, bias.tile, bias.rows, warp_row0 + g, tq, bias.inv_scale);
     if (kBias && bias.key_bias) add_key_bias_frag<kNT>(s, bias.key_bias, n_block * kBlockN, tq, bias.inv_scale);
+    // the window's left side (key < row + lo), only where this warp reaches it
+    if (kLowBound && n_block * kBlockN < m_start + warp_row0 + 15 + lo) mask_before_window_frag(s, m_start + warp_row0, n_block * kBlockN, lo);
     // keys past a row's limit (key > row + diag, key >= Tk) masked; causal self-attention: diag 0, no key bound
-    const bool need_mask = n_block * kBlockN + kBlockN - 1 > min(m_start + warp_row0 + diag, Tk - 1) ||
-                           (kLowBound && n_block * kBlockN < m_start + warp_row0 + 15 + lo);
+    const bool need_mask = n_block * kBlockN + kBlockN - 1 > min(m_start + warp_row0 + diag, Tk - 1);
     #pragma unroll 1
     for (unsigned once = 0; once < schedule_pin(); once++)   // see schedule_pin
     #pragma unroll
@@ -1455,8 +1495,8 @@ __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBl
         #pragma unroll
         for (int e = 0; e < 4; e++) {
             float x = s[4 * i + e] * scale_log2 - row_lse2[e / 2];
-            const int key = n_block * kBlockN + i * 8 + 2 * tq + (e % 2), row = m_start + warp_row0 + g + 8 * (e / 2);
-            if (need_mask && (key > row + diag || key >= Tk || (kLowBound && key < row + lo))) x = -INFINITY;
+            const int key = n_block * kBlockN + i * 8 + 2 * tq + (e % 2);
+            if (need_mask && (key > m_start + warp_row0 + g + 8 * (e / 2) + diag || key >= Tk)) x = -INFINITY;
             s[4 * i + e] = fast_exp2(x);
         }
     wgmma_wait<0>();   // dP
@@ -2245,12 +2285,13 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
                 // P^T = exp2(S^T * c - lse2[query]), 0 where key > query + diag or key < query + lo (only where this
                 // warp's keys cross the tile's limits)
                 const int lo_start = m_block * kBlockM + it.lo;
-                const bool need_mask = it.n_start + warp_row0 + 15 > m_start || it.n_start + warp_row0 < lo_start + kBlockM - 1;
+                const bool need_mask = it.n_start + warp_row0 + 15 > m_start;
                 if constexpr (kMods) apply_score_mods_frag_t(x, mods, it.n_start + warp_row0, m_block * kBlockM);   // softcap, ALiBi
+                if (it.n_start + warp_row0 < lo_start + kBlockM - 1) mask_before_window_frag_t(x, it.n_start + warp_row0, lo_start, 0);
                 #pragma unroll
                 for (int i = 0; i < kQT; i++)
-                    p_t_group<kBlockM / 2, true>(x, i, *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * tq), need_mask, it.n_start,
-                                                 m_start, warp_row0, scale_log2, lo_start);
+                    p_t_group(x, i, *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * tq), need_mask, it.n_start, m_start, warp_row0,
+                              scale_log2);
                 mbar_wait(pt_empty, (stage_iter & 1) ^ 1);   // warpgroup 1 has read the last step's
                 #pragma unroll
                 for (int i = 0; i < kQT; i++) pt[i * 128 + tid] = make_float4(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]);
