@@ -2,7 +2,7 @@
 libflashgpt_attention.so and ctypes: no extension to build against PyTorch.
 
   make lib                                   # ./libflashgpt_attention.so, in the repo root
-  import sys; sys.path.insert(0, "python")
+  import sys; sys.path.insert(0, "python")   # or pip install ./python (make lib, the library inside the package)
   from flashgpt_attention import flash_attention
   y = flash_attention(q, k, v, causal=True)  # in place of F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
@@ -79,7 +79,11 @@ _lib = None
 
 
 def library_path():
-    return os.environ.get("FLASHGPT_ATTENTION_LIB") or os.path.join(REPO_ROOT, LIB_NAME)
+    """FLASHGPT_ATTENTION_LIB, else the copy `pip install ./python` put in the flashgpt package, else the repository's"""
+    if os.environ.get("FLASHGPT_ATTENTION_LIB"):
+        return os.environ["FLASHGPT_ATTENTION_LIB"]
+    installed = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flashgpt", LIB_NAME)
+    return installed if os.path.exists(installed) else os.path.join(REPO_ROOT, LIB_NAME)
 
 
 def _library():

@@ -20,7 +20,8 @@ deterministic (bit-identical run to run), so `deterministic` changes nothing.
 window_size (left, right): the sliding window, query i seeing keys i + Tk - T - left .. i + Tk - T + right (-1: that
 side unbounded; causal sets right to 0), with the key tiles outside every row's window skipped. softcap > 0:
 softcap * tanh(scale q.k / softcap) as the score. alibi_slopes (H,) or (B, H) fp32: -slope * |i + Tk - T - j| added
-to each score.
+to each score; softmax_lse is then the LSE of these scores (FlashAttention's causal kernel adds slope * j instead, the
+same softmax with an LSE shifted by a constant per row).
 What flashgpt does not run yet raises NotImplementedError naming the feature: dropout_p > 0, fp16 (bf16 only).
 Head dims other than flashgpt's 8, 16, 32, 64, 96, 128 and 256 (up to 256) run
 zero-padded to the next of them (a copy of q, k and v; the padding changes no score), as FlashAttention's wrapper pads
