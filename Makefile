@@ -57,7 +57,7 @@ TRAIN_DEPS := train_gpt2.cu $(wildcard src/*.cuh src/*.h)
 # the attention, compiled once (forward and backward in parallel) into one archive that every program links
 ATTENTION := build/attention.a
 ATTENTION_OBJS := build/attention_forward.o build/attention_backward.o
-ATTENTION_HEADERS := src/attention.cuh src/attention_forward.cuh src/attention_backward.cuh src/common.cuh src/ptx.cuh
+ATTENTION_HEADERS := src/attention.cuh src/attention_modifiers.cuh src/attention_forward.cuh src/attention_backward.cuh src/common.cuh src/ptx.cuh
 GPT2_PROGRAMS := train_gpt2cu test_gpt2cu generate_gpt2cu profile_gpt2cu
 DEV_CUDA := dev/cuda/attention_forward dev/cuda/attention_backward dev/cuda/attention_general dev/cuda/matmul_algos dev/cuda/fused_classifier dev/cuda/layernorm dev/cuda/matmul
 CPU_TESTS := tests/test_cpu

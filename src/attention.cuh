@@ -40,7 +40,8 @@ sequences with their totals (kVarlen) general copies of their own; other calls w
 masks, fp32 tile biases) the mma.sync kernels' kExtras copies. Decoding (a few query rows against a long KV cache)
 runs split-key kernels.
 
-Files: this header is the interface (parameters and the calls); the kernels compile once, in src/attention_forward.cu
+Files: this header is the interface (parameters and the calls); src/attention_modifiers.cuh the mask and score
+modifiers the general kernels compose (the band, ScoreMods); the kernels compile once, in src/attention_forward.cu
 (forward and decoding dispatch, over the kernels of src/attention_forward.cuh) and src/attention_backward.cu (over
 src/attention_backward.cuh), into build/attention.a, which every program that includes this header links (make builds
 it; libflashgpt_attention.so carries it too). The dev harnesses include the kernel headers only for the variants they
@@ -125,30 +126,6 @@ __host__ __device__ inline bool attention_has_extras(const AttentionExtras& x) {
     return x.bias || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.gate || x.doc_start || x.bias2 || x.key_mask || x.key_bias;
 }
 
-// The keys a query sees (the mask modifiers causal, window and the sequence's key count): query i of a sequence with
-// T queries and Tk keys sees keys j with i + lo <= j <= i + hi and 0 <= j < Tk. Unbounded sides are +-kBandFar, so
-// that i + lo and i + hi never overflow (T is below 2^22 and Tk below 2^30: attention_unsupported_reason).
-constexpr int kBandFar = 1 << 30;
-struct KeyBand { int lo, hi; };
-__host__ __device__ inline KeyBand attention_band(const AttentionExtras& x, bool causal, int T, int Tk) {
-    // a side at least as wide as the sequence bounds nothing: unbounded (exact, and keeps the sums small)
-    const int right = causal ? 0 : x.window && x.window_right >= 0 && x.window_right < T ? x.window_right : -1;
-    const int left = x.window && x.window_left >= 0 && x.window_left < Tk ? x.window_left : -1;
-    return {left < 0 ? -kBandFar : Tk - T - left, right < 0 ? kBandFar : Tk - T + right};
-}
-// the first key tile of kBlockN keys a query block from first_row sees (0 without a left bound)
-__host__ __device__ inline int attention_first_key_block(int first_row, int lo, int kBlockN) {
-    return first_row + lo > 0 ? (first_row + lo) / kBlockN : 0;
-}
-// the query blocks of kBlockM rows that see some key of the key tile n_start .. n_start + kBlockN - 1: m_first ..
-// m_end - 1 (of m_blocks; empty where none does)
-struct QueryBlocks { int first, end; };
-__host__ __device__ inline QueryBlocks attention_query_blocks(int n_start, int kBlockN, int kBlockM, KeyBand band, int m_blocks) {
-    const int first = (n_start - band.hi > 0 ? n_start - band.hi : 0) / kBlockM;
-    const int last_row = n_start + kBlockN - 1 - band.lo;   // the last query whose window reaches these keys
-    const int end = last_row < 0 ? 0 : last_row / kBlockM + 1 < m_blocks ? last_row / kBlockM + 1 : m_blocks;
-    return {first, end > first ? end : first};
-}
 // key_bias rows are padded to a multiple of this many keys (every kernel's key tile divides it)
 constexpr int kKeyBiasPad = 256;
 __host__ __device__ inline long long key_bias_row(int Tk) { return (Tk + kKeyBiasPad - 1) / kKeyBiasPad * kKeyBiasPad; }
@@ -170,10 +147,6 @@ struct AttentionForwardParams {
     float scale;                  // softmax(scale * Q K^T + bias)
     AttentionExtras x = {};       // bias, key lengths, packed sequences, gating, documents: all off by default
 };
-
-// (forward or backward params) the band of the call's lengths T, Tk (per sequence where they differ: attention_band)
-template <class Params>
-__host__ __device__ inline KeyBand attention_band(const Params& p) { return attention_band(p.x, p.causal, p.T, p.Tk); }
 
 // GPT-2's family: causal self-attention (T = Tk) without GQA at head dims 64 and 128. It runs on kernels compiled for
 // it (kGeneral false: the diagonal and Tk constants to the compiler), which refuse anything else; every other call

@@ -9,8 +9,7 @@ dev/cuda/attention_forward.cu's variants include this header to run the same ker
 #include <type_traits>      // std::true_type: the forward's per-warpgroup consumer copies
 #include "attention.cuh"
 #include "ptx.cuh"          // the PTX wrappers (mma.sync, wgmma, TMA, mbarriers, ...) and tensor maps
-
-constexpr float kLog2e = 1.4426950408889634f;
+#include "attention_modifiers.cuh"   // the mask and score modifiers
 
 // Sequence b's lengths and first rows (AttentionExtras): T_b and Tk_b, and the packed row offsets (0 if not packed)
 struct SequenceSpan { int T, Tk, q0, k0; };
@@ -21,82 +20,6 @@ __device__ __forceinline__ SequenceSpan attention_sequence(const Params& p, int 
     if (p.x.cu_seqlens_k) { sp.k0 = p.x.cu_seqlens_k[b]; sp.Tk = p.x.cu_seqlens_k[b + 1] - sp.k0; }
     else if (p.x.seqlens_k) sp.Tk = p.x.seqlens_k[b];
     return sp;
-}
-
-// The score modifiers (AttentionExtras::softcap, alibi_slopes) of one (b, h) of a sequence of T queries and Tk keys, in
-// the units the kernels keep S in (q.k, which the softmax multiplies by scale): s -> softcap_out * tanh(s * softcap_in),
-// then s -= slope * |row + Tk - T - key| (slope = the ALiBi slope / scale). The softcap's constants stay in the kernel
-// parameters (x: the kernel's AttentionExtras, attention_with_score_constants), so that only the slope and the
-// diagonal take registers. The backward's softcap factor 1 - t^2 comes back from P: with x = s * scale log2e - lse2 =
-// log2 P and no bias beside softcap, softcap log2e t = log2 P + lse2 + alibi log2e |d|.
-struct ScoreMods {
-    const AttentionExtras& x;
-    float slope;   // 0: no ALiBi
-    int diag0;
-    __device__ __forceinline__ bool any() const { return x.softcap_in != 0.0f || slope != 0.0f; }
-    __device__ __forceinline__ float cap(float s) const { return x.softcap_out * fast_tanh(s * x.softcap_in); }
-    // row + Tk - T - key as a float: ALiBi's distance before the abs. The loops convert it once per thread and tile and
-    // add their constant offsets (an I2F per element would cost as much as the MUFU.EX2 the softmax needs)
-    __device__ __forceinline__ float dist0(int row, int key) const { return (float)(row + diag0 - key); }
-    // d score / d (scale q.k) from P, its row's lse2 and the ALiBi distance: 1 - t^2 with softcap, else 1 (P = 0 gives
-    // t = -1 after the clamp: a factor 0 on a dS that is 0)
-    __device__ __forceinline__ float grad(float p, float lse2, float dist) const {
-        if (x.softcap_in == 0.0f) return 1.0f;
-        const float t = (fast_log2(p) + lse2) * x.softcap_t + slope * x.softcap_in * fabsf(dist);
-        const float tc = fminf(fmaxf(t, -1.0f), 1.0f);
-        return 1.0f - tc * tc;
-    }
-    // the same from the modified score s (S units, softcap then ALiBi applied), where a kernel still holds it
-    __device__ __forceinline__ float grad_from_score(float s, float dist) const {
-        const float t = fminf(fmaxf((s + slope * fabsf(dist)) * x.softcap_in, -1.0f), 1.0f);
-        return 1.0f - t * t;
-    }
-};
-__device__ __forceinline__ ScoreMods score_mods(const AttentionExtras& x, int b, int h, int T, int Tk) {
-    return {x, x.alibi_slopes ? x.alibi_slopes[b * x.alibi_batch + h] * x.inv_scale : 0.0f, Tk - T};
-}
-// the kernels' form of the softcap and the scale (AttentionExtras' constants; attention_forward / attention_backward)
-inline AttentionExtras attention_with_score_constants(AttentionExtras x, float scale) {
-    x.softcap_in = x.softcap > 0.0f ? scale / x.softcap : 0.0f;
-    x.softcap_out = x.softcap > 0.0f ? x.softcap / scale : 0.0f;
-    x.softcap_t = x.softcap > 0.0f ? 1.0f / (x.softcap * kLog2e) : 0.0f;
-    x.inv_scale = 1.0f / scale;
-    return x;
-}
-// s = mods(s) over a warp's kMT m16 x kNT n8 accumulator tiles (rows row0 + 16mt + g (+8), keys key0 + 8nt + 2tq (+1))
-template <int kMT, int kNT>
-__device__ __forceinline__ void apply_score_mods(float (&s)[kMT][kNT][4], const ScoreMods& m, int row0, int key0, int lane) {
-    if (m.x.softcap_in != 0.0f) {
-        #pragma unroll
-        for (int mt = 0; mt < kMT; mt++)
-            #pragma unroll
-            for (int nt = 0; nt < kNT; nt++)
-                #pragma unroll
-                for (int e = 0; e < 4; e++) s[mt][nt][e] = m.cap(s[mt][nt][e]);
-    }
-    if (m.slope != 0.0f) {
-        const float d0 = m.dist0(row0 + lane / 4, key0 + 2 * (lane % 4));
-        #pragma unroll
-        for (int mt = 0; mt < kMT; mt++)
-            #pragma unroll
-            for (int nt = 0; nt < kNT; nt++)
-                #pragma unroll
-                for (int e = 0; e < 4; e++) s[mt][nt][e] -= m.slope * fabsf(d0 + (float)(mt * 16 + 8 * (e / 2) - nt * 8 - e % 2));
-    }
-}
-// the same on one thread's part of a wgmma accumulator of S (s[4i + e]: row row0 + g + 8 (e / 2), key key0 + 8i + 2tq
-// + e % 2)
-template <int N>
-__device__ __forceinline__ void apply_score_mods_frag(float (&s)[N], const ScoreMods& m, int row0, int key0, int lane) {
-    if (m.x.softcap_in != 0.0f) {
-        #pragma unroll
-        for (int i = 0; i < N; i++) s[i] = m.cap(s[i]);
-    }
-    if (m.slope != 0.0f) {
-        const float d0 = m.dist0(row0 + lane / 4, key0 + 2 * (lane % 4));
-        #pragma unroll
-        for (int i = 0; i < N; i++) s[i] -= m.slope * fabsf(d0 + (float)(8 * ((i % 4) / 2) - 8 * (i / 4) - i % 2));
-    }
 }
 
 // The bias rows of one (b, h): element (i, j) for query i, key j of the sequence at base + (i * row + j) * elem size
@@ -193,36 +116,6 @@ __device__ __forceinline__ void add_key_bias_t(float (&st)[kMT][kQT][4], const f
         #pragma unroll
         for (int nt = 0; nt < kQT; nt++) { st[mt][nt][0] += lo; st[mt][nt][1] += lo; st[mt][nt][2] += hi; st[mt][nt][3] += hi; }
     }
-}
-
-// document masking: s = -inf where key < the row's document start (rows row0 + 16mt + g (+8) of doc_first, keys key0 +
-// 8nt + 2tq (+1)); doc_first[mt][half] holds this thread's rows' starts
-template <int kMT, int kNT>
-__device__ __forceinline__ void mask_before_documents(float (&s)[kMT][kNT][4], const int (&doc_first)[kMT][2], int key0, int lane) {
-    const int tq = lane % 4;
-    #pragma unroll
-    for (int mt = 0; mt < kMT; mt++)
-        #pragma unroll
-        for (int nt = 0; nt < kNT; nt++)
-            #pragma unroll
-            for (int e = 0; e < 4; e++)
-                if (key0 + nt * 8 + 2 * tq + (e % 2) < doc_first[mt][e / 2]) s[mt][nt][e] = -INFINITY;
-}
-// Document masking of a query block from m_start (docs: the sequence's doc_start row): the first key tile any of its
-// rows sees (n_first, raised to the tile of its first row's document), this thread's rows' document starts (rows past
-// T: T, which masks nothing they need), and this warp's earliest
-template <int kMT, int kBlockN>
-__device__ __forceinline__ void query_block_documents(int& n_first, int (&doc_first)[kMT][2], int& warp_doc_first, const int* docs,
-                                                      int m_start, int warp_row0, int T, int lane) {
-    n_first = max(n_first, docs[m_start] / kBlockN);
-    #pragma unroll
-    for (int mt = 0; mt < kMT; mt++)
-        #pragma unroll
-        for (int half = 0; half < 2; half++) {
-            const int row = m_start + warp_row0 + mt * 16 + lane / 4 + 8 * half;
-            doc_first[mt][half] = row < T ? docs[row] : T;
-        }
-    warp_doc_first = docs[min(m_start + warp_row0, T - 1)];
 }
 
 // eight bf16 products (fp32 math, one rounding)

@@ -60,6 +60,8 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
 }
+constexpr float kLog2e = 1.4426950408889634f;   // log2(e): exp(x) = exp2(x * kLog2e)
+
 // one MUFU.EX2, whatever the compile flags (exp2f without fast-math is 4 instructions)
 __device__ __forceinline__ float fast_exp2(float x) {
     float y;

@@ -1,0 +1,274 @@
+/*
+flashgpt attention, the modifiers: what a general kernel applies to a tile of scores besides the product Q K^T, each a
+small piece of code the kernels compose (FlexAttention's mask_mod / score_mod idea, as compile-time or tile-uniform
+choices instead of kernel copies per feature).
+
+  mask modifiers   which (query, key) pairs are visible and which whole tiles are skipped: the band (KeyBand: the
+                   causal diagonal, the sliding window's two sides, bottom-right aligned per sequence) with the tile
+                   ranges it gives the walks (attention_first_key_block, attention_query_blocks); the key count per
+                   sequence (key lengths, packed sequences: SequenceSpan in the kernels); document masking (a per-row
+                   first key); the window's left side as -inf scores on the tiles that reach past it
+  score modifiers  change a visible score, with their gradient in the backward: ScoreMods (softcap, ALiBi) on the
+                   Hopper kernels' kMods copies and the mma.sync general copies; the additive biases (tile and key
+                   biases, in the kernel headers beside their loads)
+
+A new mask modifier narrows the band or masks elements on the tiles that cross it; a new score modifier adds a term to
+ScoreMods::apply and its derivative to ScoreMods::grad, plus its dispatch entry (the kMods copies). Included by
+src/attention_forward.cuh (and so by src/attention_backward.cuh); src/attention.cuh holds the parameters
+(AttentionExtras).
+*/
+#pragma once
+#include "attention.cuh"
+#include "ptx.cuh"
+
+// ----------------------------------------------------------------------------
+// mask modifiers: the band
+
+// The keys a query sees (the mask modifiers causal, window and the sequence's key count): query i of a sequence with
+// T queries and Tk keys sees keys j with i + lo <= j <= i + hi and 0 <= j < Tk. Unbounded sides are +-kBandFar, so
+// that i + lo and i + hi never overflow (T is below 2^22 and Tk below 2^30: attention_unsupported_reason).
+constexpr int kBandFar = 1 << 30;
+struct KeyBand { int lo, hi; };
+__host__ __device__ inline KeyBand attention_band(const AttentionExtras& x, bool causal, int T, int Tk) {
+    // a side at least as wide as the sequence bounds nothing: unbounded (exact, and keeps the sums small)
+    const int right = causal ? 0 : x.window && x.window_right >= 0 && x.window_right < T ? x.window_right : -1;
+    const int left = x.window && x.window_left >= 0 && x.window_left < Tk ? x.window_left : -1;
+    return {left < 0 ? -kBandFar : Tk - T - left, right < 0 ? kBandFar : Tk - T + right};
+}
+// the first key tile of kBlockN keys a query block from first_row sees (0 without a left bound)
+__host__ __device__ inline int attention_first_key_block(int first_row, int lo, int kBlockN) {
+    return first_row + lo > 0 ? (first_row + lo) / kBlockN : 0;
+}
+// the query blocks of kBlockM rows that see some key of the key tile n_start .. n_start + kBlockN - 1: m_first ..
+// m_end - 1 (of m_blocks; empty where none does)
+struct QueryBlocks { int first, end; };
+__host__ __device__ inline QueryBlocks attention_query_blocks(int n_start, int kBlockN, int kBlockM, KeyBand band, int m_blocks) {
+    const int first = (n_start - band.hi > 0 ? n_start - band.hi : 0) / kBlockM;
+    const int last_row = n_start + kBlockN - 1 - band.lo;   // the last query whose window reaches these keys
+    const int end = last_row < 0 ? 0 : last_row / kBlockM + 1 < m_blocks ? last_row / kBlockM + 1 : m_blocks;
+    return {first, end > first ? end : first};
+}
+// (forward or backward params) the band of the call's lengths T, Tk (per sequence where they differ: attention_band)
+template <class Params>
+__host__ __device__ inline KeyBand attention_band(const Params& p) { return attention_band(p.x, p.causal, p.T, p.Tk); }
+
+// ----------------------------------------------------------------------------
+// score modifiers: softcap and ALiBi
+
+// The score modifiers (AttentionExtras::softcap, alibi_slopes) of one (b, h) of a sequence of T queries and Tk keys, in
+// the units the kernels keep S in (q.k, which the softmax multiplies by scale): s -> softcap_out * tanh(s * softcap_in),
+// then s -= slope * |row + Tk - T - key| (slope = the ALiBi slope / scale). The softcap's constants stay in the kernel
+// parameters (x: the kernel's AttentionExtras, attention_with_score_constants), so that only the slope and the
+// diagonal take registers. The backward's softcap factor 1 - t^2 comes back from P: with x = s * scale log2e - lse2 =
+// log2 P and no bias beside softcap, softcap log2e t = log2 P + lse2 + alibi log2e |d|.
+struct ScoreMods {
+    const AttentionExtras& x;
+    float slope;   // 0: no ALiBi
+    int diag0;
+    __device__ __forceinline__ bool any() const { return x.softcap_in != 0.0f || slope != 0.0f; }
+    __device__ __forceinline__ float cap(float s) const { return x.softcap_out * fast_tanh(s * x.softcap_in); }
+    // row + Tk - T - key as a float: ALiBi's distance before the abs. The loops convert it once per thread and tile and
+    // add their constant offsets (an I2F per element would cost as much as the MUFU.EX2 the softmax needs)
+    __device__ __forceinline__ float dist0(int row, int key) const { return (float)(row + diag0 - key); }
+    // d score / d (scale q.k) from P, its row's lse2 and the ALiBi distance: 1 - t^2 with softcap, else 1 (P = 0 gives
+    // t = -1 after the clamp: a factor 0 on a dS that is 0)
+    __device__ __forceinline__ float grad(float p, float lse2, float dist) const {
+        if (x.softcap_in == 0.0f) return 1.0f;
+        const float t = (fast_log2(p) + lse2) * x.softcap_t + slope * x.softcap_in * fabsf(dist);
+        const float tc = fminf(fmaxf(t, -1.0f), 1.0f);
+        return 1.0f - tc * tc;
+    }
+    // the same from the modified score s (S units, softcap then ALiBi applied), where a kernel still holds it
+    __device__ __forceinline__ float grad_from_score(float s, float dist) const {
+        const float t = fminf(fmaxf((s + slope * fabsf(dist)) * x.softcap_in, -1.0f), 1.0f);
+        return 1.0f - t * t;
+    }
+};
+__device__ __forceinline__ ScoreMods score_mods(const AttentionExtras& x, int b, int h, int T, int Tk) {
+    return {x, x.alibi_slopes ? x.alibi_slopes[b * x.alibi_batch + h] * x.inv_scale : 0.0f, Tk - T};
+}
+// the kernels' form of the softcap and the scale (AttentionExtras' constants; attention_forward / attention_backward)
+inline AttentionExtras attention_with_score_constants(AttentionExtras x, float scale) {
+    x.softcap_in = x.softcap > 0.0f ? scale / x.softcap : 0.0f;
+    x.softcap_out = x.softcap > 0.0f ? x.softcap / scale : 0.0f;
+    x.softcap_t = x.softcap > 0.0f ? 1.0f / (x.softcap * kLog2e) : 0.0f;
+    x.inv_scale = 1.0f / scale;
+    return x;
+}
+// s = mods(s) over a warp's kMT m16 x kNT n8 accumulator tiles (rows row0 + 16mt + g (+8), keys key0 + 8nt + 2tq (+1))
+template <int kMT, int kNT>
+__device__ __forceinline__ void apply_score_mods(float (&s)[kMT][kNT][4], const ScoreMods& m, int row0, int key0, int lane) {
+    if (m.x.softcap_in != 0.0f) {
+        #pragma unroll
+        for (int mt = 0; mt < kMT; mt++)
+            #pragma unroll
+            for (int nt = 0; nt < kNT; nt++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) s[mt][nt][e] = m.cap(s[mt][nt][e]);
+    }
+    if (m.slope != 0.0f) {
+        const float d0 = m.dist0(row0 + lane / 4, key0 + 2 * (lane % 4));
+        #pragma unroll
+        for (int mt = 0; mt < kMT; mt++)
+            #pragma unroll
+            for (int nt = 0; nt < kNT; nt++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) s[mt][nt][e] -= m.slope * fabsf(d0 + (float)(mt * 16 + 8 * (e / 2) - nt * 8 - e % 2));
+    }
+}
+// the same on one thread's part of a wgmma accumulator of S (s[4i + e]: row row0 + g + 8 (e / 2), key key0 + 8i + 2tq
+// + e % 2)
+template <int N>
+__device__ __forceinline__ void apply_score_mods_frag(float (&s)[N], const ScoreMods& m, int row0, int key0, int lane) {
+    if (m.x.softcap_in != 0.0f) {
+        #pragma unroll
+        for (int i = 0; i < N; i++) s[i] = m.cap(s[i]);
+    }
+    if (m.slope != 0.0f) {
+        const float d0 = m.dist0(row0 + lane / 4, key0 + 2 * (lane % 4));
+        #pragma unroll
+        for (int i = 0; i < N; i++) s[i] -= m.slope * fabsf(d0 + (float)(8 * ((i % 4) / 2) - 8 * (i / 4) - i % 2));
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the backward's layouts: score modifiers on S^T, the softcap's factor, the window's left side as -inf scores
+
+// The score modifiers on S^T (the dK/dV kernels' layout: keys key0 + 16mt + g (+8) as rows, queries q0 + 8nt + 2tq
+// (+1)), and after backward_p_ds the softcap's factor on dS^T from P^T and the queries' lse2 (lse2_s: the stage's rows,
+// query q0 first)
+template <int kMT, int kQT>
+__device__ __forceinline__ void apply_score_mods_t(float (&st)[kMT][kQT][4], const ScoreMods& m, int key0, int q0, int lane) {
+    if (m.x.softcap_in != 0.0f) {
+        #pragma unroll
+        for (int mt = 0; mt < kMT; mt++)
+            #pragma unroll
+            for (int nt = 0; nt < kQT; nt++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) st[mt][nt][e] = m.cap(st[mt][nt][e]);
+    }
+    if (m.slope != 0.0f) {
+        const float d0 = m.dist0(q0 + 2 * (lane % 4), key0 + lane / 4);
+        #pragma unroll
+        for (int mt = 0; mt < kMT; mt++)
+            #pragma unroll
+            for (int nt = 0; nt < kQT; nt++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) st[mt][nt][e] -= m.slope * fabsf(d0 + (float)(nt * 8 + e % 2 - mt * 16 - 8 * (e / 2)));
+    }
+}
+template <int kMT, int kQT>
+__device__ __forceinline__ void softcap_grad_t(float (&dst)[kMT][kQT][4], const float (&pt)[kMT][kQT][4], const ScoreMods& m,
+                                               const float* lse2_s, int key0, int q0, int lane) {
+    const float d0 = m.dist0(q0 + 2 * (lane % 4), key0 + lane / 4);
+    #pragma unroll
+    for (int nt = 0; nt < kQT; nt++) {
+        const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + nt * 8 + 2 * (lane % 4));
+        #pragma unroll
+        for (int mt = 0; mt < kMT; mt++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++)
+                dst[mt][nt][e] *= m.grad(pt[mt][nt][e], e % 2 ? l2.y : l2.x, d0 + (float)(nt * 8 + e % 2 - mt * 16 - 8 * (e / 2)));
+    }
+}
+// the same two on a wgmma accumulator of S^T (the Hopper dK/dV kernels: st[4i + e] at key key0 + g + 8 (e / 2), query
+// q0 + 8i + 2tq + e % 2)
+template <int N>
+__device__ __forceinline__ void apply_score_mods_frag_t(float (&st)[N], const ScoreMods& m, int key0, int q0) {
+    const int lane = threadIdx.x % 32;
+    if (m.x.softcap_in != 0.0f) {
+        #pragma unroll
+        for (int i = 0; i < N; i++) st[i] = m.cap(st[i]);
+    }
+    if (m.slope != 0.0f) {
+        const float d0 = m.dist0(q0 + 2 * (lane % 4), key0 + lane / 4);
+        #pragma unroll
+        for (int i = 0; i < N; i++) st[i] -= m.slope * fabsf(d0 + (float)(8 * (i / 4) + i % 2 - 8 * ((i % 4) / 2)));
+    }
+}
+template <int N>
+__device__ __forceinline__ void softcap_grad_frag_t(float (&dst)[N], const float (&pt)[N], const ScoreMods& m, const float* lse2_s,
+                                                    int key0, int q0) {
+    const int lane = threadIdx.x % 32;
+    const float d0 = m.dist0(q0 + 2 * (lane % 4), key0 + lane / 4);
+    #pragma unroll
+    for (int i = 0; i < N / 4; i++) {
+        const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + i * 8 + 2 * (lane % 4));
+        #pragma unroll
+        for (int e = 0; e < 4; e++)
+            dst[4 * i + e] *= m.grad(pt[4 * i + e], e % 2 ? l2.y : l2.x, d0 + (float)(8 * i + e % 2 - 8 * (e / 2)));
+    }
+}
+
+// The window's left side (the general copies, only on tiles that reach past it: the P loops keep their one mask): the
+// score = -inf where key < query + lo, so that P = 0 there. On mma.sync S^T tiles (keys key0 + 16mt + g (+8), queries
+// q0 + 8nt + 2tq (+1)); on mma.sync S tiles (rows row0 + 16mt + g (+8), keys key0 + 8nt + 2tq (+1)); on wgmma
+// accumulators of S (s[4i + e]: row row0 + g + 8 (e / 2), key key0 + 8i + 2tq + e % 2) and of S^T (st[4i + e]: key
+// key0 + g + 8 (e / 2), query q0 + 8i + 2tq + e % 2).
+template <int kMT, int kQT>
+__device__ __forceinline__ void mask_before_window_t(float (&st)[kMT][kQT][4], int key0, int q0, int lo, int lane) {
+    #pragma unroll
+    for (int mt = 0; mt < kMT; mt++)
+        #pragma unroll
+        for (int nt = 0; nt < kQT; nt++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (key0 + mt * 16 + lane / 4 + 8 * (e / 2) < q0 + nt * 8 + 2 * (lane % 4) + (e % 2) + lo) st[mt][nt][e] = -INFINITY;
+}
+template <int kMT, int kNT>
+__device__ __forceinline__ void mask_before_window(float (&s)[kMT][kNT][4], int row0, int key0, int lo, int lane) {
+    #pragma unroll
+    for (int mt = 0; mt < kMT; mt++)
+        #pragma unroll
+        for (int nt = 0; nt < kNT; nt++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (key0 + nt * 8 + 2 * (lane % 4) + (e % 2) < row0 + mt * 16 + lane / 4 + 8 * (e / 2) + lo) s[mt][nt][e] = -INFINITY;
+}
+template <int N>
+__device__ __forceinline__ void mask_before_window_frag(float (&s)[N], int row0, int key0, int lo) {
+    const int lane = threadIdx.x % 32;
+    #pragma unroll
+    for (int i = 0; i < N; i++)
+        if (key0 + 8 * (i / 4) + 2 * (lane % 4) + i % 2 < row0 + lane / 4 + 8 * ((i % 4) / 2) + lo) s[i] = -INFINITY;
+}
+template <int N>
+__device__ __forceinline__ void mask_before_window_frag_t(float (&st)[N], int key0, int q0, int lo) {
+    const int lane = threadIdx.x % 32;
+    #pragma unroll
+    for (int i = 0; i < N; i++)
+        if (key0 + lane / 4 + 8 * ((i % 4) / 2) < q0 + 8 * (i / 4) + 2 * (lane % 4) + i % 2 + lo) st[i] = -INFINITY;
+}
+
+// ----------------------------------------------------------------------------
+// document masking (the mma.sync kExtras copies: train_gpt2cu -dm 1)
+
+// document masking: s = -inf where key < the row's document start (rows row0 + 16mt + g (+8) of doc_first, keys key0 +
+// 8nt + 2tq (+1)); doc_first[mt][half] holds this thread's rows' starts
+template <int kMT, int kNT>
+__device__ __forceinline__ void mask_before_documents(float (&s)[kMT][kNT][4], const int (&doc_first)[kMT][2], int key0, int lane) {
+    const int tq = lane % 4;
+    #pragma unroll
+    for (int mt = 0; mt < kMT; mt++)
+        #pragma unroll
+        for (int nt = 0; nt < kNT; nt++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (key0 + nt * 8 + 2 * tq + (e % 2) < doc_first[mt][e / 2]) s[mt][nt][e] = -INFINITY;
+}
+// Document masking of a query block from m_start (docs: the sequence's doc_start row): the first key tile any of its
+// rows sees (n_first, raised to the tile of its first row's document), this thread's rows' document starts (rows past
+// T: T, which masks nothing they need), and this warp's earliest
+template <int kMT, int kBlockN>
+__device__ __forceinline__ void query_block_documents(int& n_first, int (&doc_first)[kMT][2], int& warp_doc_first, const int* docs,
+                                                      int m_start, int warp_row0, int T, int lane) {
+    n_first = max(n_first, docs[m_start] / kBlockN);
+    #pragma unroll
+    for (int mt = 0; mt < kMT; mt++)
+        #pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int row = m_start + warp_row0 + mt * 16 + lane / 4 + 8 * half;
+            doc_first[mt][half] = row < T ? docs[row] : T;
+        }
+    warp_doc_first = docs[min(m_start + warp_row0, T - 1)];
+}
