@@ -68,17 +68,17 @@ TEST(attention_backward_cpu_single_token) {
 
 // The general reference (GQA, cross, non-causal) by finite differences of its own forward, on a case with all three:
 // 4 query heads over 2 key/value heads, T = 5 queries against Tk = 7 keys, causal (bottom-right: query 0 sees keys
-// 0..2) and not; and equal to the fused-layout reference on causal self-attention.
-static double general_gradient_error(bool causal, uint64_t seed) {
+// 0..2) and not; and equal to the fused-layout reference on causal self-attention. x: the extras and modifiers
+static double general_gradient_error(bool causal, uint64_t seed, const GeneralExtras* x = nullptr) {
     const GeneralShape s{2, 5, 7, 4, 2, 8, causal, 0.37};
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> dist(0.0f, 1.0f);
     const size_t nq = (size_t)s.B * s.T * s.NH * s.HS, nkv = (size_t)s.B * s.Tk * s.NH_kv * s.HS;
     std::vector<float> q(nq), k(nkv), v(nkv), dout(nq), dq(nq), dk(nkv), dv(nkv), out(nq);
     for (auto* x : {&q, &k, &v, &dout}) for (auto& e : *x) e = dist(rng);
-    attention_backward_cpu_general(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), s);
+    attention_backward_cpu_general(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), s, false, x);
     auto loss = [&]() {
-        attention_forward_cpu_general(out.data(), nullptr, q.data(), k.data(), v.data(), s);
+        attention_forward_cpu_general(out.data(), nullptr, q.data(), k.data(), v.data(), s, false, x);
         double l = 0.0;
         for (size_t i = 0; i < nq; i++) l += (double)out[i] * dout[i];
         return l;
@@ -206,5 +206,40 @@ TEST(attention_general_cpu_documents_are_separate_sequences) {
         for (size_t i = 0; i < o2.size(); i++) err = std::fmax(err, std::fabs(o2[i] - out[off + i]));
         for (int h = 0; h < NH; h++) for (int t = 0; t < len; t++) err = std::fmax(err, std::fabs(l2[h * len + t] - lse[h * T + start + t]));
     }
+    CHECK(err < 1e-6);
+}
+
+// The modifiers (FlashAttention's window, softcap and ALiBi): softcap's and ALiBi's gradients by finite differences
+// (a cap of 1.5 keeps tanh far from linear), with a window beside them; a window and ALiBi each equal to the explicit
+// bias they stand for (-inf outside the band; -slope |i + Tk - T - j|).
+TEST(attention_general_cpu_modifier_gradients_match_finite_differences) {
+    GeneralExtras x;
+    x.softcap = 1.5;
+    x.alibi = {0.3f, 0.7f, 0.1f, 0.45f, 0.2f, 0.9f, 0.05f, 0.6f};   // (B, NH) = (2, 4)
+    x.alibi_batch = 4;
+    CHECK(general_gradient_error(true, 31, &x) < 1e-3);
+    CHECK(general_gradient_error(false, 32, &x) < 1e-3);
+    x.window_left = 2, x.window_right = 1;
+    CHECK(general_gradient_error(false, 33, &x) < 1e-3);
+}
+TEST(attention_general_cpu_window_and_alibi_are_their_biases) {
+    const GeneralShape s{1, 5, 7, 2, 2, 8, false, 0.3};
+    std::mt19937_64 rng(41);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> q(5 * 2 * 8), k(7 * 2 * 8), v(k.size()), out1(q.size()), out2(q.size()), lse1(10), lse2(10);
+    for (auto* t : {&q, &k, &v}) for (auto& e : *t) e = dist(rng);
+    std::vector<float> bias(2 * 5 * 7);   // (1, NH, T, Tk)
+    GeneralExtras mod, biased;
+    mod.window_left = 1, mod.window_right = 0, mod.alibi = {0.25f, 0.5f};
+    for (int h = 0; h < 2; h++) for (int i = 0; i < 5; i++) for (int j = 0; j < 7; j++) {
+        const int d = i + 7 - 5 - j;   // the bottom-right diagonal's offset
+        bias[(h * 5 + i) * 7 + j] = d > 1 || d < 0 ? -INFINITY : -mod.alibi[h] * (float)std::abs(d);
+    }
+    biased.bias = bias.data(), biased.bias_h = 5 * 7, biased.bias_q = 7;
+    attention_forward_cpu_general(out1.data(), lse1.data(), q.data(), k.data(), v.data(), s, false, &mod);
+    attention_forward_cpu_general(out2.data(), lse2.data(), q.data(), k.data(), v.data(), s, false, &biased);
+    double err = 0.0;
+    for (size_t i = 0; i < out1.size(); i++) err = std::fmax(err, std::fabs(out1[i] - out2[i]));
+    for (size_t i = 0; i < lse1.size(); i++) err = std::fmax(err, std::fabs(lse1[i] - lse2[i]));
     CHECK(err < 1e-6);
 }
