@@ -122,6 +122,8 @@ struct AttentionExtras {
     float softcap_in, softcap_out, softcap_t, inv_scale;
 };
 __host__ __device__ inline bool attention_has_score_mods(const AttentionExtras& x) { return x.softcap > 0.0f || x.alibi_slopes; }
+// any modifier: the window or a score modifier (GPT-2's kernels and the decoding ones take none)
+__host__ __device__ inline bool attention_has_modifiers(const AttentionExtras& x) { return x.window || attention_has_score_mods(x); }
 __host__ __device__ inline bool attention_has_extras(const AttentionExtras& x) {
     return x.bias || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.gate || x.doc_start || x.bias2 || x.key_mask || x.key_bias;
 }
@@ -153,8 +155,8 @@ struct AttentionForwardParams {
 // runs the general copies.
 template <class Params>
 inline bool attention_self_causal(const Params& p) {
-    return p.causal && p.T == p.Tk && p.NH == p.NH_kv && (p.HS == 64 || p.HS == 128) && !attention_has_extras(p.x) && !p.x.window &&
-           !attention_has_score_mods(p.x);
+    return p.causal && p.T == p.Tk && p.NH == p.NH_kv && (p.HS == 64 || p.HS == 128) && !attention_has_extras(p.x) &&
+           !attention_has_modifiers(p.x);
 }
 template <class Params>
 inline void attention_check_self_causal(const Params& p) {

@@ -167,8 +167,8 @@ void attention_forward_kvcache(const AttentionForwardParams& p, const int* seqle
     const char* why = attention_unsupported_reason(p);
     if (!why && (long long)p.T * (p.NH / p.NH_kv) > kDecodeRows) why = "the KV-cache path takes T * NH / NH_kv <= 16 query rows (a prefill runs attention_forward)";
     if (!why && (long long)p.B * p.NH_kv > 65535) why = "B * NH_kv too large for the grid";
-    if (!why && (p.x.bias || p.x.cu_seqlens_q || p.x.cu_seqlens_k || p.x.gate || p.x.doc_start || p.x.bias2 || p.x.key_mask || p.x.window ||
-                 attention_has_score_mods(p.x)))
+    if (!why && (p.x.bias || p.x.cu_seqlens_q || p.x.cu_seqlens_k || p.x.gate || p.x.doc_start || p.x.bias2 || p.x.key_mask ||
+                 attention_has_modifiers(p.x)))
         why = "the KV-cache path takes no bias, packed sequences, gating, key masks, document masks, window, softcap or ALiBi";
     if (!why && p.HS < 32) why = "the KV-cache path takes head dims 32 to 256 (attention_forward runs 8 and 16)";
     if (!seqlens_k) seqlens_k = p.x.seqlens_k;

@@ -1727,7 +1727,7 @@ attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, in
 inline bool attention_decode_applies(const AttentionForwardParams& p) {
     return (long long)p.T * (p.NH / p.NH_kv) <= kDecodeRows && p.Tk >= 2 * kDecodeKeys && (long long)p.B * p.NH_kv <= 65535 &&
            !p.x.bias && !p.x.cu_seqlens_q && !p.x.cu_seqlens_k && !p.x.gate && !p.x.doc_start && !p.x.bias2 && !p.x.key_mask &&
-           !p.x.key_bias && !p.x.window && !attention_has_score_mods(p.x) && p.HS >= 32;
+           !p.x.key_bias && !attention_has_modifiers(p.x) && p.HS >= 32;
 }
 
 // fp32 scratch for the splits' partials, grown as needed, and the zeroed split counters (the decode call owns them; one
