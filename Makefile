@@ -56,7 +56,7 @@ NCCL_LDLIBS := $(if $(NCCL_HEADER),$(if $(NCCL_HOME),$(NCCL_HOME_LIB),-lnccl))
 TRAIN_DEPS := train_gpt2.cu $(wildcard src/*.cuh src/*.h)
 # the attention, compiled once (forward and backward in parallel) into one archive that every program links
 ATTENTION := build/attention.a
-ATTENTION_OBJS := build/attention_forward.o build/attention_backward.o
+ATTENTION_OBJS := build/attention_forward.o build/attention_backward.o build/attention_forward_fp16.o build/attention_backward_fp16.o
 ATTENTION_HEADERS := src/attention.cuh src/attention_modifiers.cuh src/attention_forward.cuh src/attention_backward.cuh src/common.cuh src/ptx.cuh
 GPT2_PROGRAMS := train_gpt2cu test_gpt2cu generate_gpt2cu profile_gpt2cu
 DEV_CUDA := dev/cuda/attention_forward dev/cuda/attention_backward dev/cuda/attention_general dev/cuda/matmul_algos dev/cuda/fused_classifier dev/cuda/layernorm dev/cuda/matmul
@@ -69,7 +69,8 @@ TEST_LIB := $(if $(DETECTED_CC),lib)
 .PHONY: all dev lib test test-all regs clean
 
 # the longest compiles first, so that make -j keeps every core busy to the end
-all: build/attention_backward.o build/dev/attention_backward.o build/attention_forward.o build/dev/attention_forward.o \
+all: build/attention_backward.o build/attention_backward_fp16.o build/dev/attention_backward.o build/attention_forward.o \
+     build/attention_forward_fp16.o build/dev/attention_forward.o \
      $(GPT2_PROGRAMS) dev $(CPU_TESTS)
 
 # train_gpt2cu, test_gpt2cu, generate_gpt2cu (text generation with the KV cache) and profile_gpt2cu are one build,
@@ -79,10 +80,14 @@ build/gpt2_programs: gpt2_programs.cu test_gpt2.cu generate_gpt2.cu profile/prof
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $(CUPTI_FLAGS) $< $(ATTENTION) $(NVCC_LDLIBS) $(NCCL_LDLIBS) -ldl -o $@
 
-# position-independent with hidden symbols, so the same objects also go into libflashgpt_attention.so
+# position-independent with hidden symbols, so the same objects also go into libflashgpt_attention.so; each of the two
+# files compiles twice, its fp16 kernels in an object of their own (ATTENTION_FP16) that builds beside the bf16 one
 build/attention_%.o: src/attention_%.cu $(ATTENTION_HEADERS)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -Xcompiler -fPIC,-fvisibility=hidden -c $< -o $@
+build/attention_%_fp16.o: src/attention_%.cu $(ATTENTION_HEADERS)
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) -DATTENTION_FP16=1 -Xcompiler -fPIC,-fvisibility=hidden -c $< -o $@
 
 $(ATTENTION): $(ATTENTION_OBJS)
 	ar rcs $@ $^
@@ -115,6 +120,8 @@ tests/test_cpu: $(wildcard tests/*.cpp tests/*.h) dev/cuda/reference.h $(wildcar
 regs:
 	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -c src/attention_forward.cu -o /dev/null
 	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -c src/attention_backward.cu -o /dev/null
+	$(NVCC) $(NVCC_FLAGS) -DATTENTION_FP16=1 -Xptxas=-v -c src/attention_forward.cu -o /dev/null
+	$(NVCC) $(NVCC_FLAGS) -DATTENTION_FP16=1 -Xptxas=-v -c src/attention_backward.cu -o /dev/null
 
 test: all $(TEST_LIB)
 	@bash scripts/run_tests.sh

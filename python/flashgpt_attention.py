@@ -6,7 +6,7 @@ libflashgpt_attention.so and ctypes: no extension to build against PyTorch.
   from flashgpt_attention import flash_attention
   y = flash_attention(q, k, v, causal=True)  # in place of F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-q (B, H, T, D), k and v (B, H_kv, Tk, D): bf16 CUDA tensors, layout="bhtd" as F.scaled_dot_product_attention takes
+q (B, H, T, D), k and v (B, H_kv, Tk, D): bf16 or fp16 CUDA tensors (one dtype), layout="bhtd" as F.scaled_dot_product_attention takes
 them; layout="bthd" takes (B, T, H, D) and (B, Tk, H_kv, D). out has q's shape (its memory is (B, T, H, D), so
 out.transpose(1, 2) is contiguous for "bhtd"). GQA / MQA when H_kv divides H. D 8, 16, 32, 64, 96, 128, 256.
 
@@ -14,7 +14,7 @@ causal with T != Tk aligns the diagonal bottom-right (query i sees key j <= i + 
 SDPA's is_causal aligns it top-left. Rows that see no key (causal, T > Tk) give 0 and no gradient.
 
 Extras (src/attention.cuh's AttentionExtras):
-  bias         softmax(scale * q k^T + bias): a bf16 or fp32 tensor that broadcasts to (B, H, T, Tk) (as SDPA's float
+  bias         softmax(scale * q k^T + bias): a bf16, fp16 (read as fp32) or fp32 tensor that broadcasts to (B, H, T, Tk) (as SDPA's float
                attn_mask), read in place through its strides (a dim of size 1 broadcasts). A -inf entry masks its key.
                With bias.requires_grad its gradient comes back in its dtype (summed over its broadcast dims).
   key_lengths  (B,) int: sequence b sees its first key_lengths[b] keys (key padding; k and v stay (.., Tk, ..));
@@ -25,7 +25,7 @@ Extras (src/attention.cuh's AttentionExtras):
                cu_seqlens / max_seqlen stand for both (a packed self-attention batch). The layout does not apply.
                A bias is then (B, H, max_seqlen_q, max_seqlen_k), each sequence's (i, j) from (0, 0). On Hopper a
                pack with no other extra runs the wgmma kernels (D 64, 128; the forward at 256 too).
-  gate         output gating (AlphaFold's): a bf16 tensor of out's shape (in the call's layout; packed (total_q, H, D));
+  gate         output gating (AlphaFold's): a tensor of out's shape and dtype (in the call's layout; packed (total_q, H, D));
                the call returns out * gate, the product taken in the kernel as it writes out, and with
                gate.requires_grad the gate's gradient comes back too. A gate whose memory differs from out's
                ((B, T, H, D) contiguous; packed (total_q, H, D)) is copied into such memory first; its gradient has
@@ -63,9 +63,9 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB_NAME = "libflashgpt_attention.so"
 LAYOUTS = ("bhtd", "bthd")
-# the version of src/attention_capi.h's signatures this module calls (flashgpt_attention_abi): 5, the window, softcap
-# and ALiBi
-ABI = 5
+DTYPES = (torch.bfloat16, torch.float16)   # q, k, v, out and the gate: one of these, all alike
+# the version of src/attention_capi.h's signatures this module calls (flashgpt_attention_abi): 6, fp16
+ABI = 6
 
 
 class FlashAttentionError(RuntimeError):
@@ -102,7 +102,7 @@ def _library():
             abi = lib.flashgpt_attention_abi()
         if abi < ABI:
             raise FlashAttentionError(f"{path} predates this module's interface (its ABI {abi or 'unnumbered'}, this "
-                                      f"module needs {ABI}: the window, softcap and ALiBi): rebuild it with `make lib` in "
+                                      f"module needs {ABI}: fp16): rebuild it with `make lib` in "
                                       f"{REPO_ROOT}")
         ptr, strides, i32 = ctypes.c_void_p, ctypes.POINTER(ctypes.c_longlong), ctypes.c_int
         shape = [i32] * 7  # B, T, Tk, NH, NH_kv, HS, causal
@@ -113,20 +113,20 @@ def _library():
         # window_left, window_right, softcap, alibi_slopes, alibi_batch
         window = [i32, i32, ctypes.c_float, ptr, ctypes.c_longlong]
         lib.flashgpt_attention_forward_ex.argtypes = ([ptr] * 5 + [strides] * 4 + shape + [ctypes.c_float] + extras +
-                                                      [ptr] + extras2 + window + [ptr])  # gated_out, ..., stream
+                                                      [ptr] + extras2 + window + [i32, ptr])  # gated_out, ..., fp16, stream
         lib.flashgpt_attention_forward_ex.restype = ctypes.c_char_p
         lib.flashgpt_attention_backward_scratch_bytes_ex.argtypes = (shape + extras + [ptr] + extras2 + [ptr] +
                                                                      window)  # dbias, ..., dbias2, window, ...
         lib.flashgpt_attention_backward_scratch_bytes_ex.restype = ctypes.c_size_t
         # after the extras: dgate, dbias, the second extras, dbias2, the window and modifiers, scratch, scratch_bytes, stream
         lib.flashgpt_attention_backward_ex.argtypes = ([ptr] * 9 + [strides] * 8 + shape + [ctypes.c_float] + extras +
-                                                       [ptr, ptr] + extras2 + [ptr] + window + [ptr, ctypes.c_size_t, ptr])
+                                                       [ptr, ptr] + extras2 + [ptr] + window + [i32, ptr, ctypes.c_size_t, ptr])
         lib.flashgpt_attention_backward_ex.restype = ctypes.c_char_p
         # the plain calls (no extras): the fast path's
-        lib.flashgpt_attention_forward.argtypes = [ptr] * 5 + [strides] * 4 + shape + [ctypes.c_float, ptr]
+        lib.flashgpt_attention_forward.argtypes = [ptr] * 5 + [strides] * 4 + shape + [ctypes.c_float, i32, ptr]
         lib.flashgpt_attention_forward.restype = ctypes.c_char_p
-        lib.flashgpt_attention_backward.argtypes = ([ptr] * 9 + [strides] * 8 + shape + [ctypes.c_float, ptr,
-                                                    ctypes.c_size_t, ptr])  # ..., scratch, scratch_bytes, stream
+        lib.flashgpt_attention_backward.argtypes = ([ptr] * 9 + [strides] * 8 + shape + [ctypes.c_float, i32, ptr,
+                                                    ctypes.c_size_t, ptr])  # ..., fp16, scratch, scratch_bytes, stream
         lib.flashgpt_attention_backward.restype = ctypes.c_char_p
         lib.flashgpt_attention_backward_scratch_bytes.argtypes = shape
         lib.flashgpt_attention_backward_scratch_bytes.restype = ctypes.c_size_t
@@ -304,7 +304,7 @@ class FlashAttentionFunction(torch.autograd.Function):
                     _c_strides(q, layout), _c_strides(k, layout), _c_strides(v, layout), _c_strides(out, layout),
                     B, T, Tk, H, H_kv, D, int(causal), scale,
                     *_extras(bias, key_lengths, cu_seqlens_q, cu_seqlens_k, gate, layout, q, k), _ptr(gated_out),
-                    *_extras2(bias2, key_mask), *_mods(mods))
+                    *_extras2(bias2, key_mask), *_mods(mods), int(q.dtype == torch.float16))
         if err:
             raise FlashAttentionError(f"flashgpt attention forward "
                                       f"({_describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths, gate)}): "
@@ -350,7 +350,8 @@ class FlashAttentionFunction(torch.autograd.Function):
                 _c_strides(dq, layout), _c_strides(dk, layout), _c_strides(dv, layout), _c_strides(dout, layout),
                 _c_strides(q, layout), _c_strides(k, layout), _c_strides(v, layout), _c_strides(out, layout),
                 B, T, Tk, H, H_kv, D, int(causal), scale, *extras, _ptr(dgate), _ptr(dbias), *extras2, _ptr(dbias2),
-                *_mods(mods), scratch.data_ptr(), scratch_bytes, _raw_stream(q.device.index))
+                *_mods(mods), int(q.dtype == torch.float16), scratch.data_ptr(), scratch_bytes,
+                _raw_stream(q.device.index))
         if err:
             raise FlashAttentionError(f"flashgpt attention backward "
                                       f"({_describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths, gate)}): "
@@ -374,7 +375,7 @@ class _Plan:
         B, T, H, D = _sizes(q, layout)
         _, Tk, H_kv, _ = _sizes(k, layout)
         self.device, self.layout = q.device, layout
-        self.args = (B, T, Tk, H, H_kv, D, int(causal), scale)
+        self.args = (B, T, Tk, H, H_kv, D, int(causal), scale, int(q.dtype == torch.float16))
         self.describe = _describe(B, T, Tk, H, H_kv, D, causal, layout, None, None, None)
         self.out_sizes, self.lse_shape = (B, T, H, D), (B, H, T)
         out = _empty_bthd(q, (B, T, H, D), layout)
@@ -399,8 +400,8 @@ def _plain_plan(q, k, v, causal, scale, layout):
            k.device, v.device, causal, scale, layout)
     plan = _plans.get(key)
     if plan is None:
-        if layout not in LAYOUTS or any(not isinstance(x, torch.Tensor) or x.dim() != 4 or x.dtype != torch.bfloat16
-                                        or not x.is_cuda or x.device != q.device or not _usable(x, layout)
+        if layout not in LAYOUTS or any(not isinstance(x, torch.Tensor) or x.dim() != 4 or x.dtype not in DTYPES
+                                        or x.dtype != q.dtype or not x.is_cuda or x.device != q.device or not _usable(x, layout)
                                         for x in (q, k, v)):
             return None
         (B, _, _, D), (Bk, _, H_kv, Dk) = _sizes(q, layout), _sizes(k, layout)
@@ -484,8 +485,10 @@ def _bias_4d(bias, shape, device):
     """bias as the library reads it: 4-d (leading dims of size 1 added), broadcastable to shape = (B, H, T, Tk), keys
     contiguous (a key dim of size 1 expanded to Tk). Autograd sees these steps, so bias's gradient flows back through
     them."""
-    if not isinstance(bias, torch.Tensor) or bias.dtype not in (torch.bfloat16, torch.float32):
-        raise TypeError(f"bias must be a bfloat16 or float32 tensor, not {getattr(bias, 'dtype', type(bias))}")
+    if not isinstance(bias, torch.Tensor) or bias.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise TypeError(f"bias must be a bfloat16, float16 or float32 tensor, not {getattr(bias, 'dtype', type(bias))}")
+    if bias.dtype == torch.float16:  # the kernels read bf16 or fp32 biases: fp16 values are exact in fp32
+        bias = bias.float()
     if bias.device != device:
         raise ValueError(f"bias must be on q's device {device}, not {bias.device}")
     try:
@@ -561,8 +564,8 @@ def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, 
             packed_like = not packed and isinstance(x, torch.Tensor) and x.dim() == 3
             hint = " (3-d packed sequences need cu_seqlens)" if packed_like else ""
             raise ValueError(f"{name} must be a {dims}-d tensor ({what}){hint}")
-        if x.dtype != torch.bfloat16 or not x.is_cuda:
-            raise TypeError(f"{name} must be a bfloat16 CUDA tensor, not {x.dtype} on {x.device}")
+        if x.dtype not in DTYPES or x.dtype != q.dtype or not x.is_cuda:
+            raise TypeError(f"{name} must be a bfloat16 or float16 CUDA tensor of q's dtype, not {x.dtype} on {x.device}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k and v must be on one device, not {q.device}, {k.device}, {v.device}")
     (B, T, H, D), (Bk, Tk, _, Dk) = _sizes(q, layout), _sizes(k, layout)
@@ -591,8 +594,8 @@ def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, 
     if key_mask is not None:
         key_mask = _key_mask_2d(key_mask, B, Tk, q.device)
     if gate is not None:
-        if not isinstance(gate, torch.Tensor) or gate.dtype != torch.bfloat16 or gate.device != q.device:
-            raise TypeError(f"gate must be a bfloat16 tensor on q's device {q.device}, not "
+        if not isinstance(gate, torch.Tensor) or gate.dtype != q.dtype or gate.device != q.device:
+            raise TypeError(f"gate must be a {q.dtype} tensor (q's dtype) on q's device {q.device}, not "
                             f"{getattr(gate, 'dtype', type(gate))} on {getattr(gate, 'device', '-')}")
         if gate.shape != q.shape:
             raise ValueError(f"gate {tuple(gate.shape)} must have out's shape, q's {tuple(q.shape)} ({layout})")

@@ -1,5 +1,5 @@
 /*
-flashgpt fused flash attention: forward and backward, bf16 in/out, fp32 accumulation.
+flashgpt fused flash attention: forward and backward, bf16 or fp16 in/out, fp32 accumulation.
 
   forward   out = softmax(scale * Q K^T + mask) V
             q (B, T, NH, HS), k and v (B, Tk, NH_kv, HS), out (B, T, NH, HS): any batch / row / head strides
@@ -29,7 +29,11 @@ Forward loop order is FlashAttention-2's: one CTA per (Q tile of kBlockM rows, b
 query rows and walks the K/V tiles from the last visible one down to key 0, keeping O, the row max and the row sum in
 registers (online softmax, normalised once at the end). The longest Q tiles (the last ones, causal) are launched first.
 
-Paths: sm_80+ mma.sync (m16n8k16 bf16, ldmatrix, cp.async double buffering, 128-byte swizzled shared memory), every
+fp16: p.fp16 makes q, k, v, out (the backward's dout, dq, dk, dv) and the gate IEEE half (the floatX pointers then point
+at __half data); every kernel has an fp16 copy, instantiated only where the dispatch reaches it (the template flag
+kHalf: the MMAs' operand type and the roundings to 16 bits), compiled in objects of their own (ATTENTION_FP16).
+
+Paths: sm_80+ mma.sync (m16n8k16 bf16 or fp16, ldmatrix, cp.async double buffering, 128-byte swizzled shared memory), every
 head dim; on Hopper, when the binary carries sm_90a code, head dims 64, 128 and 256 run the same loops on wgmma,
 warp-specialised: a producer warpgroup issues TMA loads (tensor maps over the strided tensors) into mbarrier rings,
 consumer warpgroups (setmaxnreg) do the math, persistent CTAs take the longest tiles first; the forward's consumers
@@ -54,7 +58,7 @@ own.
 // ----------------------------------------------------------------------------
 // parameters: one struct per direction, shared with the dev/cuda harness
 
-// A bf16 tensor of (batch, sequence, head, head dim) with its head dim contiguous: element (b, t, h, d) at
+// A bf16 (or fp16) tensor of (batch, sequence, head, head dim) with its head dim contiguous: element (b, t, h, d) at
 // base[b * batch + t * row + h * head + d]. Strides in elements; every one a multiple of 8 (16-byte rows).
 struct AttentionStrides { long long batch, row, head; };
 
@@ -148,6 +152,7 @@ struct AttentionForwardParams {
     bool causal;
     float scale;                  // softmax(scale * Q K^T + bias)
     AttentionExtras x = {};       // bias, key lengths, packed sequences, gating, documents: all off by default
+    bool fp16 = false;            // q, k, v, out (and the gate, gated_out) IEEE fp16, else bf16
 };
 
 // GPT-2's family: causal self-attention (T = Tk) without GQA at head dims 64 and 128. It runs on kernels compiled for
@@ -232,6 +237,7 @@ struct AttentionBackwardParams {
                                   // fp32; row (b, t / 16) holds the sums of dQ, dK, dV over tokens t .. t + 15 in the fused
                                   // QKV column order, so its column sums are the QKV projection's bias gradient
     void* dbias2 = nullptr;       // optional: d loss / d bias2, as dbias
+    bool fp16 = false;            // the forward's: every floatX tensor here (q .. dv, dout, dgate) IEEE fp16, else bf16
 };
 
 // GPT-2: dqkv (B, T, 3, NH, HS) from dout (B, T, NH, HS)

@@ -1,8 +1,110 @@
 /*
 flashgpt attention, the backward's calls (declared in src/attention.cuh): the checks, the scratch sizes and the dispatch
-onto the kernels of src/attention_backward.cuh. Compiled once into build/attention.a.
+onto the kernels of src/attention_backward.cuh, into build/attention.a (its bf16 and fp16 halves in two objects, see below).
 */
 #include "attention_backward.cuh"
+
+// This file compiles twice (the Makefile's build/attention_backward.o and build/attention_backward_fp16.o), so that the two
+// compile side by side: the dispatch templates below take the kernels' 16-bit type, the fp16 object instantiates them
+// for fp16 (ATTENTION_FP16 1) and the other for bf16, with every call of src/attention.cuh.
+#ifndef ATTENTION_FP16
+#define ATTENTION_FP16 0
+#endif
+
+// GPT-2's family (attention_self_causal): the kernels compiled for it, bf16 or (kHalf) fp16; the non-deterministic path
+// is this family's
+template <bool kHalf>
+void backward_self_causal(const AttentionBackwardParams& p, cudaStream_t stream) {
+    const int HS = p.HS, T = p.T;
+    if (attention_backward_uses_hopper(HS)) {
+        // warp-specialised split, 2 consumer warpgroups: dev variant 6's best configs, HS 64 kv128x128+q128x128, HS 128
+        // kv128x64+q128x96 (96-key dQ steps: see wgmma_ss_m64n80k16). Non-deterministic at HS 128: the 5-GEMM kernel
+        // with atomic dQ (dev variant 7); at HS 64 it loses to the split, which runs there either way.
+        if (HS == 128 && attention_backward_nondeterministic()) attention_backward_atomic_hopper_ws<128, 2, kHalf>(p, stream, /*ordered_dq=*/false);
+        else if (attention_backward_ordered_dq(T, HS)) attention_backward_atomic_hopper_ws<128, 2, kHalf>(p, stream, /*ordered_dq=*/true);
+        else if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 96, 2, false, false, false, false, kHalf>(p, stream);
+        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, false, false, false, false, kHalf>(p, stream);
+    } else if (attention_backward_nondeterministic()) {   // the fused kernel (dev variant 8), fastest at every shape measured
+        if (HS == 64 && attention_backward_fused_fits<64, 2, 2, false>()) attention_backward_fused<64, 2, 2, false, kHalf>(p, stream);
+        else if (HS == 128 && attention_backward_fused_fits<128, 2, 2, true>()) attention_backward_fused<128, 2, 2, true, kHalf>(p, stream);
+        else if (HS == 64) attention_backward_atomic<64, 4, 64, kHalf>(p, stream);    // dev variant 3, 64x64/4w (57 KB)
+        else attention_backward_atomic<128, 4, 64, kHalf>(p, stream);
+    } else {
+        // the fused kernel's dK/dV without dQ + the mma.sync dQ kernel (dev variant 4's wide configs); where the fused
+        // kernel's shared memory does not fit, the dK/dV kernel's 64-key config
+        if (HS == 64 && attention_backward_fused_fits<64, 2, 2, false>()) attention_backward_split_wide<64, 2, 2, false, 4, 1, 64, kHalf>(p, stream);
+        else if (HS == 128 && attention_backward_fused_fits<128, 2, 2, true>()) attention_backward_split_wide<128, 2, 2, true, 4, 1, 32, kHalf>(p, stream);
+        else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64, false, kHalf>(p, stream);
+        else attention_backward_split<128, 4, 1, 32, 4, 1, 32, false, kHalf>(p, stream);
+    }
+}
+
+// the general copies, chosen by the call's extras and modifiers; bf16 or (kHalf) fp16
+template <bool kHalf>
+void backward_general(const AttentionBackwardParams& p, cudaStream_t stream) {
+    const int HS = p.HS;
+    // the kernels' extras (attention_kernel_extras); they write dS into the scratch where either bias's gradient is asked
+    // for, and the dbias kernel sums it over each bias's broadcast dimensions after them
+    AttentionBackwardParams k = p;
+    k.x = attention_with_score_constants(attention_kernel_extras(p.x, p.B, p.T, p.Tk, p.NH, stream), p.scale);
+    k.dbias = p.dbias ? p.dbias : p.dbias2, k.dbias2 = nullptr;
+    const bool hopper = attention_backward_uses_hopper(HS);
+    // softcap and ALiBi (the score modifiers): the Hopper split's kMods copies, or with bias tiles or packs the mma.sync
+    // kExtras copies, which apply them too (as every mma.sync general copy does)
+    const bool mods = attention_has_score_mods(k.x);
+    // (HS 8-32 run HS 64's Hopper copies, 96 HS 128's, zero-padded: see head_chunk_stored)
+    if (!mods && HS != 256 && attention_hopper_bias_fits(k.x)) {   // a bf16 tile bias, a key bias, gating: the Hopper split's kBias copies
+        k.x = with_zero_tile_bias(k.x, p.Tk);
+        // the ordered dBias where the tile bias is the one bias whose gradient is asked for; else dS into the scratch
+        const bool ordered = attention_backward_dbias_ordered(p);
+        const DbiasOrder order = ordered ? dbias_order(k, 128, HS > 64 ? 64 : 128, stream) : DbiasOrder{};
+        if (ordered) k.dbias = nullptr;
+        if (HS > 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, true, false, false, kHalf>(k, stream, order);
+        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, true, false, false, kHalf>(k, stream, order);
+        if (ordered) {
+            const bool first = p.dbias != nullptr;
+            dbias_from_order(order, k, first ? p.x.bias_st : p.x.bias2_st, first ? p.x.bias_fp32 : p.x.bias2_fp32, first ? p.dbias : p.dbias2, stream);
+            return;
+        }
+    } else if (!mods && (HS == 64 || HS == 96 || HS == 128) && attention_hopper_packed_fits(k.x, {p.q_st, p.k_st, p.v_st, p.o_st, p.do_st, p.dq_st, p.dk_st, p.dv_st})) {
+        // packed sequences with their totals: the Hopper split's kVarlen copies
+        if (HS != 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, false, true, false, kHalf>(k, stream);
+        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, false, true, false, kHalf>(k, stream);
+    } else if ((attention_has_extras(k.x) && !(hopper && HS != 256 && attention_gate_only(k.x))) || (!hopper && HS <= 16)) {
+        // the mma.sync split's kExtras copies
+        if (HS <= 16) attention_backward_split<16, 4, 1, 64, 4, 1, 64, true, kHalf>(k, stream);
+        else if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64, true, kHalf>(k, stream);
+        else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64, true, kHalf>(k, stream);
+        else if (HS == 96) attention_backward_split<96, 4, 1, 32, 4, 1, 32, true, kHalf>(k, stream);
+        else if (HS == 128) attention_backward_split<128, 4, 1, 32, 4, 1, 32, true, kHalf>(k, stream);
+        else attention_backward_split<256, 4, 1, 32, 4, 1, 32, true, kHalf>(k, stream);
+    } else if (hopper && mods) {   // the general copies' tiles below, with the score modifiers
+        if (HS == 256) attention_backward_split_hopper_ws_256<2, true, kHalf>(k, stream);
+        else if (HS > 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 96, 2, true, false, false, true, kHalf>(k, stream);
+        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, false, false, true, kHalf>(k, stream);
+    } else if (hopper) {
+        // the warp-specialised split's general copies (GQA: each dK/dV item sums its group's query heads; gating)
+        if (HS == 256) attention_backward_split_hopper_ws_256<2, false, kHalf>(k, stream);
+        else if (HS > 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 96, 2, true, false, false, false, kHalf>(k, stream);
+        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, false, false, false, kHalf>(k, stream);
+    } else {
+        // general: preprocess, the dK/dV kernel (GQA: each CTA sums its group's query heads), the dQ kernel
+        if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64, false, kHalf>(k, stream);
+        else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64, false, kHalf>(k, stream);
+        else if (HS == 96) attention_backward_split<96, 4, 1, 32, 4, 1, 32, false, kHalf>(k, stream);
+        else if (HS == 128) attention_backward_split<128, 4, 1, 32, 4, 1, 32, false, kHalf>(k, stream);
+        else attention_backward_split<256, 4, 1, 32, 4, 1, 32, false, kHalf>(k, stream);   // dK/dV in two column halves (blockIdx.z)
+    }
+    if (p.dbias) launch_attention_dbias(k, p.x.bias_st, p.x.bias_fp32, p.dbias, stream);
+    if (p.dbias2) launch_attention_dbias(k, p.x.bias2_st, p.x.bias2_fp32, p.dbias2, stream);
+}
+
+#if ATTENTION_FP16
+template void backward_self_causal<true>(const AttentionBackwardParams& p, cudaStream_t stream);
+template void backward_general<true>(const AttentionBackwardParams& p, cudaStream_t stream);
+#else
+extern template void backward_self_causal<true>(const AttentionBackwardParams& p, cudaStream_t stream);
+extern template void backward_general<true>(const AttentionBackwardParams& p, cudaStream_t stream);
 
 bool& attention_backward_nondeterministic() {
     static bool flag = [] { const char* e = getenv("FLASHGPT_ATTN_NONDETERMINISTIC"); return e && e[0] == '1'; }();
@@ -50,7 +152,7 @@ bool attention_backward_sums_dqkv(int T, int HS, bool document_masking) {
 
 const char* attention_backward_unsupported_reason(const AttentionBackwardParams& p) {
     AttentionForwardParams f{p.q, p.k, p.v, nullptr, nullptr, p.q_st, p.k_st, p.v_st, p.o_st, p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, p.causal, p.scale, p.x};
-    f.x.gated_out = p.dgate;   // the backward's gating output (same checks: 16-byte aligned)
+    f.x.gated_out = p.dgate, f.fp16 = p.fp16;   // the backward's gating output (same checks: 16-byte aligned)
     if (const char* why = attention_unsupported_reason(f)) return why;
     for (const AttentionStrides& st : {p.do_st, p.dq_st, p.dk_st, p.dv_st})
         if (st.batch % 8 || st.row % 8 || st.head % 8) return "every batch, row and head stride must be a multiple of 8 elements (16 bytes)";
@@ -66,91 +168,17 @@ const char* attention_backward_unsupported_reason(const AttentionBackwardParams&
     return nullptr;
 }
 
-// GPT-2's family (attention_self_causal): the kernels compiled for it; the non-deterministic path is this family's
 void attention_backward_self_causal_path(const AttentionBackwardParams& p, cudaStream_t stream) {
-    const int HS = p.HS, T = p.T;
-    if (attention_backward_uses_hopper(HS)) {
-        // warp-specialised split, 2 consumer warpgroups: dev variant 6's best configs, HS 64 kv128x128+q128x128, HS 128
-        // kv128x64+q128x96 (96-key dQ steps: see wgmma_ss_m64n80k16). Non-deterministic at HS 128: the 5-GEMM kernel
-        // with atomic dQ (dev variant 7); at HS 64 it loses to the split, which runs there either way.
-        if (HS == 128 && attention_backward_nondeterministic()) attention_backward_atomic_hopper_ws<128, 2>(p, stream, /*ordered_dq=*/false);
-        else if (attention_backward_ordered_dq(T, HS)) attention_backward_atomic_hopper_ws<128, 2>(p, stream, /*ordered_dq=*/true);
-        else if (HS == 128) attention_backward_split_hopper_ws<128, 2, 64, 2, 96, 2>(p, stream);
-        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2>(p, stream);
-    } else if (attention_backward_nondeterministic()) {   // the fused kernel (dev variant 8), fastest at every shape measured
-        if (HS == 64 && attention_backward_fused_fits<64, 2, 2, false>()) attention_backward_fused<64, 2, 2, false>(p, stream);
-        else if (HS == 128 && attention_backward_fused_fits<128, 2, 2, true>()) attention_backward_fused<128, 2, 2, true>(p, stream);
-        else if (HS == 64) attention_backward_atomic<64, 4, 64>(p, stream);    // dev variant 3, 64x64/4w (57 KB)
-        else attention_backward_atomic<128, 4, 64>(p, stream);
-    } else {
-        // the fused kernel's dK/dV without dQ + the mma.sync dQ kernel (dev variant 4's wide configs); where the fused
-        // kernel's shared memory does not fit, the dK/dV kernel's 64-key config
-        if (HS == 64 && attention_backward_fused_fits<64, 2, 2, false>()) attention_backward_split_wide<64, 2, 2, false, 4, 1, 64>(p, stream);
-        else if (HS == 128 && attention_backward_fused_fits<128, 2, 2, true>()) attention_backward_split_wide<128, 2, 2, true, 4, 1, 32>(p, stream);
-        else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(p, stream);
-        else attention_backward_split<128, 4, 1, 32, 4, 1, 32>(p, stream);
-    }
+    if (p.fp16) backward_self_causal<true>(p, stream);
+    else backward_self_causal<false>(p, stream);
 }
 
 // any call attention_backward_unsupported_reason() accepts: GPT-2's family, then the general copies by their extras
 void attention_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
     if (const char* why = attention_backward_unsupported_reason(p)) attention_exit_unsupported("backward", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
-    const int HS = p.HS;
-    if (attention_self_causal(p)) { attention_backward_self_causal_path(p, stream); return; }
-    // the kernels' extras (attention_kernel_extras); they write dS into the scratch where either bias's gradient is asked
-    // for, and the dbias kernel sums it over each bias's broadcast dimensions after them
-    AttentionBackwardParams k = p;
-    k.x = attention_with_score_constants(attention_kernel_extras(p.x, p.B, p.T, p.Tk, p.NH, stream), p.scale);
-    k.dbias = p.dbias ? p.dbias : p.dbias2, k.dbias2 = nullptr;
-    const bool hopper = attention_backward_uses_hopper(HS);
-    // softcap and ALiBi (the score modifiers): the Hopper split's kMods copies, or with bias tiles or packs the mma.sync
-    // kExtras copies, which apply them too (as every mma.sync general copy does)
-    const bool mods = attention_has_score_mods(k.x);
-    // (HS 8-32 run HS 64's Hopper copies, 96 HS 128's, zero-padded: see head_chunk_stored)
-    if (!mods && HS != 256 && attention_hopper_bias_fits(k.x)) {   // a bf16 tile bias, a key bias, gating: the Hopper split's kBias copies
-        k.x = with_zero_tile_bias(k.x, p.Tk);
-        // the ordered dBias where the tile bias is the one bias whose gradient is asked for; else dS into the scratch
-        const bool ordered = attention_backward_dbias_ordered(p);
-        const DbiasOrder order = ordered ? dbias_order(k, 128, HS > 64 ? 64 : 128, stream) : DbiasOrder{};
-        if (ordered) k.dbias = nullptr;
-        if (HS > 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, true>(k, stream, order);
-        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, true>(k, stream, order);
-        if (ordered) {
-            const bool first = p.dbias != nullptr;
-            dbias_from_order(order, k, first ? p.x.bias_st : p.x.bias2_st, first ? p.x.bias_fp32 : p.x.bias2_fp32, first ? p.dbias : p.dbias2, stream);
-            return;
-        }
-    } else if (!mods && (HS == 64 || HS == 96 || HS == 128) && attention_hopper_packed_fits(k.x, {p.q_st, p.k_st, p.v_st, p.o_st, p.do_st, p.dq_st, p.dk_st, p.dv_st})) {
-        // packed sequences with their totals: the Hopper split's kVarlen copies
-        if (HS != 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, false, true>(k, stream);
-        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, false, true>(k, stream);
-    } else if ((attention_has_extras(k.x) && !(hopper && HS != 256 && attention_gate_only(k.x))) || (!hopper && HS <= 16)) {
-        // the mma.sync split's kExtras copies
-        if (HS <= 16) attention_backward_split<16, 4, 1, 64, 4, 1, 64, true>(k, stream);
-        else if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64, true>(k, stream);
-        else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64, true>(k, stream);
-        else if (HS == 96) attention_backward_split<96, 4, 1, 32, 4, 1, 32, true>(k, stream);
-        else if (HS == 128) attention_backward_split<128, 4, 1, 32, 4, 1, 32, true>(k, stream);
-        else attention_backward_split<256, 4, 1, 32, 4, 1, 32, true>(k, stream);
-    } else if (hopper && mods) {   // the general copies' tiles below, with the score modifiers
-        if (HS == 256) attention_backward_split_hopper_ws_256<2, true>(k, stream);
-        else if (HS > 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 96, 2, true, false, false, true>(k, stream);
-        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, false, false, true>(k, stream);
-    } else if (hopper) {
-        // the warp-specialised split's general copies (GQA: each dK/dV item sums its group's query heads; gating)
-        if (HS == 256) attention_backward_split_hopper_ws_256<2>(k, stream);
-        else if (HS > 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 96, 2, true>(k, stream);
-        else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true>(k, stream);
-    } else {
-        // general: preprocess, the dK/dV kernel (GQA: each CTA sums its group's query heads), the dQ kernel
-        if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64>(k, stream);
-        else if (HS == 64) attention_backward_split<64, 4, 1, 32, 4, 1, 64>(k, stream);
-        else if (HS == 96) attention_backward_split<96, 4, 1, 32, 4, 1, 32>(k, stream);
-        else if (HS == 128) attention_backward_split<128, 4, 1, 32, 4, 1, 32>(k, stream);
-        else attention_backward_split<256, 4, 1, 32, 4, 1, 32>(k, stream);   // dK/dV in two column halves (blockIdx.z)
-    }
-    if (p.dbias) launch_attention_dbias(k, p.x.bias_st, p.x.bias_fp32, p.dbias, stream);
-    if (p.dbias2) launch_attention_dbias(k, p.x.bias2_st, p.x.bias2_fp32, p.dbias2, stream);
+    if (attention_self_causal(p)) attention_backward_self_causal_path(p, stream);
+    else if (p.fp16) backward_general<true>(p, stream);
+    else backward_general<false>(p, stream);
 }
 
 // GPT-2's call: document masking on the mma.sync split's kExtras copies
@@ -169,3 +197,5 @@ bool attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const f
     else attention_backward_split<128, 4, 1, 32, 4, 1, 32, true>(p, stream);
     return false;
 }
+
+#endif  // ATTENTION_FP16

@@ -66,7 +66,7 @@ __host__ __device__ inline AttentionStrides gated_dout_strides(const AttentionBa
 // needs it: 16 at HS 96, HS / 8 otherwise), 16 bytes each
 template <int HS> __host__ __device__ constexpr int preprocess_lanes() { return HS == 96 ? 16 : HS / 8; }
 
-template <int HS, bool kExtras = false>
+template <int HS, bool kExtras = false, bool kHalf = false>
 __global__ void attention_backward_preprocess_kernel(const AttentionBackwardParams p, bool zero_dq) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     pdl_launch_dependents();   // the Hopper dK/dV kernel may get ready meanwhile (it waits for this grid's results)
@@ -90,16 +90,16 @@ __global__ void attention_backward_preprocess_kernel(const AttentionBackwardPara
         if (kExtras && p.x.gate) {   // gating: dgate = dout * O; the kernels' dO = dout * gate, in the scratch
             const AttentionStrides& gs = p.x.gate_st;
             const uint4 gv = *reinterpret_cast<const uint4*>(p.x.gate + b * gs.batch + r * gs.row + h * gs.head + chunk * 8);
-            *reinterpret_cast<uint4*>(p.dgate + b * gs.batch + r * gs.row + h * gs.head + chunk * 8) = mul_bf16x8(d, o);
-            d = mul_bf16x8(d, gv);
+            *reinterpret_cast<uint4*>(p.dgate + b * gs.batch + r * gs.row + h * gs.head + chunk * 8) = mul_x8<kHalf>(d, o);
+            d = mul_x8<kHalf>(d, gv);
             const AttentionStrides ds = gated_dout_strides(p);
             *reinterpret_cast<uint4*>(sc.gated_dout + b * ds.batch + r * ds.row + h * ds.head + chunk * 8) = d;
         }
-        const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&o);
-        const __nv_bfloat162* d2 = reinterpret_cast<const __nv_bfloat162*>(&d);
+        const uint32_t* o2 = reinterpret_cast<const uint32_t*>(&o);
+        const uint32_t* d2 = reinterpret_cast<const uint32_t*>(&d);
         #pragma unroll
         for (int i = 0; i < 4; i++) {
-            float2 of = __bfloat1622float2(o2[i]), df = __bfloat1622float2(d2[i]);
+            float2 of = unpack_x2<kHalf>(o2[i]), df = unpack_x2<kHalf>(d2[i]);
             sum += of.x * df.x + of.y * df.y;
         }
         if (zero_dq) {
@@ -118,8 +118,8 @@ __global__ void attention_backward_preprocess_kernel(const AttentionBackwardPara
     }
 }
 
-// postprocess (atomic path): dq (bf16) = scale * dq_accum (B*NH, T, HS) fp32; 8 elements per thread
-template <int HS>
+// postprocess (atomic path): dq (bf16 or fp16) = scale * dq_accum (B*NH, T, HS) fp32; 8 elements per thread
+template <int HS, bool kHalf = false>
 __global__ void attention_backward_postprocess_kernel(const AttentionBackwardParams p) {
     constexpr int kChunks = HS / 8;
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -130,8 +130,8 @@ __global__ void attention_backward_postprocess_kernel(const AttentionBackwardPar
     const float scale = p.scale;
     const float4* acc = reinterpret_cast<const float4*>(backward_scratch(p).dq_accum + r * HS + chunk * 8);
     float4 x = acc[0], y = acc[1];
-    uint4 packed = make_uint4(pack_bf16x2(x.x * scale, x.y * scale), pack_bf16x2(x.z * scale, x.w * scale),
-                              pack_bf16x2(y.x * scale, y.y * scale), pack_bf16x2(y.z * scale, y.w * scale));
+    uint4 packed = make_uint4(pack_x2<kHalf>(x.x * scale, x.y * scale), pack_x2<kHalf>(x.z * scale, x.w * scale),
+                              pack_x2<kHalf>(y.x * scale, y.y * scale), pack_x2<kHalf>(y.z * scale, y.w * scale));
     *reinterpret_cast<uint4*>(p.dq + b * p.dq_st.batch + t * p.dq_st.row + h * p.dq_st.head + chunk * 8) = packed;
 }
 
@@ -142,7 +142,7 @@ __global__ void attention_backward_postprocess_kernel(const AttentionBackwardPar
 // and queries q0 + nt*8 + 2tq, +1 of the stage's Q, dO tiles (g = lane / 4, tq = lane % 4).
 
 // S^T = K Q^T and dP^T = V dO^T, 16 * kMT keys x kQT * 8 queries
-template <int HS, int kMT, int kQT>
+template <bool kHalf, int HS, int kMT, int kQT>
 __device__ __forceinline__ void backward_st_dpt(float (&st)[kMT][kQT][4], float (&dpt)[kMT][kQT][4], const uint8_t* k_smem,
                                                 const uint8_t* v_smem, const uint8_t* q_s, const uint8_t* do_s,
                                                 int warp_row0, int q0, int lane) {
@@ -169,10 +169,10 @@ __device__ __forceinline__ void backward_st_dpt(float (&st)[kMT][kQT][4], float 
             ldmatrix_x4(dob, smem_addr(do_s + swizzle<HS>(qrow, 2 * ks + (lane / 8) % 2)));
             #pragma unroll
             for (int mt = 0; mt < kMT; mt++) {
-                mma_bf16_16816(st[mt][2 * np], ka[mt], qb[0], qb[1]);
-                mma_bf16_16816(st[mt][2 * np + 1], ka[mt], qb[2], qb[3]);
-                mma_bf16_16816(dpt[mt][2 * np], va[mt], dob[0], dob[1]);
-                mma_bf16_16816(dpt[mt][2 * np + 1], va[mt], dob[2], dob[3]);
+                mma_16816<kHalf>(st[mt][2 * np], ka[mt], qb[0], qb[1]);
+                mma_16816<kHalf>(st[mt][2 * np + 1], ka[mt], qb[2], qb[3]);
+                mma_16816<kHalf>(dpt[mt][2 * np], va[mt], dob[0], dob[1]);
+                mma_16816<kHalf>(dpt[mt][2 * np + 1], va[mt], dob[2], dob[3]);
             }
         }
     }
@@ -208,7 +208,7 @@ __device__ __forceinline__ void backward_p_ds(float (&st)[kMT][kQT][4], float (&
 // twice (dV, then dK) would do the same, but the two interleaved share the address math: as two calls ptxas spilled
 // 4 more bytes in the fused kernel and took up to 7 more registers elsewhere.
 // kCols < HS: only the head-dim columns col0 .. col0 + kCols - 1 of dV and dK (the accumulators hold those)
-template <int HS, int kMT, int kQT, int kCols = HS>
+template <bool kHalf, int HS, int kMT, int kQT, int kCols = HS>
 __device__ __forceinline__ void backward_dv_dk(float (&dv_acc)[kMT][kCols / 8][4], float (&dk_acc)[kMT][kCols / 8][4],
                                                const float (&st)[kMT][kQT][4], const float (&dpt)[kMT][kQT][4],
                                                const uint8_t* q_s, const uint8_t* do_s, int q0, int lane, int col0 = 0) {
@@ -217,8 +217,8 @@ __device__ __forceinline__ void backward_dv_dk(float (&dv_acc)[kMT][kCols / 8][4
         uint32_t pa[kMT][4], dsa[kMT][4];
         #pragma unroll
         for (int mt = 0; mt < kMT; mt++) {
-            accum_tiles_to_a_frag(pa[mt], st[mt][2 * kk], st[mt][2 * kk + 1]);
-            accum_tiles_to_a_frag(dsa[mt], dpt[mt][2 * kk], dpt[mt][2 * kk + 1]);
+            accum_tiles_to_a_frag<kHalf>(pa[mt], st[mt][2 * kk], st[mt][2 * kk + 1]);
+            accum_tiles_to_a_frag<kHalf>(dsa[mt], dpt[mt][2 * kk], dpt[mt][2 * kk + 1]);
         }
         #pragma unroll
         for (int dp = 0; dp < kCols / 16; dp++) {
@@ -228,10 +228,10 @@ __device__ __forceinline__ void backward_dv_dk(float (&dv_acc)[kMT][kCols / 8][4
             ldmatrix_x4_trans(qb, smem_addr(q_s + swizzle<HS>(qrow, col0 / 8 + 2 * dp + lane / 16)));
             #pragma unroll
             for (int mt = 0; mt < kMT; mt++) {
-                mma_bf16_16816(dv_acc[mt][2 * dp], pa[mt], dob[0], dob[1]);
-                mma_bf16_16816(dv_acc[mt][2 * dp + 1], pa[mt], dob[2], dob[3]);
-                mma_bf16_16816(dk_acc[mt][2 * dp], dsa[mt], qb[0], qb[1]);
-                mma_bf16_16816(dk_acc[mt][2 * dp + 1], dsa[mt], qb[2], qb[3]);
+                mma_16816<kHalf>(dv_acc[mt][2 * dp], pa[mt], dob[0], dob[1]);
+                mma_16816<kHalf>(dv_acc[mt][2 * dp + 1], pa[mt], dob[2], dob[3]);
+                mma_16816<kHalf>(dk_acc[mt][2 * dp], dsa[mt], qb[0], qb[1]);
+                mma_16816<kHalf>(dk_acc[mt][2 * dp + 1], dsa[mt], qb[2], qb[3]);
             }
         }
     }
@@ -240,7 +240,7 @@ __device__ __forceinline__ void backward_dv_dk(float (&dv_acc)[kMT][kCols / 8][4
 // epilogue: dK *= scale; dK, dV (the warp's keys x kDT * 8 columns from col0) -> bf16, staged in the warp's own rows
 // of the K/V tiles (swizzle<HS>; free once every warp is past the last barrier) for 16-byte stores
 // (dk_gl, dv_gl: key 0 of the head; Tk keys)
-template <int HS, int kMT, int kDT>
+template <bool kHalf, int HS, int kMT, int kDT>
 __device__ __forceinline__ void backward_store_dk_dv(const float (&dk_acc)[kMT][kDT][4], const float (&dv_acc)[kMT][kDT][4],
                                                      uint8_t* k_smem, uint8_t* v_smem, floatX* dk_gl, long long dk_row,
                                                      floatX* dv_gl, long long dv_row, float scale, int Tk, int n_start,
@@ -254,9 +254,9 @@ __device__ __forceinline__ void backward_store_dk_dv(const float (&dk_acc)[kMT][
             #pragma unroll
             for (int dt = 0; dt < kDT; dt++) {
                 *reinterpret_cast<uint32_t*>(k_smem + swizzle<HS>(row, col0 / 8 + dt) + 4 * tq) =
-                    pack_bf16x2(dk_acc[mt][dt][2 * half] * scale, dk_acc[mt][dt][2 * half + 1] * scale);
+                    pack_x2<kHalf>(dk_acc[mt][dt][2 * half] * scale, dk_acc[mt][dt][2 * half + 1] * scale);
                 *reinterpret_cast<uint32_t*>(v_smem + swizzle<HS>(row, col0 / 8 + dt) + 4 * tq) =
-                    pack_bf16x2(dv_acc[mt][dt][2 * half], dv_acc[mt][dt][2 * half + 1]);
+                    pack_x2<kHalf>(dv_acc[mt][dt][2 * half], dv_acc[mt][dt][2 * half + 1]);
             }
         }
     __syncwarp();
@@ -286,7 +286,7 @@ struct BackwardKVTile {
     static constexpr int kSmemBytes = 2 * kKVBytes + kDsBytes + 2 * kStageBytes;
 };
 
-template <int HS, int kNWarps, int kMT, int kBlockM, bool kAtomicDq, bool kExtras = false>
+template <int HS, int kNWarps, int kMT, int kBlockM, bool kAtomicDq, bool kExtras = false, bool kHalf = false>
 __global__ void __launch_bounds__(kNWarps * 32)
 attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
     using Tile = BackwardKVTile<HS, kNWarps, kMT, kBlockM, kAtomicDq>;
@@ -393,7 +393,7 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
 
         // S^T = K Q^T and dP^T = V dO^T: 16 * kMT keys x kBlockM queries per warp
         float st[kMT][kQT][4], dpt[kMT][kQT][4];
-        backward_st_dpt<HS, kMT, kQT>(st, dpt, k_smem, v_smem, q_s, do_s, warp_row0, 0, lane);
+        backward_st_dpt<kHalf, HS, kMT, kQT>(st, dpt, k_smem, v_smem, q_s, do_s, warp_row0, 0, lane);
         if (kExtras && p.x.bias) add_bias_tile_t<kMT, kQT>(st, bias_tile(stage), bias_pitch, p.x.bias_fp32, warp_row0, 1.0f / p.scale, lane);
         if (kExtras && p.x.key_bias) add_key_bias_t<kMT, kQT>(st, key_bias_of(p.x, b, step_bh(i) % NH), n_start + warp_row0, 1.0f / p.scale, lane);
         if (kExtras && p.x.doc_start) {   // document masking: key < its query's document start
@@ -425,11 +425,11 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
                 #pragma unroll
                 for (int nt = 0; nt < kQT; nt++) {
                     const int row = warp_row0 + mt * 16 + g;
-                    *reinterpret_cast<uint32_t*>(ds_smem + swizzle<kBlockM>(row, nt) + 4 * tq) = pack_bf16x2(dpt[mt][nt][0], dpt[mt][nt][1]);
-                    *reinterpret_cast<uint32_t*>(ds_smem + swizzle<kBlockM>(row + 8, nt) + 4 * tq) = pack_bf16x2(dpt[mt][nt][2], dpt[mt][nt][3]);
+                    *reinterpret_cast<uint32_t*>(ds_smem + swizzle<kBlockM>(row, nt) + 4 * tq) = pack_x2<kHalf>(dpt[mt][nt][0], dpt[mt][nt][1]);
+                    *reinterpret_cast<uint32_t*>(ds_smem + swizzle<kBlockM>(row + 8, nt) + 4 * tq) = pack_x2<kHalf>(dpt[mt][nt][2], dpt[mt][nt][3]);
                 }
         }
-        backward_dv_dk<HS, kMT, kQT, kAccDT * 8>(dv_acc, dk_acc, st, dpt, q_s, do_s, 0, lane, col0);   // dV += P^T dO, dK += dS^T Q
+        backward_dv_dk<kHalf, HS, kMT, kQT, kAccDT * 8>(dv_acc, dk_acc, st, dpt, q_s, do_s, 0, lane, col0);   // dV += P^T dO, dK += dS^T Q
         if constexpr (kAtomicDq) {
             __syncthreads();   // all of dS^T is in shared memory before any warp reads it
             // dQ (kBlockM x HS) += dS K: warp -> (16-row m tile, slice of the d tiles)
@@ -449,8 +449,8 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
                     uint32_t kb[4];   // B fragments of K (k = key, n = d): transposed load
                     const int krow = 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2);
                     ldmatrix_x4_trans(kb, smem_addr(k_smem + swizzle<HS>(krow, 2 * (part * kPartDT / 2 + dp) + lane / 16)));
-                    mma_bf16_16816(dq[2 * dp], dsa, kb[0], kb[1]);
-                    mma_bf16_16816(dq[2 * dp + 1], dsa, kb[2], kb[3]);
+                    mma_16816<kHalf>(dq[2 * dp], dsa, kb[0], kb[1]);
+                    mma_16816<kHalf>(dq[2 * dp + 1], dsa, kb[2], kb[3]);
                 }
             }
             // red.global.add into dq_accum (B*NH, T, HS): atomicAdd with the result unused. sm_90 has a
@@ -488,7 +488,7 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
                     #pragma unroll
                     for (int dt = 0; dt < kAccDT; dt++) dk_acc[mt][dt][e] = dv_acc[mt][dt][e] = 0.0f;
     }
-    backward_store_dk_dv<HS, kMT, kAccDT>(dk_acc, dv_acc, k_smem, v_smem, p.dk + b * p.dk_st.batch + h_kv * p.dk_st.head + seq.k0 * p.dk_st.row,
+    backward_store_dk_dv<kHalf, HS, kMT, kAccDT>(dk_acc, dv_acc, k_smem, v_smem, p.dk + b * p.dk_st.batch + h_kv * p.dk_st.head + seq.k0 * p.dk_st.row,
                                           p.dk_st.row, p.dv + b * p.dv_st.batch + h_kv * p.dv_st.head + seq.k0 * p.dv_st.row, p.dv_st.row,
                                           p.scale, kExtras && p.x.cu_seqlens_k ? Tk : p.Tk, n_start, warp_row0, col0, lane, head_chunks);
 }
@@ -508,7 +508,7 @@ struct BackwardQTile {
     static constexpr int kSmemBytes = 2 * kBlockM * HS * 2 + 2 * 2 * kTileBytes;
 };
 
-template <int HS, int kNWarps, int kMT, int kBlockN, bool kExtras = false>
+template <int HS, int kNWarps, int kMT, int kBlockN, bool kExtras = false, bool kHalf = false>
 __global__ void __launch_bounds__(kNWarps * 32)
 attention_backward_dq_kernel(const AttentionBackwardParams p) {
     using Tile = BackwardQTile<HS, kNWarps, kMT, kBlockN>;
@@ -641,10 +641,10 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                     for (int mt = 0; mt < kMT; mt++) {
                         const uint32_t (&qa)[4] = kFragsInRegs ? q_frag[mt][kFragsInRegs ? ks : 0] : q_step[kFragsInRegs ? 0 : mt];
                         const uint32_t (&da)[4] = kFragsInRegs ? do_frag[mt][kFragsInRegs ? ks : 0] : do_step[kFragsInRegs ? 0 : mt];
-                        mma_bf16_16816(s[mt][2 * np], qa, kb[0], kb[1]);
-                        mma_bf16_16816(s[mt][2 * np + 1], qa, kb[2], kb[3]);
-                        mma_bf16_16816(dp[mt][2 * np], da, vb[0], vb[1]);
-                        mma_bf16_16816(dp[mt][2 * np + 1], da, vb[2], vb[3]);
+                        mma_16816<kHalf>(s[mt][2 * np], qa, kb[0], kb[1]);
+                        mma_16816<kHalf>(s[mt][2 * np + 1], qa, kb[2], kb[3]);
+                        mma_16816<kHalf>(dp[mt][2 * np], da, vb[0], vb[1]);
+                        mma_16816<kHalf>(dp[mt][2 * np + 1], da, vb[2], vb[3]);
                     }
                 }
             }
@@ -695,7 +695,7 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                     }
             }
             // dQ += dS K (K is [key][d])
-            mma_accum_times_tile(dq_acc, dp, [&](int kk, int dpair) {
+            mma_accum_times_tile<kHalf>(dq_acc, dp, [&](int kk, int dpair) {
                 const int key = 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2);
                 return smem_addr(k_s + swizzle<HS>(key, 2 * dpair + lane / 16));
             });
@@ -713,7 +713,7 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
             #pragma unroll
             for (int dt = 0; dt < kDT; dt++)
                 *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) =
-                    pack_bf16x2(dq_acc[mt][dt][2 * half] * scale, dq_acc[mt][dt][2 * half + 1] * scale);
+                    pack_x2<kHalf>(dq_acc[mt][dt][2 * half] * scale, dq_acc[mt][dt][2 * half + 1] * scale);
         }
     __syncwarp();
     constexpr int kChunks = HS / 8;
@@ -869,7 +869,7 @@ struct BackwardFusedTile {
     static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_80 / sm_90 CTA may have");
 };
 
-template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem, bool kDq>
+template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem, bool kDq, bool kHalf = false>
 __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const AttentionBackwardParams p) {
     using Tile = BackwardFusedTile<HS, kMT, kWarpsQ, kDkDvSmem>;
     constexpr int kBlockN = Tile::kBlockN, kBlockM = Tile::kBlockM, kThreads = Tile::kThreads;
@@ -968,7 +968,7 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
             }
             // S^T = K Q^T and dP^T = V dO^T: 16 * kMT keys x kWarpQ queries per warp
             float st[kMT][kQT][4], dpt[kMT][kQT][4];
-            backward_st_dpt<HS, kMT, kQT>(st, dpt, k_smem, v_smem, q_s, do_s, warp_row0, q0, lane);
+            backward_st_dpt<kHalf, HS, kMT, kQT>(st, dpt, k_smem, v_smem, q_s, do_s, warp_row0, q0, lane);
             // P^T and dS^T, then dS^T (and P^T with kDkDvSmem) to shared memory as bf16. Only passes where some key
             // of this warp exceeds some query take the masked copy (the mask's compares and selects were 11% of a
             // pass's instructions).
@@ -981,15 +981,15 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
                         #pragma unroll
                         for (int half = 0; half < 2; half++) {
                             const int off = swizzle<kBlockM>(warp_row0 + mt * 16 + g + 8 * half, q0 / 8 + nt) + 4 * tq;
-                            if constexpr (kStoreDs) *reinterpret_cast<uint32_t*>(ds_smem + off) = pack_bf16x2(dpt[mt][nt][2 * half], dpt[mt][nt][2 * half + 1]);
-                            if constexpr (kDkDvSmem) *reinterpret_cast<uint32_t*>(pt_smem + off) = pack_bf16x2(st[mt][nt][2 * half], st[mt][nt][2 * half + 1]);
+                            if constexpr (kStoreDs) *reinterpret_cast<uint32_t*>(ds_smem + off) = pack_x2<kHalf>(dpt[mt][nt][2 * half], dpt[mt][nt][2 * half + 1]);
+                            if constexpr (kDkDvSmem) *reinterpret_cast<uint32_t*>(pt_smem + off) = pack_x2<kHalf>(st[mt][nt][2 * half], st[mt][nt][2 * half + 1]);
                         }
             };
             if (warp_key0 + 16 * kMT - 1 > m_start + q0) p_ds_to_smem(true);
             else p_ds_to_smem(false);
             // register path: dV += P^T dO and dK += dS^T Q over the warp's queries; accumulator tiles 2kk, 2kk+1
             // are the A fragment of k step kk
-            if constexpr (!kDkDvSmem) backward_dv_dk<HS, kMT, kQT>(dv_acc, dk_acc, st, dpt, q_s, do_s, q0, lane);
+            if constexpr (!kDkDvSmem) backward_dv_dk<kHalf, HS, kMT, kQT>(dv_acc, dk_acc, st, dpt, q_s, do_s, q0, lane);
         }
         if constexpr (kStoreDs) __syncthreads();   // all of dS^T (and P^T) is in shared memory before any warp reads it
 
@@ -1014,10 +1014,10 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
                         ldmatrix_x4_trans(qb, smem_addr(q_s + swizzle<HS>(qrow, acc_col0 / 8 + 2 * dp + lane / 16)));
                         #pragma unroll
                         for (int mt = 0; mt < kMT; mt++) {
-                            mma_bf16_16816(dv_acc[mt][2 * dp], pa[mt], dob[0], dob[1]);
-                            mma_bf16_16816(dv_acc[mt][2 * dp + 1], pa[mt], dob[2], dob[3]);
-                            mma_bf16_16816(dk_acc[mt][2 * dp], dsa[mt], qb[0], qb[1]);
-                            mma_bf16_16816(dk_acc[mt][2 * dp + 1], dsa[mt], qb[2], qb[3]);
+                            mma_16816<kHalf>(dv_acc[mt][2 * dp], pa[mt], dob[0], dob[1]);
+                            mma_16816<kHalf>(dv_acc[mt][2 * dp + 1], pa[mt], dob[2], dob[3]);
+                            mma_16816<kHalf>(dk_acc[mt][2 * dp], dsa[mt], qb[0], qb[1]);
+                            mma_16816<kHalf>(dk_acc[mt][2 * dp + 1], dsa[mt], qb[2], qb[3]);
                         }
                     }
                 }
@@ -1048,8 +1048,8 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
                         ldmatrix_x4_trans(kb, smem_addr(k_smem + swizzle<HS>(krow, dq_col0 / 8 + 2 * dp + lane / 16)));
                         #pragma unroll
                         for (int mt = 0; mt < 2; mt++) {
-                            mma_bf16_16816(dq[mt][2 * dp], dsa[mt], kb[0], kb[1]);
-                            mma_bf16_16816(dq[mt][2 * dp + 1], dsa[mt], kb[2], kb[3]);
+                            mma_16816<kHalf>(dq[mt][2 * dp], dsa[mt], kb[0], kb[1]);
+                            mma_16816<kHalf>(dq[mt][2 * dp + 1], dsa[mt], kb[2], kb[3]);
                         }
                     }
                 }
@@ -1109,7 +1109,7 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
                 dv_acc[mt][dt][0] += c.x; dv_acc[mt][dt][1] += c.y; dv_acc[mt][dt][2] += c.z; dv_acc[mt][dt][3] += c.w;
             }
     }
-    backward_store_dk_dv<HS, kMT, kDT>(dk_acc, dv_acc, k_smem, v_smem, p.dk + b * p.dk_st.batch + h * p.dk_st.head, p.dk_st.row,
+    backward_store_dk_dv<kHalf, HS, kMT, kDT>(dk_acc, dv_acc, k_smem, v_smem, p.dk + b * p.dk_st.batch + h * p.dk_st.head, p.dk_st.row,
                                        p.dv + b * p.dv_st.batch + h * p.dv_st.head, p.dv_st.row, p.scale, T, n_start, warp_row0,
                                        acc_col0, lane);
 }
@@ -1146,13 +1146,13 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
 // One warpgroup's S = A B^T and dP = A' B'^T over the head dimension (64 rows of A, N columns), zeroed first, two
 // commit groups, S first: S^T = K Q^T, dP^T = V dO^T in the dK/dV kernel (kRowsA = its key block), S = Q K^T,
 // dP = dO V^T in the dQ kernel (kRowsA = its query block)
-template <int HS, int N, int kRowsA>
+template <bool kHalf, int HS, int N, int kRowsA>
 __device__ __forceinline__ void issue_s_dp(float (&s)[N / 2], float (&dp)[N / 2], uint64_t a_desc, uint64_t a2_desc,
                                            const uint8_t* b_s, const uint8_t* b2_s) {
     wgmma_fence();
-    wgmma_ss_over_hs<HS, N, kRowsA, 0>(s, a_desc, b_s);
+    wgmma_ss_over_hs<kHalf, HS, N, kRowsA, 0>(s, a_desc, b_s);
     wgmma_commit();
-    wgmma_ss_over_hs<HS, N, kRowsA, 0>(dp, a2_desc, b2_s);
+    wgmma_ss_over_hs<kHalf, HS, N, kRowsA, 0>(dp, a2_desc, b2_s);
     wgmma_commit();
 }
 
@@ -1191,7 +1191,7 @@ __device__ __forceinline__ void p_t_group(float (&st)[N], int i, float2 l2, bool
 // wait for S^T, P^T; wait for dP^T, dS^T; give P^T, dS^T as bf16 A fragments (pa, dsa). kBias: S^T += the bias first
 // (kLowBound: lo_start, the first query + lo, masks the window's left side too)
 // (mods: the score modifiers, q_first the tile's first query)
-template <int HS, int kBlockM, bool kBias = false, bool kLowBound = false>
+template <bool kHalf, int HS, int kBlockM, bool kBias = false, bool kLowBound = false>
 __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)[kBlockM / 2], uint32_t (&pa)[kBlockM / 16][4],
                                           uint32_t (&dsa)[kBlockM / 16][4], const float* lse2_s, const float* dpsum_s,
                                           int n_start, int m_start, int warp_row0, float scale_log2, BiasTile bias = {}, int lo_start = 0,
@@ -1234,33 +1234,33 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
     }
     if (mods && mods->x.softcap_in != 0.0f) softcap_grad_frag_t(dpt, st, *mods, lse2_s, n_start + warp_row0, q_first);
     #pragma unroll
-    for (int j = 0; j < kQS; j++) { accum_to_a_frag(pa[j], st, j); accum_to_a_frag(dsa[j], dpt, j); }
+    for (int j = 0; j < kQS; j++) { accum_to_a_frag<kHalf>(pa[j], st, j); accum_to_a_frag<kHalf>(dsa[j], dpt, j); }
 }
 
 // dV += P^T dO, dK += dS^T Q: one commit group; k step j = queries 16j..16j+15 = rows 16j.. of the (MN-major) tiles
-template <int HS, int kBlockM>
+template <bool kHalf, int HS, int kBlockM>
 __device__ __forceinline__ void dkdv_issue_dv_dk(float (&dk_acc)[HS / 2], float (&dv_acc)[HS / 2], const uint32_t (&pa)[kBlockM / 16][4],
                                                  const uint32_t (&dsa)[kBlockM / 16][4], const uint8_t* q_s, const uint8_t* do_s) {
     wgmma_fence();
     #pragma unroll
-    for (int j = 0; j < kBlockM / 16; j++) wgmma_rs_m64k16_trans_b<HS, kBlockM>(dv_acc, pa[j], do_s, j);
+    for (int j = 0; j < kBlockM / 16; j++) wgmma_rs_m64k16_trans_b<kHalf, HS, kBlockM>(dv_acc, pa[j], do_s, j);
     #pragma unroll
-    for (int j = 0; j < kBlockM / 16; j++) wgmma_rs_m64k16_trans_b<HS, kBlockM>(dk_acc, dsa[j], q_s, j);
+    for (int j = 0; j < kBlockM / 16; j++) wgmma_rs_m64k16_trans_b<kHalf, HS, kBlockM>(dk_acc, dsa[j], q_s, j);
     wgmma_commit();
 }
 
 // the whole step; returns with every wgmma complete, so the caller may hand the stage back
-template <int HS, int kBlockM, int kBlockN, bool kBias = false, bool kLowBound = false>
+template <bool kHalf, int HS, int kBlockM, int kBlockN, bool kBias = false, bool kLowBound = false>
 __device__ __forceinline__ void dkdv_hopper_step(float (&dk_acc)[HS / 2], float (&dv_acc)[HS / 2], uint64_t k_desc, uint64_t v_desc,
                                                  const uint8_t* q_s, const uint8_t* do_s, const float* lse2_s, const float* dpsum_s,
                                                  int n_start, int m_start, int warp_row0, float scale_log2, BiasTile bias = {},
                                                  int lo_start = 0, const ScoreMods* mods = nullptr, int q_first = 0) {
     float st[kBlockM / 2], dpt[kBlockM / 2];
     uint32_t pa[kBlockM / 16][4], dsa[kBlockM / 16][4];
-    issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_s, do_s);
-    dkdv_p_ds<HS, kBlockM, kBias, kLowBound>(st, dpt, pa, dsa, lse2_s, dpsum_s, n_start, m_start, warp_row0, scale_log2, bias, lo_start,
+    issue_s_dp<kHalf, HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_s, do_s);
+    dkdv_p_ds<kHalf, HS, kBlockM, kBias, kLowBound>(st, dpt, pa, dsa, lse2_s, dpsum_s, n_start, m_start, warp_row0, scale_log2, bias, lo_start,
                                              mods, q_first);
-    dkdv_issue_dv_dk<HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_s, do_s);
+    dkdv_issue_dv_dk<kHalf, HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_s, do_s);
     wgmma_wait<0>();
 }
 
@@ -1290,7 +1290,7 @@ __device__ __forceinline__ void store_dqkv_sums(const AttentionBackwardParams& p
 // dK *= scale; dK, dV -> bf16, staged in this warp's own 16 rows of dk_stage / dv_stage (swizzle<HS>: 256-byte rows at
 // HS 128, not the column blocks; each warp reads back only what it wrote), then 16-byte stores into dk, dv
 // (packed sequences: row0 = the sequence's first row of dK, dV, rows = its keys; rows 0: p.Tk)
-template <int HS, bool kGeneral = false>
+template <bool kHalf, int HS, bool kGeneral = false>
 __device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardParams& p, const float (&dk_acc)[HS / 2], const float (&dv_acc)[HS / 2],
                                                      uint8_t* dk_stage, uint8_t* dv_stage, int b, int h, int n_start, int warp_row0,
                                                      int row0 = 0, int rows = 0) {
@@ -1304,9 +1304,9 @@ __device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardPara
         #pragma unroll
         for (int dt = 0; dt < kDT; dt++) {
             *reinterpret_cast<uint32_t*>(dk_stage + swizzle<HS>(row, dt) + 4 * tq) =
-                pack_bf16x2(dk_acc[4 * dt + 2 * half] * scale, dk_acc[4 * dt + 2 * half + 1] * scale);
+                pack_x2<kHalf>(dk_acc[4 * dt + 2 * half] * scale, dk_acc[4 * dt + 2 * half + 1] * scale);
             *reinterpret_cast<uint32_t*>(dv_stage + swizzle<HS>(row, dt) + 4 * tq) =
-                pack_bf16x2(dv_acc[4 * dt + 2 * half], dv_acc[4 * dt + 2 * half + 1]);
+                pack_x2<kHalf>(dv_acc[4 * dt + 2 * half], dv_acc[4 * dt + 2 * half + 1]);
         }
     }
     __syncwarp();
@@ -1367,7 +1367,7 @@ __device__ __forceinline__ void dbias_ordered_add(const DbiasWarp& w, const floa
 
 // wait for S, P; wait for dP, dS; give dS as bf16 A fragments. kBias: S += the bias (kBlockM rows) first; kLowBound
 // (the general copies): keys before a row's window (key < row + lo) masked too
-template <int HS, int kBlockN, int kBlockM = 0, bool kBias = false, bool kLowBound = false>
+template <bool kHalf, int HS, int kBlockN, int kBlockM = 0, bool kBias = false, bool kLowBound = false>
 __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBlockN / 2], uint32_t (&dsa)[kBlockN / 16][4],
                                         const float (&row_lse2)[2], const float (&row_dpsum)[2], int n_block, int m_start, int warp_row0,
                                         float scale_log2, int diag = 0, int Tk = 1 << 30, BiasTile bias = {}, int lo = 0,
@@ -1403,22 +1403,22 @@ __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBl
             dp[i] *= mods->grad(s[i], row_lse2[(i % 4) / 2], d0 + (float)(8 * ((i % 4) / 2) - 8 * (i / 4) - i % 2));
     }
     #pragma unroll
-    for (int j = 0; j < kBlockN / 16; j++) accum_to_a_frag(dsa[j], dp, j);
+    for (int j = 0; j < kBlockN / 16; j++) accum_to_a_frag<kHalf>(dsa[j], dp, j);
 }
 
 // dQ += dS K: one commit group; k step j = keys 16j..16j+15 = rows 16j.. of the (MN-major) K tile
-template <int HS, int kBlockN>
+template <bool kHalf, int HS, int kBlockN>
 __device__ __forceinline__ void dq_issue_dq(float (&dq_acc)[HS / 2], const uint32_t (&dsa)[kBlockN / 16][4], const uint8_t* k_s) {
     wgmma_fence();
     #pragma unroll
-    for (int j = 0; j < kBlockN / 16; j++) wgmma_rs_m64k16_trans_b<HS, kBlockN>(dq_acc, dsa[j], k_s, j);
+    for (int j = 0; j < kBlockN / 16; j++) wgmma_rs_m64k16_trans_b<kHalf, HS, kBlockN>(dq_acc, dsa[j], k_s, j);
     wgmma_commit();
 }
 
 // the whole step; returns with every wgmma complete. kBias: with the bias tile; ds_rows (dBias): this warp's rows g,
 // g + 8 of the fp32 dS scratch ((b, h, query) rows of Tk keys; nullptr: a row past T or no dBias), written while dQ runs;
 // order (the ordered dBias, DbiasOrder): its rows of the accumulator slot, added in turn while dQ runs
-template <int HS, int kBlockM, int kBlockN, bool kBias = false, bool kLowBound = false>
+template <bool kHalf, int HS, int kBlockM, int kBlockN, bool kBias = false, bool kLowBound = false>
 __device__ __forceinline__ void dq_hopper_step(float (&dq_acc)[HS / 2], uint64_t q_desc, uint64_t do_desc, const uint8_t* k_s, const uint8_t* v_s,
                                                const float (&row_lse2)[2], const float (&row_dpsum)[2], int n_block, int m_start, int warp_row0,
                                                float scale_log2, int diag = 0, int Tk = 1 << 30, BiasTile bias = {},
@@ -1426,10 +1426,10 @@ __device__ __forceinline__ void dq_hopper_step(float (&dq_acc)[HS / 2], uint64_t
                                                const ScoreMods* mods = nullptr) {
     float s[kBlockN / 2], dp[kBlockN / 2];
     uint32_t dsa[kBlockN / 16][4];
-    issue_s_dp<HS, kBlockN, kBlockM>(s, dp, q_desc, do_desc, k_s, v_s);
-    dq_p_ds<HS, kBlockN, kBlockM, kBias, kLowBound>(s, dp, dsa, row_lse2, row_dpsum, n_block, m_start, warp_row0, scale_log2, diag, Tk, bias, lo,
+    issue_s_dp<kHalf, HS, kBlockN, kBlockM>(s, dp, q_desc, do_desc, k_s, v_s);
+    dq_p_ds<kHalf, HS, kBlockN, kBlockM, kBias, kLowBound>(s, dp, dsa, row_lse2, row_dpsum, n_block, m_start, warp_row0, scale_log2, diag, Tk, bias, lo,
                                                     mods);
-    dq_issue_dq<HS, kBlockN>(dq_acc, dsa, k_s);
+    dq_issue_dq<kHalf, HS, kBlockN>(dq_acc, dsa, k_s);
     if constexpr (kBias) if (order.counter) dbias_ordered_add<kBlockN, kBlockM>(order, dp, n_block, Tk);
     if constexpr (kBias) {   // pairs of keys as 8-byte stores where Tk is even (the rows then 8-byte aligned)
         const int tq = threadIdx.x % 4;
@@ -1454,7 +1454,7 @@ __device__ __forceinline__ void dq_hopper_step(float (&dq_acc)[HS / 2], uint64_t
 
 // dQ * scale -> bf16, staged in this warp's own 16 rows of `stage` (swizzle<HS>), then 16-byte stores into dq
 // (packed sequences: row0 = the sequence's first row of dQ, rows = its length; rows 0: p.T)
-template <int HS, bool kGeneral = false>
+template <bool kHalf, int HS, bool kGeneral = false>
 __device__ __forceinline__ void dq_hopper_epilogue(const AttentionBackwardParams& p, const float (&dq_acc)[HS / 2], uint8_t* stage,
                                                    int b, int h, int m_start, int warp_row0, int row0 = 0, int rows = 0) {
     constexpr int kDT = HS / 8;
@@ -1468,7 +1468,7 @@ __device__ __forceinline__ void dq_hopper_epilogue(const AttentionBackwardParams
         #pragma unroll
         for (int dt = 0; dt < kDT; dt++)
             *reinterpret_cast<uint32_t*>(stage + swizzle<HS>(row, dt) + 4 * tq) =
-                pack_bf16x2(dq_acc[4 * dt + 2 * half] * scale, dq_acc[4 * dt + 2 * half + 1] * scale);
+                pack_x2<kHalf>(dq_acc[4 * dt + 2 * half] * scale, dq_acc[4 * dt + 2 * half + 1] * scale);
     }
     __syncwarp();
     floatX* dq_gl = p.dq + b * p.dq_st.batch + h * p.dq_st.head;
@@ -1557,12 +1557,12 @@ __device__ __forceinline__ void store_ds_t(uint8_t* ds, const uint32_t (&dsa)[kB
 }
 // dq (64 queries x HS / 2 columns) = dS K over the kBlockN keys: A = dS read transposed from the dS^T tile, B = the
 // warpgroup's columns of K (k_cols) read transposed; one commit group
-template <int HS, int kBlockN>
+template <bool kHalf, int HS, int kBlockN>
 __device__ __forceinline__ void issue_dq_from_ds(float (&dq)[HS / 4], const uint8_t* ds, const uint8_t* k_cols) {
     wgmma_fence();
     #pragma unroll
     for (int j = 0; j < kBlockN / 16; j++)
-        wgmma_ss_m64k16_trans_ab<HS / 2>(dq, wgmma_desc(ds + j * 16 * 128), wgmma_desc(k_cols + j * 16 * 128), j);
+        wgmma_ss_m64k16_trans_ab<kHalf, HS / 2>(dq, wgmma_desc(ds + j * 16 * 128), wgmma_desc(k_cols + j * 16 * 128), j);
     wgmma_commit();
 }
 // kDynamic: the producer's last hand-over (round `round` of the item's full / empty pair): the stop index w, then its
@@ -1778,7 +1778,7 @@ __device__ __forceinline__ void dkdv_ws_dq_writer(const DkdvWsSmem<Tile>& sm, co
 // kBias: a general copy that adds the kernels' tile bias and key bias (attention_hopper_bias_fits)
 // kVarlen: a general copy for packed sequences (attention_hopper_packed_fits), its items from the key-block table
 template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kDynamic = false, bool kGeneral = false,
-          bool kBias = false, bool kVarlen = false, bool kMods = false>
+          bool kBias = false, bool kVarlen = false, bool kMods = false, bool kHalf = false>
 __global__ void __launch_bounds__(HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq>::kThreads, 1)
 attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardMaps<kBias, kVarlen> maps,
                                          int section_heads, bool ordered_dq) {
@@ -1883,7 +1883,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                                     1.0f / p.scale, kb ? kb + n_start : nullptr};
                 // the score modifiers of this query head (kGeneral; the sequence's lengths: packed, its own)
                 const ScoreMods mods = score_mods(p.x, b, h_kv * walk.group + hq, it.T, it.Tk);
-                dkdv_hopper_step<HS, kBlockM, kBlockN, kBias, kGeneral>(dk_acc, dv_acc, k_desc, v_desc, q_tile(s), do_tile(s), lse2_tile(s),
+                dkdv_hopper_step<kHalf, HS, kBlockM, kBlockN, kBias, kGeneral>(dk_acc, dv_acc, k_desc, v_desc, q_tile(s), do_tile(s), lse2_tile(s),
                                                                         lse2_tile(s) + kBlockM, n_start, m_block * kBlockM + it.diag, warp_row0,
                                                                         p.scale * kLog2e, bias, m_block * kBlockM + it.lo,
                                                                         kMods ? &mods : nullptr, m_block * kBlockM);
@@ -1899,16 +1899,16 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                 mbar_wait(stage_full(s), (stage_iter / kStages) & 1);
                 float st[kBlockM / 2], dpt[kBlockM / 2];
                 uint32_t pa[kBlockM / 16][4], dsa[kBlockM / 16][4];
-                issue_s_dp<HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_tile(s), do_tile(s));
-                dkdv_p_ds<HS, kBlockM>(st, dpt, pa, dsa, lse2_tile(s), lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0,
+                issue_s_dp<kHalf, HS, kBlockM, kBlockN>(st, dpt, k_desc, v_desc, q_tile(s), do_tile(s));
+                dkdv_p_ds<kHalf, HS, kBlockM>(st, dpt, pa, dsa, lse2_tile(s), lse2_tile(s) + kBlockM, n_start, m_block * kBlockM, warp_row0,
                                        p.scale * kLog2e);
-                dkdv_issue_dv_dk<HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_tile(s), do_tile(s));
+                dkdv_issue_dv_dk<kHalf, HS, kBlockM>(dk_acc, dv_acc, pa, dsa, q_tile(s), do_tile(s));
                 uint8_t* ds = ds_buf(stage_iter);
                 store_ds_t<kBlockM>(ds, dsa, warp_row0);
                 fence_proxy_async();
                 named_barrier_sync(1, 128 * kNCWG);                     // both halves of dS^T are written
                 float dq[HS / 4];
-                issue_dq_from_ds<HS, kBlockN>(dq, ds, k_cols);
+                issue_dq_from_ds<kHalf, HS, kBlockN>(dq, ds, k_cols);
                 wgmma_wait<0>();
                 mbar_arrive(stage_empty(s));
                 reduce_add_dq(dq, stage_iter, m_block);
@@ -1921,7 +1921,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                 mbar_wait(&dq_empty[(i % Tile::kDqBuffers) * kNCWG + cwg], (i / Tile::kDqBuffers) & 1);
             named_barrier_sync(1, 128 * kNCWG);
         }
-        dkdv_hopper_epilogue<HS, kGeneral>(p, dk_acc, dv_acc, dk_stage, dv_stage, b, h_kv, n_start, warp_row0, it.k_row0, kVarlen ? it.Tk : 0);
+        dkdv_hopper_epilogue<kHalf, HS, kGeneral>(p, dk_acc, dv_acc, dk_stage, dv_stage, b, h_kv, n_start, warp_row0, it.k_row0, kVarlen ? it.Tk : 0);
         if constexpr (kAtomicDq) named_barrier_sync(1, 128 * kNCWG);   // ... and both have read it back
     }
     if constexpr (kAtomicDq) {   // the writer's stop, in the next dQ buffer
@@ -1938,7 +1938,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
 // kBias: a general copy that adds the tile bias and key bias, and sums dBias in order (DbiasOrder) or writes dS for it
 // kVarlen: a general copy for packed sequences (attention_hopper_packed_fits), its items from the query-block table
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false, bool kGeneral = false, bool kBias = false,
-          bool kVarlen = false, bool kMods = false>
+          bool kVarlen = false, bool kMods = false, bool kHalf = false>
 __global__ void __launch_bounds__(HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
 attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardMaps<kBias, kVarlen> maps,
                                        int section_heads) {
@@ -2097,14 +2097,14 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
             mbar_wait(kv_full(s), (kv_iter / kStages) & 1);
             const BiasTile bias{bias_tile(s), bias_boxes.rows, 1.0f / p.scale, key_bias_of(p.x, b, h)};
             const ScoreMods mods = score_mods(p.x, b, h, it.T, it.Tk);   // softcap, ALiBi (the general copies)
-            dq_hopper_step<HS, kBlockM, kBlockN, kBias, kGeneral>(dq_acc, q_desc, do_desc, k_tile(s), v_tile(s), row_lse2, row_dpsum,
+            dq_hopper_step<kHalf, HS, kBlockM, kBlockN, kBias, kGeneral>(dq_acc, q_desc, do_desc, k_tile(s), v_tile(s), row_lse2, row_dpsum,
                                                                   it.n_top - i, m_start, warp_row0, p.scale * kLog2e, it.diag,
                                                                   kGeneral ? it.Tk : 1 << 30, bias, ds_rows, order, it.lo,
                                                                   kMods ? &mods : nullptr);
             release(kv_empty(s));
         }
         release(qo_empty);
-        dq_hopper_epilogue<HS, kGeneral>(p, dq_acc, dq_stage, b, h, m_start, warp_row0, it.q_row0, kVarlen ? it.T : 0);
+        dq_hopper_epilogue<kHalf, HS, kGeneral>(p, dq_acc, dq_stage, b, h, m_start, warp_row0, it.q_row0, kVarlen ? it.T : 0);
     }
     // early_start: this grid ends after the dK/dV kernel it overlapped, so what follows in the stream sees both
     pdl_wait_prerequisites();
@@ -2142,7 +2142,7 @@ __device__ __forceinline__ uint64_t* dkdv256_pt_bars(const DkdvWsSmem<Tile>& sm)
 
 // One role's whole consumer loop (kRole 0: S^T, P^T, dV; 1: dP^T, dS^T, dK), each in its own copy of the code: a
 // wgmma under a runtime branch would serialise the kernel's wgmmas
-template <int kRole, class Tile, bool kDynamic, bool kMods>
+template <int kRole, class Tile, bool kDynamic, bool kMods, bool kHalf>
 __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& p, const DkdvWsSmem<Tile>& sm, const DkdvWsWalk<Tile>& walk) {
     constexpr int HS = 256, kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
     constexpr int kQT = kBlockM / 8;   // n8 column groups of S^T, dP^T (queries)
@@ -2172,7 +2172,7 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
             float x[kBlockM / 2];   // S^T, then P^T (role 0); dP^T, then dS^T (role 1)
             uint32_t frag[kBlockM / 16][4];   // x as the A fragments of dV (role 0) or dK (role 1)
             wgmma_fence();
-            wgmma_ss_over_hs<HS, kBlockM, kBlockN, 0>(x, a_desc, kRole == 0 ? sm.q_tile(s) : sm.do_tile(s));
+            wgmma_ss_over_hs<kHalf, HS, kBlockM, kBlockN, 0>(x, a_desc, kRole == 0 ? sm.q_tile(s) : sm.do_tile(s));
             wgmma_commit();
             wgmma_wait<0>();
             if constexpr (kRole == 0) {
@@ -2215,10 +2215,10 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
             }
             // dV += P^T dO (role 0), dK += dS^T Q (role 1)
             #pragma unroll
-            for (int j = 0; j < kBlockM / 16; j++) accum_to_a_frag(frag[j], x, j);
+            for (int j = 0; j < kBlockM / 16; j++) accum_to_a_frag<kHalf>(frag[j], x, j);
             wgmma_fence();
             #pragma unroll
-            for (int j = 0; j < kBlockM / 16; j++) wgmma_rs_m64k16_trans_b<HS, kBlockM>(acc, frag[j], kRole == 0 ? sm.do_tile(s) : sm.q_tile(s), j);
+            for (int j = 0; j < kBlockM / 16; j++) wgmma_rs_m64k16_trans_b<kHalf, HS, kBlockM>(acc, frag[j], kRole == 0 ? sm.do_tile(s) : sm.q_tile(s), j);
             wgmma_commit();
             wgmma_wait<0>();
             mbar_arrive(sm.stage_empty(s));
@@ -2235,13 +2235,13 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
             floatX* row = out + (it.k_row0 + t) * row_st + 2 * tq;
             #pragma unroll
             for (int dt = 0; dt < HS / 8; dt++)
-                *reinterpret_cast<uint32_t*>(row + dt * 8) = pack_bf16x2(acc[4 * dt + 2 * half] * out_scale, acc[4 * dt + 2 * half + 1] * out_scale);
+                *reinterpret_cast<uint32_t*>(row + dt * 8) = pack_x2<kHalf>(acc[4 * dt + 2 * half] * out_scale, acc[4 * dt + 2 * half + 1] * out_scale);
         }
     }
 }
 #endif
 
-template <int kStages, bool kDynamic = false, bool kMods = false>
+template <int kStages, bool kDynamic = false, bool kMods = false, bool kHalf = false>
 __global__ void __launch_bounds__(384, 1)
 attention_backward_dkdv256_hopper_ws_kernel(const AttentionBackwardParams p, const __grid_constant__ HopperBackwardTmaMaps maps, int section_heads) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -2265,40 +2265,40 @@ attention_backward_dkdv256_hopper_ws_kernel(const AttentionBackwardParams p, con
         return;
     }
     setmaxnreg_inc<Tile::kConsumerRegs>();
-    if (wg == 1) dkdv256_consumer<0, Tile, kDynamic, kMods>(p, sm, walk);
-    else dkdv256_consumer<1, Tile, kDynamic, kMods>(p, sm, walk);
+    if (wg == 1) dkdv256_consumer<0, Tile, kDynamic, kMods, kHalf>(p, sm, walk);
+    else dkdv256_consumer<1, Tile, kDynamic, kMods, kHalf>(p, sm, walk);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
 // ----------------------------------------------------------------------------
 // launchers
 
-template <int HS, bool kExtras = false>
+template <int HS, bool kExtras = false, bool kHalf = false>
 void launch_attention_backward_preprocess(const AttentionBackwardParams& p, bool zero_dq, cudaStream_t stream) {
     const size_t threads = (size_t)p.B * p.NH * bwd_padded_T(p.T) * preprocess_lanes<HS>();
-    attention_backward_preprocess_kernel<HS, kExtras><<<(unsigned)ceil_div(threads, (size_t)256), 256, 0, stream>>>(p, zero_dq);
+    attention_backward_preprocess_kernel<HS, kExtras, kHalf><<<(unsigned)ceil_div(threads, (size_t)256), 256, 0, stream>>>(p, zero_dq);
     cudaCheck(cudaGetLastError());
 }
 
-template <int HS>
+template <int HS, bool kHalf = false>
 void launch_attention_backward_postprocess(const AttentionBackwardParams& p, cudaStream_t stream) {
     const size_t threads = (size_t)p.B * p.NH * p.T * (HS / 8);
-    attention_backward_postprocess_kernel<HS><<<(unsigned)ceil_div(threads, (size_t)256), 256, 0, stream>>>(p);
+    attention_backward_postprocess_kernel<HS, kHalf><<<(unsigned)ceil_div(threads, (size_t)256), 256, 0, stream>>>(p);
     cudaCheck(cudaGetLastError());
 }
 
-template <int HS, int kNWarps, int kMT, int kBlockM, bool kAtomicDq, bool kExtras = false>
+template <int HS, int kNWarps, int kMT, int kBlockM, bool kAtomicDq, bool kExtras = false, bool kHalf = false>
 void launch_attention_backward_dkdv(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = BackwardKVTile<HS, kNWarps, kMT, kBlockM, kAtomicDq>;
-    constexpr auto kernel = attention_backward_dkdv_kernel<HS, kNWarps, kMT, kBlockM, kAtomicDq, kExtras>;
+    constexpr auto kernel = attention_backward_dkdv_kernel<HS, kNWarps, kMT, kBlockM, kAtomicDq, kExtras, kHalf>;
     const int smem = Tile::kSmemBytes + (kExtras && p.x.bias ? 2 * kBlockM * bias_tile_pitch(Tile::kBlockN, p.x.bias_fp32) : 0);
     launch_with_smem<kernel>(dim3(p.B * p.NH_kv, ceil_div(p.Tk, Tile::kBlockN), HS > 128 ? 2 : 1), Tile::kThreads, smem, stream, p);
 }
 
-template <int HS, int kNWarps, int kMT, int kBlockN, bool kExtras = false>
+template <int HS, int kNWarps, int kMT, int kBlockN, bool kExtras = false, bool kHalf = false>
 void launch_attention_backward_dq(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = BackwardQTile<HS, kNWarps, kMT, kBlockN>;
-    constexpr auto kernel = attention_backward_dq_kernel<HS, kNWarps, kMT, kBlockN, kExtras>;
+    constexpr auto kernel = attention_backward_dq_kernel<HS, kNWarps, kMT, kBlockN, kExtras, kHalf>;
     const int smem = Tile::kSmemBytes + (kExtras && p.x.bias ? 2 * Tile::kBlockM * bias_tile_pitch(kBlockN, p.x.bias_fp32) : 0);
     launch_with_smem<kernel>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)), Tile::kThreads, smem, stream, p);
 }
@@ -2318,7 +2318,7 @@ inline HopperBackwardTmaMaps backward_tma_maps(const AttentionBackwardParams& p,
 // kGeneral false: causal self-attention without GQA only (checked here); kBias: a bf16 bias (attention_hopper_bias_fits);
 // kVarlen: packed sequences (attention_hopper_packed_fits), packed their key-block table
 template <int HS, int kNCWG, int kBlockM, int kStages, bool kAtomicDq = false, bool kDynamic = false, bool kGeneral = false,
-          bool kBias = false, bool kVarlen = false, bool kMods = false>
+          bool kBias = false, bool kVarlen = false, bool kMods = false, bool kHalf = false>
 void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false,
                                               bool ordered_dq = false, const int* packed = nullptr) {
     using Tile = HopperBackwardKVWsTile<HS, kNCWG, kBlockM, kStages, kAtomicDq, kBias, kVarlen>;
@@ -2334,7 +2334,7 @@ void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, 
         const cuuint32_t box[3] = {32, (cuuint32_t)kBlockM, 1};
         maps.dq_accum = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, backward_scratch(p).dq_accum, dims, strides, box);
     }
-    launch_with_smem_ex<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kDynamic, kGeneral, kBias, kVarlen, kMods>>(
+    launch_with_smem_ex<attention_backward_dkdv_hopper_ws_kernel<HS, kNCWG, kBlockM, kStages, kAtomicDq, kDynamic, kGeneral, kBias, kVarlen, kMods, kHalf>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p, maps,
         persistent_section_heads(p.B * p.NH_kv, p.T * (p.NH / p.NH_kv), HS), ordered_dq);
 }
@@ -2342,7 +2342,7 @@ void launch_attention_backward_dkdv_hopper_ws(const AttentionBackwardParams& p, 
 // early_start: launched to overlap the dK/dV kernel before it (programmatic dependent launch); packed (kVarlen): the
 // query-block table
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kDynamic = false, bool kGeneral = false, bool kBias = false,
-          bool kVarlen = false, bool kMods = false>
+          bool kVarlen = false, bool kMods = false, bool kHalf = false>
 void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start = false,
                                             const int* packed = nullptr, const DbiasOrder& order = {}) {
     using Tile = HopperBackwardQWsTile<HS, kNCWG, kBlockN, kStages, kBias>;
@@ -2353,53 +2353,53 @@ void launch_attention_backward_dq_hopper_ws(const AttentionBackwardParams& p, cu
     if constexpr (kBias) maps.bias = bias_tensor_map(p.x, p.B, p.T, p.Tk, p.NH, Tile::kBlockM), maps.order = order;
     if constexpr (kVarlen) maps.packed = packed;
     static_assert(Tile::kSmemBytes <= 227 * 1024, "shared memory");
-    launch_with_smem_ex<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kDynamic, kGeneral, kBias, kVarlen, kMods>>(
+    launch_with_smem_ex<attention_backward_dq_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kDynamic, kGeneral, kBias, kVarlen, kMods, kHalf>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p, maps,
         persistent_section_heads(p.B * p.NH, p.Tk, HS));
 }
 
 // atomic path: preprocess (+ zero dq_accum), dK/dV with red.global.add of dQ, dQ convert. Non-deterministic.
-template <int HS, int kNWarps, int kBlockM>
+template <int HS, int kNWarps, int kBlockM, bool kHalf = false>
 void attention_backward_atomic(const AttentionBackwardParams& p, cudaStream_t stream) {
-    launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/true, stream);
-    launch_attention_backward_dkdv<HS, kNWarps, 1, kBlockM, /*kAtomicDq=*/true>(p, stream);
-    launch_attention_backward_postprocess<HS>(p, stream);
+    launch_attention_backward_preprocess<HS, false, kHalf>(p, /*zero_dq=*/true, stream);
+    launch_attention_backward_dkdv<HS, kNWarps, 1, kBlockM, /*kAtomicDq=*/true, false, kHalf>(p, stream);
+    launch_attention_backward_postprocess<HS, kHalf>(p, stream);
 }
 
 // the fused kernel over (B * NH, key blocks); kDq: with the atomic dQ
-template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem, bool kDq>
+template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem, bool kDq, bool kHalf = false>
 void launch_attention_backward_fused(const AttentionBackwardParams& p, cudaStream_t stream) {
     using Tile = BackwardFusedTile<HS, kMT, kWarpsQ, kDkDvSmem>;
-    launch_with_smem<attention_backward_fused_kernel<HS, kMT, kWarpsQ, kDkDvSmem, kDq>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockN)),
+    launch_with_smem<attention_backward_fused_kernel<HS, kMT, kWarpsQ, kDkDvSmem, kDq, kHalf>>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockN)),
                          Tile::kThreads, Tile::kSmemBytes, stream, p);
 }
 
 // fused path (portable, non-deterministic): preprocess (+ zero dq_accum), the fused kernel, dQ convert
-template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem>
+template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem, bool kHalf = false>
 void attention_backward_fused(const AttentionBackwardParams& p, cudaStream_t stream) {
-    launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/true, stream);
-    launch_attention_backward_fused<HS, kMT, kWarpsQ, kDkDvSmem, /*kDq=*/true>(p, stream);
-    launch_attention_backward_postprocess<HS>(p, stream);
+    launch_attention_backward_preprocess<HS, false, kHalf>(p, /*zero_dq=*/true, stream);
+    launch_attention_backward_fused<HS, kMT, kWarpsQ, kDkDvSmem, /*kDq=*/true, kHalf>(p, stream);
+    launch_attention_backward_postprocess<HS, kHalf>(p, stream);
 }
 
 // split path with the fused kernel's dK/dV (kDq = false: no dQ, no atomics) and the mma.sync dQ kernel (kQWarps
 // warps of 16 * kQMT query rows, kQBlockN-key steps). Deterministic.
-template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem, int kQWarps, int kQMT, int kQBlockN>
+template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem, int kQWarps, int kQMT, int kQBlockN, bool kHalf = false>
 void attention_backward_split_wide(const AttentionBackwardParams& p, cudaStream_t stream) {
-    launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/false, stream);
-    launch_attention_backward_fused<HS, kMT, kWarpsQ, kDkDvSmem, /*kDq=*/false>(p, stream);
-    launch_attention_backward_dq<HS, kQWarps, kQMT, kQBlockN>(p, stream);
+    launch_attention_backward_preprocess<HS, false, kHalf>(p, /*zero_dq=*/false, stream);
+    launch_attention_backward_fused<HS, kMT, kWarpsQ, kDkDvSmem, /*kDq=*/false, kHalf>(p, stream);
+    launch_attention_backward_dq<HS, kQWarps, kQMT, kQBlockN, false, kHalf>(p, stream);
 }
 
 // split path: preprocess, dK/dV kernel (kKVWarps warps of 16 * kKVMT keys, kKVBlockM-query steps), dQ kernel
 // (kQWarps warps of 16 * kQMT query rows, kQBlockN-key steps). Deterministic: every output written once, fixed order.
-template <int HS, int kKVWarps, int kKVMT, int kKVBlockM, int kQWarps, int kQMT, int kQBlockN, bool kExtras = false>
+template <int HS, int kKVWarps, int kKVMT, int kKVBlockM, int kQWarps, int kQMT, int kQBlockN, bool kExtras = false, bool kHalf = false>
 void attention_backward_split(const AttentionBackwardParams& p, cudaStream_t stream) {
-    launch_attention_backward_preprocess<HS, kExtras>(p, /*zero_dq=*/false, stream);
+    launch_attention_backward_preprocess<HS, kExtras, kHalf>(p, /*zero_dq=*/false, stream);
     AttentionBackwardParams q = p;   // with gating the kernels take dO = dout * gate from the scratch
     if (kExtras && p.x.gate) { q.dout = backward_scratch(p).gated_dout; q.do_st = gated_dout_strides(p); }
-    launch_attention_backward_dkdv<HS, kKVWarps, kKVMT, kKVBlockM, /*kAtomicDq=*/false, kExtras>(q, stream);
-    launch_attention_backward_dq<HS, kQWarps, kQMT, kQBlockN, kExtras>(q, stream);
+    launch_attention_backward_dkdv<HS, kKVWarps, kKVMT, kKVBlockM, /*kAtomicDq=*/false, kExtras, kHalf>(q, stream);
+    launch_attention_backward_dq<HS, kQWarps, kQMT, kQBlockN, kExtras, kHalf>(q, stream);
 }
 
 // the same split, warp-specialised: dK/dV with kKVWG consumer warpgroups (64 keys each) and kKVBlockM-query
@@ -2410,7 +2410,7 @@ void attention_backward_split(const AttentionBackwardParams& p, cudaStream_t str
 // order (kBias): the dQ kernel's ordered dBias (DbiasOrder), its accumulators zeroed
 // kMods (general, no bias tiles or packs): with the score modifiers (softcap, ALiBi), on the round-robin schedule
 template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages, bool kGeneral = false, bool kBias = false,
-          bool kVarlen = false, bool kMods = false>
+          bool kVarlen = false, bool kMods = false, bool kHalf = false>
 void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, const DbiasOrder& order = {}) {
     static_assert(!kMods || (kGeneral && !kBias && !kVarlen), "the score modifiers' copies are general, without bias tiles or packs");
     PackedTables t{};   // kVarlen: built before the preprocess, which the dK/dV kernel's early start overlaps
@@ -2419,55 +2419,55 @@ void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaSt
     // gating (kExtras) it also writes dgate and dO * gate into the scratch, which the kernels then take as dO
     if constexpr (kGeneral) {
         const bool extras = kVarlen || p.x.gate;
-        if (HS == 64 && p.HS == 32) launch_attention_backward_preprocess<32, true>(p, /*zero_dq=*/false, stream);
-        else if (HS == 64 && p.HS < 32) launch_attention_backward_preprocess<16, true>(p, /*zero_dq=*/false, stream);
-        else if (HS == 128 && p.HS == 96 && extras) launch_attention_backward_preprocess<96, true>(p, /*zero_dq=*/false, stream);
-        else if (HS == 128 && p.HS == 96) launch_attention_backward_preprocess<96, false>(p, /*zero_dq=*/false, stream);
-        else if (extras) launch_attention_backward_preprocess<HS, true>(p, /*zero_dq=*/false, stream);
-        else launch_attention_backward_preprocess<HS, false>(p, /*zero_dq=*/false, stream);
+        if (HS == 64 && p.HS == 32) launch_attention_backward_preprocess<32, true, kHalf>(p, /*zero_dq=*/false, stream);
+        else if (HS == 64 && p.HS < 32) launch_attention_backward_preprocess<16, true, kHalf>(p, /*zero_dq=*/false, stream);
+        else if (HS == 128 && p.HS == 96 && extras) launch_attention_backward_preprocess<96, true, kHalf>(p, /*zero_dq=*/false, stream);
+        else if (HS == 128 && p.HS == 96) launch_attention_backward_preprocess<96, false, kHalf>(p, /*zero_dq=*/false, stream);
+        else if (extras) launch_attention_backward_preprocess<HS, true, kHalf>(p, /*zero_dq=*/false, stream);
+        else launch_attention_backward_preprocess<HS, false, kHalf>(p, /*zero_dq=*/false, stream);
     } else {
-        launch_attention_backward_preprocess<HS, false>(p, /*zero_dq=*/false, stream);
+        launch_attention_backward_preprocess<HS, false, kHalf>(p, /*zero_dq=*/false, stream);
     }
     AttentionBackwardParams q = p;   // with gating the kernels take dO = dout * gate from the scratch
     if (kGeneral && p.x.gate) { q.dout = backward_scratch(p).gated_dout; q.do_st = gated_dout_strides(p); }
     const bool early = backward_early_start();
     if constexpr (kVarlen) {
-        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, true, false, true>(q, stream, early, false, t.keys);
-        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, true, false, true>(q, stream, early, t.queries);
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, true, false, true, false, kHalf>(q, stream, early, false, t.keys);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, true, false, true, false, kHalf>(q, stream, early, t.queries);
     } else if (!kMods && claimed_schedule(p.T, 4096, /*even_items=*/!p.causal)) {
-        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, true, kGeneral, kBias>(q, stream, early);
-        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, true, kGeneral, kBias>(q, stream, early, nullptr, order);
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, true, kGeneral, kBias, false, false, kHalf>(q, stream, early);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, true, kGeneral, kBias, false, false, kHalf>(q, stream, early, nullptr, order);
     } else {
-        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, kGeneral, kBias, false, kMods>(q, stream, early);
-        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, kGeneral, kBias, false, kMods>(q, stream, early, nullptr, order);
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, kGeneral, kBias, false, kMods, kHalf>(q, stream, early);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, kGeneral, kBias, false, kMods, kHalf>(q, stream, early, nullptr, order);
     }
 }
 
 // HS 256 on Hopper (general): preprocess, the role-split dK/dV kernel (64 keys, 64-query stages), the dQ kernel with
 // one consumer warpgroup (64 rows, 64-key stages); kStages-deep rings. Deterministic.
-template <int kStages, bool kDynamic, bool kMods = false>
+template <int kStages, bool kDynamic, bool kMods = false, bool kHalf = false>
 void launch_attention_backward_dkdv256_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool early_start) {
     using Tile = HopperBackwardKV256Tile<kStages>;
     const int num_items = p.B * p.NH_kv * ceil_div(p.Tk, Tile::kBlockN);
     const HopperBackwardTmaMaps maps = backward_tma_maps(p, Tile::kBlockM, Tile::kBlockN);
-    launch_with_smem_ex<attention_backward_dkdv256_hopper_ws_kernel<kStages, kDynamic, kMods>>(
+    launch_with_smem_ex<attention_backward_dkdv256_hopper_ws_kernel<kStages, kDynamic, kMods, kHalf>>(
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p, maps,
         persistent_section_heads(p.B * p.NH_kv, p.T * (p.NH / p.NH_kv), 256));
 }
 // kMods: with the score modifiers (softcap, ALiBi), on the round-robin schedule
-template <int kStages, bool kMods = false>
+template <int kStages, bool kMods = false, bool kHalf = false>
 void attention_backward_split_hopper_ws_256(const AttentionBackwardParams& p, cudaStream_t stream) {
-    launch_attention_backward_preprocess<256>(p, /*zero_dq=*/false, stream);
+    launch_attention_backward_preprocess<256, false, kHalf>(p, /*zero_dq=*/false, stream);
     const bool early = backward_early_start();
     if constexpr (kMods) {
-        launch_attention_backward_dkdv256_hopper_ws<kStages, false, true>(p, stream, early);
-        launch_attention_backward_dq_hopper_ws<256, 1, 64, kStages, false, true, false, false, true>(p, stream, early);
+        launch_attention_backward_dkdv256_hopper_ws<kStages, false, true, kHalf>(p, stream, early);
+        launch_attention_backward_dq_hopper_ws<256, 1, 64, kStages, false, true, false, false, true, kHalf>(p, stream, early);
     } else if (claimed_schedule(p.T, 1024, /*even_items=*/!p.causal)) {
-        launch_attention_backward_dkdv256_hopper_ws<kStages, true>(p, stream, early);
-        launch_attention_backward_dq_hopper_ws<256, 1, 64, kStages, true, true>(p, stream, early);
+        launch_attention_backward_dkdv256_hopper_ws<kStages, true, false, kHalf>(p, stream, early);
+        launch_attention_backward_dq_hopper_ws<256, 1, 64, kStages, true, true, false, false, false, kHalf>(p, stream, early);
     } else {
-        launch_attention_backward_dkdv256_hopper_ws<kStages, false>(p, stream, early);
-        launch_attention_backward_dq_hopper_ws<256, 1, 64, kStages, false, true>(p, stream, early);
+        launch_attention_backward_dkdv256_hopper_ws<kStages, false, false, kHalf>(p, stream, early);
+        launch_attention_backward_dq_hopper_ws<256, 1, 64, kStages, false, true, false, false, false, kHalf>(p, stream, early);
     }
 }
 
@@ -2475,14 +2475,14 @@ void attention_backward_split_hopper_ws_256(const AttentionBackwardParams& p, cu
 // warp-specialised dK/dV kernel that also reduce-adds dQ into dq_accum (5 GEMMs a tile pair instead of the split's
 // 7), dQ convert. ordered_dq: the adds into each query block in a fixed order (from the diagonal key block down),
 // deterministic; without it the order varies
-template <int HS, int kStages>
+template <int HS, int kStages, bool kHalf = false>
 void attention_backward_atomic_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, bool ordered_dq) {
-    launch_attention_backward_preprocess<HS>(p, /*zero_dq=*/true, stream);
+    launch_attention_backward_preprocess<HS, false, kHalf>(p, /*zero_dq=*/true, stream);
     if (claimed_schedule(p.T))
-        launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true, /*kDynamic=*/true>(p, stream, backward_early_start(), ordered_dq);
+        launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true, /*kDynamic=*/true, false, false, false, false, kHalf>(p, stream, backward_early_start(), ordered_dq);
     else
-        launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true>(p, stream, backward_early_start(), ordered_dq);
-    launch_attention_backward_postprocess<HS>(p, stream);
+        launch_attention_backward_dkdv_hopper_ws<HS, 2, 64, kStages, /*kAtomicDq=*/true, false, false, false, false, false, kHalf>(p, stream, backward_early_start(), ordered_dq);
+    launch_attention_backward_postprocess<HS, kHalf>(p, stream);
 }
 
 // ----------------------------------------------------------------------------

@@ -113,7 +113,7 @@ const char* flashgpt_attention_forward_ex(const void* q, const void* k, const vo
                                           int total_q, int total_k, const void* gate, const long long* gate_strides,
                                           void* gated_out, const void* bias2, const long long* bias2_strides, int bias2_fp32,
                                           const unsigned char* key_mask, long long key_mask_batch, int window_left, int window_right,
-                                          float softcap, const float* alibi_slopes, long long alibi_batch, void* stream) {
+                                          float softcap, const float* alibi_slopes, long long alibi_batch, int fp16, void* stream) {
     if (!q || !k || !v || !out || !lse) return "q, k, v, out and lse must not be null";
     if (!q_strides || !k_strides || !v_strides || !o_strides) return "every stride array must have 3 elements (not null)";
     AttentionForwardParams p{};
@@ -131,6 +131,7 @@ const char* flashgpt_attention_forward_ex(const void* q, const void* k, const vo
     p.B = B; p.T = T; p.Tk = Tk; p.NH = NH; p.NH_kv = NH_kv; p.HS = HS;
     p.causal = causal != 0;
     p.scale = scale;
+    p.fp16 = fp16 != 0;
     if (const char* why = attention_unsupported_reason(p)) return why;
     attention_forward(p, (cudaStream_t)stream);
     return launch_problem();
@@ -140,10 +141,10 @@ const char* flashgpt_attention_forward(const void* q, const void* k, const void*
                                        const long long* q_strides, const long long* k_strides,
                                        const long long* v_strides, const long long* o_strides,
                                        int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
-                                       void* stream) {
+                                       int fp16, void* stream) {
     return flashgpt_attention_forward_ex(q, k, v, out, lse, q_strides, k_strides, v_strides, o_strides, B, T, Tk, NH, NH_kv,
                                          HS, causal, scale, nullptr, nullptr, 0, nullptr, nullptr, nullptr, 0, 0, nullptr,
-                                         nullptr, nullptr, nullptr, nullptr, 0, nullptr, 0, -1, -1, 0.0f, nullptr, 0, stream);
+                                         nullptr, nullptr, nullptr, nullptr, 0, nullptr, 0, -1, -1, 0.0f, nullptr, 0, fp16, stream);
 }
 
 size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal,
@@ -188,7 +189,7 @@ const char* flashgpt_attention_backward_ex(void* dq, void* dk, void* dv, const v
                                            void* dgate, void* dbias, const void* bias2, const long long* bias2_strides,
                                            int bias2_fp32, const unsigned char* key_mask, long long key_mask_batch,
                                            void* dbias2, int window_left, int window_right, float softcap, const float* alibi_slopes,
-                                           long long alibi_batch, void* scratch, size_t scratch_bytes, void* stream) {
+                                           long long alibi_batch, int fp16, void* scratch, size_t scratch_bytes, void* stream) {
     if (!dq || !dk || !dv || !dout || !q || !k || !v || !out || !lse) return "dq, dk, dv, dout, q, k, v, out and lse must not be null";
     if (!dq_strides || !dk_strides || !dv_strides || !do_strides || !q_strides || !k_strides || !v_strides || !o_strides)
         return "every stride array must have 3 elements (not null)";
@@ -213,6 +214,7 @@ const char* flashgpt_attention_backward_ex(void* dq, void* dk, void* dv, const v
     p.B = B; p.T = T; p.Tk = Tk; p.NH = NH; p.NH_kv = NH_kv; p.HS = HS;
     p.causal = causal != 0;
     p.scale = scale;
+    p.fp16 = fp16 != 0;
     if (const char* why = attention_backward_unsupported_reason(p)) return why;
     const size_t needed = attention_backward_scratch_bytes(p);
     if (scratch_bytes < needed) {
@@ -231,11 +233,11 @@ const char* flashgpt_attention_backward(void* dq, void* dk, void* dv, const void
                                         const long long* q_strides, const long long* k_strides,
                                         const long long* v_strides, const long long* o_strides,
                                         int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
-                                        void* scratch, size_t scratch_bytes, void* stream) {
+                                        int fp16, void* scratch, size_t scratch_bytes, void* stream) {
     return flashgpt_attention_backward_ex(dq, dk, dv, dout, q, k, v, out, lse, dq_strides, dk_strides, dv_strides, do_strides,
                                           q_strides, k_strides, v_strides, o_strides, B, T, Tk, NH, NH_kv, HS, causal, scale,
                                           nullptr, nullptr, 0, nullptr, nullptr, nullptr, 0, 0, nullptr, nullptr, nullptr, nullptr,
-                                          nullptr, nullptr, 0, nullptr, 0, nullptr, -1, -1, 0.0f, nullptr, 0, scratch, scratch_bytes, stream);
+                                          nullptr, nullptr, 0, nullptr, 0, nullptr, -1, -1, 0.0f, nullptr, 0, fp16, scratch, scratch_bytes, stream);
 }
 
 const char* flashgpt_attention_version(void) { return GIT_COMMIT; }

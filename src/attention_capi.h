@@ -2,7 +2,7 @@
 C interface of libflashgpt_attention.so (`make lib`): src/attention.cuh's general forward and backward behind plain C
 types, for callers that are not C++ (python/flashgpt_attention.py loads it with ctypes).
 
-Tensors are bf16 on the current CUDA device, each with its head dim contiguous and three strides in elements,
+Tensors are bf16 (or, with fp16 set, IEEE fp16) on the current CUDA device, each with its head dim contiguous and three strides in elements,
 (batch, row, head): element (b, t, h, d) of a (B, T, H, HS) tensor lives at base[b * s[0] + t * s[1] + h * s[2] + d],
 so BTHD, BHTD, a view into a fused QKV buffer and so on all pass without a copy. Every stride must be a multiple of 8
 and every pointer 16-byte aligned.
@@ -45,6 +45,8 @@ without _ex (which are the _ex calls with them all null):
   alibi_slopes (B, NH) or (NH) fp32 device: ALiBi, the logit of query i and key j minus
        alibi_slopes[b * alibi_batch + h] * |i + Tk_b - T_b - j| (FlashAttention's alibi_slopes; alibi_batch NH, or 0
        for one row of slopes)
+  fp16 (every call): q, k, v, out (the backward's dout, dq, dk, dv too) and the gate are IEEE fp16, not bf16 (biases
+       keep their own dtype: bf16 or fp32)
   dbias, dbias2 (backward only): d loss / d bias (bias2), in that bias's dtype and with its strides (summed over its
        broadcast dimensions); each needs its bias, and the scratch that flashgpt_attention_backward_scratch_bytes_ex
        gives with them.
@@ -52,7 +54,7 @@ Each sequence b runs with its own lengths T_b, Tk_b, the causal diagonal aligned
 (key j <= i + Tk_b - T_b); a row that sees no key (all its keys masked) gets 0 and no gradient.
 
 flashgpt_attention_abi() says which version of these signatures the library has, FLASHGPT_ATTENTION_ABI when it was
-built from this header (5: the _ex calls take the window, softcap and ALiBi; 4: bias2 and the key mask; 3: the packed totals; 2: the gate arguments), so
+built from this header (6: every call takes fp16; 5: the window, softcap and ALiBi; 4: bias2 and the key mask; 3: the packed totals; 2: the gate arguments), so
 a caller can refuse a library built from another.
 
 The calls return nullptr on success, else a message that says why: a call src/attention.cuh does not support (its
@@ -77,7 +79,7 @@ FLASHGPT_API const char* flashgpt_attention_forward(const void* q, const void* k
                                                     const long long* q_strides, const long long* k_strides,
                                                     const long long* v_strides, const long long* o_strides,
                                                     int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
-                                                    void* stream);
+                                                    int fp16, void* stream);
 
 // bytes of device scratch flashgpt_attention_backward needs for this shape (0: the shape is refused, or no device;
 // the backward then says why)
@@ -93,7 +95,7 @@ FLASHGPT_API const char* flashgpt_attention_backward(void* dq, void* dk, void* d
                                                      const long long* q_strides, const long long* k_strides,
                                                      const long long* v_strides, const long long* o_strides,
                                                      int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
-                                                     void* scratch, size_t scratch_bytes, void* stream);
+                                                     int fp16, void* scratch, size_t scratch_bytes, void* stream);
 
 // flashgpt_attention_forward with the extras above
 FLASHGPT_API const char* flashgpt_attention_forward_ex(const void* q, const void* k, const void* v, void* out, float* lse,
@@ -106,7 +108,7 @@ FLASHGPT_API const char* flashgpt_attention_forward_ex(const void* q, const void
                                                        void* gated_out, const void* bias2, const long long* bias2_strides,
                                                        int bias2_fp32, const unsigned char* key_mask, long long key_mask_batch,
                                                        int window_left, int window_right, float softcap,
-                                                       const float* alibi_slopes, long long alibi_batch, void* stream);
+                                                       const float* alibi_slopes, long long alibi_batch, int fp16, void* stream);
 
 // flashgpt_attention_backward_scratch_bytes for flashgpt_attention_backward_ex with these extras (pass the backward's
 // own: dbias may add B * NH * T * Tk fp32, a gate B * T * NH * HS bf16, and the extras change which kernels run)
@@ -136,7 +138,7 @@ FLASHGPT_API const char* flashgpt_attention_backward_ex(void* dq, void* dk, void
                                                         void* dgate, void* dbias, const void* bias2, const long long* bias2_strides,
                                                         int bias2_fp32, const unsigned char* key_mask, long long key_mask_batch,
                                                         void* dbias2, int window_left, int window_right, float softcap,
-                                                        const float* alibi_slopes, long long alibi_batch, void* scratch,
+                                                        const float* alibi_slopes, long long alibi_batch, int fp16, void* scratch,
                                                         size_t scratch_bytes, void* stream);
 
 // the git commit the library was built from
@@ -144,7 +146,7 @@ FLASHGPT_API const char* flashgpt_attention_version(void);
 
 // the version of these signatures the library was built with, FLASHGPT_ATTENTION_ABI; a library without this call
 // predates the gate arguments of the _ex calls
-#define FLASHGPT_ATTENTION_ABI 5
+#define FLASHGPT_ATTENTION_ABI 6
 FLASHGPT_API int flashgpt_attention_abi(void);
 
 #ifdef __cplusplus

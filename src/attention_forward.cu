@@ -1,8 +1,123 @@
 /*
 flashgpt attention, the forward's calls (declared in src/attention.cuh): the checks and the dispatch onto the kernels
-of src/attention_forward.cuh. Compiled once into build/attention.a.
+of src/attention_forward.cuh, into build/attention.a (its bf16 and fp16 halves in two objects, see below).
 */
 #include "attention_forward.cuh"
+
+// This file compiles twice (the Makefile's build/attention_forward.o and build/attention_forward_fp16.o), so that the two
+// compile side by side: the dispatch templates below take the kernels' 16-bit type, the fp16 object instantiates them
+// for fp16 (ATTENTION_FP16 1) and the other for bf16, with every call of src/attention.cuh.
+#ifndef ATTENTION_FP16
+#define ATTENTION_FP16 0
+#endif
+
+// Dispatch (tiles chosen by dev/cuda/attention_forward's sweeps, see dev/cuda/RESULTS.md):
+//   Hopper with sm_90a code in the binary, HS 64, 96, 128, 256 -> the warp-specialised TMA kernel
+//                (attention_forward_hopper_ws_kernel; HS 96 on HS 128's copies, zero-padded: see head_chunk_stored)
+//   otherwise -> the mma.sync kernel: HS 64 128x64 tiles, HS 128 128x48 (4 warps of 32 rows: the largest key tile with no
+//                spill at 255 registers); HS 32 128x64, HS 96 128x64, HS 256 64x32 (16 rows a warp: O alone is 128 registers)
+//
+// GPT-2's family (attention_self_causal) on the kernels compiled for it, bf16 or (kHalf) fp16
+template <bool kHalf>
+void forward_self_causal(const AttentionForwardParams& p, cudaStream_t stream) {
+    const int HS = p.HS, T = p.T;
+    if (attention_forward_uses_hopper(HS)) {
+        // Warp-specialised TMA kernel, ping-pong on. HS 64: 3 consumer warpgroups (192-row blocks: a third less K/V
+        // traffic per FLOP, a third warpgroup's softmax to hide the GEMMs behind) from 128K query rows (B * NH * T,
+        // about 5 such blocks per SM), else 2 (128 rows); a 3-deep K/V ring for both, since each item's first S is
+        // issued early.
+        if (HS == 64 && (long)p.B * p.NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true, 1, false, false, false, false, false, kHalf>(p, stream);
+        else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, false, false, false, false, kHalf>(p, stream);
+        // HS 128: pairs of CTAs share each K/V tile by TMA multicast where the 128-row query blocks pair up (an even
+        // count; on the causal diagonal the pair's walk is its upper block's), which halves the K/V traffic out of
+        // L2. At T >= 4096 the pairs claim their items (claimed_schedule).
+        else if (ceil_div(T, 128) % 2 == 0 && claimed_schedule(T)) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2, true, false, false, false, false, kHalf>(p, stream);
+        else if (ceil_div(T, 128) % 2 == 0) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2, false, false, false, false, false, kHalf>(p, stream);
+        else launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, false, false, false, false, kHalf>(p, stream);
+    }
+    else if (HS == 64) launch_attention_forward<64, 2, 4, 64, false, false, kHalf>(p, stream);
+    else launch_attention_forward<128, 2, 4, 48, false, false, kHalf>(p, stream);
+}
+
+// the general copies, chosen by the call's extras and modifiers; bf16 or (kHalf) fp16
+template <bool kHalf>
+void forward_general(const AttentionForwardParams& p, cudaStream_t stream) {
+    const int HS = p.HS, T = p.T;
+    AttentionForwardParams k = p;   // the kernels' extras: bias2 and the key mask as the key bias (attention_kernel_extras)
+    k.x = attention_with_score_constants(attention_kernel_extras(p.x, p.B, p.T, p.Tk, p.NH, stream), p.scale);
+    const bool hopper = attention_forward_uses_hopper(HS);
+    // softcap and ALiBi (the score modifiers): the Hopper kernels' kMods copies, or with other extras the mma.sync
+    // kExtras copies, which apply them too (as every mma.sync general copy does)
+    const bool mods = attention_has_score_mods(k.x);
+    // a bf16 tile bias, a key bias, gating: the Hopper kernels' kBias copies, the tiles below (HS 8-32 on HS 64's,
+    // zero-padded; HS 256: 64 keys, since a ring of bias tiles does not fit beside 80-key K/V stages); gating alone
+    // with a zero tile bias (their epilogue is the one that gates)
+    if (!mods && (attention_hopper_bias_fits(k.x) || (hopper && attention_gate_only(k.x)))) {
+        k.x = with_zero_tile_bias(k.x, p.Tk);
+        if (HS <= 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, true, false, false, kHalf>(k, stream);
+        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, true, false, false, kHalf>(k, stream);
+        else launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, false, true, true, false, false, kHalf>(k, stream);
+    }
+    else if (!mods && attention_forward_hopper_packed_fits(k)) {   // packed sequences with their totals: the kVarlen copies
+        if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, false, true, false, kHalf>(k, stream);
+        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, false, true, false, kHalf>(k, stream);
+        else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, false, true, false, true, false, kHalf>(k, stream);
+    }
+    else if (attention_has_extras(k.x) || (!hopper && HS <= 16)) {
+        // key lengths, packed sequences, document masks, an fp32 bias; before sm_90a HS 8 and 16: the mma.sync kExtras copies
+        if (HS <= 16) launch_attention_forward<16, 2, 4, 64, true, true, kHalf>(k, stream);
+        else if (HS == 64) launch_attention_forward<64, 2, 4, 64, true, true, kHalf>(k, stream);
+        else if (HS == 128) launch_attention_forward<128, 2, 4, 48, true, true, kHalf>(k, stream);
+        else if (HS == 32) launch_attention_forward<32, 2, 4, 64, true, true, kHalf>(k, stream);
+        else if (HS == 96) launch_attention_forward<96, 2, 4, 64, true, true, kHalf>(k, stream);
+        else launch_attention_forward<256, 1, 4, 32, true, true, kHalf>(k, stream);
+    }
+    else if (hopper && mods) {   // the general tiles below, round-robin
+        if (HS <= 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, false, false, true, kHalf>(k, stream);
+        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, false, false, true, kHalf>(k, stream);
+        else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, false, true, false, false, true, kHalf>(k, stream);
+    }
+    else if (hopper) {
+        // the tiles of the path above (HS 8-32: HS 64's, HS 96: HS 128's, zero-padded); HS 256: 80-key tiles (a 128-row
+        // Q block and two 40 KB stages each of K and V fill the 227 KB; O takes 128 registers a thread, S 40)
+        if (HS <= 64 && (long)p.B * p.NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true, 1, false, true, false, false, false, kHalf>(k, stream);
+        else if (HS <= 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, false, false, false, kHalf>(k, stream);
+        // HS 96 / 128 causal from T = 4096: claimed items, as the self-attention path's CTA pairs (which need T = Tk
+        // and no GQA) claim theirs; round-robin, the long items of the last query blocks end on a few SMs
+        else if ((HS == 96 || HS == 128) && p.causal && claimed_schedule(T)) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, true, true, false, false, false, kHalf>(k, stream);
+        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, false, false, false, kHalf>(k, stream);
+        // HS 256 causal: the items' lengths differ, and with the heads cut into sections (see persistent_section_heads)
+        // the round-robin walk leaves the SMs unevenly loaded; from T = 1024 the items are claimed
+        else if (p.causal && claimed_schedule(T, 1024)) launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, true, true, false, false, false, kHalf>(k, stream);
+        else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, false, true, false, false, false, kHalf>(k, stream);
+    }
+    else if (HS == 64) launch_attention_forward<64, 2, 4, 64, true, false, kHalf>(k, stream);
+    else if (HS == 128) launch_attention_forward<128, 2, 4, 48, true, false, kHalf>(k, stream);
+    else if (HS == 32) launch_attention_forward<32, 2, 4, 64, true, false, kHalf>(k, stream);
+    else if (HS == 96) launch_attention_forward<96, 2, 4, 64, true, false, kHalf>(k, stream);
+    else launch_attention_forward<256, 1, 4, 32, true, false, kHalf>(k, stream);
+}
+
+// decoding: the split-key kernels
+template <bool kHalf>
+void decode_by_head_dim(const AttentionForwardParams& p, const int* seqlens_k, cudaStream_t stream) {
+    switch (p.HS) {
+        case 32: launch_attention_decode<32, kHalf>(p, seqlens_k, stream); break;
+        case 64: launch_attention_decode<64, kHalf>(p, seqlens_k, stream); break;
+        case 96: launch_attention_decode<96, kHalf>(p, seqlens_k, stream); break;
+        case 128: launch_attention_decode<128, kHalf>(p, seqlens_k, stream); break;
+        default: launch_attention_decode<256, kHalf>(p, seqlens_k, stream); break;
+    }
+}
+
+#if ATTENTION_FP16
+template void forward_self_causal<true>(const AttentionForwardParams& p, cudaStream_t stream);
+template void forward_general<true>(const AttentionForwardParams& p, cudaStream_t stream);
+template void decode_by_head_dim<true>(const AttentionForwardParams& p, const int* seqlens_k, cudaStream_t stream);
+#else
+extern template void forward_self_causal<true>(const AttentionForwardParams& p, cudaStream_t stream);
+extern template void forward_general<true>(const AttentionForwardParams& p, cudaStream_t stream);
+extern template void decode_by_head_dim<true>(const AttentionForwardParams& p, const int* seqlens_k, cudaStream_t stream);
 
 AttentionTuning& attention_tuning() { static AttentionTuning t; return t; }
 
@@ -63,92 +178,18 @@ const char* attention_forward_path_name(int HS) {
     }
 }
 
-// Dispatch (tiles chosen by dev/cuda/attention_forward's sweeps, see dev/cuda/RESULTS.md):
-//   Hopper with sm_90a code in the binary, HS 64, 96, 128, 256 -> the warp-specialised TMA kernel
-//                (attention_forward_hopper_ws_kernel; HS 96 on HS 128's copies, zero-padded: see head_chunk_stored)
-//   otherwise -> the mma.sync kernel: HS 64 128x64 tiles, HS 128 128x48 (4 warps of 32 rows: the largest key tile with no
-//                spill at 255 registers); HS 32 128x64, HS 96 128x64, HS 256 64x32 (16 rows a warp: O alone is 128 registers)
-//
-// GPT-2's family (attention_self_causal) on the kernels compiled for it
 void attention_forward_self_causal_path(const AttentionForwardParams& p, cudaStream_t stream) {
-    const int HS = p.HS, T = p.T;
-    if (attention_forward_uses_hopper(HS)) {
-        // Warp-specialised TMA kernel, ping-pong on. HS 64: 3 consumer warpgroups (192-row blocks: a third less K/V
-        // traffic per FLOP, a third warpgroup's softmax to hide the GEMMs behind) from 128K query rows (B * NH * T,
-        // about 5 such blocks per SM), else 2 (128 rows); a 3-deep K/V ring for both, since each item's first S is
-        // issued early.
-        if (HS == 64 && (long)p.B * p.NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true>(p, stream);
-        else if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true>(p, stream);
-        // HS 128: pairs of CTAs share each K/V tile by TMA multicast where the 128-row query blocks pair up (an even
-        // count; on the causal diagonal the pair's walk is its upper block's), which halves the K/V traffic out of
-        // L2. At T >= 4096 the pairs claim their items (claimed_schedule).
-        else if (ceil_div(T, 128) % 2 == 0 && claimed_schedule(T)) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2, true>(p, stream);
-        else if (ceil_div(T, 128) % 2 == 0) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2>(p, stream);
-        else launch_attention_forward_hopper_ws<128, 2, 128, 2, true>(p, stream);
-    }
-    else if (HS == 64) launch_attention_forward<64, 2, 4, 64>(p, stream);
-    else launch_attention_forward<128, 2, 4, 48>(p, stream);
+    if (p.fp16) forward_self_causal<true>(p, stream);
+    else forward_self_causal<false>(p, stream);
 }
 
 // any call attention_unsupported_reason() accepts: decoding, GPT-2's family, then the general copies by their extras
 void attention_forward(const AttentionForwardParams& p, cudaStream_t stream) {
     if (const char* why = attention_unsupported_reason(p)) attention_exit_unsupported("forward", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
-    const int HS = p.HS, T = p.T;
-    if (attention_decode_applies(p)) { attention_forward_kvcache(p, p.x.seqlens_k, stream); return; }
-    if (attention_self_causal(p)) { attention_forward_self_causal_path(p, stream); return; }
-    AttentionForwardParams k = p;   // the kernels' extras: bias2 and the key mask as the key bias (attention_kernel_extras)
-    k.x = attention_with_score_constants(attention_kernel_extras(p.x, p.B, p.T, p.Tk, p.NH, stream), p.scale);
-    const bool hopper = attention_forward_uses_hopper(HS);
-    // softcap and ALiBi (the score modifiers): the Hopper kernels' kMods copies, or with other extras the mma.sync
-    // kExtras copies, which apply them too (as every mma.sync general copy does)
-    const bool mods = attention_has_score_mods(k.x);
-    // a bf16 tile bias, a key bias, gating: the Hopper kernels' kBias copies, the tiles below (HS 8-32 on HS 64's,
-    // zero-padded; HS 256: 64 keys, since a ring of bias tiles does not fit beside 80-key K/V stages); gating alone
-    // with a zero tile bias (their epilogue is the one that gates)
-    if (!mods && (attention_hopper_bias_fits(k.x) || (hopper && attention_gate_only(k.x)))) {
-        k.x = with_zero_tile_bias(k.x, p.Tk);
-        if (HS <= 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, true>(k, stream);
-        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, true>(k, stream);
-        else launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, false, true, true>(k, stream);
-    }
-    else if (!mods && attention_forward_hopper_packed_fits(k)) {   // packed sequences with their totals: the kVarlen copies
-        if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, false, true>(k, stream);
-        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, false, true>(k, stream);
-        else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, false, true, false, true>(k, stream);
-    }
-    else if (attention_has_extras(k.x) || (!hopper && HS <= 16)) {
-        // key lengths, packed sequences, document masks, an fp32 bias; before sm_90a HS 8 and 16: the mma.sync kExtras copies
-        if (HS <= 16) launch_attention_forward<16, 2, 4, 64, true, true>(k, stream);
-        else if (HS == 64) launch_attention_forward<64, 2, 4, 64, true, true>(k, stream);
-        else if (HS == 128) launch_attention_forward<128, 2, 4, 48, true, true>(k, stream);
-        else if (HS == 32) launch_attention_forward<32, 2, 4, 64, true, true>(k, stream);
-        else if (HS == 96) launch_attention_forward<96, 2, 4, 64, true, true>(k, stream);
-        else launch_attention_forward<256, 1, 4, 32, true, true>(k, stream);
-    }
-    else if (hopper && mods) {   // the general tiles below, round-robin
-        if (HS <= 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, false, false, true>(k, stream);
-        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, false, false, true>(k, stream);
-        else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, false, true, false, false, true>(k, stream);
-    }
-    else if (hopper) {
-        // the tiles of the path above (HS 8-32: HS 64's, HS 96: HS 128's, zero-padded); HS 256: 80-key tiles (a 128-row
-        // Q block and two 40 KB stages each of K and V fill the 227 KB; O takes 128 registers a thread, S 40)
-        if (HS <= 64 && (long)p.B * p.NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true, 1, false, true>(k, stream);
-        else if (HS <= 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true>(k, stream);
-        // HS 96 / 128 causal from T = 4096: claimed items, as the self-attention path's CTA pairs (which need T = Tk
-        // and no GQA) claim theirs; round-robin, the long items of the last query blocks end on a few SMs
-        else if ((HS == 96 || HS == 128) && p.causal && claimed_schedule(T)) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, true, true>(k, stream);
-        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true>(k, stream);
-        // HS 256 causal: the items' lengths differ, and with the heads cut into sections (see persistent_section_heads)
-        // the round-robin walk leaves the SMs unevenly loaded; from T = 1024 the items are claimed
-        else if (p.causal && claimed_schedule(T, 1024)) launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, true, true>(k, stream);
-        else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, false, true>(k, stream);
-    }
-    else if (HS == 64) launch_attention_forward<64, 2, 4, 64, true>(k, stream);
-    else if (HS == 128) launch_attention_forward<128, 2, 4, 48, true>(k, stream);
-    else if (HS == 32) launch_attention_forward<32, 2, 4, 64, true>(k, stream);
-    else if (HS == 96) launch_attention_forward<96, 2, 4, 64, true>(k, stream);
-    else launch_attention_forward<256, 1, 4, 32, true>(k, stream);
+    if (attention_decode_applies(p)) attention_forward_kvcache(p, p.x.seqlens_k, stream);
+    else if (attention_self_causal(p)) attention_forward_self_causal_path(p, stream);
+    else if (p.fp16) forward_general<true>(p, stream);
+    else forward_general<false>(p, stream);
 }
 
 // GPT-2's call: document masking on the mma.sync kernels' kExtras copies
@@ -162,7 +203,6 @@ void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T,
     else launch_attention_forward<128, 2, 4, 48, true, true>(p, stream);
 }
 
-// decoding: the split-key kernels
 void attention_forward_kvcache(const AttentionForwardParams& p, const int* seqlens_k, cudaStream_t stream) {
     const char* why = attention_unsupported_reason(p);
     if (!why && (long long)p.T * (p.NH / p.NH_kv) > kDecodeRows) why = "the KV-cache path takes T * NH / NH_kv <= 16 query rows (a prefill runs attention_forward)";
@@ -173,11 +213,8 @@ void attention_forward_kvcache(const AttentionForwardParams& p, const int* seqle
     if (!why && p.HS < 32) why = "the KV-cache path takes head dims 32 to 256 (attention_forward runs 8 and 16)";
     if (!seqlens_k) seqlens_k = p.x.seqlens_k;
     if (why) attention_exit_unsupported("forward (KV cache)", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
-    switch (p.HS) {
-        case 32: launch_attention_decode<32>(p, seqlens_k, stream); break;
-        case 64: launch_attention_decode<64>(p, seqlens_k, stream); break;
-        case 96: launch_attention_decode<96>(p, seqlens_k, stream); break;
-        case 128: launch_attention_decode<128>(p, seqlens_k, stream); break;
-        default: launch_attention_decode<256>(p, seqlens_k, stream); break;
-    }
+    if (p.fp16) decode_by_head_dim<true>(p, seqlens_k, stream);
+    else decode_by_head_dim<false>(p, seqlens_k, stream);
 }
+
+#endif  // ATTENTION_FP16

@@ -118,16 +118,17 @@ __device__ __forceinline__ void add_key_bias_t(float (&st)[kMT][kQT][4], const f
     }
 }
 
-// eight bf16 products (fp32 math, one rounding)
-__device__ __forceinline__ uint4 mul_bf16x8(const uint4& a, const uint4& b) {
-    const __nv_bfloat162* a2 = reinterpret_cast<const __nv_bfloat162*>(&a);
-    const __nv_bfloat162* b2 = reinterpret_cast<const __nv_bfloat162*>(&b);
+// eight 16-bit products (fp32 math, one rounding)
+template <bool kHalf>
+__device__ __forceinline__ uint4 mul_x8(const uint4& a, const uint4& b) {
+    const uint32_t* a2 = reinterpret_cast<const uint32_t*>(&a);
+    const uint32_t* b2 = reinterpret_cast<const uint32_t*>(&b);
     uint4 out;
     uint32_t* o = reinterpret_cast<uint32_t*>(&out);
     #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const float2 x = __bfloat1622float2(a2[i]), y = __bfloat1622float2(b2[i]);
-        o[i] = pack_bf16x2(x.x * y.x, x.y * y.y);
+        const float2 x = unpack_x2<kHalf>(a2[i]), y = unpack_x2<kHalf>(b2[i]);
+        o[i] = pack_x2<kHalf>(x.x * y.x, x.y * y.y);
     }
     return out;
 }
@@ -152,7 +153,7 @@ struct ForwardTile {
 // kGeneral false: causal self-attention without GQA only (Tk = T, the diagonal 0: constants to the compiler);
 // kExtras (general only): the AttentionExtras (bias, per-sequence lengths, packed rows, gating, document masking) and
 // head dims 8 / 16, in their own copy so that the calls without them keep their registers
-template <int HS, int kWarpTilesM, int kNWarps, int kBlockN, bool kGeneral = false, bool kExtras = false>
+template <int HS, int kWarpTilesM, int kNWarps, int kBlockN, bool kGeneral = false, bool kExtras = false, bool kHalf = false>
 __global__ void __launch_bounds__(kNWarps * 32)
 attention_forward_kernel(const AttentionForwardParams p) {
     using Tile = ForwardTile<HS, kWarpTilesM, kNWarps, kBlockN>;
@@ -308,8 +309,8 @@ attention_forward_kernel(const AttentionForwardParams p) {
                     #pragma unroll
                     for (int mt = 0; mt < kMT; mt++) {
                         const uint32_t (&qa)[4] = kQInRegs ? q_frag[kQInRegs ? mt : 0][kQInRegs ? ks : 0] : q_smem_frag[kQInRegs ? 0 : mt];
-                        mma_bf16_16816(s[mt][2 * np], qa, kb[0], kb[1]);
-                        mma_bf16_16816(s[mt][2 * np + 1], qa, kb[2], kb[3]);
+                        mma_16816<kHalf>(s[mt][2 * np], qa, kb[0], kb[1]);
+                        mma_16816<kHalf>(s[mt][2 * np + 1], qa, kb[2], kb[3]);
                     }
                 }
             }
@@ -364,7 +365,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
                 }
             // O += P V (V is [key][d])
             const uint8_t* v_s = v_tile(stage);
-            mma_accum_times_tile(o_acc, s, [&](int kk, int dp) { return v_frag_addr(v_s, kk, dp); });
+            mma_accum_times_tile<kHalf>(o_acc, s, [&](int kk, int dp) { return v_frag_addr(v_s, kk, dp); });
         }
         __syncthreads();   // every warp is done with this stage before the next prefetch overwrites it
     }
@@ -385,7 +386,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
                 p.lse[((size_t)b * NH + h) * p.T + m_start + row] = l > 0.0f ? row_max[mt][half] * scale + logf(l) : -INFINITY;
             #pragma unroll
             for (int dt = 0; dt < kDT; dt++) {
-                uint32_t packed = pack_bf16x2(o_acc[mt][dt][2 * half] * inv_l, o_acc[mt][dt][2 * half + 1] * inv_l);
+                uint32_t packed = pack_x2<kHalf>(o_acc[mt][dt][2 * half] * inv_l, o_acc[mt][dt][2 * half + 1] * inv_l);
                 *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) = packed;
             }
         }
@@ -402,17 +403,17 @@ attention_forward_kernel(const AttentionForwardParams p) {
                     const long long r = seq.q0 + m_start + row;
                     const uint4 gv = *reinterpret_cast<const uint4*>(p.x.gate + b * p.x.gate_st.batch + r * p.x.gate_st.row +
                                                                      h * p.x.gate_st.head + ch * 8);
-                    *reinterpret_cast<uint4*>(p.x.gated_out + b * p.o_st.batch + r * p.o_st.row + h * p.o_st.head + ch * 8) = mul_bf16x8(o, gv);
+                    *reinterpret_cast<uint4*>(p.x.gated_out + b * p.o_st.batch + r * p.o_st.row + h * p.o_st.head + ch * 8) = mul_x8<kHalf>(o, gv);
                 }
             }
         }
     }
 }
 
-template <int HS, int kWarpTilesM, int kNWarps, int kBlockN, bool kGeneral = false, bool kExtras = false>
+template <int HS, int kWarpTilesM, int kNWarps, int kBlockN, bool kGeneral = false, bool kExtras = false, bool kHalf = false>
 void launch_attention_forward(const AttentionForwardParams& p, cudaStream_t stream) {
     using Tile = ForwardTile<HS, kWarpTilesM, kNWarps, kBlockN>;
-    constexpr auto kernel = attention_forward_kernel<HS, kWarpTilesM, kNWarps, kBlockN, kGeneral, kExtras>;
+    constexpr auto kernel = attention_forward_kernel<HS, kWarpTilesM, kNWarps, kBlockN, kGeneral, kExtras, kHalf>;
     if (!kGeneral) attention_check_self_causal(p);
     const int smem = Tile::kSmemBytes + (kExtras && p.x.bias ? 2 * Tile::kBlockM * bias_tile_pitch(kBlockN, p.x.bias_fp32) : 0);
     launch_with_smem<kernel>(dim3(p.B * p.NH, ceil_div(p.T, Tile::kBlockM)), Tile::kThreads, smem, stream, p);
@@ -504,7 +505,7 @@ __device__ __forceinline__ bool head_chunk_stored(int head_dim, int ch) { return
 
 // gating (the kBias copies): gated_out = O * gate over this warp's 16 rows of the tile, 16 bytes a lane, O read back
 // from the staging (o_staged, swizzle<HS>) or, unstaged, from out where this warp has just written it
-template <int HS>
+template <int HS, bool kHalf>
 __device__ __forceinline__ void hopper_forward_gate(const AttentionForwardParams& p, const uint8_t* o_staged, int b, int h, int m_start,
                                                     int warp_row0, int out_row0, int T) {
     const AttentionStrides& gs = p.x.gate_st;
@@ -516,7 +517,7 @@ __device__ __forceinline__ void hopper_forward_gate(const AttentionForwardParams
         const uint4 o = o_staged ? *reinterpret_cast<const uint4*>(o_staged + swizzle<HS>(row, ch))
                                  : *reinterpret_cast<const uint4*>(p.out + b * p.o_st.batch + r * p.o_st.row + h * p.o_st.head + ch * 8);
         const uint4 g = *reinterpret_cast<const uint4*>(p.x.gate + b * gs.batch + r * gs.row + h * gs.head + ch * 8);
-        *reinterpret_cast<uint4*>(p.x.gated_out + b * p.o_st.batch + r * p.o_st.row + h * p.o_st.head + ch * 8) = mul_bf16x8(o, g);
+        *reinterpret_cast<uint4*>(p.x.gated_out + b * p.o_st.batch + r * p.o_st.row + h * p.o_st.head + ch * 8) = mul_x8<kHalf>(o, g);
     }
 }
 
@@ -525,7 +526,7 @@ __device__ __forceinline__ void hopper_forward_gate(const AttentionForwardParams
 // kStaged false: no staging (q_smem unused), each thread stores its own bf16 pairs
 // Packed sequences: out_row0 = the sequence's first row of O, rows = its length (0: p.T); the LSE rows stay (B, NH, T)
 // kGate (the kBias copies, which the gated calls run): gated_out = O * gate too, where the call gates
-template <int HS, bool kStaged = true, bool kGeneral = false, bool kGate = false>
+template <int HS, bool kHalf, bool kStaged = true, bool kGeneral = false, bool kGate = false>
 __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardParams& p, float (&o_acc)[HS / 2],
                                                         const float (&row_max)[2], const float (&row_sum)[2],
                                                         uint8_t* q_smem, int b, int h, int m_start, int warp_row0,
@@ -545,14 +546,14 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
             p.lse[((size_t)b * NH + h) * p.T + m_start + row] = l > 0.0f ? row_max[half] * scale + logf(l) : -INFINITY;
         #pragma unroll
         for (int dt = 0; dt < HS / 8; dt++) {
-            const uint32_t o2 = pack_bf16x2(o_acc[4 * dt + 2 * half] * inv_l, o_acc[4 * dt + 2 * half + 1] * inv_l);
+            const uint32_t o2 = pack_x2<kHalf>(o_acc[4 * dt + 2 * half] * inv_l, o_acc[4 * dt + 2 * half + 1] * inv_l);
             if constexpr (kStaged) *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) = o2;
             else if ((unsigned)(m_start + row) < (unsigned)T && head_chunk_stored<HS, kGeneral>(p.HS, dt))
                 *reinterpret_cast<uint32_t*>(p.out + b * p.o_st.batch + (out_row0 + m_start + row) * p.o_st.row + h * p.o_st.head + dt * 8 + 2 * tq) = o2;
         }
     }
     if constexpr (!kStaged) {
-        if (kGate && p.x.gate) hopper_forward_gate<HS>(p, nullptr, b, h, m_start, warp_row0, out_row0, T);
+        if (kGate && p.x.gate) hopper_forward_gate<HS, kHalf>(p, nullptr, b, h, m_start, warp_row0, out_row0, T);
         return;
     }
     __syncwarp();
@@ -563,7 +564,7 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
             *reinterpret_cast<uint4*>(out_gl + (out_row0 + m_start + row) * p.o_st.row + ch * 8) =
                 *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
     }
-    if (kGate && p.x.gate) hopper_forward_gate<HS>(p, q_smem, b, h, m_start, warp_row0, out_row0, T);
+    if (kGate && p.x.gate) hopper_forward_gate<HS, kHalf>(p, q_smem, b, h, m_start, warp_row0, out_row0, T);
 }
 
 // ----------------------------------------------------------------------------
@@ -685,9 +686,11 @@ __device__ __forceinline__ void tma_load_bias_tile(uint8_t* dst, const CUtensorM
 // kBias: a ring of kBiasStages bias tiles (kBlockM queries x kBlockN keys, bf16, the layout of a wgmma tile of kBlockN
 // "head dims": kBlockN / 64 TMA boxes of 64 keys), loaded with each K tile
 // kVarlen: packed sequences (the table above)
-template <int HS, int kNCWG_, int kBlockN_, int kStages_, bool kBias_ = false, bool kVarlen_ = false, bool kMods_ = false>
+// kHalf: fp16 operands (else bf16)
+template <int HS, int kNCWG_, int kBlockN_, int kStages_, bool kBias_ = false, bool kVarlen_ = false, bool kMods_ = false, bool kHalf_ = false>
 struct HopperWsTile {
     static constexpr int kHeadSize = HS, kNCWG = kNCWG_, kBlockN = kBlockN_, kStages = kStages_;
+    static constexpr bool kHalf = kHalf_;
     static constexpr int kBlockM = 64 * kNCWG, kThreads = 128 * (kNCWG + 1);
     static constexpr int kQBytes = kBlockM * HS * 2, kTileBytes = kBlockN * HS * 2;
     static constexpr bool kBias = kBias_, kVarlen = kVarlen_, kMods = kMods_;   // kMods: the score modifiers (softcap, ALiBi)
@@ -970,6 +973,7 @@ template <class Tile, bool kPingPong, int kCluster, bool kDynamic, bool kGeneral
 __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams& p, const ForwardWsSmem<Tile>& sm,
                                                     const ForwardWsWalk<Tile::kBlockM, Tile::kBlockN, kCluster, kGeneral>& walk, int cwg) {
     constexpr int HS = Tile::kHeadSize, kNCWG = Tile::kNCWG, kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
+    constexpr bool kHalf = Tile::kHalf;
     constexpr int kNT = kBlockN / 8;      // n8 column groups of S per thread
     constexpr int kPS = kBlockN / 16;     // k16 steps of P V
     constexpr int kDT = HS / 8;           // n8 column groups of O
@@ -1024,7 +1028,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
             }
         };
         auto issue_s = [&](int slot) {   // S = Q K^T; step 0 overwrites s
-            wgmma_ss_over_hs<HS, kBlockN, kBlockM, /*kScaleD0=*/0>(s, q_desc, k_smem + slot * Tile::kTileBytes);
+            wgmma_ss_over_hs<kHalf, HS, kBlockN, kBlockM, /*kScaleD0=*/0>(s, q_desc, k_smem + slot * Tile::kTileBytes);
             wgmma_commit();
         };
         // an item's first S; with half_diag its left half only, into s_left = the upper half of s (with the lower
@@ -1032,7 +1036,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
         float (&s_left)[kNT * 2] = *reinterpret_cast<float(*)[kNT * 2]>(s + kNT * 2);
         auto issue_s0 = [&](int slot) {
             if constexpr (half_diag) {
-                wgmma_ss_over_hs<HS, kBlockN / 2, kBlockM, /*kScaleD0=*/0, kBlockN>(s_left, q_desc, k_smem + slot * Tile::kTileBytes);
+                wgmma_ss_over_hs<kHalf, HS, kBlockN / 2, kBlockM, /*kScaleD0=*/0, kBlockN>(s_left, q_desc, k_smem + slot * Tile::kTileBytes);
                 wgmma_commit();
             } else {
                 issue_s(slot);
@@ -1040,12 +1044,12 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
         };
         auto issue_pv = [&](int slot) {   // O += P V: k16 step i = keys 16i .. 16i + 15
             #pragma unroll
-            for (int i = 0; i < kPS; i++) wgmma_rs_m64k16_trans_b<HS, kBlockN>(o_acc, pa[i], v_smem + slot * Tile::kTileBytes, i);
+            for (int i = 0; i < kPS; i++) wgmma_rs_m64k16_trans_b<kHalf, HS, kBlockN>(o_acc, pa[i], v_smem + slot * Tile::kTileBytes, i);
             wgmma_commit();
         };
         auto pack_p = [&]() {
             #pragma unroll
-            for (int i = 0; i < kPS; i++) accum_to_a_frag(pa[i], s, i);
+            for (int i = 0; i < kPS; i++) accum_to_a_frag<kHalf>(pa[i], s, i);
         };
 
         // S_0 = Q K_0^T of a work item: its Q slot and first K/V tile (kv_iter kv0)
@@ -1148,7 +1152,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
                 online_softmax_tile<kNT / 2>(s_left, row_max, row_sum, alpha, scale_log2);
                 #pragma unroll
                 for (int i = 0; i < kPS; i++) {
-                    if (i < kPS / 2) accum_to_a_frag(pa[i], s_left, i);
+                    if (i < kPS / 2) accum_to_a_frag<kHalf>(pa[i], s_left, i);
                     else pa[i][0] = pa[i][1] = pa[i][2] = pa[i][3] = 0u;
                 }
             } else {
@@ -1199,7 +1203,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
             reg_fence(o_acc);
             release_kv(&v_empty[vslot]);
 
-            hopper_forward_epilogue<HS, Tile::kStageO, kGeneral, Tile::kBias>(p, o_acc, row_max, row_sum, o_smem, b, h, m_start, warp_row0,
+            hopper_forward_epilogue<HS, Tile::kHalf, Tile::kStageO, kGeneral, Tile::kBias>(p, o_acc, row_max, row_sum, o_smem, b, h, m_start, warp_row0,
                                                                               out_row0, rows);
             if constexpr (!kEarlyS0) {   // the next item's S_0 in a turn of its own
                 if constexpr (kDynamic) has_next = item_of(tile_iter + 1) < num_items;
@@ -1232,7 +1236,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
 // kMods: a general copy with the score modifiers (softcap, ALiBi: ScoreMods), so that the calls without them keep
 // their registers
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false, bool kGeneral = false,
-          bool kBias = false, bool kVarlen = false, bool kMods = false>
+          bool kBias = false, bool kVarlen = false, bool kMods = false, bool kHalf = false>
 __global__ void __launch_bounds__(HopperWsTile<HS, kNCWG, kBlockN, kStages>::kThreads, 1)
 attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_constant__ HopperForwardMaps<kBias, kVarlen> maps,
                                    int section_heads) {
@@ -1240,7 +1244,7 @@ attention_forward_hopper_ws_kernel(const AttentionForwardParams p, const __grid_
     static_assert(HS == 64 || HS == 128 || HS == 256, "head dims 64, 128, 256");
     static_assert(kStages >= 2, "V_{j-1} and K_j are in flight together");
     static_assert(!kPingPong || kNCWG >= 2, "ping-pong needs two consumer warpgroups");
-    using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages, kBias, kVarlen, kMods>;
+    using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages, kBias, kVarlen, kMods, kHalf>;
     constexpr int kBlockM = Tile::kBlockM;
     static_assert(kCluster == 1 || (kCluster == 2 && HS == 128 && kBlockN == kBlockM), "pairs split HS 128's two column boxes");
     static_assert(!kBias || (kGeneral && kCluster == 1 && kBlockN % 64 == 0), "the bias runs on the general copies");
@@ -1438,11 +1442,11 @@ inline CUtensorMap bias_tensor_map(const AttentionExtras& x, int B, int T, int T
 // kVarlen: packed sequences (attention_hopper_packed_fits): Q, K, V through tensor maps of all the pack's rows, the items
 // from the query-block table
 template <int HS, int kNCWG, int kBlockN, int kStages, bool kPingPong, int kCluster = 1, bool kDynamic = false, bool kGeneral = false,
-          bool kBias = false, bool kVarlen = false, bool kMods = false>
+          bool kBias = false, bool kVarlen = false, bool kMods = false, bool kHalf = false>
 void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStream_t stream) {
-    using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages, kBias, kVarlen, kMods>;
+    using Tile = HopperWsTile<HS, kNCWG, kBlockN, kStages, kBias, kVarlen, kMods, kHalf>;
     constexpr auto kKernel = attention_forward_hopper_ws_kernel<HS, kNCWG, kBlockN, kStages, kPingPong, kCluster, kDynamic, kGeneral, kBias, kVarlen,
-                                                                kMods>;
+                                                                kMods, kHalf>;
     static_assert(!kMods || (kGeneral && !kBias && !kVarlen), "the score modifiers' copies are general, without bias tiles or packs");
     static_assert(!kGeneral || kCluster == 1, "CTA pairs walk the causal diagonal of self-attention");
     if (!kGeneral) attention_check_self_causal(p);
@@ -1508,7 +1512,7 @@ struct DecodeTile {
 // (b, key/value head), the splits finished so far (zero between launches: the last split resets it)
 struct DecodePartials { float* lse; float* o; int* done; };
 
-template <int HS>
+template <int HS, bool kHalf>
 __global__ void __launch_bounds__(32 * kDecodeWarps)
 attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, int split_keys, DecodePartials part) {
     using Tile = DecodeTile<HS>;
@@ -1577,8 +1581,8 @@ attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, in
         for (int ks = 0; ks < kKS; ks++) {
             uint32_t kb[4];
             ldmatrix_x4(kb, smem_addr(k_s + swizzle<HS>(lane % 8 + 8 * (lane / 16), 2 * ks + (lane / 8) % 2)));
-            mma_bf16_16816(sc[0], q_frag[ks], kb[0], kb[1]);
-            mma_bf16_16816(sc[1], q_frag[ks], kb[2], kb[3]);
+            mma_16816<kHalf>(sc[0], q_frag[ks], kb[0], kb[1]);
+            mma_16816<kHalf>(sc[1], q_frag[ks], kb[2], kb[3]);
         }
         #pragma unroll
         for (int half = 0; half < 2; half++) {
@@ -1605,13 +1609,13 @@ attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, in
             for (int dt = 0; dt < kDT; dt++) { o_acc[dt][2 * half] *= alpha; o_acc[dt][2 * half + 1] *= alpha; }
         }
         uint32_t pa[4];   // P (16 rows x the warp's 16 keys) in bf16: the A fragment of O += P V
-        accum_tiles_to_a_frag(pa, sc[0], sc[1]);
+        accum_tiles_to_a_frag<kHalf>(pa, sc[0], sc[1]);
         #pragma unroll
         for (int dp = 0; dp < kDT / 2; dp++) {
             uint32_t vb[4];
             ldmatrix_x4_trans(vb, smem_addr(v_s + swizzle<HS>(lane % 8 + 8 * ((lane / 8) % 2), 2 * dp + lane / 16)));
-            mma_bf16_16816(o_acc[2 * dp], pa, vb[0], vb[1]);
-            mma_bf16_16816(o_acc[2 * dp + 1], pa, vb[2], vb[3]);
+            mma_16816<kHalf>(o_acc[2 * dp], pa, vb[0], vb[1]);
+            mma_16816<kHalf>(o_acc[2 * dp + 1], pa, vb[2], vb[3]);
         }
         __syncthreads();   // every warp is done with the slot before it is refilled
     }
@@ -1657,7 +1661,7 @@ attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, in
         const size_t row = ((size_t)b * p.NH + h) * T + t;
         if (num_splits == 1) {
             floatX* dst = p.out + b * p.o_st.batch + t * p.o_st.row + h * p.o_st.head + col;
-            *reinterpret_cast<uint2*>(dst) = make_uint2(pack_bf16x2(acc.x * inv_l, acc.y * inv_l), pack_bf16x2(acc.z * inv_l, acc.w * inv_l));
+            *reinterpret_cast<uint2*>(dst) = make_uint2(pack_x2<kHalf>(acc.x * inv_l, acc.y * inv_l), pack_x2<kHalf>(acc.z * inv_l, acc.w * inv_l));
             if (p.lse && col == 0) p.lse[row] = lse;
         } else {
             *reinterpret_cast<float4*>(part.o + (split * rows + row) * HS + col) =
@@ -1717,7 +1721,7 @@ attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, in
             acc.x += ws * x.x; acc.y += ws * x.y; acc.z += ws * x.z; acc.w += ws * x.w;
         }
         floatX* dst = p.out + b * p.o_st.batch + t * p.o_st.row + h * p.o_st.head + col;
-        *reinterpret_cast<uint2*>(dst) = make_uint2(pack_bf16x2(acc.x, acc.y), pack_bf16x2(acc.z, acc.w));
+        *reinterpret_cast<uint2*>(dst) = make_uint2(pack_x2<kHalf>(acc.x, acc.y), pack_x2<kHalf>(acc.z, acc.w));
         if (p.lse && col == 0) p.lse[row] = row_lse[r];
     }
 }
@@ -1746,7 +1750,7 @@ inline int* attention_decode_counters(int n) {
     return counters;
 }
 
-template <int HS>
+template <int HS, bool kHalf>
 void launch_attention_decode(const AttentionForwardParams& p, const int* seqlens_k, cudaStream_t stream) {
     using Tile = DecodeTile<HS>;
     // splits: the count whose kv_heads * splits CTAs fill the GPU's CTA slots best (the last wave of a memory-bound
@@ -1756,8 +1760,8 @@ void launch_attention_decode(const AttentionForwardParams& p, const int* seqlens
     const int kv_heads = p.B * p.NH_kv;
     static int per_sm = 0;   // CTAs an SM holds (registers and shared memory)
     if (!per_sm) {
-        cudaCheck(cudaFuncSetAttribute(attention_decode_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_decode_kernel<HS>, Tile::kThreads, Tile::kSmemBytes));
+        cudaCheck(cudaFuncSetAttribute(attention_decode_kernel<HS, kHalf>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_decode_kernel<HS, kHalf>, Tile::kThreads, Tile::kSmemBytes));
         per_sm = std::max(per_sm, 1);
     }
     const long slots = (long)per_sm * device_props().multiProcessorCount;
@@ -1785,7 +1789,7 @@ void launch_attention_decode(const AttentionForwardParams& p, const int* seqlens
         float* buf = (float*)attention_decode_scratch(splits * rows * (HS + 1) * sizeof(float));
         part = {buf, buf + splits * rows, attention_decode_counters(kv_heads)};
     }
-    launch_with_smem<attention_decode_kernel<HS>>(dim3(splits, kv_heads), Tile::kThreads, Tile::kSmemBytes, stream, p, seqlens_k,
+    launch_with_smem<attention_decode_kernel<HS, kHalf>>(dim3(splits, kv_heads), Tile::kThreads, Tile::kSmemBytes, stream, p, seqlens_k,
                                                   split_keys, part);
 }
 

@@ -4,7 +4,7 @@ wrappers over the PTX instructions they use, the shared-memory tile layouts thos
 side (kernel launches, the sm_90a probe, TMA tensor maps).
 The algorithms (tile shapes, schedules, softmax, masks, epilogues) live in attention.cuh and matmul_hopper.cuh.
 
-  sm_80+   cp.async, ldmatrix, mma.sync m16n8k16 (bf16 -> fp32), ex2.approx, red.global.add, named barriers
+  sm_80+   cp.async, ldmatrix, mma.sync m16n8k16 (bf16 or fp16 -> fp32), ex2.approx, red.global.add, named barriers
   tiles    the 128-byte swizzle (mma.sync tiles and wgmma's column blocks), cp.async tile loads with zero-filled
            rows past T, mma.sync and wgmma accumulator fragments reused as A operands
   sm_90a   wgmma (descriptors, fences, commit/wait, the m64nNk16 shapes in use, products over a swizzled tile), TMA
@@ -22,6 +22,7 @@ The sm_90a wrappers exist only where the compiler targets sm_90a (__CUDA_ARCH_FE
 #include <cstdlib>
 #include <cuda.h>           // CUtensorMap (types only: the driver entry point is fetched at run time)
 #include <cudaTypedefs.h>   // PFN_cuTensorMapEncodeTiled
+#include <cuda_fp16.h>
 #include "common.cuh"
 
 // ----------------------------------------------------------------------------
@@ -50,15 +51,33 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
 __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], uint32_t addr) {   // lanes 0-15 give the addresses
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
 }
-// d += a (16x16, row) * b (16x8, col), bf16 inputs, fp32 accumulators
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+// The tensor cores' 16-bit inputs: bf16, or IEEE fp16 where a kernel is compiled with kHalf; fp32 accumulators and
+// fp32 math either way. ASM_16BIT issues the asm statement whose text TEXT(T) builds for T = "bf16" or "f16".
+#define ASM_16BIT(kHalf, TEXT, ...) \
+    do { if constexpr (kHalf) asm volatile(TEXT("f16") __VA_ARGS__); else asm volatile(TEXT("bf16") __VA_ARGS__); } while (0)
+
+// d += a (16x16, row) * b (16x8, col), 16-bit inputs, fp32 accumulators
+#define MMA_16816_TEXT(T) "mma.sync.aligned.m16n8k16.row.col.f32." T "." T ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+template <bool kHalf>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    ASM_16BIT(kHalf, MMA_16816_TEXT, : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
+// two floats rounded to the kernel's 16-bit type, lo in the low half
+template <bool kHalf>
+__device__ __forceinline__ uint32_t pack_x2(float lo, float hi) {
+    if constexpr (kHalf) {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t*>(&v);
+    } else {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t*>(&v);
+    }
+}
+template <bool kHalf>
+__device__ __forceinline__ float2 unpack_x2(uint32_t v) {
+    if constexpr (kHalf) return __half22float2(*reinterpret_cast<const __half2*>(&v));
+    else return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
 }
 constexpr float kLog2e = 1.4426950408889634f;   // log2(e): exp(x) = exp2(x * kLog2e)
 
@@ -94,32 +113,33 @@ __device__ __forceinline__ void red_add_f32x2(float* p, float a, float b) {
 // ----------------------------------------------------------------------------
 // tile layouts: the 128-byte swizzle, cp.async tile loads, products of mma.sync accumulator fragments
 
-// two fp32 m16n8 accumulator tiles (n8 tiles 2kk, 2kk+1 of one m16 row) in bf16 = the A fragment of k16 step kk
+// two fp32 m16n8 accumulator tiles (n8 tiles 2kk, 2kk+1 of one m16 row) in 16 bits = the A fragment of k16 step kk
+template <bool kHalf>
 __device__ __forceinline__ void accum_tiles_to_a_frag(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
-    a[0] = pack_bf16x2(lo[0], lo[1]);
-    a[1] = pack_bf16x2(lo[2], lo[3]);
-    a[2] = pack_bf16x2(hi[0], hi[1]);
-    a[3] = pack_bf16x2(hi[2], hi[3]);
+    a[0] = pack_x2<kHalf>(lo[0], lo[1]);
+    a[1] = pack_x2<kHalf>(lo[2], lo[3]);
+    a[2] = pack_x2<kHalf>(hi[0], hi[1]);
+    a[3] = pack_x2<kHalf>(hi[2], hi[3]);
 }
 
 // out (kMT m16 tiles x kDT n8 tiles) += A B, A = the fp32 accumulator tiles `in` (kMT x kNT, the m16n8 layout)
-// in bf16: in tiles 2kk, 2kk+1 are exactly the A fragment of k step kk, so P (forward) or dS (dQ) never touches
+// in 16 bits: in tiles 2kk, 2kk+1 are exactly the A fragment of k step kk, so P (forward) or dS (dQ) never touches
 // shared memory. B comes from a [k][n] tile by ldmatrix.trans: b_addr(kk, dp) addresses n tiles 2dp, 2dp+1.
-template <int kMT, int kNT, int kDT, class BAddr>
+template <bool kHalf, int kMT, int kNT, int kDT, class BAddr>
 __device__ __forceinline__ void mma_accum_times_tile(float (&out)[kMT][kDT][4], const float (&in)[kMT][kNT][4], BAddr b_addr) {
     #pragma unroll
     for (int kk = 0; kk < kNT / 2; kk++) {
         uint32_t a[kMT][4];
         #pragma unroll
-        for (int mt = 0; mt < kMT; mt++) accum_tiles_to_a_frag(a[mt], in[mt][2 * kk], in[mt][2 * kk + 1]);
+        for (int mt = 0; mt < kMT; mt++) accum_tiles_to_a_frag<kHalf>(a[mt], in[mt][2 * kk], in[mt][2 * kk + 1]);
         #pragma unroll
         for (int dp = 0; dp < kDT / 2; dp++) {
             uint32_t b[4];
             ldmatrix_x4_trans(b, b_addr(kk, dp));
             #pragma unroll
             for (int mt = 0; mt < kMT; mt++) {
-                mma_bf16_16816(out[mt][2 * dp], a[mt], b[0], b[1]);
-                mma_bf16_16816(out[mt][2 * dp + 1], a[mt], b[2], b[3]);
+                mma_16816<kHalf>(out[mt][2 * dp], a[mt], b[0], b[1]);
+                mma_16816<kHalf>(out[mt][2 * dp + 1], a[mt], b[2], b[3]);
             }
         }
     }
@@ -190,12 +210,13 @@ __device__ __forceinline__ int swizzle_wgmma(int row, int chunk) {
     return (chunk >> 3) * (kRows * 128) + swizzle<64>(row, chunk & 7);
 }
 
-// the accumulator columns 16j..16j+15 of an m64nN tile (register groups 2j, 2j+1) as the bf16 A fragment of k step j
+// the accumulator columns 16j..16j+15 of an m64nN tile (register groups 2j, 2j+1) as the 16-bit A fragment of k step j
+template <bool kHalf>
 __device__ __forceinline__ void accum_to_a_frag(uint32_t (&a)[4], const float* acc, int j) {
-    a[0] = pack_bf16x2(acc[8 * j + 0], acc[8 * j + 1]);
-    a[1] = pack_bf16x2(acc[8 * j + 2], acc[8 * j + 3]);
-    a[2] = pack_bf16x2(acc[8 * j + 4], acc[8 * j + 5]);
-    a[3] = pack_bf16x2(acc[8 * j + 6], acc[8 * j + 7]);
+    a[0] = pack_x2<kHalf>(acc[8 * j + 0], acc[8 * j + 1]);
+    a[1] = pack_x2<kHalf>(acc[8 * j + 2], acc[8 * j + 3]);
+    a[2] = pack_x2<kHalf>(acc[8 * j + 4], acc[8 * j + 5]);
+    a[3] = pack_x2<kHalf>(acc[8 * j + 6], acc[8 * j + 7]);
 }
 
 // ----------------------------------------------------------------------------
@@ -245,79 +266,83 @@ __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence
 #define WGMMA_D48_NAMES "{" WGMMA_R0 ", " WGMMA_R8 ", " WGMMA_R16 ", " WGMMA_R24 ", " WGMMA_R32 ", " WGMMA_R40 "}"
 #define WGMMA_D64_NAMES "{" WGMMA_R0 ", " WGMMA_R8 ", " WGMMA_R16 ", " WGMMA_R24 ", " WGMMA_R32 ", " WGMMA_R40 ", " WGMMA_R48 ", " WGMMA_R56 "}"
 
-// The asm text of d (m64 x nN, fp32) (+)= A (64 x 16, smem descriptor) * B (16 x N, smem descriptor), both K-major:
-// operands %0 .. %(N/2 - 1) = d (NAMES), then the descriptors (%DA, %DB) and scale-d (%SD, 0 or 1)
-#define WGMMA_SS_KMAJOR(N, NAMES, DA, DB, SD) "{\n.reg .pred p;\nsetp.ne.b32 p, %" #SD ", 0;\n" \
-    "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 " NAMES ", %" #DA ", %" #DB ", p, 1, 1, 0, 0;\n}\n"
+// The asm text of d (m64 x nN, fp32) (+)= A (64 x 16, smem descriptor) * B (16 x N, smem descriptor), both K-major,
+// of 16-bit type T: operands %0 .. %(N/2 - 1) = d (NAMES), then the descriptors (%DA, %DB) and scale-d (%SD, 0 or 1)
+#define WGMMA_SS_KMAJOR(T, N, NAMES, DA, DB, SD) "{\n.reg .pred p;\nsetp.ne.b32 p, %" #SD ", 0;\n" \
+    "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." T "." T " " NAMES ", %" #DA ", %" #DB ", p, 1, 1, 0, 0;\n}\n"
+#define WGMMA_SS_N64_TEXT(T) WGMMA_SS_KMAJOR(T, 64, WGMMA_D32_NAMES, 32, 33, 34)
+#define WGMMA_SS_N80_TEXT(T) WGMMA_SS_KMAJOR(T, 80, WGMMA_D40_NAMES, 40, 41, 42)
+#define WGMMA_SS_N96_TEXT(T) WGMMA_SS_KMAJOR(T, 96, WGMMA_D48_NAMES, 48, 49, 50)
+#define WGMMA_SS_N128_TEXT(T) WGMMA_SS_KMAJOR(T, 128, WGMMA_D64_NAMES, 64, 65, 66)
 // n64, 32 regs a thread. kScaleD = 0: d = A * B (the old d is ignored, so the accumulator needs no zeroing), d declared
 // as outputs only: with "+f" ptxas kept the forward's half-diagonal S (n64 into the upper half of the n128 S
 // registers) from pipelining (C7511). The n128 form below keeps "+f": "=f" there changed every forward kernel's schedule.
-template <int kScaleD = 1>
+template <bool kHalf, int kScaleD = 1>
 __device__ __forceinline__ void wgmma_ss_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
-    if constexpr (kScaleD == 0) asm volatile(WGMMA_SS_KMAJOR(64, WGMMA_D32_NAMES, 32, 33, 34) : WGMMA_O32 : "l"(desc_a), "l"(desc_b), "n"(0));
-    else asm volatile(WGMMA_SS_KMAJOR(64, WGMMA_D32_NAMES, 32, 33, 34) : WGMMA_D32 : "l"(desc_a), "l"(desc_b), "n"(1));
+    if constexpr (kScaleD == 0) ASM_16BIT(kHalf, WGMMA_SS_N64_TEXT, : WGMMA_O32 : "l"(desc_a), "l"(desc_b), "n"(0));
+    else ASM_16BIT(kHalf, WGMMA_SS_N64_TEXT, : WGMMA_D32 : "l"(desc_a), "l"(desc_b), "n"(1));
 }
 // n80, 40 regs a thread: the HS 256 forward's S over 80-key tiles. With both operands in shared memory an m64nNk16
 // wgmma reads 2 KB of A and N * 32 bytes of B: at n64 4 KB per 32 tensor-core cycles, all the 128 bytes a cycle an
 // SM's shared memory gives; n80 reads 4.5 KB per 40 cycles, n96 5 KB per 48.
-template <int kScaleD = 1>
+template <bool kHalf, int kScaleD = 1>
 __device__ __forceinline__ void wgmma_ss_m64n80k16(float (&d)[40], uint64_t desc_a, uint64_t desc_b) {
-    if constexpr (kScaleD == 0) asm volatile(WGMMA_SS_KMAJOR(80, WGMMA_D40_NAMES, 40, 41, 42) : WGMMA_O40 : "l"(desc_a), "l"(desc_b), "n"(0));
-    else asm volatile(WGMMA_SS_KMAJOR(80, WGMMA_D40_NAMES, 40, 41, 42) : WGMMA_D40 : "l"(desc_a), "l"(desc_b), "n"(1));
+    if constexpr (kScaleD == 0) ASM_16BIT(kHalf, WGMMA_SS_N80_TEXT, : WGMMA_O40 : "l"(desc_a), "l"(desc_b), "n"(0));
+    else ASM_16BIT(kHalf, WGMMA_SS_N80_TEXT, : WGMMA_D40 : "l"(desc_a), "l"(desc_b), "n"(1));
 }
 // n96, 48 regs a thread: the HS 128 dQ kernel's S and dP over 96-key steps (see n80)
-template <int kScaleD = 1>
+template <bool kHalf, int kScaleD = 1>
 __device__ __forceinline__ void wgmma_ss_m64n96k16(float (&d)[48], uint64_t desc_a, uint64_t desc_b) {
-    if constexpr (kScaleD == 0) asm volatile(WGMMA_SS_KMAJOR(96, WGMMA_D48_NAMES, 48, 49, 50) : WGMMA_O48 : "l"(desc_a), "l"(desc_b), "n"(0));
-    else asm volatile(WGMMA_SS_KMAJOR(96, WGMMA_D48_NAMES, 48, 49, 50) : WGMMA_D48 : "l"(desc_a), "l"(desc_b), "n"(1));
+    if constexpr (kScaleD == 0) ASM_16BIT(kHalf, WGMMA_SS_N96_TEXT, : WGMMA_O48 : "l"(desc_a), "l"(desc_b), "n"(0));
+    else ASM_16BIT(kHalf, WGMMA_SS_N96_TEXT, : WGMMA_D48 : "l"(desc_a), "l"(desc_b), "n"(1));
 }
 // n128, 64 regs a thread
-template <int kScaleD = 1>
+template <bool kHalf, int kScaleD = 1>
 __device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
-    asm volatile(WGMMA_SS_KMAJOR(128, WGMMA_D64_NAMES, 64, 65, 66) : WGMMA_D64 : "l"(desc_a), "l"(desc_b), "n"(kScaleD));
+    ASM_16BIT(kHalf, WGMMA_SS_N128_TEXT, : WGMMA_D64 : "l"(desc_a), "l"(desc_b), "n"(kScaleD));
 }
 // d (m64 x nN) += A (64 x 16) * B (16 x N), both from shared memory, K-major: N = 64, 80, 96 or 128
-template <int N, int kScaleD = 1>
+template <bool kHalf, int N, int kScaleD = 1>
 __device__ __forceinline__ void wgmma_ss_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
     static_assert(N == 64 || N == 80 || N == 96 || N == 128, "n64, n80, n96, n128");
-    if constexpr (N == 128) wgmma_ss_m64n128k16<kScaleD>(d, desc_a, desc_b);
-    else if constexpr (N == 96) wgmma_ss_m64n96k16<kScaleD>(d, desc_a, desc_b);
-    else if constexpr (N == 80) wgmma_ss_m64n80k16<kScaleD>(d, desc_a, desc_b);
-    else wgmma_ss_m64n64k16<kScaleD>(d, desc_a, desc_b);
+    if constexpr (N == 128) wgmma_ss_m64n128k16<kHalf, kScaleD>(d, desc_a, desc_b);
+    else if constexpr (N == 96) wgmma_ss_m64n96k16<kHalf, kScaleD>(d, desc_a, desc_b);
+    else if constexpr (N == 80) wgmma_ss_m64n80k16<kHalf, kScaleD>(d, desc_a, desc_b);
+    else wgmma_ss_m64n64k16<kHalf, kScaleD>(d, desc_a, desc_b);
 }
 // d (m64 x n128, fp32) += A (64 x 16, smem, K-major) * B (16 x 128, smem): B K-major (kTransB 0) or MN-major (1: B's
-// 128 columns contiguous, in 64-column blocks the descriptor's leading byte offset apart)
+// 128 columns contiguous, in 64-column blocks the descriptor's leading byte offset apart); bf16 (the Hopper GEMM's)
 template <int kTransB>
 __device__ __forceinline__ void wgmma_ss_m64n128k16_b(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64_NAMES ", %64, %65, p, 1, 1, 0, %67;\n}\n"
                  : WGMMA_D64 : "l"(desc_a), "l"(desc_b), "n"(1), "n"(kTransB));
 }
-// d (m64 x n64, fp32) += A (64 x 16, bf16 registers) * B (16 x 64, smem descriptor, MN-major: transposed)
+// d (m64 x n64, fp32) += A (64 x 16, 16-bit registers) * B (16 x 64, smem descriptor, MN-major: transposed)
+#define WGMMA_RS_N64_TEXT(T) "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" \
+    "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " " WGMMA_D32_NAMES ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+template <bool kHalf>
 __device__ __forceinline__ void wgmma_rs_m64n64k16_trans_b(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D32_NAMES ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-                 : WGMMA_D32 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+    ASM_16BIT(kHalf, WGMMA_RS_N64_TEXT, : WGMMA_D32 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
 }
-// d (m64 x n128, fp32, 64 regs a thread) += A (64 x 16, bf16 registers) * B (16 x 128, smem descriptor, MN-major)
+// d (m64 x n128, fp32, 64 regs a thread) += A (64 x 16, 16-bit registers) * B (16 x 128, smem descriptor, MN-major)
+#define WGMMA_RS_N128_TEXT(T) "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
+    "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T " " WGMMA_D64_NAMES ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+template <bool kHalf>
 __device__ __forceinline__ void wgmma_rs_m64n128k16_trans_b(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64_NAMES ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-                 : WGMMA_D64 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+    ASM_16BIT(kHalf, WGMMA_RS_N128_TEXT, : WGMMA_D64 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
 }
 // d (m64 x nN, N = 32 or 64) (+)= A (64 x 16) * B (16 x N), both from shared memory and both MN-major (A's 64 rows
 // and B's N columns contiguous: each operand is stored transposed, k rows of 128 bytes); scale_d = 0 overwrites d
-template <int N>
+#define WGMMA_SS_TRANS_N32_TEXT(T) "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n" \
+    "wgmma.mma_async.sync.aligned.m64n32k16.f32." T "." T " " WGMMA_D16_NAMES ", %16, %17, p, 1, 1, 1, 1;\n}\n"
+#define WGMMA_SS_TRANS_N64_TEXT(T) "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
+    "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " " WGMMA_D32_NAMES ", %32, %33, p, 1, 1, 1, 1;\n}\n"
+template <bool kHalf, int N>
 __device__ __forceinline__ void wgmma_ss_m64k16_trans_ab(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     static_assert(N == 32 || N == 64, "n32 or n64");
-    if constexpr (N == 32)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " WGMMA_D16_NAMES ", %16, %17, p, 1, 1, 1, 1;\n}\n"
-                     : WGMMA_D16 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-    else
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D32_NAMES ", %32, %33, p, 1, 1, 1, 1;\n}\n"
-                     : WGMMA_D32 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    if constexpr (N == 32) ASM_16BIT(kHalf, WGMMA_SS_TRANS_N32_TEXT, : WGMMA_D16 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    else ASM_16BIT(kHalf, WGMMA_SS_TRANS_N64_TEXT, : WGMMA_D32 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
 // An empty asm that "redefines" each register: ordinary code cannot be moved across it, in either
@@ -447,28 +472,28 @@ template <int N> __device__ __forceinline__ void bulk_wait() { asm volatile("cp.
 // (desc_a: its first row), B = a swizzle_wgmma tile of N rows; k16 step ks reads column block ks / 4 at +32 bytes
 // per step inside the 128-byte atom (descriptor units: 16 bytes). kScaleD0 = 0: the first step overwrites d.
 // kRowsB: the rows of B's tile (B = its first N rows)
-template <int HS, int N, int kRowsA, int kScaleD0 = 1, int kRowsB = N>
+template <bool kHalf, int HS, int N, int kRowsA, int kScaleD0 = 1, int kRowsB = N>
 __device__ __forceinline__ void wgmma_ss_over_hs(float (&d)[N / 2], uint64_t desc_a, const uint8_t* tile_b) {
-    wgmma_ss_m64k16<N, kScaleD0>(d, desc_a, wgmma_desc(tile_b));
+    wgmma_ss_m64k16<kHalf, N, kScaleD0>(d, desc_a, wgmma_desc(tile_b));
     #pragma unroll
     for (int ks = 1; ks < HS / 16; ks++)
-        wgmma_ss_m64k16<N>(d, desc_a + (ks / 4) * (kRowsA * 128 / 16) + 2 * (ks % 4), wgmma_desc(tile_b + (ks / 4) * kRowsB * 128 + 32 * (ks % 4)));
+        wgmma_ss_m64k16<kHalf, N>(d, desc_a + (ks / 4) * (kRowsA * 128 / 16) + 2 * (ks % 4), wgmma_desc(tile_b + (ks / 4) * kRowsB * 128 + 32 * (ks % 4)));
 }
-// d (m64 x nHS) += A (64 x 16, bf16 registers) * B (16 x HS): rows 16j..16j+15 of an MN-major swizzle_wgmma
+// d (m64 x nHS) += A (64 x 16, 16-bit registers) * B (16 x HS): rows 16j..16j+15 of an MN-major swizzle_wgmma
 // tile of kRows rows (16 rows of 128 bytes into each column block): the forward's P V, the backward's dV, dK, dQ.
 // HS 128: one n128 wgmma over both column blocks (LBO = the distance between them, kRows * 128 bytes) into the
 // accumulator's two halves [0, 32) and [32, 64), as two n64 wgmmas would write them
 // HS 256: two n128 wgmmas, column blocks 0-1 into d[0, 64) and 2-3 into d[64, 128) (where one n256 would put them)
-template <int HS, int kRows>
+template <bool kHalf, int HS, int kRows>
 __device__ __forceinline__ void wgmma_rs_m64k16_trans_b(float (&d)[HS / 2], const uint32_t (&a)[4], const uint8_t* tile, int j) {
-    if constexpr (HS == 64) wgmma_rs_m64n64k16_trans_b(d, a, wgmma_desc(tile + j * 16 * 128));
-    else if constexpr (HS == 128) wgmma_rs_m64n128k16_trans_b(d, a, wgmma_desc(tile + j * 16 * 128, /*lbo_bytes=*/kRows * 128));
+    if constexpr (HS == 64) wgmma_rs_m64n64k16_trans_b<kHalf>(d, a, wgmma_desc(tile + j * 16 * 128));
+    else if constexpr (HS == 128) wgmma_rs_m64n128k16_trans_b<kHalf>(d, a, wgmma_desc(tile + j * 16 * 128, /*lbo_bytes=*/kRows * 128));
     else {
         static_assert(HS == 256, "head dims 64, 128, 256");
         float (&lo)[64] = *reinterpret_cast<float(*)[64]>(d);
         float (&hi)[64] = *reinterpret_cast<float(*)[64]>(d + 64);
-        wgmma_rs_m64n128k16_trans_b(lo, a, wgmma_desc(tile + j * 16 * 128, /*lbo_bytes=*/kRows * 128));
-        wgmma_rs_m64n128k16_trans_b(hi, a, wgmma_desc(tile + 2 * kRows * 128 + j * 16 * 128, /*lbo_bytes=*/kRows * 128));
+        wgmma_rs_m64n128k16_trans_b<kHalf>(lo, a, wgmma_desc(tile + j * 16 * 128, /*lbo_bytes=*/kRows * 128));
+        wgmma_rs_m64n128k16_trans_b<kHalf>(hi, a, wgmma_desc(tile + 2 * kRows * 128 + j * 16 * 128, /*lbo_bytes=*/kRows * 128));
     }
 }
 // a (rows, HS) tile of the tensor map at rows row0.. of head h, batch b: HS / 64 TMA boxes, one per column block

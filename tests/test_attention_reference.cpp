@@ -243,3 +243,16 @@ TEST(attention_general_cpu_window_and_alibi_are_their_biases) {
     for (size_t i = 0; i < lse1.size(); i++) err = std::fmax(err, std::fabs(lse1[i] - lse2[i]));
     CHECK(err < 1e-6);
 }
+
+TEST(round_to_fp16_is_ieee_half) {   // the naive fp16 computation's rounding: 11 significant bits, ties to even
+    CHECK(round_to_fp16(1.0f) == 1.0f);
+    CHECK(round_to_fp16(1.0f + 1.0f / 4096) == 1.0f);                      // below half a step (2^-10)
+    CHECK(round_to_fp16(1.0f + 3.0f / 2048) == 1.0f + 2.0f / 1024);        // a tie: to the even 1 + 2^-9
+    CHECK(round_to_fp16(1.0f + 1.0f / 2048) == 1.0f);                      // a tie: to the even 1
+    CHECK(round_to_fp16(-3.14159265f) == -3.140625f);
+    CHECK(round_to_fp16(65504.0f) == 65504.0f);                            // the largest half
+    CHECK(std::isinf(round_to_fp16(65520.0f)) && round_to_fp16(65519.0f) == 65504.0f);
+    CHECK(round_to_fp16(std::ldexp(1.0f, -24)) == std::ldexp(1.0f, -24));  // the smallest subnormal
+    CHECK(round_to_fp16(std::ldexp(1.0f, -26)) == 0.0f);
+    CHECK(round_to_fp16(std::ldexp(3.0f, -25)) == std::ldexp(1.0f, -23));  // 1.5 subnormal steps: a tie, to even 2
+}

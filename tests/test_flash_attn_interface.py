@@ -3,15 +3,15 @@
 FlashAttention's own test grid: head dims 32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256 (those between
 flashgpt's run zero-padded), its (T, Tk) pairs, MHA / MQA / GQA, causal or not, sliding windows (its `local` cases:
 window_size drawn at random below Tk, with and without causal), softcap (its 50.0) and ALiBi (its slopes, rand * 0.3
-per (B, H), and per head), the packed forms and varlen.
+per (B, H), and per head), the packed forms and varlen; bf16 and fp16.
 Prints one PASS/FAIL line per case; exits 0 with a SKIP line where torch or a CUDA GPU is missing.
 
   make lib && python3 tests/test_flash_attn_interface.py
 
-Rule (FlashAttention's tests): out and dq, dk, dv against the same attention in fp32 (PyTorch, from the bf16 inputs)
-within 2x the error of the naive bf16 computation (softmax of bf16 logits) plus 1e-3; softmax_lse within 1e-3 of the
-fp32 LSE; S_dmask against the fp32 probabilities. What flashgpt does not run yet (dropout, fp16) must raise
-NotImplementedError.
+Rule (FlashAttention's tests): out and dq, dk, dv against the same attention in fp32 (PyTorch, from the bf16 or fp16
+inputs) within 2x the error of the naive computation in the inputs' dtype (softmax of bf16 / fp16 logits) plus 1e-3;
+softmax_lse within 1e-3 of the fp32 LSE; S_dmask against the fp32 probabilities. What flashgpt does not run yet
+(dropout) must raise NotImplementedError.
 """
 import math
 import os
@@ -56,14 +56,14 @@ def check_close(name, ours, ref, naive, floor=1e-3):
     assert err <= tol, f"{name}: {err:.3e} > {tol:.3e}"
 
 
-def case_dense(B, T, Tk, H, H_kv, D, causal, packed, window=(-1, -1), softcap=0.0, alibi=None):
+def case_dense(B, T, Tk, H, H_kv, D, causal, packed, window=(-1, -1), softcap=0.0, alibi=None, dtype=torch.bfloat16):
     def fn():
         slopes = None if alibi is None else torch.rand(*((B, H) if alibi == "bh" else (H,)), device="cuda") * 0.3
         mods = dict(window_size=window, softcap=softcap, alibi_slopes=slopes)
-        q = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(B, Tk, H_kv, D, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn(B, Tk, H_kv, D, device="cuda", dtype=torch.bfloat16)
-        dout = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16)
+        q = torch.randn(B, T, H, D, device="cuda", dtype=dtype)
+        k = torch.randn(B, Tk, H_kv, D, device="cuda", dtype=dtype)
+        v = torch.randn(B, Tk, H_kv, D, device="cuda", dtype=dtype)
+        dout = torch.randn(B, T, H, D, device="cuda", dtype=dtype)
         if packed == "qkv":
             qkv = torch.stack([q, k, v], dim=2).requires_grad_()
             out, lse, probs = fai.flash_attn_qkvpacked_func(qkv, causal=causal, **mods, return_attn_probs=True)
@@ -79,13 +79,14 @@ def case_dense(B, T, Tk, H, H_kv, D, causal, packed, window=(-1, -1), softcap=0.
             out, lse, probs = fai.flash_attn_func(qg, kg, vg, causal=causal, **mods, return_attn_probs=True)
             out.backward(dout)
             dq, dk, dv = qg.grad, kg.grad, vg.grad
+        assert out.dtype == dtype and dq.dtype == dtype, f"out {out.dtype}, dq {dq.dtype}: not the inputs' {dtype}"
         grads = {}
-        for dtype in (torch.float32, torch.bfloat16):
-            xs = [x.to(dtype).requires_grad_() for x in (q, k, v)]
-            o, l = reference(*xs, causal, dtype, window, softcap, slopes)
-            o.backward(dout.to(dtype))
-            grads[dtype] = (o, l, *[x.grad for x in xs])
-        (ro, rl, rdq, rdk, rdv), (no, _, ndq, ndk, ndv) = grads[torch.float32], grads[torch.bfloat16]
+        for rdt in (torch.float32, dtype):
+            xs = [x.to(rdt).requires_grad_() for x in (q, k, v)]
+            o, l = reference(*xs, causal, rdt, window, softcap, slopes)
+            o.backward(dout.to(rdt))
+            grads[rdt] = (o, l, *[x.grad for x in xs])
+        (ro, rl, rdq, rdk, rdv), (no, _, ndq, ndk, ndv) = grads[torch.float32], grads[dtype]
         for n, a, r, nv in (("out", out, ro, no), ("dq", dq, rdq, ndq), ("dk", dk, rdk, ndk), ("dv", dv, rdv, ndv)):
             check_close(n, a, r, nv)
         finite = torch.isfinite(rl)
@@ -98,17 +99,17 @@ def case_dense(B, T, Tk, H, H_kv, D, causal, packed, window=(-1, -1), softcap=0.
     return fn
 
 
-def case_varlen(lens_q, lens_k, H, H_kv, D, causal, packed, window=(-1, -1), softcap=0.0, alibi=None):
+def case_varlen(lens_q, lens_k, H, H_kv, D, causal, packed, window=(-1, -1), softcap=0.0, alibi=None, dtype=torch.bfloat16):
     def fn():
         slopes = None if alibi is None else torch.rand(*((len(lens_q), H) if alibi == "bh" else (H,)), device="cuda") * 0.3
         mods = dict(window_size=window, softcap=softcap, alibi_slopes=slopes)
         cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), device="cuda", dtype=torch.int32)
         cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), device="cuda", dtype=torch.int32)
         tq, tk = int(cu_q[-1]), int(cu_k[-1])
-        q = torch.randn(tq, H, D, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(tk, H_kv, D, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn(tk, H_kv, D, device="cuda", dtype=torch.bfloat16)
-        dout = torch.randn(tq, H, D, device="cuda", dtype=torch.bfloat16)
+        q = torch.randn(tq, H, D, device="cuda", dtype=dtype)
+        k = torch.randn(tk, H_kv, D, device="cuda", dtype=dtype)
+        v = torch.randn(tk, H_kv, D, device="cuda", dtype=dtype)
+        dout = torch.randn(tq, H, D, device="cuda", dtype=dtype)
         if packed == "qkv":
             qkv = torch.stack([q, k, v], dim=1).requires_grad_()
             out, lse, _ = fai.flash_attn_varlen_qkvpacked_func(qkv, cu_q, max(lens_q), causal=causal, **mods,
@@ -125,13 +126,13 @@ def case_varlen(lens_q, lens_k, H, H_kv, D, causal, packed, window=(-1, -1), sof
         for b in range(len(lens_q)):
             q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
             res = {}
-            for dtype in (torch.float32, torch.bfloat16):
-                xs = [x[None, a:e].to(dtype).requires_grad_() for x, a, e in ((q, q0, q1), (k, k0, k1), (v, k0, k1))]
+            for rdt in (torch.float32, dtype):
+                xs = [x[None, a:e].to(rdt).requires_grad_() for x, a, e in ((q, q0, q1), (k, k0, k1), (v, k0, k1))]
                 sl = None if slopes is None else slopes[b] if slopes.dim() == 2 else slopes
-                o, l = reference(*xs, causal, dtype, window, softcap, sl)
-                o.backward(dout[None, q0:q1].to(dtype))
-                res[dtype] = (o[0], l[0], *[x.grad[0] for x in xs])
-            (ro, rl, rdq, rdk, rdv), (no, _, ndq, ndk, ndv) = res[torch.float32], res[torch.bfloat16]
+                o, l = reference(*xs, causal, rdt, window, softcap, sl)
+                o.backward(dout[None, q0:q1].to(rdt))
+                res[rdt] = (o[0], l[0], *[x.grad[0] for x in xs])
+            (ro, rl, rdq, rdk, rdv), (no, _, ndq, ndk, ndv) = res[torch.float32], res[dtype]
             for n, a, r, nv in (("out", out[q0:q1], ro, no), ("dq", dq[q0:q1], rdq, ndq), ("dk", dk[k0:k1], rdk, ndk),
                                 ("dv", dv[k0:k1], rdv, ndv)):
                 check_close(f"sequence {b} {n}", a, r, nv)
@@ -150,11 +151,6 @@ def refusals():
         except NotImplementedError:
             continue
         raise AssertionError(f"{kwargs} did not raise NotImplementedError")
-    try:
-        fai.flash_attn_func(q.half(), q.half(), q.half())
-    except NotImplementedError:
-        return
-    raise AssertionError("fp16 did not raise NotImplementedError")
 
 
 if __name__ == "__main__":
@@ -213,6 +209,25 @@ if __name__ == "__main__":
         case_varlen([113, 7, 300], [203, 64, 300], 4, 2, 64, True, "none", softcap=50.0, alibi="bh"))
     run("flash_attn_varlen_qkvpacked_func [33, 1, 200] H=2 D=128 causal=0 alibi=(H) window=(40, 8)",
         case_varlen([33, 1, 200], [33, 1, 200], 2, 2, 128, False, "qkv", (40, 8), alibi="h"))
+    # fp16: every head dim of the grid once, against a (T, Tk) pair each, with the head patterns, causal, windows, softcap,
+    # ALiBi and the packed forms in turn; varlen
+    fp16 = torch.float16
+    for i, D in enumerate(dims):
+        T, Tk = pairs[(3 * i + 2) % len(pairs)]
+        H, H_kv = heads[i % len(heads)]
+        causal, packed = i % 2 == 0, "kv" if i % 4 == 1 else "none"
+        softcap, alibi = [(0.0, None), (50.0, None), (0.0, "bh"), (0.0, None)][i % 4]
+        window = draw(Tk) if i % 3 == 2 else (-1, -1)
+        run(f"fp16 flash_attn_{'' if packed == 'none' else packed + 'packed_'}func B=2 T={T} Tk={Tk} H={H} H_kv={H_kv} "
+            f"D={D} causal={int(causal)} softcap={softcap} alibi={alibi} window={window}",
+            case_dense(2, T, Tk, H, H_kv, D, causal, packed, window, softcap, alibi, dtype=fp16))
+    run("fp16 flash_attn_qkvpacked_func B=2 T=1024 H=4 D=128 causal=1",
+        case_dense(2, 1024, 1024, 4, 4, 128, True, "qkv", dtype=fp16))
+    run("fp16 flash_attn_func B=1 T=2048 H=2 D=64 causal=1", case_dense(1, 2048, 2048, 2, 2, 64, True, "none", dtype=fp16))
+    run("fp16 flash_attn_varlen_func [113, 7, 300] x [203, 64, 300] H=4 H_kv=2 D=64 causal=1",
+        case_varlen([113, 7, 300], [203, 64, 300], 4, 2, 64, True, "none", dtype=fp16))
+    run("fp16 flash_attn_varlen_qkvpacked_func [33, 1, 200] H=2 D=128 causal=0 window=(17, 5)",
+        case_varlen([33, 1, 200], [33, 1, 200], 2, 2, 128, False, "qkv", (17, 5), dtype=fp16))
     run("features flashgpt lacks raise NotImplementedError", refusals)
     failed = sum(1 for r in results if r[0] == "FAIL")
     print(f"test_flash_attn_interface: {len(results) - failed} passed, {failed} failed")

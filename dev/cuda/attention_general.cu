@@ -9,8 +9,9 @@ computation's error plus a small constant), every output poisoned before each la
   ./dev/cuda/attention_general --check                        the validation set at input scales 1 and 8
   ./dev/cuda/attention_general --check --quick                the same at scale 1 only (make test runs this)
   ./dev/cuda/attention_general --check --quick --shard 0/3    every third validation case from the first
-  ./dev/cuda/attention_general --x8 CASE ...                   cases validated at input scales 1 and 8
+  ./dev/cuda/attention_general --x8 CASE ...                   cases validated at input scales 1 and 8 (any size)
   ./dev/cuda/attention_general --bench                        the benchmark cases (BHTD, as PyTorch's SDPA takes them)
+  ./dev/cuda/attention_general --bench --fp16                 the same in fp16 (--fp16 makes every case given fp16)
   ./dev/cuda/attention_general b=8,h=12,tq=1024,d=64,causal=0 one or more cases, validated then timed
   --schedule static|dynamic, --pdl 0|1: as in the other harnesses (common.h), for A/B runs; --dbias-slots N: the ordered
   dBias's accumulator slots (src/attention.cuh's DbiasOrder; default by shape)
@@ -24,7 +25,8 @@ A case is the anchor script's syntax (../shared/bench/sdpa_general_anchor.py), s
   lengths tq / tk, the same tokens as the unpadded batch), gate=1 (output
   gating), docs=1 (document masking), kvlens=1 (a KV cache of per-sequence lengths), wl=N / wr=N (a sliding window:
   N keys left / right of the diagonal, FlashAttention's window_size; -1 unbounded), softcap=F (FlashAttention's
-  softcap), alibi=1 (ALiBi slopes per head, FlashAttention's geometric ones; alibi=2: per sequence and head, random)
+  softcap), alibi=1 (ALiBi slopes per head, FlashAttention's geometric ones; alibi=2: per sequence and head, random),
+  fp16=1 (q, k, v, out and the gradients IEEE fp16 instead of bf16: the naive computation and the rule's constant fp16's)
 FLOPs as the anchor script counts them: forward 4*B*H*Tq*Tk*D, halved for causal with tq = tk (per sequence with
 keylens / varlen); with a window 4*H*D per (query, key) pair it sees; backward 2.5x forward. The anchor's causal bias cases fold the mask into the bias; here causal=1
 with a bias is both.
@@ -51,12 +53,13 @@ struct GeneralCase {
     int window_left, window_right;   // a sliding window (AttentionExtras::window); both -1: none
     double softcap;                  // AttentionExtras::softcap
     int alibi;                       // ALiBi slopes: 1 (NH), 2 (B, NH)
+    bool fp16;                       // fp16 tensors (AttentionForwardParams::fp16), else bf16
 };
 
 static GeneralCase parse_case(const std::string& arg) {
     int b = 8, h = 12, hkv = -1, tq = 1024, tk = -1, d = 64, causal = 1, bwd = 1, kvlens = 0;
     int biasf32 = 0, dbias = 0, mask = 0, keylens = 0, varlen = 0, gate = 0, docs = 0, bias2f32 = 0, dbias2 = 0, keymask = 0;
-    int wl = -1, wr = -1, alibi = 0;
+    int wl = -1, wr = -1, alibi = 0, fp16 = 0;
     double softcap = 0.0;
     std::string bias2 = "none";
     double scale = 0.0;
@@ -76,6 +79,7 @@ static GeneralCase parse_case(const std::string& arg) {
         else if (k == "keymask") keymask = atoi(v.c_str());
         else if (k == "wl") wl = atoi(v.c_str()); else if (k == "wr") wr = atoi(v.c_str());
         else if (k == "softcap") softcap = atof(v.c_str()); else if (k == "alibi") alibi = atoi(v.c_str());
+        else if (k == "fp16") fp16 = atoi(v.c_str());
         else { fprintf(stderr, "unknown case key '%s'\n", k.c_str()); exit(EXIT_FAILURE); }
     }
     if (hkv < 0) hkv = h;
@@ -93,7 +97,7 @@ static GeneralCase parse_case(const std::string& arg) {
     if (varlen) layout = "bthd";   // packed: (total rows, heads, head dim)
     return {{b, tq, tk, h, hkv, d, causal != 0, scale}, layout, bwd != 0, kvlens != 0, bias, biasf32 != 0, dbias != 0 && bias != "none",
             mask != 0 && bias != "none", keylens != 0, varlen, gate != 0, docs != 0, {bias2, bias2f32 != 0, dbias2 != 0 && bias2 != "none"},
-            keymask != 0, wl, wr, softcap, alibi};
+            keymask != 0, wl, wr, softcap, alibi, fp16 != 0};
 }
 
 // the validation set: every feature of the general interface, ragged lengths, rows that see no key, tiny and large B*NH
@@ -194,6 +198,20 @@ static const char* kValidationCases[] = {
     "b=4,h=2,tq=300,d=64,varlen=1,alibi=2,softcap=25",           "b=3,h=2,tq=200,tk=300,d=128,varlen=1,causal=0,alibi=1",
     "b=4,h=2,tq=200,tk=300,d=64,causal=0,keylens=1,softcap=10",  "b=2,h=2,tq=200,d=64,causal=0,bias=1htt,dbias=1,alibi=2",
     "b=2,h=4,hkv=1,tq=1,tk=700,d=128,alibi=1,softcap=30",        "b=1,h=4,tq=2100,d=128,alibi=1,wl=512",
+    // fp16: every kernel family bf16 runs (general Hopper at 64 / 96 / 128 / 256 and zero-padded 8-32, GPT-2's family
+    // with its CTA pairs and claimed items, decoding, the kBias, kVarlen, kMods and kExtras copies, gating, AlphaFold's
+    // call; GPT-2's ordered atomic dQ from T = 8192 is the case b=1,h=1,tq=8192,d=128,layout=qkv,fp16=1, too slow for
+    // the CPU reference here)
+    "b=2,h=3,tq=200,d=64,causal=0,fp16=1",                       "b=2,h=4,hkv=2,tq=190,tk=250,d=128,fp16=1",
+    "b=2,h=2,tq=300,tk=100,d=256,fp16=1",                        "b=2,h=3,tq=333,d=32,fp16=1",
+    "b=2,h=2,tq=100,tk=170,d=96,causal=0,fp16=1",                "b=2,h=3,tq=150,d=16,fp16=1",
+    "b=2,h=3,tq=129,d=64,layout=qkv,fp16=1",                     "b=2,h=2,tq=1024,d=128,fp16=1",
+    "b=1,h=2,tq=4096,d=96,layout=bthd,fp16=1",
+    "b=2,h=32,hkv=8,tq=1,tk=1000,d=128,fp16=1",                  "b=3,h=2,tq=130,tk=192,d=64,causal=0,bias=b1tt,dbias=1,mask=1,fp16=1",
+    "b=2,h=3,tq=140,d=64,causal=0,gate=1,fp16=1",                "b=5,h=3,tq=300,d=64,varlen=1,fp16=1",
+    "b=4,h=2,tq=129,tk=300,d=64,causal=0,keylens=1,fp16=1",      "b=2,h=3,tq=300,d=64,docs=1,fp16=1",
+    "b=2,h=2,tq=300,tk=170,d=64,softcap=10,alibi=2,fp16=1",      "b=2,h=2,tq=200,d=256,softcap=15,alibi=1,wl=50,fp16=1",
+    "b=3,h=4,tq=759,d=32,causal=0,bias=1htt,dbias=1,keymask=1,gate=1,fp16=1",
 };
 // the benchmark cases of the general-attention issue (the anchor script runs the same strings)
 static const char* kBenchCases[] = {
@@ -210,12 +228,34 @@ static const char* kBenchCases[] = {
     "b=16,h=12,tq=1024,d=64,causal=0,keylens=1", "b=8,h=12,tq=1024,d=64,docs=1",
 };
 
-// pseudo-random bf16 values (uniform, variance `scale`^2) for the cases too big to validate, so that none is timed on zeros
-__global__ void fill_uniform_bf16(floatX* p, size_t n, uint64_t seed, float scale) {
+// A case's 16-bit values on the host: bf16, or fp16 (its bits kept in floatX buffers, as the kernels take them)
+static floatX to_16bit(float x, bool fp16) {
+    if (!fp16) return __float2bfloat16(x);
+    const __half h = __float2half(x);
+    floatX r;
+    memcpy(&r, &h, 2);
+    return r;
+}
+static float from_16bit(floatX x, bool fp16) {
+    if (!fp16) return __bfloat162float(x);
+    __half h;
+    memcpy(&h, &x, 2);
+    return __half2float(h);
+}
+static std::vector<float> from_16bit(const std::vector<floatX>& h, bool fp16) {
+    std::vector<float> f(h.size());
+    for (size_t i = 0; i < h.size(); i++) f[i] = from_16bit(h[i], fp16);
+    return f;
+}
+
+// pseudo-random 16-bit values (uniform, variance `scale`^2) for the cases too big to validate, so that none is timed on zeros
+__global__ void fill_uniform_16bit(floatX* p, size_t n, uint64_t seed, float scale, bool fp16) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         uint64_t z = seed + i * 0x9E3779B97F4A7C15ull;   // splitmix64
         z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull; z = (z ^ (z >> 27)) * 0x94D049BB133111EBull; z ^= z >> 31;
-        p[i] = (floatX)(((float)(z >> 40) * (1.0f / 16777216.0f) - 0.5f) * 3.4641016f * scale);
+        const float x = ((float)(z >> 40) * (1.0f / 16777216.0f) - 0.5f) * 3.4641016f * scale;
+        if (fp16) reinterpret_cast<__half*>(p)[i] = __float2half(x);
+        else p[i] = (floatX)x;
     }
 }
 
@@ -255,22 +295,30 @@ static size_t layout_offset(const LayoutTensor& lt, int b, int t, int h) {
     return b * lt.st.batch + ((lt.cu.empty() ? 0 : lt.cu[b]) + t) * lt.st.row + h * lt.st.head;
 }
 
-// logical (B, T, H, HS) floats <-> a bf16 buffer in the layout (base: the tensor's first element in that buffer)
-static void scatter(std::vector<floatX>& buf, size_t base, const LayoutTensor& st, const std::vector<float>& x, int B, int T, int H, int HS) {
+// logical (B, T, H, HS) floats <-> a 16-bit buffer in the layout (base: the tensor's first element in that buffer)
+static void scatter(std::vector<floatX>& buf, size_t base, const LayoutTensor& st, const std::vector<float>& x, int B, int T, int H, int HS,
+                    bool fp16) {
     for (int b = 0; b < B; b++) for (int t = 0; t < T; t++) for (int h = 0; h < H; h++) for (int d = 0; d < HS; d++)
-        if (layout_has_row(st, b, t)) buf[base + layout_offset(st, b, t, h) + d] = (floatX)x[bthd_index(b, t, h, d, T, H, HS)];
+        if (layout_has_row(st, b, t)) buf[base + layout_offset(st, b, t, h) + d] = to_16bit(x[bthd_index(b, t, h, d, T, H, HS)], fp16);
 }
 // rows a packed tensor does not have read as 0 (the reference's value there)
-static std::vector<float> gather(const std::vector<floatX>& buf, size_t base, const LayoutTensor& st, int B, int T, int H, int HS) {
+static std::vector<float> gather(const std::vector<floatX>& buf, size_t base, const LayoutTensor& st, int B, int T, int H, int HS, bool fp16) {
     std::vector<float> x((size_t)B * T * H * HS, 0.0f);
     for (int b = 0; b < B; b++) for (int t = 0; t < T; t++) for (int h = 0; h < H; h++) for (int d = 0; d < HS; d++)
-        if (layout_has_row(st, b, t)) x[bthd_index(b, t, h, d, T, H, HS)] = (float)buf[base + layout_offset(st, b, t, h) + d];
+        if (layout_has_row(st, b, t)) x[bthd_index(b, t, h, d, T, H, HS)] = from_16bit(buf[base + layout_offset(st, b, t, h) + d], fp16);
     return x;
 }
-static std::vector<float> randn_bf16_values(size_t n, float scale, std::mt19937_64& rng) {   // values exactly bf16
-    std::vector<floatX> h(n);
-    fill_randn_bf16(h, scale, rng);
-    return to_float(h);
+// randn * scale, each value exactly a bf16 (or, fp16, an fp16: all 11 of its significant bits drawn)
+static std::vector<float> randn_16bit_values(size_t n, float scale, std::mt19937_64& rng, bool fp16) {
+    if (!fp16) {
+        std::vector<floatX> h(n);
+        fill_randn_bf16(h, scale, rng);
+        return to_float(h);
+    }
+    std::vector<float> f(n);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (float& x : f) x = round_to_fp16(dist(rng) * scale);
+    return f;
 }
 
 // device buffers of one case: q, k, v (one buffer with layout=qkv), out, dout, dq, dk, dv (one with qkv), lse, scratch
@@ -302,6 +350,7 @@ struct CaseBuffers {
         const GeneralShape& s = c.s;
         ref_x.window_left = c.window_left, ref_x.window_right = c.window_right;
         ref_x.softcap = c.softcap;
+        ref_x.fp16 = c.fp16;
         if (c.alibi) {
             ref_x.alibi.resize((size_t)(c.alibi == 2 ? s.B : 1) * s.NH);
             ref_x.alibi_batch = c.alibi == 2 ? s.NH : 0;
@@ -370,13 +419,13 @@ struct CaseBuffers {
     AttentionForwardParams fwd() const {
         const GeneralShape& s = c.s;
         return {d_q, d_k + k_base, d_v + v_base, d_out, d_lse, q.st, kv.st, kv.st, o.st, s.B, s.T, s.Tk, s.NH, s.NH_kv, s.HS, s.causal,
-                (float)s.scale, extras()};
+                (float)s.scale, extras(), c.fp16};
     }
     AttentionBackwardParams bwd() const {
         const GeneralShape& s = c.s;
         return {d_dq, d_dk + k_base, d_dv + v_base, d_scratch, d_dout, d_q, d_k + k_base, d_v + v_base, d_out, d_lse,
                 q.st, kv.st, kv.st, o.st, o.st, q.st, kv.st, kv.st, s.B, s.T, s.Tk, s.NH, s.NH_kv, s.HS, s.causal, (float)s.scale,
-                extras(), bias.d_grad, d_dgate, nullptr, bias2.d_grad};
+                extras(), bias.d_grad, d_dgate, nullptr, bias2.d_grad, c.fp16};
     }
     // fresh document starts: a new document at each position with probability 1/40, and at 0
     void fill_documents(std::mt19937_64& rng) {
@@ -472,6 +521,7 @@ static std::string case_name(const GeneralCase& c) {
     if (c.window_left >= 0 || c.window_right >= 0) name += " window=(" + std::to_string(c.window_left) + "," + std::to_string(c.window_right) + ")";
     if (c.softcap > 0.0) { char b[32]; snprintf(b, sizeof b, " softcap=%g", c.softcap); name += b; }
     if (c.alibi) name += c.alibi == 2 ? " alibi=(b,h)" : " alibi=(h)";
+    if (c.fp16) name += " fp16";
     return name;
 }
 
@@ -489,13 +539,15 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
         return 1;
     }
     const size_t nq = (size_t)s.B * s.T * s.NH * s.HS, nkv = (size_t)s.B * s.Tk * s.NH_kv * s.HS, nlse = (size_t)s.B * s.NH * s.T;
-    std::vector<float> q = randn_bf16_values(nq, input_scale, rng), k = randn_bf16_values(nkv, input_scale, rng);
-    std::vector<float> v = randn_bf16_values(nkv, 1.0f, rng), dout = randn_bf16_values(nq, 1.0f, rng);
+    const bool fp16 = c.fp16;
+    const int atol_exp = fp16 ? -11 : -8;   // the rule's constant: the rounding of the largest value in the call's dtype
+    std::vector<float> q = randn_16bit_values(nq, input_scale, rng, fp16), k = randn_16bit_values(nkv, input_scale, rng, fp16);
+    std::vector<float> v = randn_16bit_values(nkv, 1.0f, rng, fp16), dout = randn_16bit_values(nq, 1.0f, rng, fp16);
     // fill every buffer (the gaps of a layout too) with random values first, so nothing reads zeros by luck
     auto upload = [&](floatX* d, const LayoutTensor& lt, const std::vector<std::pair<size_t, const std::vector<float>*>>& parts, int T, int H) {
         std::vector<floatX> h(lt.elems);
         fill_randn_bf16(h, 1.0f, rng);
-        for (auto& pt : parts) scatter(h, pt.first, lt, *pt.second, s.B, T, H, s.HS);
+        for (auto& pt : parts) scatter(h, pt.first, lt, *pt.second, s.B, T, H, s.HS, fp16);
         to_device(d, h);
     };
     if (c.layout == "qkv") upload(bufs.d_q, bufs.q, {{0, &q}, {bufs.k_base, &k}, {bufs.v_base, &v}}, s.T, s.NH);
@@ -506,7 +558,7 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
     }
     upload(bufs.d_dout, bufs.o, {{0, &dout}}, s.T, s.NH);
     std::vector<float> gate;
-    if (c.gate) { gate = randn_bf16_values(nq, 1.0f, rng); upload(bufs.d_gate, bufs.o, {{0, &gate}}, s.T, s.NH); }
+    if (c.gate) { gate = randn_16bit_values(nq, 1.0f, rng, fp16); upload(bufs.d_gate, bufs.o, {{0, &gate}}, s.T, s.NH); }
 
     bufs.fill_extras(rng);
     const GeneralExtras* x = &bufs.ref_x;
@@ -519,8 +571,8 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
     cudaCheck(cudaGetLastError());
     cudaCheck(cudaStreamSynchronize(stream));
     int failed = 0;
-    const std::vector<float> got_out = gather(from_device(bufs.d_out, bufs.o.elems), 0, bufs.o, s.B, s.T, s.NH, s.HS);
-    failed += !fa_rule_check("out", got_out.data(), ref_out.data(), naive_out.data(), nq, DescribeBTHD{s.T, s.NH, s.HS});
+    const std::vector<float> got_out = gather(from_device(bufs.d_out, bufs.o.elems), 0, bufs.o, s.B, s.T, s.NH, s.HS, fp16);
+    failed += !fa_rule_check("out", got_out.data(), ref_out.data(), naive_out.data(), nq, DescribeBTHD{s.T, s.NH, s.HS}, true, 0.0, atol_exp);
     std::vector<float> got_lse = from_device(bufs.d_lse, nlse);
     for (int b = 0; b < s.B; b++)   // LSE rows past a packed sequence's length are not written
         for (int h = 0; h < s.NH; h++)
@@ -530,10 +582,10 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
     if (c.gate) {
         std::vector<float> ref_y(nq), naive_y(nq);
         for (size_t i = 0; i < nq; i++) {
-            ref_y[i] = ref_out[i] * gate[i]; naive_y[i] = round_to_bf16(naive_out[i] * gate[i]); dout_eff[i] = dout[i] * gate[i];
+            ref_y[i] = ref_out[i] * gate[i]; naive_y[i] = (float)round_like_16bit(naive_out[i] * gate[i], x); dout_eff[i] = dout[i] * gate[i];
         }
-        const std::vector<float> got_y = gather(from_device(bufs.d_gated_out, bufs.o.elems), 0, bufs.o, s.B, s.T, s.NH, s.HS);
-        failed += !fa_rule_check("out*gate", got_y.data(), ref_y.data(), naive_y.data(), nq, DescribeBTHD{s.T, s.NH, s.HS});
+        const std::vector<float> got_y = gather(from_device(bufs.d_gated_out, bufs.o.elems), 0, bufs.o, s.B, s.T, s.NH, s.HS, fp16);
+        failed += !fa_rule_check("out*gate", got_y.data(), ref_y.data(), naive_y.data(), nq, DescribeBTHD{s.T, s.NH, s.HS}, true, 0.0, atol_exp);
     }
     if (!c.bwd) return failed;
 
@@ -575,18 +627,18 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
         std::vector<floatX> hk = c.layout == "qkv" ? hq : from_device(bufs.d_dk, bufs.kv.elems);
         std::vector<floatX> hv = c.layout == "qkv" ? hq : from_device(bufs.d_dv, bufs.kv.elems);
         if (run == 0) {
-            const std::vector<float> dq = gather(hq, 0, bufs.q, s.B, s.T, s.NH, s.HS);
-            const std::vector<float> dk = gather(hk, bufs.k_base, bufs.kv, s.B, s.Tk, s.NH_kv, s.HS);
-            const std::vector<float> dv = gather(hv, bufs.v_base, bufs.kv, s.B, s.Tk, s.NH_kv, s.HS);
-            failed += !fa_rule_check("dq", dq.data(), ref_dq.data(), naive_dq.data(), nq, DescribeBTHD{s.T, s.NH, s.HS}, true, kGradFloor);
-            failed += !fa_rule_check("dk", dk.data(), ref_dk.data(), naive_dk.data(), nkv, DescribeBTHD{s.Tk, s.NH_kv, s.HS}, true, kGradFloor);
-            failed += !fa_rule_check("dv", dv.data(), ref_dv.data(), naive_dv.data(), nkv, DescribeBTHD{s.Tk, s.NH_kv, s.HS}, true, kGradFloor);
+            const std::vector<float> dq = gather(hq, 0, bufs.q, s.B, s.T, s.NH, s.HS, fp16);
+            const std::vector<float> dk = gather(hk, bufs.k_base, bufs.kv, s.B, s.Tk, s.NH_kv, s.HS, fp16);
+            const std::vector<float> dv = gather(hv, bufs.v_base, bufs.kv, s.B, s.Tk, s.NH_kv, s.HS, fp16);
+            failed += !fa_rule_check("dq", dq.data(), ref_dq.data(), naive_dq.data(), nq, DescribeBTHD{s.T, s.NH, s.HS}, true, kGradFloor, atol_exp);
+            failed += !fa_rule_check("dk", dk.data(), ref_dk.data(), naive_dk.data(), nkv, DescribeBTHD{s.Tk, s.NH_kv, s.HS}, true, kGradFloor, atol_exp);
+            failed += !fa_rule_check("dv", dv.data(), ref_dv.data(), naive_dv.data(), nkv, DescribeBTHD{s.Tk, s.NH_kv, s.HS}, true, kGradFloor, atol_exp);
             first_q = hq; first_kv[0] = hk; first_kv[1] = hv;
             if (c.gate) {   // dgate = dout * O
                 std::vector<float> ref_dg(nq), naive_dg(nq);
-                for (size_t i = 0; i < nq; i++) { ref_dg[i] = dout[i] * ref_out[i]; naive_dg[i] = round_to_bf16(dout[i] * naive_out[i]); }
-                const std::vector<float> dg = gather(from_device(bufs.d_dgate, bufs.o.elems), 0, bufs.o, s.B, s.T, s.NH, s.HS);
-                failed += !fa_rule_check("dgate", dg.data(), ref_dg.data(), naive_dg.data(), nq, DescribeBTHD{s.T, s.NH, s.HS}, true, kGradFloor);
+                for (size_t i = 0; i < nq; i++) { ref_dg[i] = dout[i] * ref_out[i]; naive_dg[i] = (float)round_like_16bit(dout[i] * naive_out[i], x); }
+                const std::vector<float> dg = gather(from_device(bufs.d_dgate, bufs.o.elems), 0, bufs.o, s.B, s.T, s.NH, s.HS, fp16);
+                failed += !fa_rule_check("dgate", dg.data(), ref_dg.data(), naive_dg.data(), nq, DescribeBTHD{s.T, s.NH, s.HS}, true, kGradFloor, atol_exp);
             }
             for (Grad& gr : grads) {
                 gr.first = grad_values(*gr.bias);
@@ -608,7 +660,7 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
 }
 
 int main(int argc, char** argv) {
-    bool check = false, bench = false, quick = false, x8 = false;
+    bool check = false, bench = false, quick = false, x8 = false, fp16 = false;
     int shard = 0, shards = 1;
     uint64_t seed = 0;
     int repeats = 30;
@@ -619,6 +671,7 @@ int main(int argc, char** argv) {
         else if (a == "--bench") bench = true;
         else if (a == "--quick") quick = true;
         else if (a == "--x8") x8 = true;
+        else if (a == "--fp16") fp16 = true;
         else if (a == "--seed" && i + 1 < argc) seed = strtoull(argv[++i], nullptr, 10);
         else if (a == "--repeats" && i + 1 < argc) repeats = atoi(argv[++i]);
         else if (a == "--schedule" && i + 1 < argc && (!strcmp(argv[i + 1], "static") || !strcmp(argv[i + 1], "dynamic")))
@@ -627,12 +680,13 @@ int main(int argc, char** argv) {
         else if (a == "--dbias-slots" && i + 1 < argc) attention_tuning().dbias_slots = atoi(argv[++i]);
         else if (a == "--shard" && i + 1 < argc && sscanf(argv[i + 1], "%d/%d", &shard, &shards) == 2 && shard >= 0 && shard < shards) i++;
         else if (a.find('=') != std::string::npos) cases.push_back(parse_case(a));
-        else { fprintf(stderr, "usage: %s [--check [--quick]] [--x8] [--bench] [--seed S] [--repeats R] [--schedule static|dynamic] [--pdl 0|1] [--dbias-slots N] [--shard I/N] [case ...]\n", argv[0]); return 1; }
+        else { fprintf(stderr, "usage: %s [--check [--quick]] [--x8] [--bench] [--fp16] [--seed S] [--repeats R] [--schedule static|dynamic] [--pdl 0|1] [--dbias-slots N] [--shard I/N] [case ...]\n", argv[0]); return 1; }
     }
     if (check)   // --shard I/N: every N-th validation case from the I-th (make test runs three shards side by side)
         for (size_t i = 0; i < std::size(kValidationCases); i++)
             if ((int)(i % shards) == shard) cases.push_back(parse_case(kValidationCases[i]));
     if (bench) for (const char* c : kBenchCases) cases.push_back(parse_case(c));
+    if (fp16) for (GeneralCase& c : cases) c.fp16 = true;   // --fp16: every case in fp16
     if (cases.empty()) { fprintf(stderr, "nothing to do: --check, --bench or a case\n"); return 1; }
     if (seed == 0) seed = (uint64_t)std::chrono::high_resolution_clock::now().time_since_epoch().count();
     print_device_banner();
@@ -653,8 +707,9 @@ int main(int argc, char** argv) {
     for (const GeneralCase& c : cases) {
         CaseBuffers bufs(c);
         const GeneralShape& s = c.s;
-        // cases too big for the CPU reference are timed only (the validation set covers their features at smaller sizes)
-        if (check || (double)s.B * s.NH * s.T * s.Tk * s.HS < 2e9) {
+        // cases too big for the CPU reference are timed only (the validation set covers their features at smaller
+        // sizes), unless --x8 asks for their validation
+        if (check || x8 || (double)s.B * s.NH * s.T * s.Tk * s.HS < 2e9) {
             for (float input_scale : (check && !quick) || x8 ? std::vector<float>{1.0f, 8.0f} : std::vector<float>{1.0f}) {
                 printf("\n=== %s, inputs randn x %g\n", case_name(c).c_str(), input_scale);
                 const int f = validate(bufs, input_scale, rng, stream);
@@ -667,7 +722,7 @@ int main(int argc, char** argv) {
             for (std::pair<floatX*, size_t> t : {std::make_pair(bufs.d_q, bufs.q.elems), std::make_pair(bufs.d_k, bufs.kv.elems),
                                                  std::make_pair(bufs.d_v, bufs.kv.elems), std::make_pair(bufs.d_dout, bufs.o.elems),
                                                  std::make_pair(bufs.d_gate, bufs.o.elems)})
-                if (t.first) fill_uniform_bf16<<<1024, 256, 0, stream>>>(t.first, t.second, rng(), 1.0f);
+                if (t.first) fill_uniform_16bit<<<1024, 256, 0, stream>>>(t.first, t.second, rng(), 1.0f, c.fp16);
             cudaCheck(cudaGetLastError());
             const double flops = forward_flops(s, bufs.ref_x);
             const Timing tf = time_kernel([&](int) { bufs.forward(stream); }, repeats, stream);

@@ -46,6 +46,16 @@ inline float round_to_bf16(float x) {
     memcpy(&y, &bits, 4);
     return y;
 }
+// IEEE fp16 round-to-nearest-even on the host (subnormals kept, overflow to inf), for the naive fp16 computation
+inline float round_to_fp16(float x) {
+    if (!std::isfinite(x)) return x;
+    const float a = std::fabs(x);
+    if (a >= 65520.0f) return std::copysign(INFINITY, x);   // past the largest fp16 (65504) by half a step
+    int e;
+    std::frexp(a, &e);                                       // a in [2^(e-1), 2^e): 11 significant bits, or 2^-24 steps
+    const float step = std::ldexp(1.0f, std::max(e - 11, -24));
+    return std::copysign(std::nearbyint(a / step) * step, x);
+}
 
 // ----------------------------------------------------------------------------
 // forward: out (B, T, NH, HS), lse (B, NH, T). With round_like_bf16 the scores, the
@@ -179,7 +189,12 @@ struct GeneralExtras {
     double softcap = 0.0;
     std::vector<float> alibi;
     long long alibi_batch = 0;
+    bool fp16 = false;            // the naive computation (round_like_bf16) rounds like an fp16 one instead
 };
+// the naive computation's rounding: bf16, or fp16 where the extras say so
+inline double round_like_16bit(double v, const GeneralExtras* x) {
+    return x && x->fp16 ? (double)round_to_fp16((float)v) : (double)round_to_bf16((float)v);
+}
 inline int general_seq_T(const GeneralShape& s, const GeneralExtras* x, int b) { return x && !x->T_b.empty() ? x->T_b[b] : s.T; }
 inline int general_seq_Tk(const GeneralShape& s, const GeneralExtras* x, int b) { return x && !x->Tk_b.empty() ? x->Tk_b[b] : s.Tk; }
 
@@ -197,7 +212,7 @@ inline int general_last_key(const GeneralShape& s, int i, const GeneralExtras* x
 inline int general_softmax_row(std::vector<double>& P, double* lse, const float* q, const float* k, const GeneralShape& s,
                                int b, int h, int i, bool round_like_bf16, const GeneralExtras* x = nullptr,
                                std::vector<double>* dcap = nullptr) {
-    auto rnd = [&](double v) { return round_like_bf16 ? (double)round_to_bf16((float)v) : v; };
+    auto rnd = [&](double v) { return round_like_bf16 ? round_like_16bit(v, x) : v; };
     int last = general_last_key(s, i, x, b);
     const int hk = h / (s.NH / s.NH_kv);
     const float* qi = &q[bthd_index(b, i, h, 0, s.T, s.NH, s.HS)];
@@ -261,7 +276,7 @@ inline void attention_forward_cpu_general(float* out, float* lse, const float* q
             for (int d = 0; d < s.HS; d++) acc[d] += p[j] * (double)vj[d];
         }
         float* o = &out[bthd_index(b, i, h, 0, s.T, s.NH, s.HS)];
-        for (int d = 0; d < s.HS; d++) o[d] = round_like_bf16 ? round_to_bf16((float)acc[d]) : (float)acc[d];
+        for (int d = 0; d < s.HS; d++) o[d] = round_like_bf16 ? (float)round_like_16bit(acc[d], x) : (float)acc[d];
         if (lse) lse[lse_index(b, h, i, s.T, s.NH)] = (float)row_lse;
     }
     });
@@ -278,7 +293,7 @@ inline void attention_backward_cpu_general(float* dq, float* dk, float* dv, cons
                                            const GeneralExtras* x = nullptr, float* dbias_full = nullptr,
                                            const float* out_for_d = nullptr) {
     if (dbias_full) std::fill(dbias_full, dbias_full + (size_t)s.B * s.NH * s.T * s.Tk, 0.0f);
-    auto rnd = [&](double x) { return round_like_bf16 ? (double)round_to_bf16((float)x) : x; };
+    auto rnd = [&](double v) { return round_like_bf16 ? round_like_16bit(v, x) : v; };
     std::vector<double> acc_dk((size_t)s.B * s.Tk * s.NH_kv * s.HS, 0.0), acc_dv(acc_dk.size(), 0.0);
     const int group = s.NH / s.NH_kv;
     parallel_units(s.B * s.NH_kv, [&](int unit) {   // one (b, key/value head) a unit: its dK, dV sum its group's heads
@@ -346,23 +361,23 @@ inline ErrorStats error_stats(const float* got, const float* ref, size_t n) {
 }
 
 // The FlashAttention rule: max|got - ref| <= 2 * max|naive_bf16 - ref| + atol, where atol is the bf16
-// rounding of the largest reference value (2^-8 relative) plus 1e-5 absolute. `describe(i, buf)` turns
+// rounding of the largest reference value (2^-8 relative; atol_exp -11: fp16's) plus 1e-5 absolute. `describe(i, buf)` turns
 // a flat index into readable coordinates. Prints one line (and up to 5 mismatching pairs on failure)
 // unless verbose is false (the CPU tests that feed it wrong outputs on purpose). atol_floor raises the constant
 // where a tensor can be exactly zero in exact arithmetic (a gradient whose row sees one key) while the naive
 // computation, rounding the same way as the reference, gets zero too.
 template <class Describe>
 bool fa_rule_check(const char* what, const float* got, const float* ref, const float* naive, size_t n,
-                   Describe describe, bool verbose = true, double atol_floor = 0.0) {
+                   Describe describe, bool verbose = true, double atol_floor = 0.0, int atol_exp = -8) {
     ErrorStats e = error_stats(got, ref, n);
     ErrorStats en = error_stats(naive, ref, n);
-    double atol = std::fmax(std::ldexp(e.max_ref, -8) + 1e-5, atol_floor);
+    double atol = std::fmax(std::ldexp(e.max_ref, atol_exp) + 1e-5, atol_floor);
     double bound = 2.0 * en.max_abs + atol;
     bool ok = e.nonfinite == 0 && e.max_abs <= bound;
     char where[128];
     describe(e.worst, where);
     if (verbose) {
-        printf("  %-4s max_err %.3e (at %s) mean_err %.3e | naive bf16 max_err %.3e | ratio %.2f | bound %.3e %s",
+        printf("  %-4s max_err %.3e (at %s) mean_err %.3e | naive max_err %.3e | ratio %.2f | bound %.3e %s",
                what, e.max_abs, where, e.mean_abs, en.max_abs, en.max_abs > 0 ? e.max_abs / en.max_abs : 0.0, bound,
                ok ? "ok" : "FAIL");
         if (e.nonfinite) printf(" (%zu non-finite = unwritten or NaN)", e.nonfinite);

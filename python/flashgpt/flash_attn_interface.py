@@ -22,7 +22,7 @@ side unbounded; causal sets right to 0), with the key tiles outside every row's 
 softcap * tanh(scale q.k / softcap) as the score. alibi_slopes (H,) or (B, H) fp32: -slope * |i + Tk - T - j| added
 to each score; softmax_lse is then the LSE of these scores (FlashAttention's causal kernel adds slope * j instead, the
 same softmax with an LSE shifted by a constant per row).
-What flashgpt does not run yet raises NotImplementedError naming the feature: dropout_p > 0, fp16 (bf16 only).
+bf16 and fp16. What flashgpt does not run yet raises NotImplementedError naming the feature: dropout_p > 0.
 Head dims other than flashgpt's 8, 16, 32, 64, 96, 128 and 256 (up to 256) run
 zero-padded to the next of them (a copy of q, k and v; the padding changes no score), as FlashAttention's wrapper pads
 to multiples of 8.
@@ -40,12 +40,9 @@ __all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_
 _HEAD_DIMS = (8, 16, 32, 64, 96, 128, 256)
 
 
-def _refuse(dropout_p, *tensors):
+def _refuse(dropout_p):
     if dropout_p:
         raise NotImplementedError("flashgpt's flash_attn_interface: dropout_p > 0 is not supported yet")
-    for x in tensors:
-        if x.dtype == torch.float16:
-            raise NotImplementedError("flashgpt's flash_attn_interface: fp16 is not supported yet (bf16 is)")
 
 
 def _padded(D):
@@ -133,7 +130,7 @@ def _packed_lse_and_probs(q, k, lse, scale, causal, mods, packed):
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """q (B, T, H, D), k and v (B, Tk, H_kv, D) -> out (B, T, H, D)"""
-    _refuse(dropout_p, q, k, v)
+    _refuse(dropout_p)
     return _attention(q, k, v, softmax_scale, causal, (window_size, softcap, alibi_slopes),
                       return_attn_probs)
 
@@ -141,7 +138,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                               alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """qkv (B, T, 3, H, D) -> out (B, T, H, D); q, k and v are read in place"""
-    _refuse(dropout_p, qkv)
+    _refuse(dropout_p)
     mods = (window_size, softcap, alibi_slopes)
     return _attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], softmax_scale, causal, mods, return_attn_probs)
 
@@ -149,7 +146,7 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                              alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """q (B, T, H, D), kv (B, Tk, 2, H_kv, D) -> out (B, T, H, D)"""
-    _refuse(dropout_p, q, kv)
+    _refuse(dropout_p)
     return _attention(q, kv[:, :, 0], kv[:, :, 1], softmax_scale, causal, (window_size, softcap, alibi_slopes),
                       return_attn_probs)
 
@@ -158,7 +155,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None):
     """q (total_q, H, D), k and v (total_k, H_kv, D), cu_seqlens (B + 1,) int32 -> out (total_q, H, D)"""
-    _refuse(dropout_p, q, k, v)
+    _refuse(dropout_p)
     if block_table is not None:
         raise NotImplementedError("flashgpt's flash_attn_interface: a paged KV cache (block_table) is not supported yet")
     return _attention(q, k, v, softmax_scale, causal, (window_size, softcap, alibi_slopes),
@@ -169,7 +166,7 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                      window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
                                      return_attn_probs=False):
     """qkv (total, 3, H, D) -> out (total, H, D)"""
-    _refuse(dropout_p, qkv)
+    _refuse(dropout_p)
     mods = (window_size, softcap, alibi_slopes)
     return _attention(qkv[:, 0], qkv[:, 1], qkv[:, 2], softmax_scale, causal, mods, return_attn_probs,
                       (cu_seqlens, cu_seqlens, max_seqlen, max_seqlen))
@@ -179,6 +176,6 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                                     alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """q (total_q, H, D), kv (total_k, 2, H_kv, D) -> out (total_q, H, D)"""
-    _refuse(dropout_p, q, kv)
+    _refuse(dropout_p)
     return _attention(q, kv[:, 0], kv[:, 1], softmax_scale, causal, (window_size, softcap, alibi_slopes),
                       return_attn_probs, (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))

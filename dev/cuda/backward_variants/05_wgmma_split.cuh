@@ -93,12 +93,12 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dkd
         // No warpgroup skips a tile whose keys all lie after its queries (possible only with 2 warpgroups, on
         // the first query tile): a branch around the wgmmas makes ptxas serialise them (C7520), and a fully
         // masked tile just gives P = 0.
-        dkdv_hopper_step<HS, kBlockM, kBlockN>(dk_acc, dv_acc, k_desc, v_desc, q_tile(stage), do_tile(stage), lse2_tile(stage),
+        dkdv_hopper_step<false, HS, kBlockM, kBlockN>(dk_acc, dv_acc, k_desc, v_desc, q_tile(stage), do_tile(stage), lse2_tile(stage),
                                                lse2_tile(stage) + kBlockM, n_start, m_block * kBlockM, warp_row0, p.scale * kLog2e);
         __syncthreads();   // every warpgroup is done with this stage before the next prefetch overwrites it
     }
     // the loop's last __syncthreads came after every warpgroup's last wgmma: K and V are dead, stage dK, dV there
-    dkdv_hopper_epilogue<HS>(p, dk_acc, dv_acc, k_smem, v_smem, b, h, n_start, warp_row0);
+    dkdv_hopper_epilogue<false, HS>(p, dk_acc, dv_acc, k_smem, v_smem, b, h, n_start, warp_row0);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
@@ -175,12 +175,12 @@ __global__ void __launch_bounds__(128 * kNWG, kMinBlocks) attention_backward_dq_
         __syncthreads();
         // no warpgroup skips the tile even when all its 64 rows lie above it (the first tile, with 2
         // warpgroups): see the dK/dV kernel
-        dq_hopper_step<HS, kBlockM, kBlockN>(dq_acc, q_desc, do_desc, k_tile(stage), v_tile(stage), row_lse2, row_dpsum,
+        dq_hopper_step<false, HS, kBlockM, kBlockN>(dq_acc, q_desc, do_desc, k_tile(stage), v_tile(stage), row_lse2, row_dpsum,
                                              n_block, m_start, warp_row0, p.scale * kLog2e);
         __syncthreads();
     }
     // every wgmma is done (the loop's last barrier): stage dQ in Q's shared memory
-    dq_hopper_epilogue<HS>(p, dq_acc, q_smem, b, h, m_start, warp_row0);
+    dq_hopper_epilogue<false, HS>(p, dq_acc, q_smem, b, h, m_start, warp_row0);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

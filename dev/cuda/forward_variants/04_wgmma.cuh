@@ -96,7 +96,7 @@ attention_forward_hopper_kernel(const AttentionForwardParams p) {
             for (int ks = 0; ks < HS / 16; ks++) {   // k16 steps: column block ks / 4, +32 bytes per step inside its atom
                 const uint64_t a = q_desc + (ks / 4) * (kBlockM * 128 / 16) + 2 * (ks % 4);
                 const uint64_t b = wgmma_desc(k_s + (ks / 4) * kBlockN * 128 + 32 * (ks % 4));
-                wgmma_ss_m64k16<kBlockN>(s, a, b);
+                wgmma_ss_m64k16<false, kBlockN>(s, a, b);
             }
             wgmma_commit();
             wgmma_wait_all();
@@ -113,21 +113,21 @@ attention_forward_hopper_kernel(const AttentionForwardParams p) {
             uint32_t pa[kPS][4];
             #pragma unroll
             for (int j = 0; j < kPS; j++) {
-                pa[j][0] = pack_bf16x2(s[8 * j + 0], s[8 * j + 1]);
-                pa[j][1] = pack_bf16x2(s[8 * j + 2], s[8 * j + 3]);
-                pa[j][2] = pack_bf16x2(s[8 * j + 4], s[8 * j + 5]);
-                pa[j][3] = pack_bf16x2(s[8 * j + 6], s[8 * j + 7]);
+                pa[j][0] = pack_x2<false>(s[8 * j + 0], s[8 * j + 1]);
+                pa[j][1] = pack_x2<false>(s[8 * j + 2], s[8 * j + 3]);
+                pa[j][2] = pack_x2<false>(s[8 * j + 4], s[8 * j + 5]);
+                pa[j][3] = pack_x2<false>(s[8 * j + 6], s[8 * j + 7]);
             }
             const uint8_t* v_s = v_tile(stage);
             wgmma_fence();   // o_acc and pa were written by ordinary instructions
             #pragma unroll
             for (int j = 0; j < kPS; j++) {   // k16 step j: keys 16j .. 16j + 15, 16 rows of 128 bytes into each column block
                 if constexpr (kPvN128) {
-                    wgmma_rs_m64k16_trans_b<HS, kBlockN>(o_acc, pa[j], v_s, j);   // HS 128: one n128
+                    wgmma_rs_m64k16_trans_b<false, HS, kBlockN>(o_acc, pa[j], v_s, j);   // HS 128: one n128
                 } else {
                     #pragma unroll
                     for (int c = 0; c < kCB; c++)
-                        wgmma_rs_m64n64k16_trans_b(*reinterpret_cast<float(*)[32]>(o_acc + 32 * c), pa[j],
+                        wgmma_rs_m64n64k16_trans_b<false>(*reinterpret_cast<float(*)[32]>(o_acc + 32 * c), pa[j],
                                                    wgmma_desc(v_s + c * kBlockN * 128 + j * 16 * 128));
                 }
             }
@@ -137,7 +137,7 @@ attention_forward_hopper_kernel(const AttentionForwardParams p) {
         __syncthreads();   // every warpgroup is done with this stage before the next prefetch overwrites it
     }
 
-    hopper_forward_epilogue<HS>(p, o_acc, row_max, row_sum, q_smem, b, h, m_start, warp_row0);
+    hopper_forward_epilogue<HS, false>(p, o_acc, row_max, row_sum, q_smem, b, h, m_start, warp_row0);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
@@ -270,12 +270,12 @@ attention_forward_hopper_overlap_kernel(const AttentionForwardParams p) {
     };
     // S = Q K_j^T; step 0 overwrites s (no zeroing)
     auto issue_s = [&](int j) {
-        wgmma_ss_over_hs<HS, kBlockN, kBlockM, /*kScaleD0=*/0>(s, q_desc, k_smem + (j % kStages) * Tile::kTileBytes);
+        wgmma_ss_over_hs<false, HS, kBlockN, kBlockM, /*kScaleD0=*/0>(s, q_desc, k_smem + (j % kStages) * Tile::kTileBytes);
         wgmma_commit();
     };
     auto issue_pv = [&](int j) {   // O += P_j V_j: k16 step i = keys 16i .. 16i + 15
         #pragma unroll
-        for (int i = 0; i < kPS; i++) wgmma_rs_m64k16_trans_b<HS, kBlockN>(o_acc, pa[i], v_smem + (j % kStages) * Tile::kTileBytes, i);
+        for (int i = 0; i < kPS; i++) wgmma_rs_m64k16_trans_b<false, HS, kBlockN>(o_acc, pa[i], v_smem + (j % kStages) * Tile::kTileBytes, i);
         wgmma_commit();
     };
     // step 4 on tile j: s holds S_j; leaves P_j (fp32) in s, updates row_max / row_sum, sets alpha
@@ -287,7 +287,7 @@ attention_forward_hopper_overlap_kernel(const AttentionForwardParams p) {
     };
     auto pack_p = [&]() {
         #pragma unroll
-        for (int i = 0; i < kPS; i++) accum_to_a_frag(pa[i], s, i);
+        for (int i = 0; i < kPS; i++) accum_to_a_frag<false>(pa[i], s, i);
     };
 
     // tile 0: S and softmax only (O is still 0, so alpha is not needed)
@@ -329,7 +329,7 @@ attention_forward_hopper_overlap_kernel(const AttentionForwardParams p) {
     reg_fence(o_acc);
 
     // the barrier above ordered every read of Q before the epilogue stages O in its rows
-    hopper_forward_epilogue<HS>(p, o_acc, row_max, row_sum, q_smem, b, h, m_start, warp_row0);
+    hopper_forward_epilogue<HS, false>(p, o_acc, row_max, row_sum, q_smem, b, h, m_start, warp_row0);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
