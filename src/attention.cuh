@@ -117,7 +117,7 @@ struct AttentionExtras {
     // Score modifiers (FlashAttention's softcap and ALiBi), applied by every general kernel with their gradients: the
     // logit of query i, key j is softcap * tanh(scale * q_i.k_j / softcap) (softcap > 0; else scale * q_i.k_j), plus
     // the biases, minus alibi_slopes[b * alibi_batch + h] * |i + Tk_b - T_b - j|. softcap does not combine with a
-    // bias, bias2 or key mask (its gradient is recovered from P, which they would shift), nor yet with doc_start.
+    // bias, bias2 or key mask (its gradient is recovered from P, which they would shift).
     float softcap;                // 0: none
     const float* alibi_slopes;    // (B, NH) or (NH) fp32 device; nullptr: none
     long long alibi_batch;        // NH, or 0: one row of slopes for every sequence

@@ -394,6 +394,9 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
         // S^T = K Q^T and dP^T = V dO^T: 16 * kMT keys x kBlockM queries per warp
         float st[kMT][kQT][4], dpt[kMT][kQT][4];
         backward_st_dpt<kHalf, HS, kMT, kQT>(st, dpt, k_smem, v_smem, q_s, do_s, warp_row0, 0, lane);
+        // softcap and ALiBi first, as the forward applies them (the softcap would turn a -inf document mask finite)
+        const ScoreMods mods = score_mods(p.x, b, step_bh(i) % NH, T, Tk);
+        if (attention_has_score_mods(p.x)) apply_score_mods_t<kMT, kQT>(st, mods, warp_key0, m_start, lane);
         if (kExtras && p.x.bias) add_bias_tile_t<kMT, kQT>(st, bias_tile(stage), bias_pitch, p.x.bias_fp32, warp_row0, 1.0f / p.scale, lane);
         if (kExtras && p.x.key_bias) add_key_bias_t<kMT, kQT>(st, key_bias_of(p.x, b, step_bh(i) % NH), n_start + warp_row0, 1.0f / p.scale, lane);
         if (kExtras && p.x.doc_start) {   // document masking: key < its query's document start
@@ -414,8 +417,6 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
         // scores); dS^T = P^T * (dP^T - D[query]). Only tiles where some key of this warp passes some query's limits
         // need the masks (keys past Tk need none: their rows of dK, dV are not stored).
         const bool need_mask = warp_key0 + 16 * kMT - 1 > m_start + diag;
-        const ScoreMods mods = score_mods(p.x, b, step_bh(i) % NH, T, Tk);   // softcap, ALiBi: on S^T, then softcap's factor on dS^T
-        if (attention_has_score_mods(p.x)) apply_score_mods_t<kMT, kQT>(st, mods, warp_key0, m_start, lane);
         if (warp_key0 < m_start + kBlockM - 1 + band.lo) mask_before_window_t<kMT, kQT>(st, warp_key0, m_start, band.lo, lane);
         backward_p_ds<kMT, kQT>(st, dpt, lse2_s, dpsum_s, 0, need_mask, warp_key0, m_start + diag, scale_log2, lane);
         if (p.x.softcap_in != 0.0f) softcap_grad_t<kMT, kQT>(dpt, st, mods, lse2_s, warp_key0, m_start, lane);
@@ -2091,12 +2092,12 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
                 }
             }
         }
+        const ScoreMods mods = score_mods(p.x, b, h, it.T, it.Tk);   // kMods: softcap, ALiBi, the slope read once an item
         mbar_wait(qo_full, item_iter & 1);
         for (int i = 0; i < n_blocks; i++, kv_iter++) {
             const int s = kv_iter % kStages;
             mbar_wait(kv_full(s), (kv_iter / kStages) & 1);
             const BiasTile bias{bias_tile(s), bias_boxes.rows, 1.0f / p.scale, key_bias_of(p.x, b, h)};
-            const ScoreMods mods = score_mods(p.x, b, h, it.T, it.Tk);   // softcap, ALiBi (the general copies)
             dq_hopper_step<kHalf, HS, kBlockM, kBlockN, kBias, kGeneral>(dq_acc, q_desc, do_desc, k_tile(s), v_tile(s), row_lse2, row_dpsum,
                                                                   it.n_top - i, m_start, warp_row0, p.scale * kLog2e, it.diag,
                                                                   kGeneral ? it.Tk : 1 << 30, bias, ds_rows, order, it.lo,

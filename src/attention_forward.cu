@@ -143,8 +143,6 @@ const char* attention_unsupported_reason(const AttentionForwardParams& p) {
     if (!(p.x.softcap >= 0.0f) || std::isinf(p.x.softcap)) return "softcap must be 0 (none) or a finite positive number";
     if (p.x.softcap > 0.0f && (p.x.bias || p.x.bias2 || p.x.key_mask))
         return "softcap does not combine with a bias, bias2 or key mask (its gradient is recovered from P, which they shift)";
-    // (the mma.sync dK/dV kernel masks documents before it caps the scores, which would turn the -inf finite)
-    if (p.x.softcap > 0.0f && p.x.doc_start) return "softcap does not combine with document masking yet";
     for (const AttentionStrides& st : {p.q_st, p.k_st, p.v_st, p.o_st}) {
         if (st.batch % 8 || st.row % 8 || st.head % 8) return "every batch, row and head stride must be a multiple of 8 elements (16 bytes)";
         if (st.row >= (1LL << 31)) return "row strides must be below 2^31 elements";

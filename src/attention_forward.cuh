@@ -1119,10 +1119,11 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
             const int qslot = tile_iter % Tile::kQSlots;
             bool has_next = false;
             if constexpr (!kDynamic) has_next = item_of(tile_iter + 1) < num_items;
+            // kMods: the item's score modifiers, its ALiBi slope read once (unused, and so gone, in the other copies)
+            const ScoreMods mods = score_mods(p.x, b, h, Tile::kVarlen ? rows : walk.T, item_Tk);
             auto softmax = [&](int j) {   // on tile j (loop order): P_j (fp32) in s, row statistics, alpha
                 const int key0 = (n_top - j) * kBlockN;
-                if constexpr (Tile::kMods)   // softcap, ALiBi
-                    apply_score_mods_frag(s, score_mods(p.x, b, h, Tile::kVarlen ? rows : walk.T, item_Tk), m_start + warp_row0, key0, lane);
+                if constexpr (Tile::kMods) apply_score_mods_frag(s, mods, m_start + warp_row0, key0, lane);   // softcap, ALiBi
                 if constexpr (Tile::kBias) {   // its bias tile and key bias (loaded with K tile j), then handed back
                     const int it = kv_iter + j, bslot = it % Tile::kBiasStages;
                     mbar_wait(&sm.bias_full[bslot], (it / Tile::kBiasStages) & 1);
