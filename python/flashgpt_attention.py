@@ -37,6 +37,8 @@ Modifiers (FlashAttention's; they compose with each other and with the extras):
   window_size  (left, right): query i sees keys i + Tk - T - left .. i + Tk - T + right (-1: unbounded), per sequence
   softcap      > 0: each score is softcap * tanh(scale q.k / softcap) (not with bias, bias2 or key_mask)
   alibi_slopes (H,) or (B, H) fp32: -slope * |i + Tk - T - j| added to each score
+  dropout_p    > 0: dropout on the probabilities (dropout_seed, or one from PyTorch's CPU generator; dropout_mask
+               gives the mask); not with softcap
 AlphaFold-family calls with the conventions of NVIDIA's cuEquivariance and DeepSpeed's DS4Sci_EvoformerAttention:
   triangle_attention(q, k, v, bias, mask=None, scale=None)   q (B, N, H, Q, D), bias (B, 1, H, Q, K), mask (B, N, 1, 1, K)
   evoformer_attention(q, k, v, biases)                       q (B, N, L, H, D), biases: up to two, e.g. (B, N, 1, 1, L)
@@ -112,15 +114,18 @@ def _library():
         extras2 = [ptr, strides, i32, ptr, ctypes.c_longlong]
         # window_left, window_right, softcap, alibi_slopes, alibi_batch
         window = [i32, i32, ctypes.c_float, ptr, ctypes.c_longlong]
+        # dropout_p, dropout_seed, dropout_offset
+        dropout = [ctypes.c_float, ctypes.c_ulonglong, ctypes.c_ulonglong]
         lib.flashgpt_attention_forward_ex.argtypes = ([ptr] * 5 + [strides] * 4 + shape + [ctypes.c_float] + extras +
-                                                      [ptr] + extras2 + window + [i32, ptr])  # gated_out, ..., fp16, stream
+                                                      [ptr] + extras2 + window + dropout + [i32, ptr])  # gated_out, ..., fp16, stream
         lib.flashgpt_attention_forward_ex.restype = ctypes.c_char_p
         lib.flashgpt_attention_backward_scratch_bytes_ex.argtypes = (shape + extras + [ptr] + extras2 + [ptr] +
-                                                                     window)  # dbias, ..., dbias2, window, ...
+                                                                     window + [ctypes.c_float])  # dbias, ..., dbias2, window, ..., dropout_p
         lib.flashgpt_attention_backward_scratch_bytes_ex.restype = ctypes.c_size_t
         # after the extras: dgate, dbias, the second extras, dbias2, the window and modifiers, scratch, scratch_bytes, stream
         lib.flashgpt_attention_backward_ex.argtypes = ([ptr] * 9 + [strides] * 8 + shape + [ctypes.c_float] + extras +
-                                                       [ptr, ptr] + extras2 + [ptr] + window + [i32, ptr, ctypes.c_size_t, ptr])
+                                                       [ptr, ptr] + extras2 + [ptr] + window + dropout +
+                                                       [i32, ptr, ctypes.c_size_t, ptr])
         lib.flashgpt_attention_backward_ex.restype = ctypes.c_char_p
         # the plain calls (no extras): the fast path's
         lib.flashgpt_attention_forward.argtypes = [ptr] * 5 + [strides] * 4 + shape + [ctypes.c_float, i32, ptr]
@@ -130,6 +135,8 @@ def _library():
         lib.flashgpt_attention_backward.restype = ctypes.c_char_p
         lib.flashgpt_attention_backward_scratch_bytes.argtypes = shape
         lib.flashgpt_attention_backward_scratch_bytes.restype = ctypes.c_size_t
+        lib.flashgpt_attention_dropout_mask.argtypes = [ptr] + [i32] * 4 + [ptr, ptr] + dropout + [ptr]
+        lib.flashgpt_attention_dropout_mask.restype = ctypes.c_char_p
         lib.flashgpt_attention_version.argtypes = []
         lib.flashgpt_attention_version.restype = ctypes.c_char_p
         _lib = lib
@@ -256,9 +263,10 @@ def _call(device, fn, *args):
 
 
 def _mods(mods):
-    """(window_left, window_right, softcap, alibi_slopes, alibi_batch) as the library's arguments"""
-    left, right, softcap, alibi, alibi_batch = mods
-    return [left, right, softcap, _ptr(alibi), alibi_batch]
+    """(window_left, window_right, softcap, alibi_slopes, alibi_batch, dropout_p, dropout_seed, dropout_offset) as the
+    library's arguments"""
+    left, right, softcap, alibi, alibi_batch, dropout_p, seed, offset = mods
+    return [left, right, softcap, _ptr(alibi), alibi_batch, dropout_p, seed, offset]
 
 
 def _describe(B, T, Tk, H, H_kv, D, causal, layout, bias, key_lengths, gate):
@@ -278,7 +286,7 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, bias, gate, bias2, key_mask, causal, scale, layout, key_lengths, cu_seqlens_q, cu_seqlens_k,
-                max_seqlen_q, max_seqlen_k, mods=(-1, -1, 0.0, None, 0)):
+                max_seqlen_q, max_seqlen_k, mods=(-1, -1, 0.0, None, 0, 0.0, 0, 0)):
         q, k, v = (_ready(x, layout) for x in (q, k, v))
         B, T, H, D = _sizes(q, layout)
         _, Tk, H_kv, _ = _sizes(k, layout)
@@ -341,7 +349,7 @@ class FlashAttentionFunction(torch.autograd.Function):
             # the extras and dbias change the scratch (dbias adds B * H * T * Tk fp32, a gate B * T * H * D bf16): the
             # query takes the backward's
             scratch_bytes = lib.flashgpt_attention_backward_scratch_bytes_ex(B, T, Tk, H, H_kv, D, int(causal), *extras,
-                                                                             _ptr(dbias), *extras2, _ptr(dbias2), *_mods(mods))
+                                                                             _ptr(dbias), *extras2, _ptr(dbias2), *_mods(mods)[:6])
             # 0 when the call is refused: the backward below says why
             scratch = torch.empty(max(scratch_bytes, 16), dtype=torch.uint8, device=q.device)
             err = lib.flashgpt_attention_backward_ex(
@@ -518,13 +526,16 @@ def _key_mask_2d(key_mask, B, Tk, device):
 def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, key_lengths=None,
                     cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
                     cu_seqlens=None, max_seqlen=None, gate=None, bias2=None, key_mask=None, return_lse=False,
-                    window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
+                    window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0, dropout_seed=None):
     """softmax(scale * q k^T + bias + bias2, masks) v, times gate when given; scale defaults to 1 / sqrt(D). See the
     module docstring for shapes and for the extras (bias, bias2, key_mask, key_lengths, packed sequences, gate).
     window_size (left, right): FlashAttention's sliding window, query i sees keys i + Tk - T - left .. i + Tk - T +
     right (per sequence), -1 leaving a side unbounded; causal sets right to 0.
     softcap > 0: the scores capped, softcap * tanh(scale q.k / softcap) (not with bias, bias2 or key_mask).
     alibi_slopes (H,) or (B, H) fp32: ALiBi, -slope * |i + Tk - T - j| added to each score (FlashAttention's).
+    dropout_p > 0: dropout on the probabilities (FlashAttention's), its mask a function of dropout_seed (drawn from
+    PyTorch's CPU generator where not given, so torch.manual_seed repeats it) and (b, h, i, j); the backward
+    recomputes it (dropout_mask gives it). Not with softcap.
     return_lse: (out, lse), lse (B, H, T) fp32 the natural-log softmax denominators (packed: T the longest sequence,
     sequence b's rows first; -inf where a row sees no key), no gradient."""
     window = (int(window_size[0]), int(window_size[1]))
@@ -532,7 +543,7 @@ def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, 
         raise ValueError(f"window_size entries must be -1 (unbounded) or at least 0, not {tuple(window_size)}")
     if (bias is None and key_lengths is None and cu_seqlens_q is None and cu_seqlens_k is None and cu_seqlens is None
             and gate is None and bias2 is None and key_mask is None and max_seqlen is None and max_seqlen_q is None
-            and max_seqlen_k is None and window == (-1, -1) and not softcap and alibi_slopes is None):
+            and max_seqlen_k is None and window == (-1, -1) and not softcap and alibi_slopes is None and not dropout_p):
         if scale is None and isinstance(q, torch.Tensor) and q.dim() == 4:
             scale = 1.0 / math.sqrt(q.shape[3])
         plan = _plain_plan(q, k, v, bool(causal), None if scale is None else float(scale), layout)
@@ -608,11 +619,36 @@ def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, 
         alibi_batch = H if alibi_slopes.dim() == 2 else 0
     if scale is None:
         scale = 1.0 / math.sqrt(D)
+    dropout_p = float(dropout_p)
+    if dropout_p and dropout_seed is None:
+        dropout_seed = new_dropout_seed()
     out, lse = FlashAttentionFunction.apply(q, k, v, bias, gate, bias2, key_mask, bool(causal), float(scale), layout,
                                             key_lengths, cu_seqlens_q if packed else None,
                                             cu_seqlens_k if packed else None, T, Tk,
-                                            (window[0], window[1], float(softcap), alibi_slopes, alibi_batch))
+                                            (window[0], window[1], float(softcap), alibi_slopes, alibi_batch, dropout_p,
+                                             int(dropout_seed or 0), 0))
     return (out, lse) if return_lse else out
+
+
+def new_dropout_seed():
+    """a dropout seed from PyTorch's CPU generator (no device synchronisation; torch.manual_seed repeats it)"""
+    return int(torch.randint(0, 2 ** 62, (), dtype=torch.int64))
+
+
+def dropout_mask(B, H, T, Tk, dropout_p, dropout_seed, device, cu_seqlens_q=None, cu_seqlens_k=None, dropout_offset=0):
+    """the dropout's keep mask of a call (B, H, T, Tk) bool on device: True where probability (b, h, i, j) is kept
+    (with cu_seqlens, (i, j) within sequence b, False past its lengths)"""
+    device = torch.device(device)
+    if device.index is None:
+        device = torch.device(device.type, torch.cuda.current_device())
+    mask = torch.empty((B, H, T, Tk), dtype=torch.uint8, device=device)
+    cu_q = None if cu_seqlens_q is None else _int32_on(cu_seqlens_q, "cu_seqlens_q", device)
+    cu_k = None if cu_seqlens_k is None else _int32_on(cu_seqlens_k, "cu_seqlens_k", device)
+    err = _call(device, _library().flashgpt_attention_dropout_mask, mask.data_ptr(), B, H, T, Tk, _ptr(cu_q),
+                _ptr(cu_k), float(dropout_p), int(dropout_seed), int(dropout_offset))
+    if err:
+        raise FlashAttentionError(f"flashgpt dropout mask: {err.decode()}")
+    return mask.bool()
 
 
 # ----------------------------------------------------------------------------

@@ -15,6 +15,7 @@ flashgpt fused flash attention: forward and backward, bf16 or fp16 in/out, fp32 
   extras    (AttentionExtras p.x, off by default) two additive biases with broadcast strides and their gradients, a key
             mask of any pattern, key lengths per sequence, packed variable-length sequences, output gating, document
             masking (AlphaFold's attention: a pair bias, a mask bias or key mask, gating, head dims 8-32)
+  dropout   (p.x too; FlashAttention's dropout_p with a seed and offset) on the mma.sync kExtras copies
   modifiers (p.x too; FlashAttention's) a sliding window (a mask modifier: the band's second diagonal, every general
             kernel skips the key tiles outside it), softcap and ALiBi (score modifiers, ScoreMods, with their gradients:
             the Hopper kernels' kMods copies, the mma.sync general copies); they compose with each other and the extras
@@ -124,12 +125,20 @@ struct AttentionExtras {
     // The kernels' constants of the score modifiers (set by attention_forward / attention_backward from softcap and the
     // scale; never by the caller): scale / softcap, softcap / scale, 1 / (softcap log2e) (0 without softcap), 1 / scale
     float softcap_in, softcap_out, softcap_t, inv_scale;
+    // Dropout (FlashAttention's dropout_p): each probability of the softmax is kept with probability 1 - dropout_p and
+    // scaled by 1 / (1 - dropout_p), or zeroed; the LSE stays that of the whole softmax. Which are kept is a pure
+    // function of (dropout_seed, dropout_offset, b, h, i, j) (src/attention_modifiers.cuh's Dropout), so the backward
+    // recomputes the forward's mask and a seed gives the same one every time. It runs on the mma.sync kExtras copies,
+    // and not with softcap (as FlashAttention).
+    float dropout_p;                      // 0: none; below 1
+    unsigned long long dropout_seed, dropout_offset;
 };
 __host__ __device__ inline bool attention_has_score_mods(const AttentionExtras& x) { return x.softcap > 0.0f || x.alibi_slopes; }
 // any modifier: the window or a score modifier (GPT-2's kernels and the decoding ones take none)
 __host__ __device__ inline bool attention_has_modifiers(const AttentionExtras& x) { return x.window || attention_has_score_mods(x); }
 __host__ __device__ inline bool attention_has_extras(const AttentionExtras& x) {
-    return x.bias || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.gate || x.doc_start || x.bias2 || x.key_mask || x.key_bias;
+    return x.bias || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.gate || x.doc_start || x.bias2 || x.key_mask || x.key_bias ||
+           x.dropout_p > 0.0f;
 }
 
 // key_bias rows are padded to a multiple of this many keys (every kernel's key tile divides it)
@@ -212,6 +221,9 @@ void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T,
 void attention_forward_kvcache(const AttentionForwardParams& p, const int* seqlens_k, cudaStream_t stream);
 // GPT-2's family (attention_self_causal) on the kernels compiled for it (dev/cuda/attention_forward's variant 0)
 void attention_forward_self_causal_path(const AttentionForwardParams& p, cudaStream_t stream);
+// The dropout mask of the call p (its x.dropout_*, lengths, packed sequences): mask (B, NH, T, Tk) bytes, 1 where
+// probability (b, h, i, j) is kept, 0 where dropped or past sequence b's lengths (for tests and FlashAttention's S_dmask)
+void attention_dropout_mask(uint8_t* mask, const AttentionForwardParams& p, cudaStream_t stream);
 
 // ============================================================================
 // backward (src/attention_backward.cu)

@@ -418,8 +418,16 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
         // need the masks (keys past Tk need none: their rows of dK, dV are not stored).
         const bool need_mask = warp_key0 + 16 * kMT - 1 > m_start + diag;
         if (warp_key0 < m_start + kBlockM - 1 + band.lo) mask_before_window_t<kMT, kQT>(st, warp_key0, m_start, band.lo, lane);
+        // dropout: dS^T = P^T (dP^T over the kept, scaled, - D), dV from the kept P^T, scaled (the forward's mask)
+        uint32_t keep[kMT];
+        const bool dropout = kExtras && p.x.dropout_p > 0.0f;
+        if (dropout) {
+            dropout_keep_bits_t<kMT, kQT>(keep, attention_dropout(p.x), step_bh(i), m_start, warp_key0, lane);
+            dropout_apply<kMT, kQT>(dpt, keep, attention_dropout(p.x).scale);
+        }
         backward_p_ds<kMT, kQT>(st, dpt, lse2_s, dpsum_s, 0, need_mask, warp_key0, m_start + diag, scale_log2, lane);
         if (p.x.softcap_in != 0.0f) softcap_grad_t<kMT, kQT>(dpt, st, mods, lse2_s, warp_key0, m_start, lane);
+        if (dropout) dropout_apply<kMT, kQT>(st, keep, attention_dropout(p.x).scale);
         if constexpr (kAtomicDq) {   // dS^T (bf16) to shared memory, [key][query], for dQ = dS K below
             #pragma unroll
             for (int mt = 0; mt < kMT; mt++)
@@ -658,6 +666,11 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
             // this warp's limits); dS = P * (dP - D)
             const bool need_mask = n_block * kBlockN + kBlockN - 1 > min(m_start + warp_row0 + diag, Tk - 1);
             if (n_block * kBlockN < warp_last_row + lo) mask_before_window<kMT, kNT>(s, m_start + warp_row0, n_block * kBlockN, lo, lane);
+            if (kExtras && p.x.dropout_p > 0.0f) {   // dropout: dS = P (dP over the kept, scaled, - D) (the forward's mask)
+                uint32_t keep[kMT];
+                dropout_keep_bits<kMT, kNT>(keep, attention_dropout(p.x), b * NH + h, m_start + warp_row0, n_block * kBlockN, lane);
+                dropout_apply<kMT, kNT>(dp, keep, attention_dropout(p.x).scale);
+            }
             #pragma unroll
             for (int mt = 0; mt < kMT; mt++)
                 #pragma unroll

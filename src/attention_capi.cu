@@ -59,7 +59,8 @@ const char* extras_of(AttentionExtras& x, const void* bias, const long long* bia
                       const int* seqlens_k, const int* cu_seqlens_q, const int* cu_seqlens_k, int total_q, int total_k,
                       const void* gate, const long long* gate_strides, const void* bias2, const long long* bias2_strides,
                       int bias2_fp32, const unsigned char* key_mask, long long key_mask_batch, int window_left, int window_right,
-                      float softcap, const float* alibi_slopes, long long alibi_batch) {
+                      float softcap, const float* alibi_slopes, long long alibi_batch, float dropout_p,
+                      unsigned long long dropout_seed, unsigned long long dropout_offset) {
     if (bias && !bias_strides) return "a bias needs its 3 strides (bias_strides not null)";
     if (bias2 && !bias2_strides) return "bias2 needs its 3 strides (bias2_strides not null)";
     if (gate && !gate_strides) return "a gate needs its 3 strides (gate_strides not null)";
@@ -83,6 +84,7 @@ const char* extras_of(AttentionExtras& x, const void* bias, const long long* bia
     x.window_left = window_left, x.window_right = window_right;
     x.softcap = softcap;
     x.alibi_slopes = alibi_slopes, x.alibi_batch = alibi_batch;
+    x.dropout_p = dropout_p, x.dropout_seed = dropout_seed, x.dropout_offset = dropout_offset;
     return nullptr;
 }
 
@@ -113,13 +115,15 @@ const char* flashgpt_attention_forward_ex(const void* q, const void* k, const vo
                                           int total_q, int total_k, const void* gate, const long long* gate_strides,
                                           void* gated_out, const void* bias2, const long long* bias2_strides, int bias2_fp32,
                                           const unsigned char* key_mask, long long key_mask_batch, int window_left, int window_right,
-                                          float softcap, const float* alibi_slopes, long long alibi_batch, int fp16, void* stream) {
+                                          float softcap, const float* alibi_slopes, long long alibi_batch, float dropout_p,
+                                          unsigned long long dropout_seed, unsigned long long dropout_offset, int fp16, void* stream) {
     if (!q || !k || !v || !out || !lse) return "q, k, v, out and lse must not be null";
     if (!q_strides || !k_strides || !v_strides || !o_strides) return "every stride array must have 3 elements (not null)";
     AttentionForwardParams p{};
     if (const char* why = extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k,
                                     total_q, total_k, gate, gate_strides, bias2, bias2_strides, bias2_fp32, key_mask, key_mask_batch,
-                                    window_left, window_right, softcap, alibi_slopes, alibi_batch))
+                                    window_left, window_right, softcap, alibi_slopes, alibi_batch, dropout_p, dropout_seed,
+                                    dropout_offset))
         return why;
     if (const char* why = gate_output_problem(gate, gated_out, "gated_out")) return why;
     p.x.gated_out = (floatX*)gated_out;
@@ -144,7 +148,7 @@ const char* flashgpt_attention_forward(const void* q, const void* k, const void*
                                        int fp16, void* stream) {
     return flashgpt_attention_forward_ex(q, k, v, out, lse, q_strides, k_strides, v_strides, o_strides, B, T, Tk, NH, NH_kv,
                                          HS, causal, scale, nullptr, nullptr, 0, nullptr, nullptr, nullptr, 0, 0, nullptr,
-                                         nullptr, nullptr, nullptr, nullptr, 0, nullptr, 0, -1, -1, 0.0f, nullptr, 0, fp16, stream);
+                                         nullptr, nullptr, nullptr, nullptr, 0, nullptr, 0, -1, -1, 0.0f, nullptr, 0, 0.0f, 0, 0, fp16, stream);
 }
 
 size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal,
@@ -154,12 +158,12 @@ size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, int Tk, int NH
                                                     const long long* gate_strides, const void* dbias, const void* bias2,
                                                     const long long* bias2_strides, int bias2_fp32, const unsigned char* key_mask,
                                                     long long key_mask_batch, const void* dbias2, int window_left, int window_right,
-                                                    float softcap, const float* alibi_slopes, long long alibi_batch) {
+                                                    float softcap, const float* alibi_slopes, long long alibi_batch, float dropout_p) {
     if (B < 1 || T < 1 || Tk < 1 || NH < 1 || NH_kv < 1 || HS < 1) return 0;
     AttentionBackwardParams p{};
     if (extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, total_q, total_k, gate, gate_strides,
                   bias2, bias2_strides, bias2_fp32, key_mask, key_mask_batch, window_left, window_right, softcap, alibi_slopes,
-                  alibi_batch))
+                  alibi_batch, dropout_p, 0, 0))
         return 0;
     // only whether there is a gate (the gated dO it adds) or a dbias (the ds buffer) counts here, never an address
     p.dbias = (void*)dbias, p.dbias2 = (void*)dbias2;
@@ -173,7 +177,7 @@ size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, int Tk, int NH
 size_t flashgpt_attention_backward_scratch_bytes(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal) {
     return flashgpt_attention_backward_scratch_bytes_ex(B, T, Tk, NH, NH_kv, HS, causal, nullptr, nullptr, 0, nullptr, nullptr,
                                                         nullptr, 0, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr, 0,
-                                                        nullptr, -1, -1, 0.0f, nullptr, 0);
+                                                        nullptr, -1, -1, 0.0f, nullptr, 0, 0.0f);
 }
 
 const char* flashgpt_attention_backward_ex(void* dq, void* dk, void* dv, const void* dout, const void* q,
@@ -189,7 +193,8 @@ const char* flashgpt_attention_backward_ex(void* dq, void* dk, void* dv, const v
                                            void* dgate, void* dbias, const void* bias2, const long long* bias2_strides,
                                            int bias2_fp32, const unsigned char* key_mask, long long key_mask_batch,
                                            void* dbias2, int window_left, int window_right, float softcap, const float* alibi_slopes,
-                                           long long alibi_batch, int fp16, void* scratch, size_t scratch_bytes, void* stream) {
+                                           long long alibi_batch, float dropout_p, unsigned long long dropout_seed,
+                                           unsigned long long dropout_offset, int fp16, void* scratch, size_t scratch_bytes, void* stream) {
     if (!dq || !dk || !dv || !dout || !q || !k || !v || !out || !lse) return "dq, dk, dv, dout, q, k, v, out and lse must not be null";
     if (!dq_strides || !dk_strides || !dv_strides || !do_strides || !q_strides || !k_strides || !v_strides || !o_strides)
         return "every stride array must have 3 elements (not null)";
@@ -197,7 +202,8 @@ const char* flashgpt_attention_backward_ex(void* dq, void* dk, void* dv, const v
     AttentionBackwardParams p{};
     if (const char* why = extras_of(p.x, bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k,
                                     total_q, total_k, gate, gate_strides, bias2, bias2_strides, bias2_fp32, key_mask, key_mask_batch,
-                                    window_left, window_right, softcap, alibi_slopes, alibi_batch))
+                                    window_left, window_right, softcap, alibi_slopes, alibi_batch, dropout_p, dropout_seed,
+                                    dropout_offset))
         return why;
     if (const char* why = gate_output_problem(gate, dgate, "dgate")) return why;
     std::lock_guard<std::mutex> lock(g_call_mutex);
@@ -237,7 +243,24 @@ const char* flashgpt_attention_backward(void* dq, void* dk, void* dv, const void
     return flashgpt_attention_backward_ex(dq, dk, dv, dout, q, k, v, out, lse, dq_strides, dk_strides, dv_strides, do_strides,
                                           q_strides, k_strides, v_strides, o_strides, B, T, Tk, NH, NH_kv, HS, causal, scale,
                                           nullptr, nullptr, 0, nullptr, nullptr, nullptr, 0, 0, nullptr, nullptr, nullptr, nullptr,
-                                          nullptr, nullptr, 0, nullptr, 0, nullptr, -1, -1, 0.0f, nullptr, 0, fp16, scratch, scratch_bytes, stream);
+                                          nullptr, nullptr, 0, nullptr, 0, nullptr, -1, -1, 0.0f, nullptr, 0, 0.0f, 0, 0, fp16, scratch, scratch_bytes, stream);
+}
+
+const char* flashgpt_attention_dropout_mask(unsigned char* mask, int B, int NH, int T, int Tk, const int* cu_seqlens_q,
+                                            const int* cu_seqlens_k, float dropout_p, unsigned long long dropout_seed,
+                                            unsigned long long dropout_offset, void* stream) {
+    if (!mask) return "mask must not be null";
+    if (B < 1 || NH < 1 || T < 1 || Tk < 1 || T > 65535) return "B, NH, T, Tk must be at least 1 (T at most 65535)";
+    if (!(dropout_p >= 0.0f && dropout_p < 1.0f)) return "dropout_p must be in [0, 1)";
+    if (!cu_seqlens_q != !cu_seqlens_k) return "packed sequences need both cu_seqlens_q and cu_seqlens_k";
+    std::lock_guard<std::mutex> lock(g_call_mutex);
+    if (const char* why = device_problem()) return why;
+    AttentionForwardParams p{};
+    p.B = B; p.NH = NH; p.T = T; p.Tk = Tk;
+    p.x.cu_seqlens_q = cu_seqlens_q, p.x.cu_seqlens_k = cu_seqlens_k;
+    p.x.dropout_p = dropout_p, p.x.dropout_seed = dropout_seed, p.x.dropout_offset = dropout_offset;
+    attention_dropout_mask(mask, p, (cudaStream_t)stream);
+    return launch_problem();
 }
 
 const char* flashgpt_attention_version(void) { return GIT_COMMIT; }

@@ -45,6 +45,9 @@ without _ex (which are the _ex calls with them all null):
   alibi_slopes (B, NH) or (NH) fp32 device: ALiBi, the logit of query i and key j minus
        alibi_slopes[b * alibi_batch + h] * |i + Tk_b - T_b - j| (FlashAttention's alibi_slopes; alibi_batch NH, or 0
        for one row of slopes)
+  dropout_p, dropout_seed, dropout_offset: dropout (FlashAttention's dropout_p): each probability kept with probability
+       1 - dropout_p (then scaled by 1 / (1 - dropout_p)) or zeroed, the mask a function of the seed, the offset and
+       (b, h, i, j), so the backward, given the same three, recomputes the forward's; 0: none. Not with softcap.
   fp16 (every call): q, k, v, out (the backward's dout, dq, dk, dv too) and the gate are IEEE fp16, not bf16 (biases
        keep their own dtype: bf16 or fp32)
   dbias, dbias2 (backward only): d loss / d bias (bias2), in that bias's dtype and with its strides (summed over its
@@ -54,7 +57,7 @@ Each sequence b runs with its own lengths T_b, Tk_b, the causal diagonal aligned
 (key j <= i + Tk_b - T_b); a row that sees no key (all its keys masked) gets 0 and no gradient.
 
 flashgpt_attention_abi() says which version of these signatures the library has, FLASHGPT_ATTENTION_ABI when it was
-built from this header (6: every call takes fp16; 5: the window, softcap and ALiBi; 4: bias2 and the key mask; 3: the packed totals; 2: the gate arguments), so
+built from this header (6: every call takes fp16, the _ex calls dropout; 5: the window, softcap and ALiBi; 4: bias2 and the key mask; 3: the packed totals; 2: the gate arguments), so
 a caller can refuse a library built from another.
 
 The calls return nullptr on success, else a message that says why: a call src/attention.cuh does not support (its
@@ -108,7 +111,9 @@ FLASHGPT_API const char* flashgpt_attention_forward_ex(const void* q, const void
                                                        void* gated_out, const void* bias2, const long long* bias2_strides,
                                                        int bias2_fp32, const unsigned char* key_mask, long long key_mask_batch,
                                                        int window_left, int window_right, float softcap,
-                                                       const float* alibi_slopes, long long alibi_batch, int fp16, void* stream);
+                                                       const float* alibi_slopes, long long alibi_batch, float dropout_p,
+                                                       unsigned long long dropout_seed, unsigned long long dropout_offset,
+                                                       int fp16, void* stream);
 
 // flashgpt_attention_backward_scratch_bytes for flashgpt_attention_backward_ex with these extras (pass the backward's
 // own: dbias may add B * NH * T * Tk fp32, a gate B * T * NH * HS bf16, and the extras change which kernels run)
@@ -120,7 +125,8 @@ FLASHGPT_API size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, i
                                                                  const void* bias2, const long long* bias2_strides, int bias2_fp32,
                                                                  const unsigned char* key_mask, long long key_mask_batch,
                                                                  const void* dbias2, int window_left, int window_right,
-                                                                 float softcap, const float* alibi_slopes, long long alibi_batch);
+                                                                 float softcap, const float* alibi_slopes, long long alibi_batch,
+                                                                 float dropout_p);
 
 // flashgpt_attention_backward with the extras above (the forward's) and, optionally, dbias (overwritten); with a gate,
 // dout is d loss / d gated_out, out is still the forward's out (not gated_out), and dgate is overwritten;
@@ -138,8 +144,16 @@ FLASHGPT_API const char* flashgpt_attention_backward_ex(void* dq, void* dk, void
                                                         void* dgate, void* dbias, const void* bias2, const long long* bias2_strides,
                                                         int bias2_fp32, const unsigned char* key_mask, long long key_mask_batch,
                                                         void* dbias2, int window_left, int window_right, float softcap,
-                                                        const float* alibi_slopes, long long alibi_batch, int fp16, void* scratch,
-                                                        size_t scratch_bytes, void* stream);
+                                                        const float* alibi_slopes, long long alibi_batch, float dropout_p,
+                                                        unsigned long long dropout_seed, unsigned long long dropout_offset,
+                                                        int fp16, void* scratch, size_t scratch_bytes, void* stream);
+
+// dropout's keep mask of a call with these lengths and dropout arguments: mask (B, NH, T, Tk) bytes, contiguous, 1 where
+// probability (b, h, i, j) is kept and 0 where dropped (with cu_seqlens, (i, j) within sequence b; 0 past its lengths)
+FLASHGPT_API const char* flashgpt_attention_dropout_mask(unsigned char* mask, int B, int NH, int T, int Tk,
+                                                         const int* cu_seqlens_q, const int* cu_seqlens_k, float dropout_p,
+                                                         unsigned long long dropout_seed, unsigned long long dropout_offset,
+                                                         void* stream);
 
 // the git commit the library was built from
 FLASHGPT_API const char* flashgpt_attention_version(void);

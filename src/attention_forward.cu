@@ -141,6 +141,8 @@ const char* attention_unsupported_reason(const AttentionForwardParams& p) {
     if (p.x.window && p.x.window_left < -1) return "window_left must be -1 (unbounded) or at least 0";
     if (p.x.window && p.x.window_right < -1) return "window_right must be -1 (unbounded) or at least 0";
     if (!(p.x.softcap >= 0.0f) || std::isinf(p.x.softcap)) return "softcap must be 0 (none) or a finite positive number";
+    if (!(p.x.dropout_p >= 0.0f && p.x.dropout_p < 1.0f)) return "dropout_p must be in [0, 1)";
+    if (p.x.dropout_p > 0.0f && p.x.softcap > 0.0f) return "dropout does not combine with softcap (as FlashAttention)";
     if (p.x.softcap > 0.0f && (p.x.bias || p.x.bias2 || p.x.key_mask))
         return "softcap does not combine with a bias, bias2 or key mask (its gradient is recovered from P, which they shift)";
     for (const AttentionStrides& st : {p.q_st, p.k_st, p.v_st, p.o_st}) {
@@ -206,13 +208,26 @@ void attention_forward_kvcache(const AttentionForwardParams& p, const int* seqle
     if (!why && (long long)p.T * (p.NH / p.NH_kv) > kDecodeRows) why = "the KV-cache path takes T * NH / NH_kv <= 16 query rows (a prefill runs attention_forward)";
     if (!why && (long long)p.B * p.NH_kv > 65535) why = "B * NH_kv too large for the grid";
     if (!why && (p.x.bias || p.x.cu_seqlens_q || p.x.cu_seqlens_k || p.x.gate || p.x.doc_start || p.x.bias2 || p.x.key_mask ||
-                 attention_has_modifiers(p.x)))
-        why = "the KV-cache path takes no bias, packed sequences, gating, key masks, document masks, window, softcap or ALiBi";
+                 attention_has_modifiers(p.x) || p.x.dropout_p > 0.0f))
+        why = "the KV-cache path takes no bias, packed sequences, gating, key masks, document masks, window, softcap, ALiBi or dropout";
     if (!why && p.HS < 32) why = "the KV-cache path takes head dims 32 to 256 (attention_forward runs 8 and 16)";
     if (!seqlens_k) seqlens_k = p.x.seqlens_k;
     if (why) attention_exit_unsupported("forward (KV cache)", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
     if (p.fp16) decode_by_head_dim<true>(p, seqlens_k, stream);
     else decode_by_head_dim<false>(p, seqlens_k, stream);
+}
+
+// the dropout mask (attention_dropout_mask): grid (B * NH, T), threads over the keys
+static __global__ void dropout_mask_kernel(uint8_t* mask, const AttentionForwardParams p) {
+    const int bh = blockIdx.x, b = bh / p.NH, i = blockIdx.y;
+    const SequenceSpan seq = attention_sequence(p, b);
+    const Dropout d = attention_dropout(p.x);
+    uint8_t* row = mask + ((size_t)bh * p.T + i) * p.Tk;
+    for (int j = threadIdx.x; j < p.Tk; j += blockDim.x) row[j] = i < seq.T && j < seq.Tk && dropout_keep(d, bh, i, j);
+}
+void attention_dropout_mask(uint8_t* mask, const AttentionForwardParams& p, cudaStream_t stream) {
+    dropout_mask_kernel<<<dim3(p.B * p.NH, p.T), 256, 0, stream>>>(mask, p);
+    cudaCheck(cudaGetLastError());
 }
 
 #endif  // ATTENTION_FP16

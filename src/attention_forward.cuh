@@ -363,6 +363,13 @@ attention_forward_kernel(const AttentionForwardParams p) {
                     #pragma unroll
                     for (int dt = 0; dt < kDT; dt++) { o_acc[mt][dt][2 * half] *= alpha; o_acc[mt][dt][2 * half + 1] *= alpha; }
                 }
+            if constexpr (kExtras) {   // dropout: P V over the kept probabilities (the sums above keep them all)
+                if (p.x.dropout_p > 0.0f) {
+                    uint32_t keep[kMT];
+                    dropout_keep_bits<kMT, kNT>(keep, attention_dropout(p.x), b * NH + h, m_start + warp_row0, n_block * kBlockN, lane);
+                    dropout_apply<kMT, kNT>(s, keep, 1.0f);
+                }
+            }
             // O += P V (V is [key][d])
             const uint8_t* v_s = v_tile(stage);
             mma_accum_times_tile<kHalf>(o_acc, s, [&](int kk, int dp) { return v_frag_addr(v_s, kk, dp); });
@@ -380,7 +387,8 @@ attention_forward_kernel(const AttentionForwardParams p) {
             float l = row_sum[mt][half];
             l += __shfl_xor_sync(0xffffffff, l, 1);
             l += __shfl_xor_sync(0xffffffff, l, 2);
-            const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+            // (dropout: the kept probabilities scaled by 1 / (1 - dropout_p))
+            const float inv_l = l > 0.0f ? (kExtras && p.x.dropout_p > 0.0f ? attention_dropout(p.x).scale : 1.0f) / l : 0.0f;
             const int row = warp_row0 + mt * 16 + g + 8 * half;
             if (tq == 0 && m_start + row < T)
                 p.lse[((size_t)b * NH + h) * p.T + m_start + row] = l > 0.0f ? row_max[mt][half] * scale + logf(l) : -INFINITY;
@@ -1299,7 +1307,7 @@ inline CUtensorMap packed_tensor_map(const floatX* base, const AttentionStrides&
 // strides 0 and no other extra (strides: the checks of attention_unsupported_reason)
 inline bool attention_hopper_packed_fits(const AttentionExtras& x, std::initializer_list<AttentionStrides> strides) {
     if (!x.cu_seqlens_q || !x.cu_seqlens_k || x.total_q <= 0 || x.total_k <= 0) return false;
-    if (x.bias || x.seqlens_k || x.gate || x.doc_start || x.key_bias || !hopper_path_available()) return false;
+    if (x.bias || x.seqlens_k || x.gate || x.doc_start || x.key_bias || x.dropout_p > 0.0f || !hopper_path_available()) return false;
     for (const AttentionStrides& st : strides) if (st.batch != 0) return false;
     return true;
 }
@@ -1316,13 +1324,15 @@ inline bool bias_tma_ready(const void* bias, const AttentionStrides& st, bool fp
     return !fp32 && (uintptr_t)bias % 16 == 0 && st.row % 8 == 0 && st.head % 8 == 0 && st.batch % 8 == 0;
 }
 inline bool attention_hopper_bias_fits(const AttentionExtras& x) {
-    if ((!x.bias && !x.key_bias) || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.doc_start || !hopper_path_available()) return false;
+    if ((!x.bias && !x.key_bias) || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.doc_start || x.dropout_p > 0.0f ||
+        !hopper_path_available())
+        return false;
     return !x.bias || bias_tma_ready(x.bias, x.bias_st, x.bias_fp32);
 }
 // gating alone: the forward's Hopper kBias copies (with a zero tile bias: their epilogue gates), the backward's general
 // Hopper copies (its preprocess gates)
 inline bool attention_gate_only(const AttentionExtras& x) {
-    return x.gate && !x.bias && !x.key_bias && !x.seqlens_k && !x.cu_seqlens_q && !x.cu_seqlens_k && !x.doc_start;
+    return x.gate && !x.bias && !x.key_bias && !x.seqlens_k && !x.cu_seqlens_q && !x.cu_seqlens_k && !x.doc_start && !(x.dropout_p > 0.0f);
 }
 
 // ----------------------------------------------------------------------------
@@ -1732,7 +1742,7 @@ attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, in
 inline bool attention_decode_applies(const AttentionForwardParams& p) {
     return (long long)p.T * (p.NH / p.NH_kv) <= kDecodeRows && p.Tk >= 2 * kDecodeKeys && (long long)p.B * p.NH_kv <= 65535 &&
            !p.x.bias && !p.x.cu_seqlens_q && !p.x.cu_seqlens_k && !p.x.gate && !p.x.doc_start && !p.x.bias2 && !p.x.key_mask &&
-           !p.x.key_bias && !attention_has_modifiers(p.x) && p.HS >= 32;
+           !p.x.key_bias && !attention_has_modifiers(p.x) && !(p.x.dropout_p > 0.0f) && p.HS >= 32;
 }
 
 // fp32 scratch for the splits' partials, grown as needed, and the zeroed split counters (the decode call owns them; one

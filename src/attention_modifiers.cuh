@@ -272,3 +272,107 @@ __device__ __forceinline__ void query_block_documents(int& n_first, int (&doc_fi
         }
     warp_doc_first = docs[min(m_start + warp_row0, T - 1)];
 }
+
+// ----------------------------------------------------------------------------
+// dropout (the mma.sync kExtras copies): which probabilities are kept
+
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3"): 128 random bits from a 128-bit counter
+// and a 64-bit key
+__host__ __device__ inline uint4 philox4x32_10(uint4 c, uint2 k) {
+    #pragma unroll
+    for (int round = 0; round < 10; round++) {
+        const uint32_t lo0 = c.x * 0xD2511F53u, lo1 = c.z * 0xCD9E8D57u;
+#if defined(__CUDA_ARCH__)
+        const uint32_t hi0 = __umulhi(c.x, 0xD2511F53u), hi1 = __umulhi(c.z, 0xCD9E8D57u);
+#else
+        const uint32_t hi0 = (uint32_t)(((uint64_t)c.x * 0xD2511F53u) >> 32), hi1 = (uint32_t)(((uint64_t)c.z * 0xCD9E8D57u) >> 32);
+#endif
+        c = make_uint4(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
+        k.x += 0x9E3779B9u; k.y += 0xBB67AE85u;
+    }
+    return c;
+}
+
+// The dropout of one call (AttentionExtras::dropout_p, _seed, _offset): element (b, h, i, j) of the softmax (i, j the
+// query and key within sequence b) is kept with probability 1 - threshold / 256 (the nearest to 1 - dropout_p), then
+// scaled by 1 / (1 - dropout_p). Its 8 random bits come from one Philox call per 16 x 16 block (I, J) = (i / 16, j / 16)
+// and pair (A, C) of its 8 x 8 quarter's (row, column) pairs: the call's four words are the groups {a, a + 8} x {c, c + 8}
+// (a = i % 8 in 2A, 2A + 1, c = j % 8 in 2C, 2C + 1), word 2 (a & 1) + (c & 1), byte 2 (i % 16 >= 8) + (j % 16 >= 8).
+// In the mma.sync layouts of S and of S^T a thread's eight elements of a block are two words of one call, so each
+// layout (the forward and dQ kernels' S, the dK/dV kernels' S^T) makes one call per block and thread.
+struct Dropout {
+    uint2 key;            // the seed, with the offset's high word added
+    uint32_t offset;      // the offset's low word (the counter's last word)
+    uint32_t threshold;   // drop where the byte < threshold
+    float scale;          // 1 / (1 - dropout_p)
+};
+__host__ __device__ inline Dropout attention_dropout(const AttentionExtras& x) {
+    const float t = x.dropout_p * 256.0f + 0.5f;
+    return {make_uint2((uint32_t)x.dropout_seed, (uint32_t)(x.dropout_seed >> 32) + (uint32_t)(x.dropout_offset >> 32)),
+            (uint32_t)x.dropout_offset, t < 255.0f ? (uint32_t)t : 255u, 1.0f / (1.0f - x.dropout_p)};
+}
+// the four words of block (I, J), quarter pair (A, C) of head bh = b * NH + h
+__host__ __device__ inline uint4 dropout_words(const Dropout& d, uint32_t bh, uint32_t I, uint32_t J, uint32_t A, uint32_t C) {
+    return philox4x32_10(make_uint4(J * 16 + A * 4 + C, I, bh, d.offset), d.key);
+}
+// one element's decision (the host reference, the mask kernel): kept or dropped
+__host__ __device__ inline bool dropout_keep(const Dropout& d, uint32_t bh, int i, int j) {
+    const uint4 w = dropout_words(d, bh, i / 16, j / 16, (i % 8) / 2, (j % 8) / 2);
+    const uint32_t word = (i & 1) ? ((j & 1) ? w.w : w.z) : ((j & 1) ? w.y : w.x);
+    return ((word >> (8 * (2 * ((i % 16) / 8) + (j % 16) / 8))) & 0xFF) >= d.threshold;
+}
+// this thread's keep bits over a warp's S tiles (kMT m16 x kNT n8, the mma.sync layout: rows i0 + 16mt + g (+8), keys
+// j0 + 8nt + 2tq (+1); i0, j0 multiples of 16): bit 4nt + e of keep[mt] for element e of tile (mt, nt)
+template <int kMT, int kNT>
+__device__ __forceinline__ void dropout_keep_bits(uint32_t (&keep)[kMT], const Dropout& d, uint32_t bh, int i0, int j0, int lane) {
+    static_assert(kNT % 2 == 0 && kNT <= 8, "whole 16-key blocks, 32 bits");
+    const int g = lane / 4, tq = lane % 4;
+    #pragma unroll
+    for (int mt = 0; mt < kMT; mt++) {
+        keep[mt] = 0;
+        #pragma unroll
+        for (int np = 0; np < kNT / 2; np++) {
+            const uint4 w = dropout_words(d, bh, i0 / 16 + mt, j0 / 16 + np, g / 2, tq);
+            const uint32_t even = (g & 1) ? w.z : w.x, odd = (g & 1) ? w.w : w.y;   // keys 2tq, 2tq + 1 (+ 8)
+            #pragma unroll
+            for (int h = 0; h < 2; h++)   // n8 tile 2np + h: keys of the block's half h
+                #pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const uint32_t byte = (((e % 2) ? odd : even) >> (8 * (2 * (e / 2) + h))) & 0xFF;
+                    keep[mt] |= (uint32_t)(byte >= d.threshold) << (4 * (2 * np + h) + e);
+                }
+        }
+    }
+}
+// the same over S^T tiles (kMT m16 of keys j0 + 16mt + g (+8) as rows, kQT n8 of queries i0 + 8nt + 2tq (+1))
+template <int kMT, int kQT>
+__device__ __forceinline__ void dropout_keep_bits_t(uint32_t (&keep)[kMT], const Dropout& d, uint32_t bh, int i0, int j0, int lane) {
+    static_assert(kQT % 2 == 0 && kQT <= 8, "whole 16-query blocks, 32 bits");
+    const int g = lane / 4, tq = lane % 4;
+    #pragma unroll
+    for (int mt = 0; mt < kMT; mt++) {
+        keep[mt] = 0;
+        #pragma unroll
+        for (int np = 0; np < kQT / 2; np++) {
+            const uint4 w = dropout_words(d, bh, i0 / 16 + np, j0 / 16 + mt, tq, g / 2);
+            const uint32_t even = (g & 1) ? w.y : w.x, odd = (g & 1) ? w.w : w.z;   // queries 2tq, 2tq + 1 (+ 8)
+            #pragma unroll
+            for (int h = 0; h < 2; h++)   // n8 tile 2np + h: queries of the block's half h
+                #pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const uint32_t byte = (((e % 2) ? odd : even) >> (8 * (2 * h + e / 2))) & 0xFF;
+                    keep[mt] |= (uint32_t)(byte >= d.threshold) << (4 * (2 * np + h) + e);
+                }
+        }
+    }
+}
+// x = kept ? x * scale : 0 over the tiles of keep (either layout)
+template <int kMT, int kNT>
+__device__ __forceinline__ void dropout_apply(float (&x)[kMT][kNT][4], const uint32_t (&keep)[kMT], float scale) {
+    #pragma unroll
+    for (int mt = 0; mt < kMT; mt++)
+        #pragma unroll
+        for (int nt = 0; nt < kNT; nt++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) x[mt][nt][e] = (keep[mt] >> (4 * nt + e)) & 1 ? x[mt][nt][e] * scale : 0.0f;
+}

@@ -3,7 +3,8 @@
 FlashAttention's own test grid: head dims 32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256 (those between
 flashgpt's run zero-padded), its (T, Tk) pairs, MHA / MQA / GQA, causal or not, sliding windows (its `local` cases:
 window_size drawn at random below Tk, with and without causal), softcap (its 50.0) and ALiBi (its slopes, rand * 0.3
-per (B, H), and per head), the packed forms and varlen; bf16 and fp16.
+per (B, H), and per head), dropout (its 0.17: the mask read back from S_dmask's signs, the dropped fraction, and the
+same seed giving the same result), the packed forms and varlen; bf16 and fp16.
 Prints one PASS/FAIL line per case; exits 0 with a SKIP line where torch or a CUDA GPU is missing.
 
   make lib && python3 tests/test_flash_attn_interface.py
@@ -11,7 +12,7 @@ Prints one PASS/FAIL line per case; exits 0 with a SKIP line where torch or a CU
 Rule (FlashAttention's tests): out and dq, dk, dv against the same attention in fp32 (PyTorch, from the bf16 or fp16
 inputs) within 2x the error of the naive computation in the inputs' dtype (softmax of bf16 / fp16 logits) plus 1e-3;
 softmax_lse within 1e-3 of the fp32 LSE; S_dmask against the fp32 probabilities. What flashgpt does not run yet
-(dropout) must raise NotImplementedError.
+(none at present) must raise NotImplementedError.
 """
 import math
 import os
@@ -25,10 +26,11 @@ import torch  # noqa: E402
 from flashgpt import flash_attn_interface as fai  # noqa: E402
 
 
-def reference(q, k, v, causal, dtype, window=(-1, -1), softcap=0.0, alibi=None):
+def reference(q, k, v, causal, dtype, window=(-1, -1), softcap=0.0, alibi=None, keep=None, dropout_p=0.0):
     """attention on (B, T, H, D) tensors computed in dtype (fp32: the reference; bf16: the naive low-precision one),
-    the causal diagonal and the window bottom-right, softcap, ALiBi (slopes (H,) or (B, H): -slope |i + Tk - T - j|);
-    returns out (B, T, H, D) and the LSE (B, H, T)"""
+    the causal diagonal and the window bottom-right, softcap, ALiBi (slopes (H,) or (B, H): -slope |i + Tk - T - j|),
+    dropout (keep (B, H, T, Tk) bool: the kept probabilities, scaled by 1 / (1 - dropout_p)); returns out (B, T, H, D)
+    and the LSE (B, H, T)"""
     H, H_kv = q.shape[2], k.shape[2]
     q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))
     k, v = (x.repeat_interleave(H // H_kv, dim=1) for x in (k, v))
@@ -48,6 +50,8 @@ def reference(q, k, v, causal, dtype, window=(-1, -1), softcap=0.0, alibi=None):
         s = s.masked_fill(j < i + Tk - T - window[0], float("-inf"))
     lse = torch.logsumexp(s.float(), dim=-1)
     p = torch.nan_to_num(torch.softmax(s, dim=-1), nan=0.0)   # rows that see no key: 0
+    if keep is not None:
+        p = p.masked_fill(~keep, 0.0) / (1.0 - dropout_p)
     return (p @ v).transpose(1, 2), lse
 
 
@@ -56,10 +60,11 @@ def check_close(name, ours, ref, naive, floor=1e-3):
     assert err <= tol, f"{name}: {err:.3e} > {tol:.3e}"
 
 
-def case_dense(B, T, Tk, H, H_kv, D, causal, packed, window=(-1, -1), softcap=0.0, alibi=None, dtype=torch.bfloat16):
+def case_dense(B, T, Tk, H, H_kv, D, causal, packed, window=(-1, -1), softcap=0.0, alibi=None, dtype=torch.bfloat16,
+               dropout=0.0):
     def fn():
         slopes = None if alibi is None else torch.rand(*((B, H) if alibi == "bh" else (H,)), device="cuda") * 0.3
-        mods = dict(window_size=window, softcap=softcap, alibi_slopes=slopes)
+        mods = dict(window_size=window, softcap=softcap, alibi_slopes=slopes, dropout_p=dropout)
         q = torch.randn(B, T, H, D, device="cuda", dtype=dtype)
         k = torch.randn(B, Tk, H_kv, D, device="cuda", dtype=dtype)
         v = torch.randn(B, Tk, H_kv, D, device="cuda", dtype=dtype)
@@ -80,10 +85,21 @@ def case_dense(B, T, Tk, H, H_kv, D, causal, packed, window=(-1, -1), softcap=0.
             out.backward(dout)
             dq, dk, dv = qg.grad, kg.grad, vg.grad
         assert out.dtype == dtype and dq.dtype == dtype, f"out {out.dtype}, dq {dq.dtype}: not the inputs' {dtype}"
+        keep = probs >= 0 if dropout else None   # FlashAttention's tests read the mask from S_dmask's signs
+        if dropout:
+            i, j = torch.arange(T, device="cuda")[:, None], torch.arange(Tk, device="cuda")[None, :]
+            vis = torch.ones(T, Tk, dtype=torch.bool, device="cuda")
+            right = 0 if causal else window[1]
+            if right >= 0:
+                vis &= j <= i + Tk - T + right
+            if window[0] >= 0:
+                vis &= j >= i + Tk - T - window[0]
+            dropped = (~keep & vis).sum().item() / max(1, vis.sum().item() * B * H)
+            assert abs(dropped - dropout) <= 0.01, f"dropped fraction {dropped:.4f}, dropout_p {dropout}"
         grads = {}
         for rdt in (torch.float32, dtype):
             xs = [x.to(rdt).requires_grad_() for x in (q, k, v)]
-            o, l = reference(*xs, causal, rdt, window, softcap, slopes)
+            o, l = reference(*xs, causal, rdt, window, softcap, slopes, keep, dropout)
             o.backward(dout.to(rdt))
             grads[rdt] = (o, l, *[x.grad for x in xs])
         (ro, rl, rdq, rdk, rdv), (no, _, ndq, ndk, ndv) = grads[torch.float32], grads[dtype]
@@ -95,14 +111,16 @@ def case_dense(B, T, Tk, H, H_kv, D, causal, packed, window=(-1, -1), softcap=0.
         assert lerr <= 1e-3 * max(1.0, rl[finite].abs().max().item() if finite.any() else 1.0), f"softmax_lse {lerr:.3e}"
         assert probs.shape == (B, H, T, Tk), f"S_dmask shape {tuple(probs.shape)}"
         v_heads = v.float().repeat_interleave(H // H_kv, dim=2)   # the probabilities, through v, give out
-        check_close("S_dmask @ v", torch.einsum("bhts,bshd->bthd", probs.float(), v_heads), ro, no)
+        kept = probs.float().clamp(min=0) / (1.0 - dropout) if dropout else probs.float()
+        check_close("S_dmask @ v", torch.einsum("bhts,bshd->bthd", kept, v_heads), ro, no)
     return fn
 
 
-def case_varlen(lens_q, lens_k, H, H_kv, D, causal, packed, window=(-1, -1), softcap=0.0, alibi=None, dtype=torch.bfloat16):
+def case_varlen(lens_q, lens_k, H, H_kv, D, causal, packed, window=(-1, -1), softcap=0.0, alibi=None, dtype=torch.bfloat16,
+                dropout=0.0):
     def fn():
         slopes = None if alibi is None else torch.rand(*((len(lens_q), H) if alibi == "bh" else (H,)), device="cuda") * 0.3
-        mods = dict(window_size=window, softcap=softcap, alibi_slopes=slopes)
+        mods = dict(window_size=window, softcap=softcap, alibi_slopes=slopes, dropout_p=dropout)
         cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), device="cuda", dtype=torch.int32)
         cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), device="cuda", dtype=torch.int32)
         tq, tk = int(cu_q[-1]), int(cu_k[-1])
@@ -112,14 +130,14 @@ def case_varlen(lens_q, lens_k, H, H_kv, D, causal, packed, window=(-1, -1), sof
         dout = torch.randn(tq, H, D, device="cuda", dtype=dtype)
         if packed == "qkv":
             qkv = torch.stack([q, k, v], dim=1).requires_grad_()
-            out, lse, _ = fai.flash_attn_varlen_qkvpacked_func(qkv, cu_q, max(lens_q), causal=causal, **mods,
-                                                               return_attn_probs=True)
+            out, lse, probs = fai.flash_attn_varlen_qkvpacked_func(qkv, cu_q, max(lens_q), causal=causal, **mods,
+                                                                   return_attn_probs=True)
             out.backward(dout)
             dq, dk, dv = qkv.grad.unbind(1)
         else:
             qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
-            out, lse, _ = fai.flash_attn_varlen_func(qg, kg, vg, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
-                                                     **mods, return_attn_probs=True)
+            out, lse, probs = fai.flash_attn_varlen_func(qg, kg, vg, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
+                                                         **mods, return_attn_probs=True)
             out.backward(dout)
             dq, dk, dv = qg.grad, kg.grad, vg.grad
         assert lse.shape == (H, tq), f"varlen softmax_lse shape {tuple(lse.shape)}"
@@ -129,7 +147,8 @@ def case_varlen(lens_q, lens_k, H, H_kv, D, causal, packed, window=(-1, -1), sof
             for rdt in (torch.float32, dtype):
                 xs = [x[None, a:e].to(rdt).requires_grad_() for x, a, e in ((q, q0, q1), (k, k0, k1), (v, k0, k1))]
                 sl = None if slopes is None else slopes[b] if slopes.dim() == 2 else slopes
-                o, l = reference(*xs, causal, rdt, window, softcap, sl)
+                keep = (probs[b:b + 1, :, :q1 - q0, :k1 - k0] >= 0) if dropout else None
+                o, l = reference(*xs, causal, rdt, window, softcap, sl, keep, dropout)
                 o.backward(dout[None, q0:q1].to(rdt))
                 res[rdt] = (o[0], l[0], *[x.grad[0] for x in xs])
             (ro, rl, rdq, rdk, rdv), (no, _, ndq, ndk, ndv) = res[torch.float32], res[dtype]
@@ -143,14 +162,18 @@ def case_varlen(lens_q, lens_k, H, H_kv, D, causal, packed, window=(-1, -1), sof
     return fn
 
 
-def refusals():
-    q = torch.randn(1, 16, 2, 64, device="cuda", dtype=torch.bfloat16)
-    for kwargs in ({"dropout_p": 0.1},):
-        try:
-            fai.flash_attn_func(q, q, q, **kwargs)
-        except NotImplementedError:
-            continue
-        raise AssertionError(f"{kwargs} did not raise NotImplementedError")
+def dropout_repeats():
+    """dropout with torch.manual_seed(s) twice: the same out and gradients, bit for bit; another seed: a different out"""
+    q, k, v, dout = (torch.randn(2, 300, 4, 64, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    results = []
+    for seed in (7, 7, 8):
+        torch.manual_seed(seed)
+        xs = [x.clone().requires_grad_() for x in (q, k, v)]
+        out = fai.flash_attn_func(*xs, dropout_p=0.17, causal=True)
+        out.backward(dout)
+        results.append([out] + [x.grad for x in xs])
+    assert all(torch.equal(a, b) for a, b in zip(results[0], results[1])), "the same seed gave different results"
+    assert not torch.equal(results[0][0], results[2][0]), "another seed gave the same out"
 
 
 if __name__ == "__main__":
@@ -228,7 +251,21 @@ if __name__ == "__main__":
         case_varlen([113, 7, 300], [203, 64, 300], 4, 2, 64, True, "none", dtype=fp16))
     run("fp16 flash_attn_varlen_qkvpacked_func [33, 1, 200] H=2 D=128 causal=0 window=(17, 5)",
         case_varlen([33, 1, 200], [33, 1, 200], 2, 2, 128, False, "qkv", (17, 5), dtype=fp16))
-    run("features flashgpt lacks raise NotImplementedError", refusals)
+    # dropout (FlashAttention's 0.17; the mma.sync kExtras copies): head dims, causal, GQA, windows, ALiBi, fp16, packs
+    for i, D in enumerate([32, 59, 64, 96, 128, 256]):
+        T, Tk = pairs[(5 * i + 1) % len(pairs)]
+        H, H_kv = heads[i % len(heads)]
+        causal, packed = i % 2 == 1, "kv" if i % 3 == 2 else "none"
+        window = draw(Tk) if i == 3 else (-1, -1)
+        alibi, dtype = ("bh" if i == 4 else None), (torch.float16 if i % 3 == 1 else torch.bfloat16)
+        run(f"dropout=0.17 flash_attn_func B=2 T={T} Tk={Tk} H={H} H_kv={H_kv} D={D} causal={int(causal)} window={window} "
+            f"alibi={alibi} {str(dtype)[6:]}",
+            case_dense(2, T, Tk, H, H_kv, D, causal, packed, window, alibi=alibi, dtype=dtype, dropout=0.17))
+    run("dropout=0.17 flash_attn_qkvpacked_func B=2 T=1024 H=4 D=64 causal=1",
+        case_dense(2, 1024, 1024, 4, 4, 64, True, "qkv", dropout=0.17))
+    run("dropout=0.17 flash_attn_varlen_func [113, 7, 300] x [203, 64, 300] H=4 H_kv=2 D=64 causal=1",
+        case_varlen([113, 7, 300], [203, 64, 300], 4, 2, 64, True, "none", dropout=0.17))
+    run("dropout: the same seed repeats bit for bit, another differs", dropout_repeats)
     failed = sum(1 for r in results if r[0] == "FAIL")
     print(f"test_flash_attn_interface: {len(results) - failed} passed, {failed} failed")
     sys.exit(1 if failed else 0)

@@ -12,6 +12,8 @@ computation's error plus a small constant), every output poisoned before each la
   ./dev/cuda/attention_general --x8 CASE ...                   cases validated at input scales 1 and 8 (any size)
   ./dev/cuda/attention_general --bench                        the benchmark cases (BHTD, as PyTorch's SDPA takes them)
   ./dev/cuda/attention_general --bench --fp16                 the same in fp16 (--fp16 makes every case given fp16)
+  --bf16-values: the timed inputs hold bf16's 8 significant bits in either dtype (an A/B of fp16 and bf16 on the same
+  values: the tensor cores' power, and so the clock under the power cap, depends on the operands' bits)
   ./dev/cuda/attention_general b=8,h=12,tq=1024,d=64,causal=0 one or more cases, validated then timed
   --schedule static|dynamic, --pdl 0|1: as in the other harnesses (common.h), for A/B runs; --dbias-slots N: the ordered
   dBias's accumulator slots (src/attention.cuh's DbiasOrder; default by shape)
@@ -26,12 +28,14 @@ A case is the anchor script's syntax (../shared/bench/sdpa_general_anchor.py), s
   gating), docs=1 (document masking), kvlens=1 (a KV cache of per-sequence lengths), wl=N / wr=N (a sliding window:
   N keys left / right of the diagonal, FlashAttention's window_size; -1 unbounded), softcap=F (FlashAttention's
   softcap), alibi=1 (ALiBi slopes per head, FlashAttention's geometric ones; alibi=2: per sequence and head, random),
-  fp16=1 (q, k, v, out and the gradients IEEE fp16 instead of bf16: the naive computation and the rule's constant fp16's)
+  fp16=1 (q, k, v, out and the gradients IEEE fp16 instead of bf16: the naive computation and the rule's constant fp16's),
+  dropout=P (FlashAttention's dropout_p, a fresh seed and offset each run; the reference takes the kernels' mask)
 FLOPs as the anchor script counts them: forward 4*B*H*Tq*Tk*D, halved for causal with tq = tk (per sequence with
 keylens / varlen); with a window 4*H*D per (query, key) pair it sees; backward 2.5x forward. The anchor's causal bias cases fold the mask into the bias; here causal=1
 with a bias is both.
 */
 #include "dev/cuda/common.h"
+#include "src/attention_modifiers.cuh"   // the dropout's mask, recomputed on the host for the reference
 
 // one additive bias of a case: its broadcast shape (none, b1tt, 1htt, bhtt, b11t, 11tt), fp32 or bf16, its gradient
 struct BiasSpec { std::string shape = "none"; bool fp32 = false, grad = false; };
@@ -54,13 +58,14 @@ struct GeneralCase {
     double softcap;                  // AttentionExtras::softcap
     int alibi;                       // ALiBi slopes: 1 (NH), 2 (B, NH)
     bool fp16;                       // fp16 tensors (AttentionForwardParams::fp16), else bf16
+    double dropout;                  // AttentionExtras::dropout_p
 };
 
 static GeneralCase parse_case(const std::string& arg) {
     int b = 8, h = 12, hkv = -1, tq = 1024, tk = -1, d = 64, causal = 1, bwd = 1, kvlens = 0;
     int biasf32 = 0, dbias = 0, mask = 0, keylens = 0, varlen = 0, gate = 0, docs = 0, bias2f32 = 0, dbias2 = 0, keymask = 0;
     int wl = -1, wr = -1, alibi = 0, fp16 = 0;
-    double softcap = 0.0;
+    double softcap = 0.0, dropout = 0.0;
     std::string bias2 = "none";
     double scale = 0.0;
     std::string layout = "bhtd", bias = "none";
@@ -79,7 +84,7 @@ static GeneralCase parse_case(const std::string& arg) {
         else if (k == "keymask") keymask = atoi(v.c_str());
         else if (k == "wl") wl = atoi(v.c_str()); else if (k == "wr") wr = atoi(v.c_str());
         else if (k == "softcap") softcap = atof(v.c_str()); else if (k == "alibi") alibi = atoi(v.c_str());
-        else if (k == "fp16") fp16 = atoi(v.c_str());
+        else if (k == "fp16") fp16 = atoi(v.c_str()); else if (k == "dropout") dropout = atof(v.c_str());
         else { fprintf(stderr, "unknown case key '%s'\n", k.c_str()); exit(EXIT_FAILURE); }
     }
     if (hkv < 0) hkv = h;
@@ -97,7 +102,7 @@ static GeneralCase parse_case(const std::string& arg) {
     if (varlen) layout = "bthd";   // packed: (total rows, heads, head dim)
     return {{b, tq, tk, h, hkv, d, causal != 0, scale}, layout, bwd != 0, kvlens != 0, bias, biasf32 != 0, dbias != 0 && bias != "none",
             mask != 0 && bias != "none", keylens != 0, varlen, gate != 0, docs != 0, {bias2, bias2f32 != 0, dbias2 != 0 && bias2 != "none"},
-            keymask != 0, wl, wr, softcap, alibi, fp16 != 0};
+            keymask != 0, wl, wr, softcap, alibi, fp16 != 0, dropout};
 }
 
 // the validation set: every feature of the general interface, ragged lengths, rows that see no key, tiny and large B*NH
@@ -213,6 +218,15 @@ static const char* kValidationCases[] = {
     "b=4,h=2,tq=129,tk=300,d=64,causal=0,keylens=1,fp16=1",      "b=2,h=3,tq=300,d=64,docs=1,fp16=1",
     "b=2,h=2,tq=300,tk=170,d=64,softcap=10,alibi=2,fp16=1",      "b=2,h=2,tq=200,d=256,softcap=15,alibi=1,wl=50,fp16=1",
     "b=3,h=4,tq=759,d=32,causal=0,bias=1htt,dbias=1,keymask=1,gate=1,fp16=1",
+    // dropout (FlashAttention's dropout_p, its 0.17 and others; the mma.sync kExtras copies): every head dim, causal
+    // and not, GQA, causal cross with rows that see no key, packs, key lengths, fp16, with a window, ALiBi, a bias
+    // with dBias and gating
+    "b=2,h=3,tq=200,d=64,causal=0,dropout=0.17",                 "b=2,h=4,hkv=2,tq=190,tk=250,d=128,dropout=0.17",
+    "b=2,h=2,tq=130,tk=200,d=256,causal=0,dropout=0.3",          "b=2,h=3,tq=150,d=32,dropout=0.17,alibi=1",
+    "b=2,h=2,tq=100,tk=170,d=96,causal=0,dropout=0.17,wl=30,wr=10", "b=2,h=3,tq=77,d=16,dropout=0.5",
+    "b=2,h=2,tq=90,d=8,causal=0,dropout=0.17",                   "b=4,h=2,tq=300,d=64,varlen=1,dropout=0.17",
+    "b=4,h=2,tq=129,tk=300,d=64,causal=0,keylens=1,dropout=0.17", "b=2,h=3,tq=257,d=64,dropout=0.17,fp16=1",
+    "b=2,h=2,tq=140,d=64,causal=0,bias=1htt,dbias=1,gate=1,dropout=0.1", "b=2,h=2,tq=300,tk=100,d=128,dropout=0.17",
 };
 // the benchmark cases of the general-attention issue (the anchor script runs the same strings)
 static const char* kBenchCases[] = {
@@ -249,12 +263,15 @@ static std::vector<float> from_16bit(const std::vector<floatX>& h, bool fp16) {
     return f;
 }
 
-// pseudo-random 16-bit values (uniform, variance `scale`^2) for the cases too big to validate, so that none is timed on zeros
-__global__ void fill_uniform_16bit(floatX* p, size_t n, uint64_t seed, float scale, bool fp16) {
+// pseudo-random 16-bit values (uniform, variance `scale`^2) for the cases too big to validate, so that none is timed on
+// zeros; bf16_values: fp16 values that hold only bf16's 8 significant bits (the tensor cores' power, and so the clock
+// under the power cap, depends on the operands' bits: this times fp16 on the data a bf16 call sees)
+__global__ void fill_uniform_16bit(floatX* p, size_t n, uint64_t seed, float scale, bool fp16, bool bf16_values) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         uint64_t z = seed + i * 0x9E3779B97F4A7C15ull;   // splitmix64
         z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull; z = (z ^ (z >> 27)) * 0x94D049BB133111EBull; z ^= z >> 31;
-        const float x = ((float)(z >> 40) * (1.0f / 16777216.0f) - 0.5f) * 3.4641016f * scale;
+        float x = ((float)(z >> 40) * (1.0f / 16777216.0f) - 0.5f) * 3.4641016f * scale;
+        if (bf16_values) x = __bfloat162float(__float2bfloat16(x));
         if (fp16) reinterpret_cast<__half*>(p)[i] = __float2half(x);
         else p[i] = (floatX)x;
     }
@@ -346,6 +363,7 @@ struct CaseBuffers {
     float* d_alibi = nullptr;       // ALiBi slopes (NH) or (B, NH)
     floatX *d_gate = nullptr, *d_gated_out = nullptr, *d_dgate = nullptr;   // gating: (B, T, NH, HS) in O's layout
     int* d_doc_start = nullptr;   // document masking: (B, T)
+    unsigned long long dropout_seed = 0, dropout_offset = 0;   // drawn afresh by fill_extras
     int *d_cu_q = nullptr, *d_cu_k = nullptr;
     explicit CaseBuffers(const GeneralCase& c_) : c(c_) {
         const GeneralShape& s = c.s;
@@ -415,6 +433,7 @@ struct CaseBuffers {
         x.window_left = c.window_left, x.window_right = c.window_right;
         x.softcap = (float)c.softcap;
         x.alibi_slopes = d_alibi, x.alibi_batch = ref_x.alibi_batch;
+        x.dropout_p = (float)c.dropout, x.dropout_seed = dropout_seed, x.dropout_offset = dropout_offset;
         return x;
     }
     AttentionForwardParams fwd() const {
@@ -445,6 +464,7 @@ struct CaseBuffers {
     // 0 of sequence 2)
     void fill_extras(std::mt19937_64& rng) {
         fill_documents(rng);
+        if (c.dropout > 0.0) dropout_seed = rng(), dropout_offset = rng() >> 20;   // a fresh seed and offset
         if (c.alibi) {   // alibi=1: the geometric slopes 2^(-8 (h + 1) / NH); alibi=2: random ones in (0, 1) per (b, h)
             std::uniform_real_distribution<float> slope(0.0f, 1.0f);
             for (size_t i = 0; i < ref_x.alibi.size(); i++)
@@ -469,6 +489,19 @@ struct CaseBuffers {
                 for (int j = 0; j < c.s.Tk; j++) ref_x.key_mask[(size_t)b * c.s.Tk + j] = b == 1 ? 0 : b == 2 ? j == 0 : u(rng) >= 0.1f;
             to_device(d_keymask, ref_x.key_mask);
         }
+    }
+    // the reference's dropout mask, from the kernels' function of (seed, offset, b, h, i, j) (within each sequence)
+    void dropout_reference() {
+        if (c.dropout <= 0.0) return;
+        const Dropout d = attention_dropout(extras());
+        const GeneralShape& s = c.s;
+        ref_x.dropout_keep.assign((size_t)s.B * s.NH * s.T * s.Tk, 0);
+        for (int b = 0; b < s.B; b++)
+            for (int h = 0; h < s.NH; h++)
+                for (int i = 0; i < general_seq_T(s, &ref_x, b); i++)
+                    for (int j = 0; j < general_seq_Tk(s, &ref_x, b); j++)
+                        ref_x.dropout_keep[(((size_t)b * s.NH + h) * s.T + i) * s.Tk + j] = dropout_keep(d, b * s.NH + h, i, j);
+        ref_x.dropout_scale = 1.0 / (1.0 - (double)(float)c.dropout);
     }
     void forward(cudaStream_t stream) const {
         if (c.kv_lens) attention_forward_kvcache(fwd(), d_seqlens, stream);
@@ -523,6 +556,7 @@ static std::string case_name(const GeneralCase& c) {
     if (c.softcap > 0.0) { char b[32]; snprintf(b, sizeof b, " softcap=%g", c.softcap); name += b; }
     if (c.alibi) name += c.alibi == 2 ? " alibi=(b,h)" : " alibi=(h)";
     if (c.fp16) name += " fp16";
+    if (c.dropout > 0.0) { char b[32]; snprintf(b, sizeof b, " dropout=%g", c.dropout); name += b; }
     return name;
 }
 
@@ -562,7 +596,19 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
     if (c.gate) { gate = randn_16bit_values(nq, 1.0f, rng, fp16); upload(bufs.d_gate, bufs.o, {{0, &gate}}, s.T, s.NH); }
 
     bufs.fill_extras(rng);
+    bufs.dropout_reference();
     const GeneralExtras* x = &bufs.ref_x;
+    int failed = 0;
+    if (c.dropout > 0.0) {   // the mask keeps 1 - threshold / 256 of the probabilities: within 5 sigma of it
+        const Dropout d = attention_dropout(bufs.extras());
+        size_t kept = 0, n = 0;
+        for (int b = 0; b < s.B; b++) for (int h = 0; h < s.NH; h++) for (int i = 0; i < general_seq_T(s, x, b); i++)
+            for (int j = 0; j < general_seq_Tk(s, x, b); j++, n++) kept += x->dropout_keep[(((size_t)b * s.NH + h) * s.T + i) * s.Tk + j];
+        const double want = 1.0 - d.threshold / 256.0, got = n ? (double)kept / n : want, sigma = std::sqrt(want * (1.0 - want) / std::max<size_t>(n, 1));
+        const bool ok = std::fabs(got - want) <= 5.0 * sigma + 1e-12;
+        printf("  dropout kept %.4f of %zu (expected %.4f, 5 sigma %.4f) %s\n", got, n, want, 5.0 * sigma, ok ? "ok" : "FAIL");
+        failed += !ok;
+    }
     std::vector<float> ref_out(nq), ref_lse(nlse), naive_out(nq);
     attention_forward_cpu_general(ref_out.data(), ref_lse.data(), q.data(), k.data(), v.data(), s, false, x);
     attention_forward_cpu_general(naive_out.data(), nullptr, q.data(), k.data(), v.data(), s, true, x);
@@ -571,7 +617,6 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
     bufs.forward(stream);
     cudaCheck(cudaGetLastError());
     cudaCheck(cudaStreamSynchronize(stream));
-    int failed = 0;
     const std::vector<float> got_out = gather(from_device(bufs.d_out, bufs.o.elems), 0, bufs.o, s.B, s.T, s.NH, s.HS, fp16);
     failed += !fa_rule_check("out", got_out.data(), ref_out.data(), naive_out.data(), nq, DescribeBTHD{s.T, s.NH, s.HS}, true, 0.0, atol_exp);
     std::vector<float> got_lse = from_device(bufs.d_lse, nlse);
@@ -661,7 +706,7 @@ static int validate(CaseBuffers& bufs, float input_scale, std::mt19937_64& rng, 
 }
 
 int main(int argc, char** argv) {
-    bool check = false, bench = false, quick = false, x8 = false, fp16 = false;
+    bool check = false, bench = false, quick = false, x8 = false, fp16 = false, bf16_values = false;
     int shard = 0, shards = 1;
     uint64_t seed = 0;
     int repeats = 30;
@@ -673,6 +718,7 @@ int main(int argc, char** argv) {
         else if (a == "--quick") quick = true;
         else if (a == "--x8") x8 = true;
         else if (a == "--fp16") fp16 = true;
+        else if (a == "--bf16-values") bf16_values = true;
         else if (a == "--seed" && i + 1 < argc) seed = strtoull(argv[++i], nullptr, 10);
         else if (a == "--repeats" && i + 1 < argc) repeats = atoi(argv[++i]);
         else if (a == "--schedule" && i + 1 < argc && (!strcmp(argv[i + 1], "static") || !strcmp(argv[i + 1], "dynamic")))
@@ -681,7 +727,7 @@ int main(int argc, char** argv) {
         else if (a == "--dbias-slots" && i + 1 < argc) attention_tuning().dbias_slots = atoi(argv[++i]);
         else if (a == "--shard" && i + 1 < argc && sscanf(argv[i + 1], "%d/%d", &shard, &shards) == 2 && shard >= 0 && shard < shards) i++;
         else if (a.find('=') != std::string::npos) cases.push_back(parse_case(a));
-        else { fprintf(stderr, "usage: %s [--check [--quick]] [--x8] [--bench] [--fp16] [--seed S] [--repeats R] [--schedule static|dynamic] [--pdl 0|1] [--dbias-slots N] [--shard I/N] [case ...]\n", argv[0]); return 1; }
+        else { fprintf(stderr, "usage: %s [--check [--quick]] [--x8] [--bench] [--fp16] [--bf16-values] [--seed S] [--repeats R] [--schedule static|dynamic] [--pdl 0|1] [--dbias-slots N] [--shard I/N] [case ...]\n", argv[0]); return 1; }
     }
     if (check)   // --shard I/N: every N-th validation case from the I-th (make test runs three shards side by side)
         for (size_t i = 0; i < std::size(kValidationCases); i++)
@@ -723,7 +769,7 @@ int main(int argc, char** argv) {
             for (std::pair<floatX*, size_t> t : {std::make_pair(bufs.d_q, bufs.q.elems), std::make_pair(bufs.d_k, bufs.kv.elems),
                                                  std::make_pair(bufs.d_v, bufs.kv.elems), std::make_pair(bufs.d_dout, bufs.o.elems),
                                                  std::make_pair(bufs.d_gate, bufs.o.elems)})
-                if (t.first) fill_uniform_16bit<<<1024, 256, 0, stream>>>(t.first, t.second, rng(), 1.0f, c.fp16);
+                if (t.first) fill_uniform_16bit<<<1024, 256, 0, stream>>>(t.first, t.second, rng(), 1.0f, c.fp16, bf16_values);
             cudaCheck(cudaGetLastError());
             const double flops = forward_flops(s, bufs.ref_x);
             const Timing tf = time_kernel([&](int) { bufs.forward(stream); }, repeats, stream);

@@ -190,7 +190,15 @@ struct GeneralExtras {
     std::vector<float> alibi;
     long long alibi_batch = 0;
     bool fp16 = false;            // the naive computation (round_like_bf16) rounds like an fp16 one instead
+    // dropout: (B, NH, T, Tk), 1 where probability (b, h, i, j) is kept (then scaled by dropout_scale), 0 where dropped
+    std::vector<uint8_t> dropout_keep;
+    double dropout_scale = 1.0;
 };
+// the factor dropout puts on probability (b, h, i, j): dropout_scale where kept, 0 where dropped (1 without dropout)
+inline double dropout_factor(const GeneralShape& s, const GeneralExtras* x, int b, int h, int i, int j) {
+    if (!x || x->dropout_keep.empty()) return 1.0;
+    return x->dropout_keep[(((size_t)b * s.NH + h) * s.T + i) * s.Tk + j] ? x->dropout_scale : 0.0;
+}
 // the naive computation's rounding: bf16, or fp16 where the extras say so
 inline double round_like_16bit(double v, const GeneralExtras* x) {
     return x && x->fp16 ? (double)round_to_fp16((float)v) : (double)round_to_bf16((float)v);
@@ -273,7 +281,8 @@ inline void attention_forward_cpu_general(float* out, float* lse, const float* q
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int j = 0; j <= last; j++) {
             const float* vj = &v[bthd_index(b, j, hk, 0, s.Tk, s.NH_kv, s.HS)];
-            for (int d = 0; d < s.HS; d++) acc[d] += p[j] * (double)vj[d];
+            const double f = dropout_factor(s, x, b, h, i, j), pj = f == 1.0 ? p[j] : round_like_bf16 ? round_like_16bit(p[j] * f, x) : p[j] * f;
+            for (int d = 0; d < s.HS; d++) acc[d] += pj * (double)vj[d];
         }
         float* o = &out[bthd_index(b, i, h, 0, s.T, s.NH, s.HS)];
         for (int d = 0; d < s.HS; d++) o[d] = round_like_bf16 ? (float)round_like_16bit(acc[d], x) : (float)acc[d];
@@ -309,7 +318,8 @@ inline void attention_backward_cpu_general(float* dq, float* dk, float* dv, cons
             const float* vj = &v[bthd_index(b, j, hk, 0, s.Tk, s.NH_kv, s.HS)];
             double dp = 0.0;
             for (int d = 0; d < s.HS; d++) dp += (double)doi[d] * (double)vj[d];
-            dS[j] = rnd(dp);
+            const double f = dropout_factor(s, x, b, h, i, j);   // dropout: dP over the kept, scaled
+            dS[j] = f == 1.0 ? rnd(dp) : rnd(rnd(dp) * f);
             if (!out_for_d) D += P[j] * dS[j];
         }
         if (out_for_d) {
@@ -324,10 +334,11 @@ inline void attention_backward_cpu_general(float* dq, float* dk, float* dv, cons
             const double ds = dcap[j] == 1.0 ? ds_logit : rnd(ds_logit * dcap[j]);   // through the softcap
             const float* kj = &k[bthd_index(b, j, hk, 0, s.Tk, s.NH_kv, s.HS)];
             const size_t kv = bthd_index(b, j, hk, 0, s.Tk, s.NH_kv, s.HS);
+            const double f = dropout_factor(s, x, b, h, i, j), pj = f == 1.0 ? P[j] : rnd(P[j] * f);   // dV: the kept P, scaled
             for (int d = 0; d < s.HS; d++) {
                 dqi[d] += ds * kj[d];
                 acc_dk[kv + d] += ds * qi[d];
-                acc_dv[kv + d] += P[j] * doi[d];
+                acc_dv[kv + d] += pj * doi[d];
             }
         }
         float* dqo = &dq[bthd_index(b, i, h, 0, s.T, s.NH, s.HS)];

@@ -22,7 +22,9 @@ side unbounded; causal sets right to 0), with the key tiles outside every row's 
 softcap * tanh(scale q.k / softcap) as the score. alibi_slopes (H,) or (B, H) fp32: -slope * |i + Tk - T - j| added
 to each score; softmax_lse is then the LSE of these scores (FlashAttention's causal kernel adds slope * j instead, the
 same softmax with an LSE shifted by a constant per row).
-bf16 and fp16. What flashgpt does not run yet raises NotImplementedError naming the feature: dropout_p > 0.
+dropout_p > 0: dropout with a seed from PyTorch's CPU generator (torch.manual_seed repeats it), the same mask recomputed
+in the backward; with return_attn_probs, S_dmask holds the dropped probabilities negated (as FlashAttention's tests read
+it). bf16 and fp16.
 Head dims other than flashgpt's 8, 16, 32, 64, 96, 128 and 256 (up to 256) run
 zero-padded to the next of them (a copy of q, k and v; the padding changes no score), as FlashAttention's wrapper pads
 to multiples of 8.
@@ -40,11 +42,6 @@ __all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_
 _HEAD_DIMS = (8, 16, 32, 64, 96, 128, 256)
 
 
-def _refuse(dropout_p):
-    if dropout_p:
-        raise NotImplementedError("flashgpt's flash_attn_interface: dropout_p > 0 is not supported yet")
-
-
 def _padded(D):
     """the head dim flashgpt runs for D: D itself, or the next of its head dims (zero-padded)"""
     if D > 256:
@@ -54,8 +51,9 @@ def _padded(D):
 
 def _attention(q, k, v, softmax_scale, causal, mods, return_attn_probs, packed=None):
     """q (B, T, H, D) or packed (total, H, D) with packed = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
-    mods = (window_size, softcap, alibi_slopes)"""
-    window_size, softcap, alibi_slopes = mods
+    mods = (window_size, softcap, alibi_slopes, dropout_p)"""
+    window_size, softcap, alibi_slopes, dropout_p = mods
+    seed = _fg.new_dropout_seed() if dropout_p else None
     D = q.shape[-1]
     scale = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
     Dp = _padded(D)
@@ -63,27 +61,33 @@ def _attention(q, k, v, softmax_scale, causal, mods, return_attn_probs, packed=N
         q, k, v = (F.pad(x, (0, Dp - D)) for x in (q, k, v))
     if packed is None:
         out, lse = _fg.flash_attention(q, k, v, causal=causal, scale=scale, layout="bthd", return_lse=True,
-                                       window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
+                                       window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                                       dropout_p=dropout_p, dropout_seed=seed)
     else:
         cu_q, cu_k, max_q, max_k = packed
         out, lse = _fg.flash_attention(q, k, v, causal=causal, scale=scale, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
                                        max_seqlen_q=max_q, max_seqlen_k=max_k, return_lse=True, window_size=window_size,
-                                       softcap=softcap, alibi_slopes=alibi_slopes)
+                                       softcap=softcap, alibi_slopes=alibi_slopes, dropout_p=dropout_p, dropout_seed=seed)
     if Dp != D:
         out = out[..., :D]
     if not return_attn_probs:
         return out
     if packed is None:
-        probs = _probs(q[..., :D], k[..., :D], lse, scale, causal, mods)
-        return out, lse, probs
-    return out, *_packed_lse_and_probs(q[..., :D], k[..., :D], lse, scale, causal, mods, packed)
+        lse_out, probs = lse, _probs(q[..., :D], k[..., :D], lse, scale, causal, mods)
+    else:
+        lse_out, probs = _packed_lse_and_probs(q[..., :D], k[..., :D], lse, scale, causal, mods, packed)
+    if dropout_p:   # the dropped probabilities negated
+        cu_q, cu_k = (None, None) if packed is None else packed[:2]
+        keep = _fg.dropout_mask(*probs.shape, dropout_p, seed, q.device, cu_q, cu_k)
+        probs = torch.where(keep, probs, -probs)
+    return out, lse_out, probs
 
 
 def _probs(q, k, lse, scale, causal, mods, batch=None):
     """softmax of the scores (softcap, ALiBi) (B, H, T, Tk) from the forward's LSE, 0 where causal or the window hides
     a key (FlashAttention's tests read S_dmask; it is computed here densely, in fp32); batch: the sequence of a packed
     call (its row of (B, H) ALiBi slopes)"""
-    window_size, softcap, alibi_slopes = mods
+    window_size, softcap, alibi_slopes = mods[:3]
     B, T, H, D = q.shape
     Tk, H_kv = k.shape[1], k.shape[2]
     kk = k.float().repeat_interleave(H // H_kv, dim=2)
@@ -130,24 +134,21 @@ def _packed_lse_and_probs(q, k, lse, scale, causal, mods, packed):
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """q (B, T, H, D), k and v (B, Tk, H_kv, D) -> out (B, T, H, D)"""
-    _refuse(dropout_p)
-    return _attention(q, k, v, softmax_scale, causal, (window_size, softcap, alibi_slopes),
+    return _attention(q, k, v, softmax_scale, causal, (window_size, softcap, alibi_slopes, dropout_p),
                       return_attn_probs)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                               alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """qkv (B, T, 3, H, D) -> out (B, T, H, D); q, k and v are read in place"""
-    _refuse(dropout_p)
-    mods = (window_size, softcap, alibi_slopes)
+    mods = (window_size, softcap, alibi_slopes, dropout_p)
     return _attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], softmax_scale, causal, mods, return_attn_probs)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                              alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """q (B, T, H, D), kv (B, Tk, 2, H_kv, D) -> out (B, T, H, D)"""
-    _refuse(dropout_p)
-    return _attention(q, kv[:, :, 0], kv[:, :, 1], softmax_scale, causal, (window_size, softcap, alibi_slopes),
+    return _attention(q, kv[:, :, 0], kv[:, :, 1], softmax_scale, causal, (window_size, softcap, alibi_slopes, dropout_p),
                       return_attn_probs)
 
 
@@ -155,10 +156,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None):
     """q (total_q, H, D), k and v (total_k, H_kv, D), cu_seqlens (B + 1,) int32 -> out (total_q, H, D)"""
-    _refuse(dropout_p)
     if block_table is not None:
         raise NotImplementedError("flashgpt's flash_attn_interface: a paged KV cache (block_table) is not supported yet")
-    return _attention(q, k, v, softmax_scale, causal, (window_size, softcap, alibi_slopes),
+    return _attention(q, k, v, softmax_scale, causal, (window_size, softcap, alibi_slopes, dropout_p),
                       return_attn_probs, (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
 
 
@@ -166,8 +166,7 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                      window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
                                      return_attn_probs=False):
     """qkv (total, 3, H, D) -> out (total, H, D)"""
-    _refuse(dropout_p)
-    mods = (window_size, softcap, alibi_slopes)
+    mods = (window_size, softcap, alibi_slopes, dropout_p)
     return _attention(qkv[:, 0], qkv[:, 1], qkv[:, 2], softmax_scale, causal, mods, return_attn_probs,
                       (cu_seqlens, cu_seqlens, max_seqlen, max_seqlen))
 
@@ -176,6 +175,5 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                                     alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """q (total_q, H, D), kv (total_k, 2, H_kv, D) -> out (total_q, H, D)"""
-    _refuse(dropout_p)
-    return _attention(q, kv[:, 0], kv[:, 1], softmax_scale, causal, (window_size, softcap, alibi_slopes),
+    return _attention(q, kv[:, 0], kv[:, 1], softmax_scale, causal, (window_size, softcap, alibi_slopes, dropout_p),
                       return_attn_probs, (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
