@@ -2515,9 +2515,9 @@ inline bool attention_backward_ordered_dq(int T, int HS) { return HS == 128 && T
 // not summed with another (the other, if any, has no rows: it becomes the key bias)
 inline bool attention_backward_dbias_ordered(const AttentionBackwardParams& p) {
     const AttentionExtras& x = p.x;
-    // (the score modifiers run the mma.sync copies beside a bias: attention_backward's dispatch)
+    // (the score modifiers and dropout run the mma.sync copies beside a bias: attention_backward's dispatch)
     if (!p.dbias == !p.dbias2 || p.HS == 256 || !hopper_path_available() || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.doc_start ||
-        attention_has_score_mods(x))
+        attention_has_score_mods(x) || x.dropout_p > 0.0f)
         return false;
     const KernelBiases kb = kernel_biases(x);   // the bias with the gradient must be the tile bias, alone, with rows, bf16
     return kb.rows.source == (p.dbias ? 1 : 2) && !kb.rows2.ptr && kb.rows.st.row != 0 && !kb.rows.fp32;

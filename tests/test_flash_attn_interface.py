@@ -3,7 +3,7 @@
 FlashAttention's own test grid: head dims 32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256 (those between
 flashgpt's run zero-padded), its (T, Tk) pairs, MHA / MQA / GQA, causal or not, sliding windows (its `local` cases:
 window_size drawn at random below Tk, with and without causal), softcap (its 50.0) and ALiBi (its slopes, rand * 0.3
-per (B, H), and per head), dropout (its 0.17: the mask read back from S_dmask's signs, the dropped fraction, and the
+per (B, H), and per head), dropout (its 0.17: the mask read back from S_dmask's sign bits, the dropped fraction, and the
 same seed giving the same result), the packed forms and varlen; bf16 and fp16.
 Prints one PASS/FAIL line per case; exits 0 with a SKIP line where torch or a CUDA GPU is missing.
 
@@ -85,7 +85,9 @@ def case_dense(B, T, Tk, H, H_kv, D, causal, packed, window=(-1, -1), softcap=0.
             out.backward(dout)
             dq, dk, dv = qg.grad, kg.grad, vg.grad
         assert out.dtype == dtype and dq.dtype == dtype, f"out {out.dtype}, dq {dq.dtype}: not the inputs' {dtype}"
-        keep = probs >= 0 if dropout else None   # FlashAttention's tests read the mask from S_dmask's signs
+        # FlashAttention's tests read the mask from S_dmask's signs (the sign bit: a dropped probability that rounds to
+        # zero in 16 bits is -0)
+        keep = ~torch.signbit(probs) if dropout else None
         if dropout:
             i, j = torch.arange(T, device="cuda")[:, None], torch.arange(Tk, device="cuda")[None, :]
             vis = torch.ones(T, Tk, dtype=torch.bool, device="cuda")
@@ -147,7 +149,7 @@ def case_varlen(lens_q, lens_k, H, H_kv, D, causal, packed, window=(-1, -1), sof
             for rdt in (torch.float32, dtype):
                 xs = [x[None, a:e].to(rdt).requires_grad_() for x, a, e in ((q, q0, q1), (k, k0, k1), (v, k0, k1))]
                 sl = None if slopes is None else slopes[b] if slopes.dim() == 2 else slopes
-                keep = (probs[b:b + 1, :, :q1 - q0, :k1 - k0] >= 0) if dropout else None
+                keep = ~torch.signbit(probs[b:b + 1, :, :q1 - q0, :k1 - k0]) if dropout else None
                 o, l = reference(*xs, causal, rdt, window, softcap, sl, keep, dropout)
                 o.backward(dout[None, q0:q1].to(rdt))
                 res[rdt] = (o[0], l[0], *[x.grad[0] for x in xs])
