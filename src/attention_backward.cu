@@ -4,9 +4,7 @@ onto the kernels of src/attention_backward.cuh, into build/attention.a (its bf16
 */
 #include "attention_backward.cuh"
 
-// This file compiles twice (the Makefile's build/attention_backward.o and build/attention_backward_fp16.o), so that the two
-// compile side by side: the dispatch templates below take the kernels' 16-bit type, the fp16 object instantiates them
-// for fp16 (ATTENTION_FP16 1) and the other for bf16, with every call of src/attention.cuh.
+// Compiles twice, as src/attention_forward.cu does (see there): ATTENTION_FP16 1, the fp16 dispatch alone
 #ifndef ATTENTION_FP16
 #define ATTENTION_FP16 0
 #endif

@@ -422,7 +422,7 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
         uint32_t keep[kMT];
         const bool dropout = kExtras && p.x.dropout_p > 0.0f;
         if (dropout) {
-            dropout_keep_bits_t<kMT, kQT>(keep, attention_dropout(p.x), step_bh(i), m_start, warp_key0, lane);
+            dropout_keep_bits<kMT, kQT, true>(keep, attention_dropout(p.x), step_bh(i), m_start, warp_key0, lane);
             dropout_apply<kMT, kQT>(dpt, keep, attention_dropout(p.x).scale);
         }
         backward_p_ds<kMT, kQT>(st, dpt, lse2_s, dpsum_s, 0, need_mask, warp_key0, m_start + diag, scale_log2, lane);
@@ -668,7 +668,7 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
             if (n_block * kBlockN < warp_last_row + lo) mask_before_window<kMT, kNT>(s, m_start + warp_row0, n_block * kBlockN, lo, lane);
             if (kExtras && p.x.dropout_p > 0.0f) {   // dropout: dS = P (dP over the kept, scaled, - D) (the forward's mask)
                 uint32_t keep[kMT];
-                dropout_keep_bits<kMT, kNT>(keep, attention_dropout(p.x), b * NH + h, m_start + warp_row0, n_block * kBlockN, lane);
+                dropout_keep_bits<kMT, kNT, false>(keep, attention_dropout(p.x), b * NH + h, m_start + warp_row0, n_block * kBlockN, lane);
                 dropout_apply<kMT, kNT>(dp, keep, attention_dropout(p.x).scale);
             }
             #pragma unroll

@@ -366,7 +366,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
             if constexpr (kExtras) {   // dropout: P V over the kept probabilities (the sums above keep them all)
                 if (p.x.dropout_p > 0.0f) {
                     uint32_t keep[kMT];
-                    dropout_keep_bits<kMT, kNT>(keep, attention_dropout(p.x), b * NH + h, m_start + warp_row0, n_block * kBlockN, lane);
+                    dropout_keep_bits<kMT, kNT, false>(keep, attention_dropout(p.x), b * NH + h, m_start + warp_row0, n_block * kBlockN, lane);
                     dropout_apply<kMT, kNT>(s, keep, 1.0f);
                 }
             }

@@ -321,49 +321,51 @@ __host__ __device__ inline bool dropout_keep(const Dropout& d, uint32_t bh, int 
     const uint32_t word = (i & 1) ? ((j & 1) ? w.w : w.z) : ((j & 1) ? w.y : w.x);
     return ((word >> (8 * (2 * ((i % 16) / 8) + (j % 16) / 8))) & 0xFF) >= d.threshold;
 }
-// this thread's keep bits over a warp's S tiles (kMT m16 x kNT n8, the mma.sync layout: rows i0 + 16mt + g (+8), keys
-// j0 + 8nt + 2tq (+1); i0, j0 multiples of 16): bit 4nt + e of keep[mt] for element e of tile (mt, nt)
-template <int kMT, int kNT>
+// This thread's keep bits over a warp's tiles in the mma.sync layout, bit 4nt + e of keep[mt] for element e of tile
+// (mt, nt): kT false, S (kMT m16 of queries i0 + 16mt + g (+8) as rows, kNT n8 of keys j0 + 8nt + 2tq (+1)); kT true,
+// S^T (keys j0 + 16mt + g (+8) as rows, queries i0 + 8nt + 2tq (+1)). i0, j0 multiples of 16. A 16 x 16 block's call is
+// the same for lanes g and g ^ 1 (the quarter pair is (g / 2, tq), or (tq, g / 2) on S^T), each of which needs two of
+// its words: of a pair of blocks, each lane makes one call and hands the other lane its two words (a shuffle across 4
+// lanes), half the calls of making both.
+template <int kMT, int kNT, bool kT>
 __device__ __forceinline__ void dropout_keep_bits(uint32_t (&keep)[kMT], const Dropout& d, uint32_t bh, int i0, int j0, int lane) {
-    static_assert(kNT % 2 == 0 && kNT <= 8, "whole 16-key blocks, 32 bits");
-    const int g = lane / 4, tq = lane % 4;
+    static_assert(kNT % 2 == 0 && kNT <= 8, "whole 16 x 16 blocks, 32 bits");
+    constexpr int kBlocks = kNT / 2;
+    const int g = lane / 4, tq = lane % 4, odd_g = g & 1;
+    // of a block's four words, those of the lanes with g & 1 = p: S's keys 2tq (even) and 2tq + 1 (odd) of row g; S^T's
+    // queries 2tq and 2tq + 1 of key g
+    auto lane_words = [](const uint4& w, int p) { return kT ? (p ? make_uint2(w.y, w.w) : make_uint2(w.x, w.z))
+                                                          : (p ? make_uint2(w.z, w.w) : make_uint2(w.x, w.y)); };
     #pragma unroll
     for (int mt = 0; mt < kMT; mt++) {
         keep[mt] = 0;
+        uint2 words[kBlocks];
         #pragma unroll
-        for (int np = 0; np < kNT / 2; np++) {
-            const uint4 w = dropout_words(d, bh, i0 / 16 + mt, j0 / 16 + np, g / 2, tq);
-            const uint32_t even = (g & 1) ? w.z : w.x, odd = (g & 1) ? w.w : w.y;   // keys 2tq, 2tq + 1 (+ 8)
+        for (int nb = 0; nb < kBlocks; nb += 2) {
+            const bool pair = nb + 1 < kBlocks;   // a lone last block: both lanes make its call
+            const int mine = pair ? nb + odd_g : nb;
+            const uint4 w = dropout_words(d, bh, (i0 / 16) + (kT ? mine : mt), (j0 / 16) + (kT ? mt : mine), kT ? tq : g / 2, kT ? g / 2 : tq);
+            const uint2 own = lane_words(w, odd_g);
+            if (pair) {   // (selects, not an index by odd_g: the words stay in registers)
+                const uint2 other = lane_words(w, odd_g ^ 1);
+                const uint2 got = make_uint2(__shfl_xor_sync(0xffffffff, other.x, 4), __shfl_xor_sync(0xffffffff, other.y, 4));
+                words[nb] = odd_g ? got : own;
+                words[nb + 1] = odd_g ? own : got;
+            } else {
+                words[nb] = own;
+            }
+        }
+        #pragma unroll
+        for (int nb = 0; nb < kBlocks; nb++)
             #pragma unroll
-            for (int h = 0; h < 2; h++)   // n8 tile 2np + h: keys of the block's half h
+            for (int h = 0; h < 2; h++)   // n8 tile 2nb + h: the block's half h of the columns
                 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    const uint32_t byte = (((e % 2) ? odd : even) >> (8 * (2 * (e / 2) + h))) & 0xFF;
-                    keep[mt] |= (uint32_t)(byte >= d.threshold) << (4 * (2 * np + h) + e);
+                    // byte 2 (query % 16 >= 8) + (key % 16 >= 8): S's row half is e / 2, S^T's query half h
+                    const int byte_index = kT ? 2 * h + e / 2 : 2 * (e / 2) + h;
+                    const uint32_t byte = (((e % 2) ? words[nb].y : words[nb].x) >> (8 * byte_index)) & 0xFF;
+                    keep[mt] |= (uint32_t)(byte >= d.threshold) << (4 * (2 * nb + h) + e);
                 }
-        }
-    }
-}
-// the same over S^T tiles (kMT m16 of keys j0 + 16mt + g (+8) as rows, kQT n8 of queries i0 + 8nt + 2tq (+1))
-template <int kMT, int kQT>
-__device__ __forceinline__ void dropout_keep_bits_t(uint32_t (&keep)[kMT], const Dropout& d, uint32_t bh, int i0, int j0, int lane) {
-    static_assert(kQT % 2 == 0 && kQT <= 8, "whole 16-query blocks, 32 bits");
-    const int g = lane / 4, tq = lane % 4;
-    #pragma unroll
-    for (int mt = 0; mt < kMT; mt++) {
-        keep[mt] = 0;
-        #pragma unroll
-        for (int np = 0; np < kQT / 2; np++) {
-            const uint4 w = dropout_words(d, bh, i0 / 16 + np, j0 / 16 + mt, tq, g / 2);
-            const uint32_t even = (g & 1) ? w.y : w.x, odd = (g & 1) ? w.w : w.z;   // queries 2tq, 2tq + 1 (+ 8)
-            #pragma unroll
-            for (int h = 0; h < 2; h++)   // n8 tile 2np + h: queries of the block's half h
-                #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const uint32_t byte = (((e % 2) ? odd : even) >> (8 * (2 * h + e / 2))) & 0xFF;
-                    keep[mt] |= (uint32_t)(byte >= d.threshold) << (4 * (2 * np + h) + e);
-                }
-        }
     }
 }
 // x = kept ? x * scale : 0 over the tiles of keep (either layout)
