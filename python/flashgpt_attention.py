@@ -59,6 +59,7 @@ streams at once (its persistent schedule keeps one counter per kernel).
 import ctypes
 import math
 import os
+import typing
 
 import torch
 
@@ -246,6 +247,12 @@ def _extras2(bias2, key_mask):
     batch = 0 if key_mask is None or key_mask.shape[0] == 1 else key_mask.stride(0)
     return [_ptr(bias2), strides, int(bias2 is not None and bias2.dtype == torch.float32), _ptr(key_mask), batch]
 
+
+try:  # whether torch.compile is tracing this call
+    _compiling = torch.compiler.is_compiling
+except AttributeError:  # pragma: no cover
+    def _compiling():
+        return False
 
 try:  # the current stream's handle without building a torch.cuda.Stream (what SDPA's C++ call reads)
     _raw_stream = torch._C._cuda_getCurrentRawStream
@@ -479,6 +486,90 @@ class PlainAttentionFunction(torch.autograd.Function):
 
 
 # ----------------------------------------------------------------------------
+# torch.compile: under it a call without the extras (window, softcap, ALiBi and dropout allowed) runs as the custom ops
+# flashgpt::attention / flashgpt::attention_backward, which the compiler keeps whole (no graph break at the ctypes
+# call) and whose shapes it reads from their fake implementations. Eager calls never go through them (a custom op's
+# dispatch costs more than the call). The ops run FlashAttentionFunction's two halves with a stand-in for autograd's
+# context; the dropout seed is a CPU tensor (drawn in the graph), read back inside the op.
+
+class _OpContext:
+    """what FlashAttentionFunction's forward and backward read and write of autograd's context"""
+    needs_input_grad = (True, True, True) + (False,) * 13
+
+    def save_for_backward(self, *tensors):
+        self.saved_tensors = tensors
+
+    def mark_non_differentiable(self, *tensors):
+        pass
+
+
+def _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, dropout_seed):
+    alibi_batch = 0 if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes.shape[1]
+    seed = int(dropout_seed.item()) if dropout_p else 0
+    return (window_left, window_right, softcap, alibi_slopes, alibi_batch, dropout_p, seed, 0)
+
+
+def _op_context(q, k, causal, scale, layout, mods):
+    ctx = _OpContext()
+    B, T, H, D = _sizes(q, layout)
+    _, Tk, H_kv, _ = _sizes(k, layout)
+    ctx.causal, ctx.scale, ctx.layout, ctx.sizes, ctx.mods = causal, scale, layout, (B, T, Tk, H, H_kv, D), mods
+    return ctx
+
+
+def _register_compile_ops():
+    """flashgpt::attention and flashgpt::attention_backward, with their fake implementations and autograd formula"""
+    Tensor, Optional = torch.Tensor, typing.Optional
+
+    @torch.library.custom_op("flashgpt::attention", mutates_args=())
+    def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, layout: str, window_left: int,
+                  window_right: int, softcap: float, alibi_slopes: Optional[Tensor], dropout_p: float,
+                  dropout_seed: Tensor) -> tuple[Tensor, Tensor]:
+        mods = _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, dropout_seed)
+        T, Tk = _sizes(q, layout)[1], _sizes(k, layout)[1]
+        return FlashAttentionFunction.forward(_OpContext(), q, k, v, None, None, None, None, causal, scale, layout, None,
+                                              None, None, T, Tk, mods)
+
+    @attention.register_fake
+    def _(q, k, v, causal, scale, layout, window_left, window_right, softcap, alibi_slopes, dropout_p, dropout_seed):
+        B, T, H, _ = _sizes(q, layout)
+        return _empty_out(q, layout), q.new_empty((B, H, T), dtype=torch.float32)
+
+    @torch.library.custom_op("flashgpt::attention_backward", mutates_args=())
+    def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, causal: bool,
+                           scale: float, layout: str, window_left: int, window_right: int, softcap: float,
+                           alibi_slopes: Optional[Tensor], dropout_p: float,
+                           dropout_seed: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        mods = _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, dropout_seed)
+        ctx = _op_context(q, k, causal, scale, layout, mods)
+        ctx.saved_tensors = (q, k, v, out, lse) + (None,) * 7
+        return FlashAttentionFunction.backward(ctx, dout, None)[:3]
+
+    @attention_backward.register_fake
+    def _(dout, q, k, v, out, lse, causal, scale, layout, window_left, window_right, softcap, alibi_slopes, dropout_p,
+          dropout_seed):
+        return _empty_grad(q, layout), _empty_grad(k, layout), _empty_grad(v, layout)
+
+    def setup_context(ctx, inputs, output):
+        q, k, v, causal, scale, layout, left, right, softcap, alibi_slopes, dropout_p, dropout_seed = inputs
+        ctx.save_for_backward(q, k, v, output[0], output[1], alibi_slopes, dropout_seed)
+        ctx.args = (causal, scale, layout, left, right, softcap, dropout_p)
+
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, lse, alibi_slopes, dropout_seed = ctx.saved_tensors
+        causal, scale, layout, left, right, softcap, dropout_p = ctx.args
+        dq, dk, dv = attention_backward(dout, q, k, v, out, lse, causal, scale, layout, left, right, softcap, alibi_slopes,
+                                        dropout_p, dropout_seed)
+        return (dq, dk, dv) + (None,) * 9
+
+    attention.register_autograd(backward, setup_context=setup_context)
+    return attention
+
+
+_compiled_attention = _register_compile_ops() if hasattr(getattr(torch, "library", None), "custom_op") else None
+
+
+# ----------------------------------------------------------------------------
 # the call
 
 def _int32_on(x, name, device):
@@ -541,6 +632,23 @@ def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, 
     window = (int(window_size[0]), int(window_size[1]))
     if window[0] < -1 or window[1] < -1:
         raise ValueError(f"window_size entries must be -1 (unbounded) or at least 0, not {tuple(window_size)}")
+    if (_compiled_attention is not None and _compiling() and bias is None and key_lengths is None and cu_seqlens_q is None
+            and cu_seqlens_k is None and cu_seqlens is None and gate is None and bias2 is None and key_mask is None
+            and layout in LAYOUTS):   # torch.compile tracing: the custom op (see _register_compile_ops)
+        if scale is None:
+            scale = 1.0 / math.sqrt(q.shape[3])
+        if alibi_slopes is not None:
+            alibi_slopes = alibi_slopes.to(device=q.device, dtype=torch.float32).contiguous()
+        # the dropout seed, a CPU tensor drawn in the graph (an int drawn here would break it)
+        if not dropout_p:
+            seed = torch.zeros((), dtype=torch.int64)
+        elif dropout_seed is not None:
+            seed = torch.tensor(dropout_seed, dtype=torch.int64)
+        else:
+            seed = torch.randint(0, 2 ** 62, (), dtype=torch.int64)
+        out, lse = _compiled_attention(q, k, v, bool(causal), float(scale), layout, window[0], window[1], float(softcap),
+                                       alibi_slopes, float(dropout_p), seed)
+        return (out, lse) if return_lse else out
     if (bias is None and key_lengths is None and cu_seqlens_q is None and cu_seqlens_k is None and cu_seqlens is None
             and gate is None and bias2 is None and key_mask is None and max_seqlen is None and max_seqlen_q is None
             and max_seqlen_k is None and window == (-1, -1) and not softcap and alibi_slopes is None and not dropout_p):

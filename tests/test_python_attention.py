@@ -318,6 +318,38 @@ def nanogpt_drop_in():
     check(not bad, f"gradient error over 2x SDPA bf16's: {', '.join(bad)}")
 
 
+def compiled_drop_in():
+    """nanoGPT's attention block under torch.compile(fullgraph=True): flash_attention runs as the custom op (no graph
+    break), with the eager call's out and gradients; with dropout, the same seed gives the same loss"""
+    B, T, C, n_head = 4, 256, 384, 6
+    torch.manual_seed(2)
+    model = CausalSelfAttention(C, n_head, lambda q, k, v: fa.flash_attention(q, k, v, causal=True)).cuda().bfloat16()
+    x = torch.randn(B, T, C, device="cuda", dtype=torch.bfloat16)
+
+    def run_model(m):
+        xi = x.detach().clone().requires_grad_()
+        y = m(xi)
+        y.float().square().mean().backward()
+        return y.detach(), xi.grad, m.c_attn.weight.grad
+
+    eager = run_model(copy.deepcopy(model))
+    compiled_model = copy.deepcopy(model)
+    compiled = run_model(torch.compile(compiled_model, fullgraph=True))
+    for name, a, b in zip(("out", "x.grad", "c_attn.weight.grad"), eager, compiled):   # (the compiled linears round
+        err = ((a.float() - b.float()).norm() / a.float().norm()).item()                 # apart from eager's)
+        print(f"  compiled {name}: |compiled - eager| / |eager| {err:.2e}")
+        check(err < 2e-2, f"compiled {name} differs from eager's")
+    drop = copy.deepcopy(model)
+    drop.attention = lambda q, k, v: fa.flash_attention(q, k, v, causal=True, dropout_p=0.2)
+    step = torch.compile(drop, fullgraph=True)
+    losses = []
+    for seed in (5, 5, 6):
+        torch.manual_seed(seed)
+        losses.append(step(x).float().square().mean().item())
+    print(f"  dropout 0.2 compiled: losses {losses}")
+    check(losses[0] == losses[1] and losses[0] != losses[2], "dropout under compile: the seed does not decide the mask")
+
+
 # ----------------------------------------------------------------------------
 
 def main():
@@ -361,6 +393,7 @@ def main():
     varlen_case([40, 100, 9], [60, 100, 9], 2, 2, 64, causal=True, gated=True)
     run("unsupported calls raise FlashAttentionError with the library's reason", unsupported_calls)
     run("nanoGPT CausalSelfAttention: flash_attention in place of SDPA, loss and gradients", nanogpt_drop_in)
+    run("nanoGPT CausalSelfAttention under torch.compile(fullgraph=True): the custom op, eager's results", compiled_drop_in)
     n_pass = sum(s == "PASS" for s, _ in results)
     print(f"python attention tests: {n_pass} passed, {len(results) - n_pass} failed")
     return 0 if n_pass == len(results) else 1
