@@ -11,6 +11,8 @@ choices instead of kernel copies per feature).
   score modifiers  change a visible score, with their gradient in the backward: ScoreMods (softcap, ALiBi) on the
                    Hopper kernels' kMods copies and the mma.sync general copies; the additive biases (tile and key
                    biases, in the kernel headers beside their loads)
+  dropout          which probabilities are kept: Philox keep bits laid out for the mma.sync layouts of S and S^T
+                   (Dropout, dropout_keep_bits), on the mma.sync kExtras copies
 
 A new mask modifier narrows the band or masks elements on the tiles that cross it; a new score modifier adds a term to
 ScoreMods::apply and its derivative to ScoreMods::grad, plus its dispatch entry (the kMods copies). Included by
@@ -299,7 +301,7 @@ __host__ __device__ inline uint4 philox4x32_10(uint4 c, uint2 k) {
 // and pair (A, C) of its 8 x 8 quarter's (row, column) pairs: the call's four words are the groups {a, a + 8} x {c, c + 8}
 // (a = i % 8 in 2A, 2A + 1, c = j % 8 in 2C, 2C + 1), word 2 (a & 1) + (c & 1), byte 2 (i % 16 >= 8) + (j % 16 >= 8).
 // In the mma.sync layouts of S and of S^T a thread's eight elements of a block are two words of one call, so each
-// layout (the forward and dQ kernels' S, the dK/dV kernels' S^T) makes one call per block and thread.
+// layout (the forward and dQ kernels' S, the dK/dV kernels' S^T) needs one call per block for two lanes.
 struct Dropout {
     uint2 key;            // the seed, with the offset's high word added
     uint32_t offset;      // the offset's low word (the counter's last word)
