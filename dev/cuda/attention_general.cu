@@ -257,11 +257,6 @@ static float from_16bit(floatX x, bool fp16) {
     memcpy(&h, &x, 2);
     return __half2float(h);
 }
-static std::vector<float> from_16bit(const std::vector<floatX>& h, bool fp16) {
-    std::vector<float> f(h.size());
-    for (size_t i = 0; i < h.size(); i++) f[i] = from_16bit(h[i], fp16);
-    return f;
-}
 
 // pseudo-random 16-bit values (uniform, variance `scale`^2) for the cases too big to validate, so that none is timed on
 // zeros; bf16_values: fp16 values that hold only bf16's 8 significant bits (the tensor cores' power, and so the clock
