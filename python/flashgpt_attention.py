@@ -67,8 +67,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB_NAME = "libflashgpt_attention.so"
 LAYOUTS = ("bhtd", "bthd")
 DTYPES = (torch.bfloat16, torch.float16)   # q, k, v, out and the gate: one of these, all alike
-# the version of src/attention_capi.h's signatures this module calls (flashgpt_attention_abi): 6, fp16
-ABI = 6
+# the version of src/attention_capi.h's signatures this module calls (flashgpt_attention_abi): 7, the KV-cache call
+ABI = 7
 
 
 class FlashAttentionError(RuntimeError):
@@ -105,7 +105,7 @@ def _library():
             abi = lib.flashgpt_attention_abi()
         if abi < ABI:
             raise FlashAttentionError(f"{path} predates this module's interface (its ABI {abi or 'unnumbered'}, this "
-                                      f"module needs {ABI}: fp16): rebuild it with `make lib` in "
+                                      f"module needs {ABI}: the KV-cache call): rebuild it with `make lib` in "
                                       f"{REPO_ROOT}")
         ptr, strides, i32 = ctypes.c_void_p, ctypes.POINTER(ctypes.c_longlong), ctypes.c_int
         shape = [i32] * 7  # B, T, Tk, NH, NH_kv, HS, causal
@@ -138,6 +138,13 @@ def _library():
         lib.flashgpt_attention_backward_scratch_bytes.restype = ctypes.c_size_t
         lib.flashgpt_attention_dropout_mask.argtypes = [ptr] + [i32] * 4 + [ptr, ptr] + dropout + [ptr]
         lib.flashgpt_attention_dropout_mask.restype = ctypes.c_char_p
+        # q, k_cache, v_cache, out, lse, 4 strides, shape, scale, cache_seqlens, cache_seqlen, cache_batch_idx,
+        # cache_leftpad, block_table, block_table_batch, page_size, k_new, v_new, their strides, T_new, rotary_cos,
+        # rotary_sin, rotary_dim, rotary_interleaved, rotary_per_token, window and modifiers, num_splits, fp16, stream
+        lib.flashgpt_attention_kvcache.argtypes = ([ptr] * 5 + [strides] * 4 + shape + [ctypes.c_float, ptr, i32, ptr, ptr, ptr,
+                                                   ctypes.c_longlong, i32, ptr, ptr, strides, strides, i32, ptr, ptr, i32,
+                                                   i32, i32] + window + [i32, i32, ptr])
+        lib.flashgpt_attention_kvcache.restype = ctypes.c_char_p
         lib.flashgpt_attention_version.argtypes = []
         lib.flashgpt_attention_version.restype = ctypes.c_char_p
         _lib = lib
@@ -757,6 +764,85 @@ def dropout_mask(B, H, T, Tk, dropout_p, dropout_seed, device, cu_seqlens_q=None
     if err:
         raise FlashAttentionError(f"flashgpt dropout mask: {err.decode()}")
     return mask.bool()
+
+
+# ----------------------------------------------------------------------------
+# attention against a KV cache (FlashAttention's flash_attn_with_kvcache)
+
+def kvcache_attention(q, k_cache, v_cache, k_new=None, v_new=None, cache_seqlens=None, causal=False, scale=None,
+                      cache_batch_idx=None, cache_leftpad=None, block_table=None, rotary_cos=None, rotary_sin=None,
+                      rotary_interleaved=True, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, num_splits=0,
+                      return_lse=False, out=None):
+    """q (B, T, H, D) new queries against the caches k_cache, v_cache: (B_cache, Tk, H_kv, D), or with block_table
+    (B, max_pages) int32 paged (pages, page_size, H_kv, D). k_new, v_new (B, T_new, H_kv, D): appended into the caches
+    in place at positions cache_seqlens[b] .. (K with the rotary embedding) by the same kernel that then attends to
+    them. cache_seqlens: an int or (B,) int, the keys in each cache before the call (None: the cache's length less
+    T_new). cache_batch_idx (B,): the cache row each sequence reads; cache_leftpad (B,): each sequence's first key.
+    rotary_cos, rotary_sin (positions, rotary_dim / 2): the rotary embedding of the new keys at their positions and of
+    q (at cache_seqlens + t where causal or windowed, else all at cache_seqlens), interleaved (GPT-J) or not (GPT-NeoX).
+    Causal, window_size, softcap and alibi_slopes as flash_attention, aligned to each sequence's end. bf16 or fp16,
+    D a multiple of 8 up to 256. Returns out (B, T, H, D) (and the LSE (B, H, T) fp32 with return_lse); out: a
+    contiguous (B, T, H, D) tensor to write it into (else a new one)."""
+    if q.dim() != 4 or k_cache.dim() != 4 or v_cache.dim() != 4:
+        raise ValueError("q (B, T, H, D), k_cache and v_cache 4-d")
+    if q.dtype not in DTYPES or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
+        raise TypeError("q, k_cache and v_cache must be bf16 or fp16, all alike")
+    B, T, H, D = q.shape
+    H_kv = k_cache.shape[2]
+    device = q.device
+    for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if not _usable(x, "bthd") and x.shape[0] > 0:
+            raise ValueError(f"{name} must have its head dim contiguous, strides multiples of 8 and 16-byte alignment "
+                             "(it is read and written in place)")
+    paged = block_table is not None
+    if paged:
+        block_table = block_table.to(device=device, dtype=torch.int32)
+        page_size = k_cache.shape[1]
+        Tk = block_table.shape[1] * page_size
+        table_batch = block_table.stride(0) if block_table.shape[0] > 1 else block_table.shape[1]
+    else:
+        page_size, Tk, table_batch = 0, k_cache.shape[1], 0
+    T_new = 0
+    if k_new is not None or v_new is not None:
+        if k_new is None or v_new is None:
+            raise ValueError("k_new and v_new come together")
+        k_new, v_new = _ready(k_new.to(q.dtype), "bthd"), _ready(v_new.to(q.dtype), "bthd")
+        T_new = k_new.shape[1]
+    if isinstance(cache_seqlens, torch.Tensor):
+        seqlens, seqlen = _int32_on(cache_seqlens, "cache_seqlens", device), 0
+    else:
+        seqlens, seqlen = None, Tk - T_new if cache_seqlens is None else int(cache_seqlens)
+    batch_idx = None if cache_batch_idx is None else _int32_on(cache_batch_idx, "cache_batch_idx", device)
+    leftpad = None if cache_leftpad is None else _int32_on(cache_leftpad, "cache_leftpad", device)
+    rotary_dim = 0
+    if rotary_cos is not None:
+        rotary_cos = rotary_cos.to(device=device, dtype=q.dtype).contiguous()
+        rotary_sin = rotary_sin.to(device=device, dtype=q.dtype).contiguous()
+        rotary_dim = 2 * rotary_cos.shape[1]
+    q = _ready(q, "bthd")
+    if out is None:
+        out = torch.empty((B, T, H, D), dtype=q.dtype, device=device)
+    elif out.shape != q.shape or out.dtype != q.dtype or not out.is_contiguous():
+        raise ValueError("out must be a contiguous tensor of q's shape and dtype")
+    lse = torch.empty((B, H, T), dtype=torch.float32, device=device) if return_lse else None
+    alibi_batch = 0
+    if alibi_slopes is not None:
+        alibi_slopes = alibi_slopes.to(device=device, dtype=torch.float32).contiguous()
+        alibi_batch = H if alibi_slopes.dim() == 2 and alibi_slopes.shape[0] > 1 else 0
+    left, right = (int(w) for w in window_size)
+    per_token = bool(causal) or 0 <= left < Tk or 0 <= right < Tk
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    cache_strides = [_c_strides(x, "bthd") for x in (k_cache, v_cache)]
+    new_strides = [None, None] if k_new is None else [_c_strides(x, "bthd") for x in (k_new, v_new)]
+    err = _call(device, _library().flashgpt_attention_kvcache, q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+                out.data_ptr(), _ptr(lse), _c_strides(q, "bthd"), *cache_strides, _c_strides(out, "bthd"), B, T, Tk, H, H_kv,
+                D, int(bool(causal)), scale, _ptr(seqlens), seqlen, _ptr(batch_idx), _ptr(leftpad), _ptr(block_table),
+                table_batch, page_size, _ptr(k_new), _ptr(v_new), *new_strides, T_new, _ptr(rotary_cos), _ptr(rotary_sin),
+                rotary_dim, int(bool(rotary_interleaved)), int(per_token), left, right, float(softcap),
+                _ptr(alibi_slopes), alibi_batch, int(num_splits), int(q.dtype == torch.float16))
+    if err:
+        raise FlashAttentionError(f"flashgpt KV-cache attention (B={B} T={T} Tk={Tk} H={H} H_kv={H_kv} D={D}): {err.decode()}")
+    return (out, lse) if return_lse else out
 
 
 # ----------------------------------------------------------------------------

@@ -41,11 +41,13 @@ start_gpu "fused_classifier all --check" ./dev/cuda/fused_classifier all --check
 start_gpu "layernorm all --check" ./dev/cuda/layernorm all --check
 # python/flashgpt_attention.py (libflashgpt_attention.so through ctypes; make test builds the library here) against
 # PyTorch's SDPA: out and q/k/v gradients by FlashAttention's rule, a nanoGPT attention block's loss and gradients;
-# the Evoformer block against fp32 PyTorch; FlashAttention's Python API (python/flashgpt) on a slice of its test grid
+# the Evoformer block against fp32 PyTorch; FlashAttention's Python API (python/flashgpt) on a slice of its test grid,
+# its KV-cache call on draws from its KV-cache grid
 if python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     start_gpu "python flash_attention vs SDPA" python3 tests/test_python_attention.py
     start_gpu "python Evoformer block vs fp32 PyTorch" python3 tests/test_evoformer.py
     start_gpu "python flash_attn_interface vs fp32 PyTorch" python3 tests/test_flash_attn_interface.py
+    start_gpu "python flash_attn_with_kvcache vs fp64 PyTorch" python3 tests/test_kvcache.py
 else
     echo "no torch with CUDA: the Python GPU tests skipped"
 fi

@@ -43,7 +43,8 @@ false: the diagonal and Tk constants to the compiler); every other call the gene
 key masks and gating (kBias: a TMA-loaded tile bias plus a per-key bias, see attention_kernel_extras) and packed
 sequences with their totals (kVarlen) general copies of their own; other calls with extras (key lengths, document
 masks, fp32 tile biases) the mma.sync kernels' kExtras copies. Decoding (a few query rows against a long KV cache)
-runs split-key kernels.
+runs split-key kernels, which also serve FlashAttention's KV-cache call (attention_forward_kvcache with an
+AttentionKVCache: paged caches, the in-place append with the rotary embedding, left padding, the modifiers).
 
 Files: this header is the interface (parameters and the calls); src/attention_modifiers.cuh the mask and score
 modifiers the general kernels compose (the band, ScoreMods); the kernels compile once, in src/attention_forward.cu
@@ -214,11 +215,46 @@ void attention_forward(const AttentionForwardParams& p, cudaStream_t stream);
 // -dm 1), on the mma.sync kernels' kExtras copies
 void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS, cudaStream_t stream,
                        const int* doc_start = nullptr);
-// Decoding against a KV cache: p.k, p.v the caches (B, Tk, NH_kv, HS) with p.Tk their capacity, p.q the T new tokens'
-// queries; seqlens_k (device, B ints; nullptr: Tk each): sequence b's valid keys, the new tokens' included (causal:
-// query t sees keys <= t + seqlens_k[b] - T). p.lse may be nullptr. Runs the split-key kernels, which need
-// T * NH / NH_kv <= 16 (a prefill runs attention_forward).
-void attention_forward_kvcache(const AttentionForwardParams& p, const int* seqlens_k, cudaStream_t stream);
+// A KV cache as FlashAttention's flash_attn_with_kvcache takes it: its lengths, rows, pages, and the new tokens'
+// keys and values appended in place (with the rotary embedding) by the attention call itself. Sequence b's keys are
+// positions leftpad[b] .. seqlens[b] + T_new - 1 of its cache, the last T_new of them the new tokens'; the causal
+// diagonal and the window are aligned to that end (query t sees keys <= t + seqlens[b] + T_new - T), and ALiBi's
+// distance is |t + seqlens[b] + T_new - T - j| (FlashAttention's).
+struct AttentionKVCache {
+    const int* seqlens;           // (B) device: the keys in sequence b's cache before this call's new ones
+                                  // (FlashAttention's cache_seqlens); nullptr: seqlen for every sequence
+    int seqlen;
+    const int* batch_idx;         // (B) device: the cache row (batch index) sequence b reads (cache_batch_idx); nullptr: b
+    const int* leftpad;           // (B) device: sequence b's keys start at position leftpad[b] (cache_leftpad); nullptr: 0
+    const int* block_table;       // (B, block_table_batch) device: a paged cache, position j of sequence b at row
+    long long block_table_batch;  // j % page_size of page block_table[b * block_table_batch + j / page_size]; p.k and
+    int page_size;                // p.v are then (pages, page_size, NH_kv, HS) with k_st.batch the page stride, and
+                                  // p.Tk is the positions a table row reaches; nullptr: contiguous (B_cache, Tk, ...)
+    const floatX *k_new, *v_new;  // (B, T_new, NH_kv, HS): written into the caches (p.k, p.v, which must be writable) at
+    AttentionStrides k_new_st, v_new_st;   // positions seqlens[b] .. + T_new - 1, K with the rotary embedding, before
+    int T_new;                    // the attention reads them; nullptr / 0: no append
+    const floatX *rotary_cos, *rotary_sin;  // (positions, rotary_dim / 2) contiguous, q's dtype: the rotary embedding
+    int rotary_dim;               // of the new keys (at their positions) and of the queries (rotary_per_token: query t at
+    bool rotary_interleaved;      // seqlens[b] + t; else all at seqlens[b]); the first rotary_dim (a multiple of 16) dims,
+    bool rotary_per_token;        // pairs (2i, 2i + 1) where interleaved (GPT-J), else (i, i + rotary_dim / 2) (GPT-NeoX);
+                                  // 0: none. Only with an append (as FlashAttention).
+    int num_splits;               // the key splits: 0 by the occupancy, else at most this many
+};
+// nullptr if the KV-cache call runs on this GPU, else the reason it does not
+const char* attention_kvcache_unsupported_reason(const AttentionForwardParams& p, const AttentionKVCache& kv);
+// Attention against a KV cache (FlashAttention's flash_attn_with_kvcache): p.q the T new queries (any T; the split-key
+// kernels take 16 query rows of a key/value head at a time), p.k and p.v the caches (kv says how they are laid out),
+// p.Tk their positions per sequence, p.x's window, softcap and ALiBi; p.lse may be nullptr. Head dims multiples of 8
+// up to 256. Exits with the reason where attention_kvcache_unsupported_reason refuses the call.
+void attention_forward_kvcache(const AttentionForwardParams& p, const AttentionKVCache& kv, cudaStream_t stream);
+// the same on a contiguous cache already holding the new tokens: seqlens_k (device, B ints; nullptr: Tk each) counts
+// sequence b's keys, the new tokens' included (causal: query t sees keys <= t + seqlens_k[b] - T)
+inline void attention_forward_kvcache(const AttentionForwardParams& p, const int* seqlens_k, cudaStream_t stream) {
+    AttentionKVCache kv = {};
+    kv.seqlens = seqlens_k;
+    kv.seqlen = p.Tk;
+    attention_forward_kvcache(p, kv, stream);
+}
 // GPT-2's family (attention_self_causal) on the kernels compiled for it (dev/cuda/attention_forward's variant 0)
 void attention_forward_self_causal_path(const AttentionForwardParams& p, cudaStream_t stream);
 // The dropout mask of the call p (its x.dropout_*, lengths, packed sequences): mask (B, NH, T, Tk) bytes, 1 where

@@ -151,6 +151,50 @@ const char* flashgpt_attention_forward(const void* q, const void* k, const void*
                                          nullptr, nullptr, nullptr, nullptr, 0, nullptr, 0, -1, -1, 0.0f, nullptr, 0, 0.0f, 0, 0, fp16, stream);
 }
 
+const char* flashgpt_attention_kvcache(const void* q, void* k_cache, void* v_cache, void* out, float* lse,
+                                      const long long* q_strides, const long long* k_strides, const long long* v_strides,
+                                      const long long* o_strides, int B, int T, int Tk, int NH, int NH_kv, int HS, int causal,
+                                      float scale, const int* cache_seqlens, int cache_seqlen, const int* cache_batch_idx,
+                                      const int* cache_leftpad, const int* block_table, long long block_table_batch,
+                                      int page_size, const void* k_new, const void* v_new, const long long* k_new_strides,
+                                      const long long* v_new_strides, int T_new, const void* rotary_cos, const void* rotary_sin,
+                                      int rotary_dim, int rotary_interleaved, int rotary_per_token, int window_left,
+                                      int window_right, float softcap, const float* alibi_slopes, long long alibi_batch,
+                                      int num_splits, int fp16, void* stream) {
+    if (!q || !k_cache || !v_cache || !out) return "q, k_cache, v_cache and out must not be null";
+    if (!q_strides || !k_strides || !v_strides || !o_strides) return "every stride array must have 3 elements (not null)";
+    if ((k_new || v_new) && (!k_new_strides || !v_new_strides)) return "k_new and v_new need their 3 strides each (not null)";
+    AttentionForwardParams p{};
+    if (const char* why = extras_of(p.x, nullptr, nullptr, 0, nullptr, nullptr, nullptr, 0, 0, nullptr, nullptr, nullptr, nullptr,
+                                    0, nullptr, 0, window_left, window_right, softcap, alibi_slopes, alibi_batch, 0.0f, 0, 0))
+        return why;
+    AttentionKVCache kv{};
+    kv.seqlens = cache_seqlens;
+    kv.seqlen = cache_seqlen;
+    kv.batch_idx = cache_batch_idx;
+    kv.leftpad = cache_leftpad;
+    kv.block_table = block_table, kv.block_table_batch = block_table_batch, kv.page_size = page_size;
+    kv.k_new = (const floatX*)k_new, kv.v_new = (const floatX*)v_new, kv.T_new = k_new ? T_new : 0;
+    if (k_new && k_new_strides) kv.k_new_st = strides_of(k_new_strides);
+    if (v_new && v_new_strides) kv.v_new_st = strides_of(v_new_strides);
+    kv.rotary_cos = (const floatX*)rotary_cos, kv.rotary_sin = (const floatX*)rotary_sin;
+    kv.rotary_dim = rotary_dim;
+    kv.rotary_interleaved = rotary_interleaved != 0, kv.rotary_per_token = rotary_per_token != 0;
+    kv.num_splits = num_splits;
+    std::lock_guard<std::mutex> lock(g_call_mutex);
+    if (const char* why = device_problem()) return why;
+    p.q = (const floatX*)q; p.k = (const floatX*)k_cache; p.v = (const floatX*)v_cache;
+    p.out = (floatX*)out; p.lse = lse;
+    p.q_st = strides_of(q_strides); p.k_st = strides_of(k_strides); p.v_st = strides_of(v_strides); p.o_st = strides_of(o_strides);
+    p.B = B; p.T = T; p.Tk = Tk; p.NH = NH; p.NH_kv = NH_kv; p.HS = HS;
+    p.causal = causal != 0;
+    p.scale = scale;
+    p.fp16 = fp16 != 0;
+    if (const char* why = attention_kvcache_unsupported_reason(p, kv)) return why;
+    attention_forward_kvcache(p, kv, (cudaStream_t)stream);
+    return launch_problem();
+}
+
 size_t flashgpt_attention_backward_scratch_bytes_ex(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal,
                                                     const void* bias, const long long* bias_strides, int bias_fp32,
                                                     const int* seqlens_k, const int* cu_seqlens_q,

@@ -57,7 +57,7 @@ Each sequence b runs with its own lengths T_b, Tk_b, the causal diagonal aligned
 (key j <= i + Tk_b - T_b); a row that sees no key (all its keys masked) gets 0 and no gradient.
 
 flashgpt_attention_abi() says which version of these signatures the library has, FLASHGPT_ATTENTION_ABI when it was
-built from this header (6: every call takes fp16, the _ex calls dropout; 5: the window, softcap and ALiBi; 4: bias2 and the key mask; 3: the packed totals; 2: the gate arguments), so
+built from this header (7: flashgpt_attention_kvcache; 6: every call takes fp16, the _ex calls dropout; 5: the window, softcap and ALiBi; 4: bias2 and the key mask; 3: the packed totals; 2: the gate arguments), so
 a caller can refuse a library built from another.
 
 The calls return nullptr on success, else a message that says why: a call src/attention.cuh does not support (its
@@ -155,12 +155,34 @@ FLASHGPT_API const char* flashgpt_attention_dropout_mask(unsigned char* mask, in
                                                          unsigned long long dropout_seed, unsigned long long dropout_offset,
                                                          void* stream);
 
+// FlashAttention's flash_attn_with_kvcache (src/attention.cuh's AttentionKVCache says each argument's meaning): q
+// (B, T, NH, HS) against the caches k_cache, v_cache, contiguous (B_cache, Tk, NH_kv, HS) or, with block_table
+// (B, block_table_batch) int32, paged (pages, page_size, NH_kv, HS) with the page stride as the batch stride and Tk the
+// positions a table row reaches. cache_seqlens (B) int32 device (nullptr: cache_seqlen for all): the keys in each
+// sequence's cache before this call; cache_batch_idx, cache_leftpad (B) int32 device or nullptr. k_new, v_new
+// (B, T_new, NH_kv, HS) or nullptr: appended into the caches in place at cache_seqlens[b] .., K with the rotary
+// embedding (rotary_cos, rotary_sin (positions, rotary_dim / 2) of q's dtype; rotary_dim 0: none), before the
+// attention reads them. The window, softcap and ALiBi as the _ex calls; num_splits: 0 chooses; lse may be null. Head
+// dims multiples of 8 up to 256.
+FLASHGPT_API const char* flashgpt_attention_kvcache(const void* q, void* k_cache, void* v_cache, void* out, float* lse,
+                                                    const long long* q_strides, const long long* k_strides,
+                                                    const long long* v_strides, const long long* o_strides,
+                                                    int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
+                                                    const int* cache_seqlens, int cache_seqlen, const int* cache_batch_idx,
+                                                    const int* cache_leftpad, const int* block_table, long long block_table_batch,
+                                                    int page_size, const void* k_new, const void* v_new,
+                                                    const long long* k_new_strides, const long long* v_new_strides, int T_new,
+                                                    const void* rotary_cos, const void* rotary_sin, int rotary_dim,
+                                                    int rotary_interleaved, int rotary_per_token, int window_left,
+                                                    int window_right, float softcap, const float* alibi_slopes,
+                                                    long long alibi_batch, int num_splits, int fp16, void* stream);
+
 // the git commit the library was built from
 FLASHGPT_API const char* flashgpt_attention_version(void);
 
 // the version of these signatures the library was built with, FLASHGPT_ATTENTION_ABI; a library without this call
 // predates the gate arguments of the _ex calls
-#define FLASHGPT_ATTENTION_ABI 6
+#define FLASHGPT_ATTENTION_ABI 7
 FLASHGPT_API int flashgpt_attention_abi(void);
 
 #ifdef __cplusplus

@@ -98,26 +98,32 @@ void forward_general(const AttentionForwardParams& p, cudaStream_t stream) {
     else launch_attention_forward<256, 1, 4, 32, true, false, kHalf>(k, stream);
 }
 
-// decoding: the split-key kernels
+// decoding: the split-key kernels, at the head dims they are compiled for (a head dim between them runs the next one's
+// kernel, its columns past p.HS zero-filled and never written); kCache where the call has more than a contiguous cache
+// with lengths (attention_decode_kernel)
+template <bool kHalf, bool kCache>
+void decode_by_head_dim(const AttentionForwardParams& p, const AttentionKVCache& kv, cudaStream_t stream) {
+    if (p.HS <= 32) launch_attention_decode<32, kHalf, kCache>(p, kv, stream);
+    else if (p.HS <= 64) launch_attention_decode<64, kHalf, kCache>(p, kv, stream);
+    else if (p.HS <= 96) launch_attention_decode<96, kHalf, kCache>(p, kv, stream);
+    else if (p.HS <= 128) launch_attention_decode<128, kHalf, kCache>(p, kv, stream);
+    else launch_attention_decode<256, kHalf, kCache>(p, kv, stream);
+}
 template <bool kHalf>
-void decode_by_head_dim(const AttentionForwardParams& p, const int* seqlens_k, cudaStream_t stream) {
-    switch (p.HS) {
-        case 32: launch_attention_decode<32, kHalf>(p, seqlens_k, stream); break;
-        case 64: launch_attention_decode<64, kHalf>(p, seqlens_k, stream); break;
-        case 96: launch_attention_decode<96, kHalf>(p, seqlens_k, stream); break;
-        case 128: launch_attention_decode<128, kHalf>(p, seqlens_k, stream); break;
-        default: launch_attention_decode<256, kHalf>(p, seqlens_k, stream); break;
-    }
+void decode_by_head_dim(const AttentionForwardParams& p, const AttentionKVCache& kv, cudaStream_t stream) {
+    const bool cache = kv.block_table || kv.batch_idx || kv.leftpad || kv.k_new || attention_has_modifiers(p.x);
+    if (cache) decode_by_head_dim<kHalf, true>(p, kv, stream);
+    else decode_by_head_dim<kHalf, false>(p, kv, stream);
 }
 
 #if ATTENTION_FP16
 template void forward_self_causal<true>(const AttentionForwardParams& p, cudaStream_t stream);
 template void forward_general<true>(const AttentionForwardParams& p, cudaStream_t stream);
-template void decode_by_head_dim<true>(const AttentionForwardParams& p, const int* seqlens_k, cudaStream_t stream);
+template void decode_by_head_dim<true>(const AttentionForwardParams& p, const AttentionKVCache& kv, cudaStream_t stream);
 #else
 extern template void forward_self_causal<true>(const AttentionForwardParams& p, cudaStream_t stream);
 extern template void forward_general<true>(const AttentionForwardParams& p, cudaStream_t stream);
-extern template void decode_by_head_dim<true>(const AttentionForwardParams& p, const int* seqlens_k, cudaStream_t stream);
+extern template void decode_by_head_dim<true>(const AttentionForwardParams& p, const AttentionKVCache& kv, cudaStream_t stream);
 
 AttentionTuning& attention_tuning() { static AttentionTuning t; return t; }
 
@@ -203,18 +209,40 @@ void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T,
     else launch_attention_forward<128, 2, 4, 48, true, true>(p, stream);
 }
 
-void attention_forward_kvcache(const AttentionForwardParams& p, const int* seqlens_k, cudaStream_t stream) {
-    const char* why = attention_unsupported_reason(p);
-    if (!why && (long long)p.T * (p.NH / p.NH_kv) > kDecodeRows) why = "the KV-cache path takes T * NH / NH_kv <= 16 query rows (a prefill runs attention_forward)";
-    if (!why && (long long)p.B * p.NH_kv > 65535) why = "B * NH_kv too large for the grid";
-    if (!why && (p.x.bias || p.x.cu_seqlens_q || p.x.cu_seqlens_k || p.x.gate || p.x.doc_start || p.x.bias2 || p.x.key_mask ||
-                 attention_has_modifiers(p.x) || p.x.dropout_p > 0.0f))
-        why = "the KV-cache path takes no bias, packed sequences, gating, key masks, document masks, window, softcap, ALiBi or dropout";
-    if (!why && p.HS < 32) why = "the KV-cache path takes head dims 32 to 256 (attention_forward runs 8 and 16)";
-    if (!seqlens_k) seqlens_k = p.x.seqlens_k;
-    if (why) attention_exit_unsupported("forward (KV cache)", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
-    if (p.fp16) decode_by_head_dim<true>(p, seqlens_k, stream);
-    else decode_by_head_dim<false>(p, seqlens_k, stream);
+const char* attention_kvcache_unsupported_reason(const AttentionForwardParams& p, const AttentionKVCache& kv) {
+    if (p.HS < 8 || p.HS > 256 || p.HS % 8) return "the KV-cache call takes head dims that are multiples of 8 from 8 to 256";
+    if (p.B < 1 || p.T < 1 || p.Tk < 1 || p.NH < 1 || p.NH_kv < 1) return "B, T, Tk, NH and NH_kv must be at least 1";
+    if (p.NH % p.NH_kv != 0) return "the query heads NH must be a multiple of the key/value heads NH_kv";
+    if ((long long)p.B * p.NH_kv > 65535) return "B * NH_kv too large for the grid";
+    if (ceil_div((long long)p.T * (p.NH / p.NH_kv), (long long)kDecodeRows) > 65535) return "T * NH / NH_kv too large for the grid";
+    if (p.Tk >= (1 << 30)) return "Tk must be below 2^30";
+    if (p.x.bias || p.x.cu_seqlens_q || p.x.cu_seqlens_k || p.x.gate || p.x.doc_start || p.x.bias2 || p.x.key_mask || p.x.key_bias ||
+        p.x.dropout_p > 0.0f)
+        return "the KV-cache call takes no bias, packed sequences, gating, key masks, document masks or dropout";
+    if (p.x.window && (p.x.window_left < -1 || p.x.window_right < -1)) return "window sides must be -1 (unbounded) or at least 0";
+    if (!(p.x.softcap >= 0.0f) || std::isinf(p.x.softcap)) return "softcap must be 0 (none) or a finite positive number";
+    const bool append = kv.k_new || kv.v_new;
+    if (append && (!kv.k_new || !kv.v_new || kv.T_new < 1)) return "an append needs k_new, v_new and T_new >= 1";
+    if (!kv.seqlens && (kv.seqlen < 0 || kv.seqlen + (append ? kv.T_new : 0) > p.Tk)) return "the cache length plus the new tokens must fit Tk";
+    if (kv.block_table && (kv.page_size < 1 || kv.batch_idx)) return "a paged cache needs page_size >= 1 and takes no batch_idx";
+    if (kv.rotary_dim && (kv.rotary_dim % 16 || kv.rotary_dim > p.HS || !kv.rotary_cos || !kv.rotary_sin || !append ||
+                          (uintptr_t)kv.rotary_cos % 16 || (uintptr_t)kv.rotary_sin % 16))
+        return "the rotary embedding needs an append, rotary_dim a multiple of 16 up to the head dim, and cos, sin 16-byte aligned";
+    for (const AttentionStrides& st : {p.q_st, p.k_st, p.v_st, p.o_st, append ? kv.k_new_st : p.q_st, append ? kv.v_new_st : p.q_st})
+        if (st.batch % 8 || st.row % 8 || st.head % 8) return "every batch, row and head stride must be a multiple of 8 elements (16 bytes)";
+    for (const void* ptr : {(const void*)p.q, (const void*)p.k, (const void*)p.v, (const void*)p.out, (const void*)kv.k_new, (const void*)kv.v_new})
+        if ((uintptr_t)ptr % 16) return "Q, K, V, O and the new keys and values must be 16-byte aligned";
+    if (device_props().major < 8) return "needs compute capability 8.0 or newer (bf16 tensor cores)";
+    return nullptr;
+}
+
+void attention_forward_kvcache(const AttentionForwardParams& p, const AttentionKVCache& kv, cudaStream_t stream) {
+    if (const char* why = attention_kvcache_unsupported_reason(p, kv))
+        attention_exit_unsupported("forward (KV cache)", p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, why);
+    AttentionForwardParams k = p;
+    k.x = attention_with_score_constants(p.x, p.scale);
+    if (p.fp16) decode_by_head_dim<true>(k, kv, stream);
+    else decode_by_head_dim<false>(k, kv, stream);
 }
 
 // the dropout mask (attention_dropout_mask): grid (B * NH, T), threads over the keys

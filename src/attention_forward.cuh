@@ -1495,15 +1495,18 @@ void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStr
 // decoding (flash-decoding): a few new query rows against a long KV cache
 //
 // The forward kernels give each (query block, head) one CTA that walks every key: with T = 1 that is B * NH CTAs of
-// one row each, too few to stream a long cache at full bandwidth. Here one CTA takes (split, b, key/value head): the
-// R = T * NH / NH_kv query rows that read this key/value head (with GQA the group's heads share every K/V byte read),
-// padded to one m16 tile, against one split of the keys. Its 4 warps take 16 keys each of every 64-key stage of a
-// 3-deep cp.async ring and keep their own online softmax; at the end the CTA merges its warps. With one split it
-// writes O and LSE itself; otherwise each split leaves (O / l, LSE) in fp32 scratch, and the last split of a
-// (b, key/value head) to finish (a counter per pair) combines them, each weighted by exp(LSE_split - LSE): no second
-// kernel, whose launch and ramp cost more than the combine itself. seqlens_k (optional, per sequence): the keys of
-// sequence b are 0 .. seqlens_k[b] - 1 of the cache, the last T of them the new tokens' (causal: query t sees keys
-// <= t + len - T).
+// one row each, too few to stream a long cache at full bandwidth. Here one CTA takes (split, b, key/value head, chunk):
+// 16 of the R = T * NH / NH_kv query rows that read this key/value head (with GQA the group's heads share every K/V
+// byte read; row r is head h_kv * group + r / T, token r % T), against one split of the keys. Its 4 warps take 16 keys
+// each of every 64-key stage of a 3-deep cp.async ring and keep their own online softmax; at the end the CTA merges its
+// warps. With one split it writes O and LSE itself; otherwise each split leaves (O / l, LSE) in fp32 scratch, and the
+// last split of a (b, key/value head, chunk) to finish (a counter each) combines them, each weighted by
+// exp(LSE_split - LSE): no second kernel, whose launch and ramp cost more than the combine itself.
+// The cache is FlashAttention's (AttentionKVCache): per-sequence lengths and left padding, rows picked by batch_idx or
+// pages by a block table (an address per key row, so any page size), and the new tokens' keys and values appended in
+// place: the split whose keys hold a new position writes it (chunk 0's CTA, K rotated), and every CTA that reads it
+// takes it from k_new / v_new (rotated the same way), as the cache's copy may not be written yet. The band (causal,
+// window, leftpad, lengths) bounds each chunk's keys; softcap and ALiBi change the scores where given.
 constexpr int kDecodeRows = 16, kDecodeWarps = 4, kDecodeKeys = 64, kDecodeStages = 3;
 
 template <int HS>
@@ -1520,38 +1523,164 @@ struct DecodeTile {
 };
 
 // the splits' partials: lse [split][row], o [split][row][HS] (row = (b * NH + h) * T + t), fp32; done: per
-// (b, key/value head), the splits finished so far (zero between launches: the last split resets it)
+// (b, key/value head, chunk), the splits finished so far (zero between launches: the last split resets it)
 struct DecodePartials { float* lse; float* o; int* done; };
 
-template <int HS, bool kHalf>
-__global__ void __launch_bounds__(32 * kDecodeWarps)
-attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, int split_keys, DecodePartials part) {
+// 8 elements (16 bytes, dims 8 ch ..) of a 16-bit row with the rotary embedding at position pos applied to the dims
+// below kv.rotary_dim, in fp32 and rounded back (FlashAttention's rotary: x cos - y sin, y cos + x sin over each pair)
+// (not inlined, its arguments by value: the decode kernel calls it off its hot path, where an inlined copy would take
+// registers its main loop needs)
+template <bool kHalf>
+__device__ __noinline__ uint4 rotary_chunk(const floatX* row, int ch, int pos, const floatX* rotary_cos, const floatX* rotary_sin,
+                                           int rotary_dim, bool interleaved) {
+    uint4 x = *reinterpret_cast<const uint4*>(row + ch * 8);
+    const int d0 = ch * 8, half = rotary_dim / 2;
+    if (d0 >= rotary_dim) return x;
+    const floatX* cos_row = rotary_cos + (size_t)pos * half;
+    const floatX* sin_row = rotary_sin + (size_t)pos * half;
+    uint32_t* xw = &x.x;
+    if (interleaved) {   // pairs (2i, 2i + 1) of the chunk, angles d0 / 2 .. d0 / 2 + 3
+        const uint2 c = *reinterpret_cast<const uint2*>(cos_row + d0 / 2), s = *reinterpret_cast<const uint2*>(sin_row + d0 / 2);
+        const uint32_t cw[2] = {c.x, c.y}, sw[2] = {s.x, s.y};
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 v = unpack_x2<kHalf>(xw[i]);
+            const float cs = i % 2 ? unpack_x2<kHalf>(cw[i / 2]).y : unpack_x2<kHalf>(cw[i / 2]).x;
+            const float sn = i % 2 ? unpack_x2<kHalf>(sw[i / 2]).y : unpack_x2<kHalf>(sw[i / 2]).x;
+            xw[i] = pack_x2<kHalf>(v.x * cs - v.y * sn, v.x * sn + v.y * cs);
+        }
+    } else {   // dim d pairs with d + half: the partner chunk, angles of the lower dims
+        const bool low = d0 < half;
+        const int angle0 = low ? d0 : d0 - half;
+        uint4 y = *reinterpret_cast<const uint4*>(row + (low ? d0 + half : d0 - half));
+        const uint4 c = *reinterpret_cast<const uint4*>(cos_row + angle0), s = *reinterpret_cast<const uint4*>(sin_row + angle0);
+        const uint32_t* yw = &y.x;
+        const uint32_t* cw = &c.x;
+        const uint32_t* sw = &s.x;
+        const float sign = low ? -1.0f : 1.0f;
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 v = unpack_x2<kHalf>(xw[i]), w = unpack_x2<kHalf>(yw[i]);
+            const float2 cs = unpack_x2<kHalf>(cw[i]), sn = unpack_x2<kHalf>(sw[i]);
+            xw[i] = pack_x2<kHalf>(v.x * cs.x + sign * w.x * sn.x, v.y * cs.y + sign * w.y * sn.y);
+        }
+    }
+    return x;
+}
+__device__ __forceinline__ void st_shared_16(uint32_t addr, uint4 v) {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" :: "r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+
+// HS 32's CTAs are small: their registers must allow 8 an SM as their shared memory does (6 with kCache, whose extra
+// registers would spill at 8)
+template <int HS, bool kCache> constexpr int kDecodeMinBlocks = HS == 32 ? (kCache ? 6 : 8) : 1;
+
+// kCache: FlashAttention's cache (pages, batch_idx, leftpad, the append and rotary, the window, softcap and ALiBi);
+// without it a contiguous cache of per-sequence lengths (GPT-2's generation, attention_forward's decoding), whose
+// kernels keep the registers that leave room for more CTAs an SM
+template <int HS, bool kHalf, bool kCache>
+__global__ void __launch_bounds__(32 * kDecodeWarps, kDecodeMinBlocks<HS, kCache>)
+attention_decode_kernel(const AttentionForwardParams p, const AttentionKVCache kv, int split_keys, DecodePartials part) {
     using Tile = DecodeTile<HS>;
-    constexpr int kKS = HS / 16, kDT = HS / 8;
+    constexpr int kKS = HS / 16, kDT = HS / 8, kChunks = HS / 8;
     extern __shared__ __align__(1024) uint8_t smem[];
-    uint8_t* q_smem = smem;                   // (16, HS): the R rows, zeros below
+    uint8_t* q_smem = smem;                   // (16, HS): the chunk's rows, zeros below
     uint8_t* ring = smem + Tile::kQBytes;     // [stage][K, V] (64, HS)
     const int split = blockIdx.x, num_splits = gridDim.x;
     const int b = blockIdx.y / p.NH_kv, h_kv = blockIdx.y % p.NH_kv;
-    const int group = p.NH / p.NH_kv, T = p.T, R = group * T;   // row r: query head h_kv * group + r / T, token t = r % T
+    const int group = p.NH / p.NH_kv, T = p.T, R = group * T;
+    const int r0 = blockIdx.z * kDecodeRows, rows_here = min(R - r0, kDecodeRows);   // this CTA's rows r0 ..
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    const int keys = seqlens_k ? seqlens_k[b] : p.Tk;
-    const int key_begin = split * split_keys, key_end = min(key_begin + split_keys, keys);
+    if (kCache && kv.block_table && threadIdx.x == 0) {
+        // the page table's entries of the split's first keys into L1 while the lengths load: the first K/V addresses
+        // then wait on one memory round trip, not two (a split of few stages would feel the second)
+        asm volatile("prefetch.global.L1 [%0];" :: "l"(kv.block_table + b * kv.block_table_batch + split * split_keys / kv.page_size));
+    }
+    const int head_chunks = p.HS / 8;          // the head dim's chunks; those past it load as zeros
+    const int cached = kv.seqlens ? kv.seqlens[b] : kv.seqlen;
+    const int keys = kCache ? cached + kv.T_new : cached;   // sequence b's positions, the new tokens' included
+    const int key_first = kCache && kv.leftpad ? kv.leftpad[b] : 0;
+    const KeyBand band = attention_band(p.x, p.causal, T, keys);
+    // the keys the chunk's rows see, within this split: tokens t_lo .. t_hi (all, where the chunk wraps round a head)
+    const bool one_head = r0 / T == (r0 + rows_here - 1) / T;
+    const int t_lo = one_head ? r0 % T : 0, t_hi = one_head ? (r0 + rows_here - 1) % T : T - 1;
+    const int split_begin = split * split_keys, split_end = min(split_begin + split_keys, p.Tk);
+    const int key_begin = max(max(split_begin, key_first), t_lo + band.lo);
+    const int key_end = min(min(split_end, keys), t_hi + band.hi + 1);
     const int stages = key_end > key_begin ? ceil_div(key_end - key_begin, kDecodeKeys) : 0;
-    const floatX* k_gl = p.k + b * p.k_st.batch + h_kv * p.k_st.head;
-    const floatX* v_gl = p.v + b * p.v_st.batch + h_kv * p.v_st.head;
 
-    for (int c = threadIdx.x; c < kDecodeRows * (HS / 8); c += Tile::kThreads) {
-        const int r = c / (HS / 8), ch = c % (HS / 8);
-        const bool valid = r < R;
-        const floatX* src = p.q + b * p.q_st.batch + (valid ? (r % T) * p.q_st.row + (h_kv * group + r / T) * p.q_st.head : 0) + ch * 8;
-        cp_async_16(smem_addr(q_smem + swizzle<HS>(r, ch)), src, valid);
+    // where position j of this (sequence, key/value head) lives in the caches: k_gl + k_offset(j) (v likewise)
+    const int* pages = kCache && kv.block_table ? kv.block_table + b * kv.block_table_batch : nullptr;
+    const long long cache_row0 = pages ? 0 : (long long)(kCache && kv.batch_idx ? kv.batch_idx[b] : b);
+    const floatX* k_gl = p.k + cache_row0 * p.k_st.batch + h_kv * p.k_st.head;
+    const floatX* v_gl = p.v + cache_row0 * p.v_st.batch + h_kv * p.v_st.head;
+    // a page size that is a power of two (FlashAttention's and vLLM's usual ones) divides by a shift
+    const bool page_pow2 = (kv.page_size & (kv.page_size - 1)) == 0;
+    const int page_shift = __ffs(kv.page_size) - 1;
+    auto cache_offsets = [&](int j, size_t& k_off, size_t& v_off) {
+        if (pages) {
+            const int page_index = page_pow2 ? j >> page_shift : j / kv.page_size;
+            const size_t page = pages[page_index], row = j - page_index * kv.page_size;
+            k_off = page * p.k_st.batch + row * p.k_st.row;
+            v_off = page * p.v_st.batch + row * p.v_st.row;
+        } else {
+            k_off = (size_t)j * p.k_st.row;
+            v_off = (size_t)j * p.v_st.row;
+        }
+    };
+    const floatX* k_new = kv.k_new + b * kv.k_new_st.batch + h_kv * kv.k_new_st.head;   // used only with kv.k_new
+    const floatX* v_new = kv.v_new + b * kv.v_new_st.batch + h_kv * kv.v_new_st.head;
+    auto new_key_chunk = [&](int j, int ch) {   // position j >= cached: the new token's key, rotated at j
+        const floatX* row = k_new + (j - cached) * kv.k_new_st.row;
+        return kv.rotary_dim ? rotary_chunk<kHalf>(row, ch, j, kv.rotary_cos, kv.rotary_sin, kv.rotary_dim, kv.rotary_interleaved)
+                             : *reinterpret_cast<const uint4*>(row + ch * 8);
+    };
+    auto new_value_chunk = [&](int j, int ch) { return *reinterpret_cast<const uint4*>(v_new + (j - cached) * kv.v_new_st.row + ch * 8); };
+
+    // the append: chunk 0's CTA of the split holding a new position writes it into the caches
+    if (kCache && kv.k_new && blockIdx.z == 0) {
+        floatX* k_cache = const_cast<floatX*>(k_gl);   // the caller's caches, writable with an append (AttentionKVCache)
+        floatX* v_cache = const_cast<floatX*>(v_gl);
+        const int j0 = max(split_begin, cached), j1 = min(split_end, keys);
+        for (int c = threadIdx.x; c < (j1 - j0) * head_chunks; c += Tile::kThreads) {
+            const int j = j0 + c / head_chunks, ch = c % head_chunks;
+            size_t k_off, v_off;
+            cache_offsets(j, k_off, v_off);
+            *reinterpret_cast<uint4*>(k_cache + k_off + ch * 8) = new_key_chunk(j, ch);
+            *reinterpret_cast<uint4*>(v_cache + v_off + ch * 8) = new_value_chunk(j, ch);
+        }
+    }
+
+    for (int c = threadIdx.x; c < kDecodeRows * kChunks; c += Tile::kThreads) {   // Q, rotated where asked
+        const int i = c / kChunks, ch = c % kChunks, r = r0 + i;
+        const bool valid = i < rows_here && ch < head_chunks;
+        const int t = r % T;
+        const floatX* src = p.q + b * p.q_st.batch + (valid ? t * p.q_st.row + (h_kv * group + r / T) * p.q_st.head : 0) + ch * 8;
+        const uint32_t dst = smem_addr(q_smem + swizzle<HS>(i, ch));
+        if (kCache && kv.rotary_dim && valid)
+            st_shared_16(dst, rotary_chunk<kHalf>(src - ch * 8, ch, kv.rotary_per_token ? cached + t : cached, kv.rotary_cos, kv.rotary_sin,
+                                                  kv.rotary_dim, kv.rotary_interleaved));
+        else cp_async_16(dst, src, valid);
     }
     auto load_stage = [&](int s) {   // keys key_begin + 64 s .. + 63 (zeros from key_end on) into slot s % kDecodeStages
-        uint8_t* slot = ring + (s % kDecodeStages) * Tile::kStageBytes;
+        uint8_t* k_slot = ring + (s % kDecodeStages) * Tile::kStageBytes;
+        uint8_t* v_slot = k_slot + kDecodeKeys * HS * 2;
         const int row0 = key_begin + s * kDecodeKeys;
-        load_tile_async<HS, Tile::kThreads>(slot, k_gl, p.k_st.row, row0, kDecodeKeys, key_end);
-        load_tile_async<HS, Tile::kThreads>(slot + kDecodeKeys * HS * 2, v_gl, p.v_st.row, row0, kDecodeKeys, key_end);
+        const bool new_rows = kCache && row0 + kDecodeKeys > cached && key_end > cached;   // any of the new tokens' keys
+        for (int c = threadIdx.x; c < kDecodeKeys * kChunks; c += Tile::kThreads) {
+            const int i = c / kChunks, ch = c % kChunks, j = row0 + i;
+            const bool valid = j < key_end && ch < head_chunks;
+            const uint32_t k_dst = smem_addr(k_slot + swizzle<HS>(i, ch)), v_dst = smem_addr(v_slot + swizzle<HS>(i, ch));
+            if (new_rows && valid && j >= cached) {   // a new token's: from k_new / v_new (the cache's copy may not be written yet)
+                st_shared_16(k_dst, new_key_chunk(j, ch));
+                st_shared_16(v_dst, new_value_chunk(j, ch));
+                continue;
+            }
+            size_t k_off = 0, v_off = 0;
+            if (valid) cache_offsets(j, k_off, v_off);
+            cp_async_16(k_dst, k_gl + k_off + ch * 8, valid);
+            cp_async_16(v_dst, v_gl + v_off + ch * 8, valid);
+        }
     };
     #pragma unroll
     for (int s = 0; s < kDecodeStages - 1; s++) {   // one commit group per stage, empty past the end (Q joins the first)
@@ -1559,13 +1688,19 @@ attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, in
         cp_async_commit();
     }
 
-    // this thread's rows g, g + 8: the last key each may see (-1: a padding row)
-    int last_key[2];
+    // this thread's rows g, g + 8: the keys each sees (first_key > last_key: a padding row), its ALiBi slope (/ scale)
+    // and diagonal (the ALiBi distance to key j is diag - j)
+    int first_key[2], last_key[2];
+    float slope[2] = {0.0f, 0.0f}, diag[2] = {0.0f, 0.0f};
     #pragma unroll
     for (int half = 0; half < 2; half++) {
-        const int r = g + 8 * half;
-        last_key[half] = r >= R ? -1 : min(p.causal ? r % T + keys - T : keys - 1, key_end - 1);
+        const int i = g + 8 * half, r = r0 + i, t = r % T;
+        first_key[half] = kCache ? max(key_first, t + band.lo) : 0;
+        last_key[half] = i >= rows_here ? -1 : min(min(keys - 1, t + band.hi), key_end - 1);
+        if (kCache && p.x.alibi_slopes && i < rows_here) slope[half] = p.x.alibi_slopes[b * p.x.alibi_batch + h_kv * group + r / T] * p.x.inv_scale;
+        diag[half] = (float)(t + keys - T);
     }
+    const bool score_mods = kCache && attention_has_score_mods(p.x);
     const float scale_log2 = p.scale * kLog2e;
     uint32_t q_frag[kKS][4];
     float o_acc[kDT][4];
@@ -1602,7 +1737,12 @@ attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, in
             for (int nt = 0; nt < 2; nt++)
                 #pragma unroll
                 for (int e = 2 * half; e < 2 * half + 2; e++) {
-                    if (key0 + nt * 8 + 2 * tq + (e % 2) > last_key[half]) sc[nt][e] = -INFINITY;
+                    const int key = key0 + nt * 8 + 2 * tq + (e % 2);
+                    if (score_mods) {   // softcap, then ALiBi (ScoreMods' order and units)
+                        if (p.x.softcap_in != 0.0f) sc[nt][e] = p.x.softcap_out * fast_tanh(sc[nt][e] * p.x.softcap_in);
+                        sc[nt][e] -= slope[half] * fabsf(diag[half] - (float)key);
+                    }
+                    if (key > last_key[half] || (kCache && key < first_key[half])) sc[nt][e] = -INFINITY;
                     mx = fmaxf(mx, sc[nt][e]);
                 }
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
@@ -1619,7 +1759,7 @@ attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, in
             #pragma unroll
             for (int dt = 0; dt < kDT; dt++) { o_acc[dt][2 * half] *= alpha; o_acc[dt][2 * half + 1] *= alpha; }
         }
-        uint32_t pa[4];   // P (16 rows x the warp's 16 keys) in bf16: the A fragment of O += P V
+        uint32_t pa[4];   // P (16 rows x the warp's 16 keys) in 16 bits: the A fragment of O += P V
         accum_tiles_to_a_frag<kHalf>(pa, sc[0], sc[1]);
         #pragma unroll
         for (int dp = 0; dp < kDT / 2; dp++) {
@@ -1641,38 +1781,40 @@ attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, in
         float l = row_sum[half];
         l += __shfl_xor_sync(0xffffffff, l, 1);
         l += __shfl_xor_sync(0xffffffff, l, 2);
-        const int r = g + 8 * half;
-        if (tq == 0) { mine[r] = row_max[half] == -INFINITY ? -INFINITY : row_max[half] * scale_log2; mine[16 + r] = l; }
+        const int i = g + 8 * half;
+        if (tq == 0) { mine[i] = row_max[half] == -INFINITY ? -INFINITY : row_max[half] * scale_log2; mine[16 + i] = l; }
         #pragma unroll
         for (int dt = 0; dt < kDT; dt++)
-            *reinterpret_cast<float2*>(mine + 32 + r * HS + dt * 8 + 2 * tq) = make_float2(o_acc[dt][2 * half], o_acc[dt][2 * half + 1]);
+            *reinterpret_cast<float2*>(mine + 32 + i * HS + dt * 8 + 2 * tq) = make_float2(o_acc[dt][2 * half], o_acc[dt][2 * half + 1]);
     }
     __syncthreads();
     const size_t rows = (size_t)gridDim.y * R;   // B * NH * T
-    for (int c = threadIdx.x; c < R * (HS / 4); c += Tile::kThreads) {
-        const int r = c / (HS / 4), col = (c % (HS / 4)) * 4;
+    for (int c = threadIdx.x; c < rows_here * (HS / 4); c += Tile::kThreads) {
+        const int i = c / (HS / 4), col = (c % (HS / 4)) * 4;
         float m = -INFINITY;
         #pragma unroll
-        for (int w = 0; w < kDecodeWarps; w++) m = fmaxf(m, merge[w * Tile::kMergeFloats + r]);
+        for (int w = 0; w < kDecodeWarps; w++) m = fmaxf(m, merge[w * Tile::kMergeFloats + i]);
         float l = 0.0f;
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (m != -INFINITY) {
             #pragma unroll
             for (int w = 0; w < kDecodeWarps; w++) {
                 const float* wm = merge + w * Tile::kMergeFloats;
-                const float f = fast_exp2(wm[r] - m);   // 0 for a warp that saw no key of this row
-                const float4 x = *reinterpret_cast<const float4*>(wm + 32 + r * HS + col);
-                l += f * wm[16 + r];
+                const float f = fast_exp2(wm[i] - m);   // 0 for a warp that saw no key of this row
+                const float4 x = *reinterpret_cast<const float4*>(wm + 32 + i * HS + col);
+                l += f * wm[16 + i];
                 acc.x += f * x.x; acc.y += f * x.y; acc.z += f * x.z; acc.w += f * x.w;
             }
         }
         const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
         const float lse = l > 0.0f ? (m + __log2f(l)) / kLog2e : -INFINITY;   // natural log
-        const int h = h_kv * group + r / T, t = r % T;
+        const int r = r0 + i, h = h_kv * group + r / T, t = r % T;
         const size_t row = ((size_t)b * p.NH + h) * T + t;
         if (num_splits == 1) {
-            floatX* dst = p.out + b * p.o_st.batch + t * p.o_st.row + h * p.o_st.head + col;
-            *reinterpret_cast<uint2*>(dst) = make_uint2(pack_x2<kHalf>(acc.x * inv_l, acc.y * inv_l), pack_x2<kHalf>(acc.z * inv_l, acc.w * inv_l));
+            if (col < p.HS) {
+                floatX* dst = p.out + b * p.o_st.batch + t * p.o_st.row + h * p.o_st.head + col;
+                *reinterpret_cast<uint2*>(dst) = make_uint2(pack_x2<kHalf>(acc.x * inv_l, acc.y * inv_l), pack_x2<kHalf>(acc.z * inv_l, acc.w * inv_l));
+            }
             if (p.lse && col == 0) p.lse[row] = lse;
         } else {
             *reinterpret_cast<float4*>(part.o + (split * rows + row) * HS + col) =
@@ -1682,14 +1824,15 @@ attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, in
     }
     if (num_splits == 1) return;
 
-    // the last split of this (b, key/value head) combines: O = sum_s exp(lse_s - lse) O_s, lse = log sum_s exp(lse_s)
+    // the last split of this (b, key/value head, chunk) combines: O = sum_s exp(lse_s - lse) O_s, lse = log sum_s exp(lse_s)
     __shared__ int is_last;
+    const int counter = blockIdx.z * gridDim.y + blockIdx.y;
     __threadfence();   // this split's partials are visible device-wide before it is counted
     __syncthreads();
     if (threadIdx.x == 0) {
-        const int finished = atomicAdd(&part.done[blockIdx.y], 1);
+        const int finished = atomicAdd(&part.done[counter], 1);
         is_last = finished == num_splits - 1;
-        if (is_last) part.done[blockIdx.y] = 0;   // every split of this launch has counted: ready for the next
+        if (is_last) part.done[counter] = 0;   // every split of this launch has counted: ready for the next
     }
     __syncthreads();
     if (!is_last) return;
@@ -1697,52 +1840,54 @@ attention_decode_kernel(const AttentionForwardParams p, const int* seqlens_k, in
     // each row's split weights exp(lse_s - lse) into the ring (its merge is done): a warp a row, its lanes over the splits
     float* w = merge;                                    // [split][16]
     float* row_lse = merge + num_splits * kDecodeRows;   // [16]: the combined lse, or -inf
-    for (int r = warp; r < R; r += kDecodeWarps) {
+    for (int i = warp; i < rows_here; i += kDecodeWarps) {
+        const int r = r0 + i;
         const size_t row = ((size_t)b * p.NH + h_kv * group + r / T) * T + r % T;
         float m = -INFINITY;
         for (int s = lane; s < num_splits; s += 32) {
             const float x = __ldcg(part.lse + s * rows + row);   // from L2: other SMs wrote it
-            w[s * kDecodeRows + r] = x;
+            w[s * kDecodeRows + i] = x;
             m = fmaxf(m, x);
         }
         #pragma unroll
         for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
         float sum = 0.0f;
         for (int s = lane; s < num_splits; s += 32) {
-            const float e = m == -INFINITY ? 0.0f : expf(w[s * kDecodeRows + r] - m);
-            w[s * kDecodeRows + r] = e;
+            const float e = m == -INFINITY ? 0.0f : expf(w[s * kDecodeRows + i] - m);
+            w[s * kDecodeRows + i] = e;
             sum += e;
         }
         #pragma unroll
         for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffff, sum, o);
         const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-        for (int s = lane; s < num_splits; s += 32) w[s * kDecodeRows + r] *= inv;
-        if (lane == 0) row_lse[r] = sum > 0.0f ? m + logf(sum) : -INFINITY;
+        for (int s = lane; s < num_splits; s += 32) w[s * kDecodeRows + i] *= inv;
+        if (lane == 0) row_lse[i] = sum > 0.0f ? m + logf(sum) : -INFINITY;
     }
     __syncthreads();
-    for (int c = threadIdx.x; c < R * (HS / 4); c += Tile::kThreads) {
-        const int r = c / (HS / 4), col = (c % (HS / 4)) * 4;
-        const int h = h_kv * group + r / T, t = r % T;
+    for (int c = threadIdx.x; c < rows_here * (HS / 4); c += Tile::kThreads) {
+        const int i = c / (HS / 4), col = (c % (HS / 4)) * 4;
+        const int r = r0 + i, h = h_kv * group + r / T, t = r % T;
         const size_t row = ((size_t)b * p.NH + h) * T + t;
+        if (p.lse && col == 0) p.lse[row] = row_lse[i];
+        if (col >= p.HS) continue;
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         #pragma unroll 16
         for (int s = 0; s < num_splits; s++) {
-            const float ws = w[s * kDecodeRows + r];
+            const float ws = w[s * kDecodeRows + i];
             const float4 x = __ldcg(reinterpret_cast<const float4*>(part.o + (s * rows + row) * HS + col));
             acc.x += ws * x.x; acc.y += ws * x.y; acc.z += ws * x.z; acc.w += ws * x.w;
         }
         floatX* dst = p.out + b * p.o_st.batch + t * p.o_st.row + h * p.o_st.head + col;
         *reinterpret_cast<uint2*>(dst) = make_uint2(pack_x2<kHalf>(acc.x, acc.y), pack_x2<kHalf>(acc.z, acc.w));
-        if (p.lse && col == 0) p.lse[row] = row_lse[r];
     }
 }
 
-// the decode kernels run where the R = T * NH / NH_kv rows that share a key/value head fit one m16 tile, and the keys
-// are many enough that splitting them pays
+// attention_forward runs the decode kernels where the R = T * NH / NH_kv rows that share a key/value head fit one m16
+// tile, and the keys are many enough that splitting them pays
 inline bool attention_decode_applies(const AttentionForwardParams& p) {
     return (long long)p.T * (p.NH / p.NH_kv) <= kDecodeRows && p.Tk >= 2 * kDecodeKeys && (long long)p.B * p.NH_kv <= 65535 &&
            !p.x.bias && !p.x.cu_seqlens_q && !p.x.cu_seqlens_k && !p.x.gate && !p.x.doc_start && !p.x.bias2 && !p.x.key_mask &&
-           !p.x.key_bias && !attention_has_modifiers(p.x) && !(p.x.dropout_p > 0.0f) && p.HS >= 32;
+           !p.x.key_bias && !(p.x.dropout_p > 0.0f) && p.HS >= 32;
 }
 
 // fp32 scratch for the splits' partials, grown as needed, and the zeroed split counters (the decode call owns them; one
@@ -1761,27 +1906,31 @@ inline int* attention_decode_counters(int n) {
     return counters;
 }
 
-template <int HS, bool kHalf>
-void launch_attention_decode(const AttentionForwardParams& p, const int* seqlens_k, cudaStream_t stream) {
+// p.x carries the score modifiers' kernel constants (attention_with_score_constants)
+template <int HS, bool kHalf, bool kCache>
+void launch_attention_decode(const AttentionForwardParams& p, const AttentionKVCache& kv, cudaStream_t stream) {
     using Tile = DecodeTile<HS>;
-    // splits: the count whose kv_heads * splits CTAs fill the GPU's CTA slots best (the last wave of a memory-bound
+    constexpr auto kKernel = attention_decode_kernel<HS, kHalf, kCache>;
+    // splits: the count whose CTAs (work items * splits) fill the GPU's CTA slots best (the last wave of a memory-bound
     // grid that is partly empty streams at part of the bandwidth), the fewest among equals (each split adds a partial
     // to combine). Each split streams at least 16 stages of keys (a shorter one spends much of its time filling its
-    // ring), or 4 where 16 leave most slots empty.
-    const int kv_heads = p.B * p.NH_kv;
+    // ring), or 4 where 16 leave most slots empty. kv.num_splits caps them.
+    const int chunks = ceil_div(p.T * (p.NH / p.NH_kv), kDecodeRows);
+    const long items = (long)p.B * p.NH_kv * chunks;
     static int per_sm = 0;   // CTAs an SM holds (registers and shared memory)
     if (!per_sm) {
-        cudaCheck(cudaFuncSetAttribute(attention_decode_kernel<HS, kHalf>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_decode_kernel<HS, kHalf>, Tile::kThreads, Tile::kSmemBytes));
+        cudaCheck(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, Tile::kThreads, Tile::kSmemBytes));
         per_sm = std::max(per_sm, 1);
     }
     const long slots = (long)per_sm * device_props().multiProcessorCount;
+    const int most_splits = std::min(ceil_div(p.Tk, kDecodeKeys), Tile::kMaxSplits);
     auto best_splits = [&](int min_stages, double* fill_out) {
-        const int max_splits = std::max(1, std::min(ceil_div(p.Tk, min_stages * kDecodeKeys), Tile::kMaxSplits));
+        const int max_splits = std::max(1, std::min(ceil_div(p.Tk, min_stages * kDecodeKeys), most_splits));
         int best_s = 1;
         double best = 0.0;
         for (int s = 1; s <= max_splits; s++) {
-            const long ctas = (long)kv_heads * s;
+            const long ctas = items * s;
             const double fill = (double)ctas / (double)(ceil_div(ctas, slots) * slots);
             if (fill > best * 1.02) { best = fill; best_s = s; }
             if (ctas >= 4 * slots) break;   // past a few waves the fill only creeps up
@@ -1792,16 +1941,16 @@ void launch_attention_decode(const AttentionForwardParams& p, const int* seqlens
     double fill = 0.0;
     int splits = best_splits(16, &fill);
     if (fill < 0.5) splits = best_splits(4, &fill);
+    if (kv.num_splits > 0) splits = std::max(1, std::min(kv.num_splits, most_splits));
     const int split_keys = ceil_div(ceil_div(p.Tk, splits), kDecodeKeys) * kDecodeKeys;
     splits = ceil_div(p.Tk, split_keys);
     DecodePartials part{nullptr, nullptr, nullptr};
     if (splits > 1) {
         const size_t rows = (size_t)p.B * p.NH * p.T;
         float* buf = (float*)attention_decode_scratch(splits * rows * (HS + 1) * sizeof(float));
-        part = {buf, buf + splits * rows, attention_decode_counters(kv_heads)};
+        part = {buf, buf + splits * rows, attention_decode_counters((int)items)};
     }
-    launch_with_smem<attention_decode_kernel<HS, kHalf>>(dim3(splits, kv_heads), Tile::kThreads, Tile::kSmemBytes, stream, p, seqlens_k,
-                                                  split_keys, part);
+    launch_with_smem<kKernel>(dim3(splits, p.B * p.NH_kv, chunks), Tile::kThreads, Tile::kSmemBytes, stream, p, kv, split_keys, part);
 }
 
 // a refused call in a program that cannot take the reason back (the C interface checks first and returns it)

@@ -9,6 +9,7 @@ order, defaults, shapes and return values, so a program written for flash_attn r
   flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)   q (total_q, H, D), ...
   flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen)                             qkv (total, 3, H, D)
   flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+  flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, ...)                       inference (below)
 
 each with dropout_p=0.0, softmax_scale=None (1 / sqrt(D)), causal=False (aligned bottom-right when T != Tk, as
 FlashAttention 2.1+), window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
@@ -37,7 +38,7 @@ import torch.nn.functional as F
 import flashgpt_attention as _fg
 
 __all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func", "flash_attn_varlen_func",
-           "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func"]
+           "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache"]
 
 _HEAD_DIMS = (8, 16, 32, 64, 96, 128, 256)
 
@@ -178,3 +179,36 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
     """q (total_q, H, D), kv (total_k, 2, H_kv, D) -> out (total_q, H, D)"""
     return _attention(q, kv[:, 0], kv[:, 1], softmax_scale, causal, (window_size, softcap, alibi_slopes, dropout_p),
                       return_attn_probs, (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
+                            cache_batch_idx=None, cache_leftpad=None, block_table=None, softmax_scale=None, causal=False,
+                            window_size=(-1, -1), softcap=0.0, rotary_interleaved=True, alibi_slopes=None, num_splits=0,
+                            return_softmax_lse=False):
+    """FlashAttention's inference call: q (B, T, H, D) against k_cache, v_cache (B_cache, Tk, H_kv, D), or paged
+    (pages, page_size, H_kv, D) with block_table (B, max_pages) int32 (any page size). k, v (B, T_new, H_kv, D), if
+    given, are written into the caches in place at cache_seqlens (an int or (B,) int32) and attended to, k (and q) with
+    the rotary embedding where rotary_cos / rotary_sin (positions, rotary_dim / 2) are given; cache_batch_idx picks each
+    sequence's cache row, cache_leftpad its first key. One kernel does the append, the rotary and the split-key
+    attention (num_splits: 0 chooses by the occupancy). Returns out (B, T, H, D), and softmax_lse (B, H, T) fp32 with
+    return_softmax_lse. A head dim that is not a multiple of 8 runs zero-padded, copying the caches (as FlashAttention's
+    wrapper does)."""
+    D = q.shape[-1]
+    scale = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
+    Dp = (D + 7) // 8 * 8
+    if Dp > 256:
+        raise ValueError(f"head dim {D}: FlashAttention and flashgpt take head dims up to 256")
+    caches = (k_cache, v_cache)
+    if Dp != D:
+        q, k_cache, v_cache, k, v = (None if x is None else F.pad(x, (0, Dp - D)) for x in (q, k_cache, v_cache, k, v))
+    out = _fg.kvcache_attention(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, causal=causal, scale=scale,
+                                cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad, block_table=block_table,
+                                rotary_cos=rotary_cos, rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved,
+                                window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                                num_splits=num_splits, return_lse=return_softmax_lse)
+    if Dp != D:
+        if k is not None:   # the appended rows back into the caller's caches
+            caches[0].copy_(k_cache[..., :D])
+            caches[1].copy_(v_cache[..., :D])
+        out = (out[0][..., :D], out[1]) if return_softmax_lse else out[..., :D]
+    return out
