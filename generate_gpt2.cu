@@ -8,9 +8,11 @@ code's model: gpt2_prefill / gpt2_decode_step / gpt2_generate and the KV-cache a
   ./generate_gpt2cu -e model.bin -pf prompts.txt -g 1                         one prompt per line, greedy
   ./generate_gpt2cu -e model.bin -p "prompt" -b 64 -n 1000 -q 1               64 samples of one prompt, timings only
   ./generate_gpt2cu -e model.bin -pf prompts.txt -g 1 -n 64 -cmp 1            KV cache vs full recompute, checked
+  ./generate_gpt2cu -e model.bin -pf prompts.txt -pg 256                      a paged KV cache: one pool of pages
 
 Prompts of different lengths are right-padded to the longest and prefilled together; each sequence then decodes from
-its own length. -kv 0 recomputes the whole forward for every new token, the baseline the KV cache is measured
+its own length. -pg N keeps the caches in one pool of N-position pages, each sequence taking pages as it grows (the
+pool holds the sequences' own lengths, not B times the longest); its tokens are the contiguous cache's. -kv 0 recomputes the whole forward for every new token, the baseline the KV cache is measured
 against. Prints the text of every sequence, then the prefill's and the decode's time and tokens/s and one
 RESULT line.
 */
@@ -79,11 +81,14 @@ GenerateTimes gpt2_generate_recompute(GPT2* model, GPT2Inference* inf, const Pro
 //     differences far inside the bound
 //   the GPU sampler's pick on either path's logits agrees with the CPU reference (src/sampler.h) on the same logits
 // Returns the process exit code: 0 if everything holds.
-int gpt2_check_kv_cache(GPT2* model, const PromptBatch& batch, int n, const SamplerSettings& sampler, float tol, int pad) {
+int gpt2_check_kv_cache(GPT2* model, const PromptBatch& batch, int n, const SamplerSettings& sampler, float tol, int pad,
+                        int page_size) {
     const GPT2Config& cfg = model->config;
     const int B = batch.B, Tmax = batch.Tp + n, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
     GPT2Inference inf;
-    gpt2_inference_allocate(&inf, cfg, B, batch.Tp, Tmax, /*kv_cache=*/true, model->gelu_fusion, sampler, /*use_graph=*/false);
+    const PagedKVPlan plan = paged_kv_plan(batch.lengths, n, page_size);
+    gpt2_inference_allocate(&inf, cfg, B, batch.Tp, Tmax, /*kv_cache=*/true, model->gelu_fusion, sampler, /*use_graph=*/false,
+                            page_size ? &plan : nullptr);
     int* kv_next;
     cuda_alloc(&kv_next, B);
     std::vector<int> tokens, lengths;
@@ -207,7 +212,7 @@ int main(int argc, char** argv) {
     if (cfg.check) {
         // the recompute path's activations hold all Tmax positions
         gpt2_allocate_state(&model, B, Tmax, /*recompute=*/1, model.gelu_fusion, /*use_master_weights=*/0);
-        int rc = gpt2_check_kv_cache(&model, batch, n, sampler, cfg.check_tol, pad);
+        int rc = gpt2_check_kv_cache(&model, batch, n, sampler, cfg.check_tol, pad, cfg.page_size);
         tokenizer_free(&tokenizer);
         gpt2_free(&model);
         common_free();
@@ -237,7 +242,12 @@ int main(int argc, char** argv) {
     GenerateTimes times;
     if (stream_text) { printf("---\n"); print_prompt(0); fflush(stdout); }
     if (cfg.kv_cache) {
-        gpt2_inference_allocate(&inf, model_config, B, batch.Tp, Tmax, /*kv_cache=*/true, model.gelu_fusion, sampler, cfg.cuda_graph);
+        const PagedKVPlan plan = paged_kv_plan(batch.lengths, n, cfg.page_size);
+        gpt2_inference_allocate(&inf, model_config, B, batch.Tp, Tmax, /*kv_cache=*/true, model.gelu_fusion, sampler, cfg.cuda_graph,
+                                cfg.page_size ? &plan : nullptr);
+        const double cache_mb = 2.0 * model_config.num_layers * inf.cache_positions * C * sizeof(floatX) / 1e6;
+        if (cfg.page_size) printf("| paged KV cache: %d pages of %d positions, %.1f MB (contiguous: %.1f MB)\n", plan.pages,
+                                  cfg.page_size, cache_mb, 2.0 * model_config.num_layers * B * Tmax * C * sizeof(floatX) / 1e6);
         if (cfg.warmup) gpt2_generate(&model, &inf, batch.tokens.data(), batch.lengths.data(), std::min(n, 3), no_tokens);
         times = gpt2_generate(&model, &inf, batch.tokens.data(), batch.lengths.data(), n, on_tokens);
     } else {
@@ -271,8 +281,8 @@ int main(int argc, char** argv) {
            prompt_tokens, B, batch.Tp, 1e3 * times.prefill_s, prompt_tokens / times.prefill_s);
     printf("decode: %d steps x B=%d = %.0f tokens in %.2f ms, %.3f ms/step, %.0f tok/s\n", n - 1, B, decode_tokens,
            1e3 * times.decode_s, n > 1 ? 1e3 * times.decode_s / (n - 1) : 0.0, n > 1 ? decode_tokens / times.decode_s : 0.0);
-    printf("RESULT generate kv=%d graph=%d B=%d prompt=%d new=%d prefill_ms=%.3f decode_ms=%.3f decode_tok_s=%.1f total_tok_s=%.1f\n",
-           cfg.kv_cache, cfg.kv_cache && cfg.cuda_graph, B, batch.Tp, n, 1e3 * times.prefill_s, 1e3 * times.decode_s,
+    printf("RESULT generate kv=%d graph=%d pg=%d B=%d prompt=%d new=%d prefill_ms=%.3f decode_ms=%.3f decode_tok_s=%.1f total_tok_s=%.1f\n",
+           cfg.kv_cache, cfg.kv_cache && cfg.cuda_graph, cfg.page_size, B, batch.Tp, n, 1e3 * times.prefill_s, 1e3 * times.decode_s,
            n > 1 ? decode_tokens / times.decode_s : 0.0, (double)B * n / (times.prefill_s + times.decode_s));
 
     gpt2_inference_free(&inf);

@@ -815,9 +815,13 @@ typedef struct {
     int B, Tp, Tmax;            // sequences, prefill rows per sequence (the longest prompt), cache capacity
     int gelu_fusion;
     SamplerSettings sampler;
-    // per layer K and V (null without a KV cache: the full-recompute path uses only the sampler state)
-    floatX* k_cache;            // (L, B, Tmax, NH, HS)
-    floatX* v_cache;            // (L, B, Tmax, NH, HS)
+    // per layer K and V (null without a KV cache: the full-recompute path uses only the sampler state): contiguous
+    // (L, B, Tmax, NH, HS), or paged (L, pages, page_size, NH, HS) with block_table (B, pages_per_seq)
+    floatX* k_cache;
+    floatX* v_cache;
+    size_t cache_positions;     // per layer: B * Tmax, or pages * page_size
+    int page_size, pages_per_seq;   // page_size 0: contiguous
+    int* block_table;
     // one layer's activations for up to B * Tp rows (prefill); a decode step uses the first B rows
     floatX* residual;           // (B*Tp, C) the residual stream, updated in place
     floatX* ln;                 // (B*Tp, C) ln1, ln2, then lnf
@@ -843,9 +847,11 @@ typedef struct {
 template <class T> void cuda_alloc(T** p, size_t n) { cudaCheck(cudaMalloc(p, std::max(n, (size_t)1) * sizeof(T))); }
 
 // B sequences, prompts of up to Tp tokens, Tmax positions in all (prompt + new tokens). kv_cache false: only the
-// sampler state (the full-recompute path runs gpt2_forward on the model's own activations).
+// sampler state (the full-recompute path runs gpt2_forward on the model's own activations). paged (optional): the
+// caches as one pool of pages (generate.h's paged_kv_plan) instead of B rows of Tmax positions.
 void gpt2_inference_allocate(GPT2Inference* inf, const GPT2Config& c, int B, int Tp, int Tmax, bool kv_cache,
-                             int gelu_fusion, const SamplerSettings& sampler, bool use_graph) {
+                             int gelu_fusion, const SamplerSettings& sampler, bool use_graph,
+                             const PagedKVPlan* paged = nullptr) {
     memset(inf, 0, sizeof(*inf));
     inf->B = B;
     inf->Tp = Tp;
@@ -855,8 +861,16 @@ void gpt2_inference_allocate(GPT2Inference* inf, const GPT2Config& c, int B, int
     inf->use_graph = use_graph;
     size_t L = c.num_layers, C = c.channels, NH = c.num_heads, N = (size_t)B * Tp;
     if (kv_cache) {
-        cuda_alloc(&inf->k_cache, L * B * Tmax * C);
-        cuda_alloc(&inf->v_cache, L * B * Tmax * C);
+        inf->cache_positions = paged ? (size_t)paged->pages * paged->page_size : (size_t)B * Tmax;
+        cuda_alloc(&inf->k_cache, L * inf->cache_positions * C);
+        cuda_alloc(&inf->v_cache, L * inf->cache_positions * C);
+        if (paged) {
+            inf->page_size = paged->page_size;
+            inf->pages_per_seq = paged->pages_per_seq;
+            cuda_alloc(&inf->block_table, paged->block_table.size());
+            cudaCheck(cudaMemcpy(inf->block_table, paged->block_table.data(), paged->block_table.size() * sizeof(int),
+                                 cudaMemcpyHostToDevice));
+        }
         cuda_alloc(&inf->residual, N * C);
         cuda_alloc(&inf->ln, N * C);
         cuda_alloc(&inf->qkv, N * 3 * C);
@@ -876,7 +890,7 @@ void gpt2_inference_allocate(GPT2Inference* inf, const GPT2Config& c, int B, int
 }
 
 void gpt2_inference_free(GPT2Inference* inf) {
-    void* device_ptrs[] = {inf->k_cache, inf->v_cache, inf->residual, inf->ln, inf->qkv,
+    void* device_ptrs[] = {inf->k_cache, inf->v_cache, inf->block_table, inf->residual, inf->ln, inf->qkv,
                            inf->atty, inf->lse, inf->fch, inf->fch_gelu, inf->lnf_newest,
                            inf->prompt_tokens, inf->logits, inf->history, inf->lengths, inf->next_tokens};
     for (void* p : device_ptrs) cudaCheck(cudaFree(p));  // cudaFree(nullptr) is a no-op
@@ -893,7 +907,9 @@ void gpt2_inference_layers(const GPT2* model, GPT2Inference* inf, int Tq, bool p
     const GPT2Config& cfg = model->config;
     const int L = cfg.num_layers, C = cfg.channels, NH = cfg.num_heads, HS = C / NH, B = inf->B, N = B * Tq;
     const ParameterTensors& p = model->params;
-    const size_t cache_layer = (size_t)B * inf->Tmax * C;
+    const size_t cache_layer = inf->cache_positions * C;
+    const KVCacheLayout layout = {inf->page_size ? inf->pages_per_seq * inf->page_size : inf->Tmax, inf->block_table,
+                                  inf->pages_per_seq, inf->page_size};
     layernorm_forward(inf->ln, nullptr, nullptr, inf->residual, p.ln1w, p.ln1b, N, C, main_stream);   // no backward: no statistics
     for (int l = 0; l < L; l++) {
         NvtxRange layer_range(prefill ? "prefill layer" : "decode layer", l);
@@ -902,10 +918,10 @@ void gpt2_inference_layers(const GPT2* model, GPT2Inference* inf, int Tq, bool p
         // qkv = ln1 @ qkvw^T + qkvb; k, v into the cache; attention
         matmul_forward(inf->qkv, inf->ln, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, nullptr, N, C, 3 * C, nullptr, main_stream);
         if (prefill) {
-            kv_cache_append(k_cache, v_cache, inf->qkv, nullptr, B, Tq, inf->Tmax, C, main_stream);
+            kv_cache_append(k_cache, v_cache, inf->qkv, inf->lengths, /*prefill=*/true, layout, B, Tq, C, main_stream);
             attention_forward(inf->atty, inf->lse, inf->qkv, B, Tq, NH, HS, main_stream);
         } else {
-            kv_cache_append(k_cache, v_cache, inf->qkv, inf->lengths, B, 1, inf->Tmax, C, main_stream);
+            kv_cache_append(k_cache, v_cache, inf->qkv, inf->lengths, /*prefill=*/false, layout, B, 1, C, main_stream);
             AttentionForwardParams a;
             a.q = inf->qkv;  // the Q part of the fused (B, 1, 3, NH, HS) qkv
             a.k = k_cache;
@@ -913,12 +929,20 @@ void gpt2_inference_layers(const GPT2* model, GPT2Inference* inf, int Tq, bool p
             a.out = inf->atty;
             a.lse = nullptr;
             a.q_st = fused_qkv_strides(1, NH, HS);
-            a.k_st = a.v_st = bthd_strides(inf->Tmax, NH, HS);
+            a.k_st = a.v_st = bthd_strides(layout.Tmax, NH, HS);
             a.o_st = bthd_strides(1, NH, HS);
-            a.B = B; a.T = 1; a.Tk = inf->Tmax; a.NH = NH; a.NH_kv = NH; a.HS = HS;
+            a.B = B; a.T = 1; a.Tk = layout.Tmax; a.NH = NH; a.NH_kv = NH; a.HS = HS;
             a.causal = true;
             a.scale = 1.0f / sqrtf((float)HS);
-            attention_forward_kvcache(a, inf->lengths, main_stream);
+            if (inf->page_size) {   // the pages: a page's stride as the batch stride, the block table to find them
+                AttentionKVCache kv = {};
+                kv.seqlens = inf->lengths;
+                kv.block_table = inf->block_table, kv.block_table_batch = inf->pages_per_seq, kv.page_size = inf->page_size;
+                a.k_st = a.v_st = bthd_strides(inf->page_size, NH, HS);
+                attention_forward_kvcache(a, kv, main_stream);
+            } else {
+                attention_forward_kvcache(a, inf->lengths, main_stream);
+            }
         }
         // x = x + attproj(atty) (in place, the add in the matmul's epilogue); ln2 = layernorm(x)
         matmul_forward(inf->residual, inf->atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, inf->residual, N, C, C,

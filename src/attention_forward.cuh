@@ -1571,9 +1571,9 @@ __device__ __forceinline__ void st_shared_16(uint32_t addr, uint4 v) {
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" :: "r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
 }
 
-// HS 32's CTAs are small: their registers must allow 8 an SM as their shared memory does (6 with kCache, whose extra
-// registers would spill at 8)
-template <int HS, bool kCache> constexpr int kDecodeMinBlocks = HS == 32 ? (kCache ? 6 : 8) : 1;
+// the CTAs an SM holds by their shared memory, which their registers must allow too: HS 32 8 (6 with kCache, whose
+// extra registers would spill at 8), HS 64 4; larger head dims' shared memory allows fewer than their registers
+template <int HS, bool kCache> constexpr int kDecodeMinBlocks = HS == 32 ? (kCache ? 6 : 8) : HS == 64 ? 4 : 1;
 
 // kCache: FlashAttention's cache (pages, batch_idx, leftpad, the append and rotary, the window, softcap and ALiBi);
 // without it a contiguous cache of per-sequence lengths (GPT-2's generation, attention_forward's decoding), whose

@@ -34,6 +34,32 @@ GENERATE_HD inline int kv_cache_slot(int length, int Tq, int t) { return length 
 // query i of the T new ones sees key j iff j <= i + seqlen_k - T (seqlen_k: the sequence's keys, the new ones included)
 GENERATE_HD inline bool kv_key_visible(int i, int j, int T, int seqlen_k) { return j <= i + seqlen_k - T; }
 
+// A paged KV cache (-pg): one pool of pages of page_size positions for every sequence, each sequence's positions in
+// the pages its row of the block table (B, pages_per_seq) names. The pages are handed out in the order the sequences
+// reach them (the prompts' at the prefill, then one more whenever a sequence's newest token starts a page), as an
+// allocator serving the batch would, so a sequence's pages are scattered through the pool and the pool holds what the
+// sequences use (each sequence its own length + new_tokens positions, rounded up to a page), not B times the longest.
+struct PagedKVPlan {
+    int page_size, pages_per_seq, pages;
+    std::vector<int> block_table;   // (B, pages_per_seq); entries past a sequence's pages are 0 (never read)
+};
+inline PagedKVPlan paged_kv_plan(const std::vector<int>& lengths, int new_tokens, int page_size) {
+    const int B = (int)lengths.size();
+    PagedKVPlan plan{page_size, 0, 0, {}};
+    if (page_size < 1) return plan;   // no pages: contiguous caches
+    auto pages_for = [&](int positions) { return (positions + page_size - 1) / page_size; };
+    for (int len : lengths) plan.pages_per_seq = std::max(plan.pages_per_seq, pages_for(len + new_tokens));
+    plan.block_table.assign((size_t)B * plan.pages_per_seq, 0);
+    std::vector<int> held(B, 0);
+    auto grow = [&](int b, int positions) {   // sequence b now holds positions 0 .. positions - 1
+        for (; held[b] < pages_for(positions); held[b]++) plan.block_table[(size_t)b * plan.pages_per_seq + held[b]] = plan.pages++;
+    };
+    for (int b = 0; b < B; b++) grow(b, lengths[b]);
+    for (int step = 1; step <= new_tokens; step++)
+        for (int b = 0; b < B; b++) grow(b, lengths[b] + step);
+    return plan;
+}
+
 // The full-recompute path runs the forward over every sequence up to the longest, rounded up to 64 positions (fewer
 // distinct shapes), at most the allocated T.
 inline int recompute_run_T(int longest, int T_alloc) {
@@ -116,6 +142,7 @@ typedef struct {
     float check_tol;          // -ct  -cmp's bound on max |logit difference|
     int print_ids;            // -ids 1: print each sequence's new token ids
     int quiet;                // -q   1: no text, only the timing lines
+    int page_size;            // -pg  0: contiguous caches (B, longest prompt + new tokens); N: one pool of N-position pages
 } GenerateConfig;
 
 inline void generate_config_defaults(GenerateConfig* c) {
@@ -136,6 +163,7 @@ inline void generate_config_defaults(GenerateConfig* c) {
     c->check_tol = 0.1f;
     c->print_ids = 0;
     c->quiet = 0;
+    c->page_size = 0;
 }
 
 inline const char* generate_usage() {
@@ -159,7 +187,9 @@ inline const char* generate_usage() {
         "               tokens and the GPU sampler against a CPU reference; exit 1 on a mismatch (default = 0)\n"
         "  -ct <float>  -cmp's bound on max |logit difference| (default = 0.1)\n"
         "  -ids <int>   1: print each sequence's new token ids (default = 0)\n"
-        "  -q <int>     1: print no text, only the timing lines (default = 0)\n";
+        "  -q <int>     1: print no text, only the timing lines (default = 0)\n"
+        "  -pg <int>    N: a paged KV cache, one pool of N-position pages that each sequence takes as it grows\n"
+        "               (the pool holds each sequence's own length); 0: contiguous caches (default = 0)\n";
 }
 
 inline std::string generate_config_parse(GenerateConfig* c, int argc, char** argv) {
@@ -187,6 +217,7 @@ inline std::string generate_config_parse(GenerateConfig* c, int argc, char** arg
         else if (!strcmp(f, "ct")) ok = parse_float_arg(v, &c->check_tol);
         else if (!strcmp(f, "ids")) ok = parse_int_arg(v, &c->print_ids);
         else if (!strcmp(f, "q")) ok = parse_int_arg(v, &c->quiet);
+        else if (!strcmp(f, "pg")) ok = parse_int_arg(v, &c->page_size);
         else return strfmt("unknown flag '%s'", flag);
         if (!ok) return strfmt("flag %s: '%s' is not a valid number", flag, v);
     }
@@ -200,6 +231,8 @@ inline std::string generate_config_check(const GenerateConfig& c) {
     if (c.top_k < 0) return strfmt("-k %d must be >= 0 (0: the whole vocabulary)", c.top_k);
     if (!c.greedy && !(c.temperature > 0.0f)) return strfmt("-T %g must be > 0 (greedy: -g 1)", c.temperature);
     if (c.B < 0) return strfmt("-b %d must be >= 0", c.B);
+    if (c.page_size < 0) return strfmt("-pg %d must be >= 0 (0: contiguous caches)", c.page_size);
+    if (c.page_size > 0 && !c.kv_cache) return "-pg pages the KV cache: it needs -kv 1";
     for (int flag : {c.greedy, c.kv_cache, c.cuda_graph, c.warmup, c.check, c.print_ids, c.quiet})
         if (flag != 0 && flag != 1) return "-g, -kv, -cg, -w, -cmp, -ids and -q take 0 or 1";
     if (!(c.check_tol > 0.0f)) return strfmt("-ct %g must be > 0", c.check_tol);

@@ -41,8 +41,9 @@ TEST(generate_config_parses_flags) {
     CHECK(!strcmp(c.model, "m.bin") && !strcmp(c.prompt, "hi") && !strcmp(c.tiktoken, "r.tiktoken"));
     CHECK(c.new_tokens == 10 && c.top_k == 5 && c.temperature == 0.5f && c.seed == 3 && c.B == 4 && c.greedy == 1);
     CHECK(c.kv_cache == 0 && c.cuda_graph == 0 && c.warmup == 0 && c.check == 1 && c.check_tol == 0.2f);
-    CHECK(c.print_ids == 1 && c.quiet == 1);
+    CHECK(c.print_ids == 1 && c.quiet == 1 && c.page_size == 0);
     CHECK(parse({"-e", "d12", "-pf", "prompts.txt", "-g", "1", "-T", "0"}, &c) == "");  // greedy ignores -T
+    CHECK(parse({"-e", "m.bin", "-pg", "256"}, &c) == "" && c.page_size == 256);
 }
 
 TEST(generate_config_rejects_bad_flags) {
@@ -50,7 +51,8 @@ TEST(generate_config_rejects_bad_flags) {
     std::vector<std::vector<const char*>> bad = {
         {}, {"-e"}, {"-e", "m.bin", "-z", "1"}, {"-e", "m.bin", "-n", "abc"}, {"-e", "m.bin", "-n", "0"},
         {"-e", "m.bin", "-k", "-1"}, {"-e", "m.bin", "-T", "0"}, {"-e", "m.bin", "-b", "-2"}, {"-e", "m.bin", "-kv", "2"},
-        {"-e", "m.bin", "-p", "a", "-pf", "f"}, {"-e", "m.bin", "-ct", "0"}, {"e", "m.bin"}};
+        {"-e", "m.bin", "-p", "a", "-pf", "f"}, {"-e", "m.bin", "-ct", "0"}, {"e", "m.bin"}, {"-e", "m.bin", "-pg", "-1"},
+        {"-e", "m.bin", "-pg", "16", "-kv", "0"}};
     for (auto& args : bad) {
         std::string err = parse(args, &c);
         if (err.empty()) fprintf(stderr, "  accepted: %zu args starting %s\n", args.size(), args.empty() ? "-" : args[0]);
@@ -60,6 +62,33 @@ TEST(generate_config_rejects_bad_flags) {
     CHECK(parse_model_descriptor("d12", &m) == "");
     CHECK(generate_check_length(24, 1000, m) == "");
     CHECK(generate_check_length(24, 1001, m) != "");
+}
+
+// the paged cache's plan: every sequence's positions (its length + the new tokens) have pages, no page twice, the pool
+// no larger than those pages, and the pages handed out in the order the sequences reach them
+TEST(paged_kv_plan_gives_each_sequence_its_pages) {
+    const std::vector<int> lengths = {5, 17, 1, 32};
+    const int n = 20, P = 16;
+    PagedKVPlan plan = paged_kv_plan(lengths, n, P);
+    CHECK(plan.page_size == P && plan.pages_per_seq == (32 + n + P - 1) / P);
+    int needed = 0;
+    std::vector<int> owner(plan.pages, -1);
+    for (int b = 0; b < (int)lengths.size(); b++) {
+        const int pages = (lengths[b] + n + P - 1) / P;
+        needed += pages;
+        for (int i = 0; i < pages; i++) {
+            const int page = plan.block_table[b * plan.pages_per_seq + i];
+            CHECK(page >= 0 && page < plan.pages && owner[page] == -1);
+            owner[page] = b;
+        }
+    }
+    CHECK(plan.pages == needed);
+    // the prefill's pages first, sequence by sequence: 1, 2, 1, 2 pages
+    CHECK(plan.block_table[0] == 0 && plan.block_table[plan.pages_per_seq] == 1 && plan.block_table[plan.pages_per_seq + 1] == 2);
+    CHECK(plan.block_table[2 * plan.pages_per_seq] == 3 && plan.block_table[3 * plan.pages_per_seq + 1] == 5);
+    // then by step: sequence 3 (32 tokens) starts its third page at step 1, sequence 1 (17) its third at step 16
+    CHECK(plan.block_table[3 * plan.pages_per_seq + 2] == 6);
+    CHECK(paged_kv_plan(lengths, n, 0).pages == 0);   // -pg 0: no plan
 }
 
 // ----------------------------------------------------------------------------
