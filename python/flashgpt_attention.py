@@ -138,10 +138,10 @@ def _library():
         lib.flashgpt_attention_backward_scratch_bytes.restype = ctypes.c_size_t
         lib.flashgpt_attention_dropout_mask.argtypes = [ptr] + [i32] * 4 + [ptr, ptr] + dropout + [ptr]
         lib.flashgpt_attention_dropout_mask.restype = ctypes.c_char_p
-        # q, k_cache, v_cache, out, lse, 4 strides, shape, scale, cache_seqlens, cache_seqlen, cache_batch_idx,
+        # q, k_cache, v_cache, out, lse, 4 strides, shape, scale, cu_seqlens_q, cache_seqlens, cache_seqlen, cache_batch_idx,
         # cache_leftpad, block_table, block_table_batch, page_size, k_new, v_new, their strides, T_new, rotary_cos,
         # rotary_sin, rotary_dim, rotary_interleaved, rotary_per_token, window and modifiers, num_splits, fp16, stream
-        lib.flashgpt_attention_kvcache.argtypes = ([ptr] * 5 + [strides] * 4 + shape + [ctypes.c_float, ptr, i32, ptr, ptr, ptr,
+        lib.flashgpt_attention_kvcache.argtypes = ([ptr] * 5 + [strides] * 4 + shape + [ctypes.c_float, ptr, ptr, i32, ptr, ptr, ptr,
                                                    ctypes.c_longlong, i32, ptr, ptr, strides, strides, i32, ptr, ptr, i32,
                                                    i32, i32] + window + [i32, i32, ptr])
         lib.flashgpt_attention_kvcache.restype = ctypes.c_char_p
@@ -772,7 +772,7 @@ def dropout_mask(B, H, T, Tk, dropout_p, dropout_seed, device, cu_seqlens_q=None
 def kvcache_attention(q, k_cache, v_cache, k_new=None, v_new=None, cache_seqlens=None, causal=False, scale=None,
                       cache_batch_idx=None, cache_leftpad=None, block_table=None, rotary_cos=None, rotary_sin=None,
                       rotary_interleaved=True, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, num_splits=0,
-                      return_lse=False, out=None):
+                      return_lse=False, out=None, cu_seqlens_q=None, max_seqlen_q=None):
     """q (B, T, H, D) new queries against the caches k_cache, v_cache: (B_cache, Tk, H_kv, D), or with block_table
     (B, max_pages) int32 paged (pages, page_size, H_kv, D). k_new, v_new (B, T_new, H_kv, D): appended into the caches
     in place at positions cache_seqlens[b] .. (K with the rotary embedding) by the same kernel that then attends to
@@ -782,12 +782,21 @@ def kvcache_attention(q, k_cache, v_cache, k_new=None, v_new=None, cache_seqlens
     q (at cache_seqlens + t where causal or windowed, else all at cache_seqlens), interleaved (GPT-J) or not (GPT-NeoX).
     Causal, window_size, softcap and alibi_slopes as flash_attention, aligned to each sequence's end. bf16 or fp16,
     D a multiple of 8 up to 256. Returns out (B, T, H, D) (and the LSE (B, H, T) fp32 with return_lse); out: a
-    contiguous (B, T, H, D) tensor to write it into (else a new one)."""
-    if q.dim() != 4 or k_cache.dim() != 4 or v_cache.dim() != 4:
-        raise ValueError("q (B, T, H, D), k_cache and v_cache 4-d")
+    contiguous (B, T, H, D) tensor to write it into (else a new one). cu_seqlens_q (B + 1,): packed queries, q (total_q,
+    H, D) and out like it, max_seqlen_q the longest (read from cu_seqlens_q when not given), no append; the LSE is then
+    (B, H, max_seqlen_q), the first T_b rows of each sequence written."""
+    packed = cu_seqlens_q is not None
+    if q.dim() != (3 if packed else 4) or k_cache.dim() != 4 or v_cache.dim() != 4:
+        raise ValueError("q (B, T, H, D) (packed: (total_q, H, D)), k_cache and v_cache 4-d")
     if q.dtype not in DTYPES or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
         raise TypeError("q, k_cache and v_cache must be bf16 or fp16, all alike")
-    B, T, H, D = q.shape
+    if packed:
+        cu_q = _int32_on(cu_seqlens_q, "cu_seqlens_q", q.device)
+        B, H, D = cu_q.numel() - 1, q.shape[1], q.shape[2]
+        T = int((cu_q[1:] - cu_q[:-1]).max()) if max_seqlen_q is None else int(max_seqlen_q)
+    else:
+        cu_q = None
+        B, T, H, D = q.shape
     H_kv = k_cache.shape[2]
     device = q.device
     for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
@@ -819,9 +828,10 @@ def kvcache_attention(q, k_cache, v_cache, k_new=None, v_new=None, cache_seqlens
         rotary_cos = rotary_cos.to(device=device, dtype=q.dtype).contiguous()
         rotary_sin = rotary_sin.to(device=device, dtype=q.dtype).contiguous()
         rotary_dim = 2 * rotary_cos.shape[1]
-    q = _ready(q, "bthd")
+    layout = "thd" if packed else "bthd"
+    q = _ready(q, layout)
     if out is None:
-        out = torch.empty((B, T, H, D), dtype=q.dtype, device=device)
+        out = torch.zeros(q.shape, dtype=q.dtype, device=device) if packed else torch.empty((B, T, H, D), dtype=q.dtype, device=device)
     elif out.shape != q.shape or out.dtype != q.dtype or not out.is_contiguous():
         raise ValueError("out must be a contiguous tensor of q's shape and dtype")
     lse = torch.empty((B, H, T), dtype=torch.float32, device=device) if return_lse else None
@@ -835,8 +845,8 @@ def kvcache_attention(q, k_cache, v_cache, k_new=None, v_new=None, cache_seqlens
     cache_strides = [_c_strides(x, "bthd") for x in (k_cache, v_cache)]
     new_strides = [None, None] if k_new is None else [_c_strides(x, "bthd") for x in (k_new, v_new)]
     err = _call(device, _library().flashgpt_attention_kvcache, q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
-                out.data_ptr(), _ptr(lse), _c_strides(q, "bthd"), *cache_strides, _c_strides(out, "bthd"), B, T, Tk, H, H_kv,
-                D, int(bool(causal)), scale, _ptr(seqlens), seqlen, _ptr(batch_idx), _ptr(leftpad), _ptr(block_table),
+                out.data_ptr(), _ptr(lse), _c_strides(q, layout), *cache_strides, _c_strides(out, layout), B, T, Tk, H, H_kv,
+                D, int(bool(causal)), scale, _ptr(cu_q), _ptr(seqlens), seqlen, _ptr(batch_idx), _ptr(leftpad), _ptr(block_table),
                 table_batch, page_size, _ptr(k_new), _ptr(v_new), *new_strides, T_new, _ptr(rotary_cos), _ptr(rotary_sin),
                 rotary_dim, int(bool(rotary_interleaved)), int(per_token), left, right, float(softcap),
                 _ptr(alibi_slopes), alibi_batch, int(num_splits), int(q.dtype == torch.float16))

@@ -244,8 +244,9 @@ struct AttentionKVCache {
 const char* attention_kvcache_unsupported_reason(const AttentionForwardParams& p, const AttentionKVCache& kv);
 // Attention against a KV cache (FlashAttention's flash_attn_with_kvcache): p.q the T new queries (any T; the split-key
 // kernels take 16 query rows of a key/value head at a time), p.k and p.v the caches (kv says how they are laid out),
-// p.Tk their positions per sequence, p.x's window, softcap and ALiBi; p.lse may be nullptr. Head dims multiples of 8
-// up to 256. Exits with the reason where attention_kvcache_unsupported_reason refuses the call.
+// p.Tk their positions per sequence, p.x's window, softcap and ALiBi, and packed queries (p.x.cu_seqlens_q, as the
+// general call's; FlashAttention's varlen over a paged cache) without an append; p.lse may be nullptr. Head dims
+// multiples of 8 up to 256. Exits with the reason where attention_kvcache_unsupported_reason refuses the call.
 void attention_forward_kvcache(const AttentionForwardParams& p, const AttentionKVCache& kv, cudaStream_t stream);
 // the same on a contiguous cache already holding the new tokens: seqlens_k (device, B ints; nullptr: Tk each) counts
 // sequence b's keys, the new tokens' included (causal: query t sees keys <= t + seqlens_k[b] - T)

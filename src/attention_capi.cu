@@ -154,8 +154,8 @@ const char* flashgpt_attention_forward(const void* q, const void* k, const void*
 const char* flashgpt_attention_kvcache(const void* q, void* k_cache, void* v_cache, void* out, float* lse,
                                       const long long* q_strides, const long long* k_strides, const long long* v_strides,
                                       const long long* o_strides, int B, int T, int Tk, int NH, int NH_kv, int HS, int causal,
-                                      float scale, const int* cache_seqlens, int cache_seqlen, const int* cache_batch_idx,
-                                      const int* cache_leftpad, const int* block_table, long long block_table_batch,
+                                      float scale, const int* cu_seqlens_q, const int* cache_seqlens, int cache_seqlen,
+                                      const int* cache_batch_idx, const int* cache_leftpad, const int* block_table, long long block_table_batch,
                                       int page_size, const void* k_new, const void* v_new, const long long* k_new_strides,
                                       const long long* v_new_strides, int T_new, const void* rotary_cos, const void* rotary_sin,
                                       int rotary_dim, int rotary_interleaved, int rotary_per_token, int window_left,
@@ -165,8 +165,8 @@ const char* flashgpt_attention_kvcache(const void* q, void* k_cache, void* v_cac
     if (!q_strides || !k_strides || !v_strides || !o_strides) return "every stride array must have 3 elements (not null)";
     if ((k_new || v_new) && (!k_new_strides || !v_new_strides)) return "k_new and v_new need their 3 strides each (not null)";
     AttentionForwardParams p{};
-    if (const char* why = extras_of(p.x, nullptr, nullptr, 0, nullptr, nullptr, nullptr, 0, 0, nullptr, nullptr, nullptr, nullptr,
-                                    0, nullptr, 0, window_left, window_right, softcap, alibi_slopes, alibi_batch, 0.0f, 0, 0))
+    if (const char* why = extras_of(p.x, nullptr, nullptr, 0, nullptr, cu_seqlens_q, nullptr, 0, 0, nullptr, nullptr, nullptr,
+                                    nullptr, 0, nullptr, 0, window_left, window_right, softcap, alibi_slopes, alibi_batch, 0.0f, 0, 0))
         return why;
     AttentionKVCache kv{};
     kv.seqlens = cache_seqlens;

@@ -163,13 +163,14 @@ FLASHGPT_API const char* flashgpt_attention_dropout_mask(unsigned char* mask, in
 // (B, T_new, NH_kv, HS) or nullptr: appended into the caches in place at cache_seqlens[b] .., K with the rotary
 // embedding (rotary_cos, rotary_sin (positions, rotary_dim / 2) of q's dtype; rotary_dim 0: none), before the
 // attention reads them. The window, softcap and ALiBi as the _ex calls; num_splits: 0 chooses; lse may be null. Head
-// dims multiples of 8 up to 256.
+// dims multiples of 8 up to 256. cu_seqlens_q (B + 1) int32 device or nullptr: packed queries, as the _ex calls' (q and
+// out (total_q, NH, HS) with the batch strides 0, T the longest; lse (B, NH, T)), without an append.
 FLASHGPT_API const char* flashgpt_attention_kvcache(const void* q, void* k_cache, void* v_cache, void* out, float* lse,
                                                     const long long* q_strides, const long long* k_strides,
                                                     const long long* v_strides, const long long* o_strides,
                                                     int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
-                                                    const int* cache_seqlens, int cache_seqlen, const int* cache_batch_idx,
-                                                    const int* cache_leftpad, const int* block_table, long long block_table_batch,
+                                                    const int* cu_seqlens_q, const int* cache_seqlens, int cache_seqlen,
+                                                    const int* cache_batch_idx, const int* cache_leftpad, const int* block_table, long long block_table_batch,
                                                     int page_size, const void* k_new, const void* v_new,
                                                     const long long* k_new_strides, const long long* v_new_strides, int T_new,
                                                     const void* rotary_cos, const void* rotary_sin, int rotary_dim,

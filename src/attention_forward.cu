@@ -111,7 +111,7 @@ void decode_by_head_dim(const AttentionForwardParams& p, const AttentionKVCache&
 }
 template <bool kHalf>
 void decode_by_head_dim(const AttentionForwardParams& p, const AttentionKVCache& kv, cudaStream_t stream) {
-    const bool cache = kv.block_table || kv.batch_idx || kv.leftpad || kv.k_new || attention_has_modifiers(p.x);
+    const bool cache = kv.block_table || kv.batch_idx || kv.leftpad || kv.k_new || p.x.cu_seqlens_q || attention_has_modifiers(p.x);
     if (cache) decode_by_head_dim<kHalf, true>(p, kv, stream);
     else decode_by_head_dim<kHalf, false>(p, kv, stream);
 }
@@ -216,9 +216,9 @@ const char* attention_kvcache_unsupported_reason(const AttentionForwardParams& p
     if ((long long)p.B * p.NH_kv > 65535) return "B * NH_kv too large for the grid";
     if (ceil_div((long long)p.T * (p.NH / p.NH_kv), (long long)kDecodeRows) > 65535) return "T * NH / NH_kv too large for the grid";
     if (p.Tk >= (1 << 30)) return "Tk must be below 2^30";
-    if (p.x.bias || p.x.cu_seqlens_q || p.x.cu_seqlens_k || p.x.gate || p.x.doc_start || p.x.bias2 || p.x.key_mask || p.x.key_bias ||
-        p.x.dropout_p > 0.0f)
-        return "the KV-cache call takes no bias, packed sequences, gating, key masks, document masks or dropout";
+    if (p.x.bias || p.x.cu_seqlens_k || p.x.gate || p.x.doc_start || p.x.bias2 || p.x.key_mask || p.x.key_bias || p.x.dropout_p > 0.0f)
+        return "the KV-cache call takes no bias, packed keys, gating, key masks, document masks or dropout (packed queries, yes)";
+    if (p.x.cu_seqlens_q && kv.k_new) return "packed queries take no append";
     if (p.x.window && (p.x.window_left < -1 || p.x.window_right < -1)) return "window sides must be -1 (unbounded) or at least 0";
     if (!(p.x.softcap >= 0.0f) || std::isinf(p.x.softcap)) return "softcap must be 0 (none) or a finite positive number";
     const bool append = kv.k_new || kv.v_new;

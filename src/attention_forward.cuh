@@ -1506,7 +1506,8 @@ void launch_attention_forward_hopper_ws(const AttentionForwardParams& p, cudaStr
 // pages by a block table (an address per key row, so any page size), and the new tokens' keys and values appended in
 // place: the split whose keys hold a new position writes it (chunk 0's CTA, K rotated), and every CTA that reads it
 // takes it from k_new / v_new (rotated the same way), as the cache's copy may not be written yet. The band (causal,
-// window, leftpad, lengths) bounds each chunk's keys; softcap and ALiBi change the scores where given.
+// window, leftpad, lengths) bounds each chunk's keys; softcap and ALiBi change the scores where given; the queries may
+// be packed (FlashAttention's varlen over a paged cache).
 constexpr int kDecodeRows = 16, kDecodeWarps = 4, kDecodeKeys = 64, kDecodeStages = 3;
 
 template <int HS>
@@ -1600,13 +1601,18 @@ attention_decode_kernel(const AttentionForwardParams p, const AttentionKVCache k
     const int cached = kv.seqlens ? kv.seqlens[b] : kv.seqlen;
     const int keys = kCache ? cached + kv.T_new : cached;   // sequence b's positions, the new tokens' included
     const int key_first = kCache && kv.leftpad ? kv.leftpad[b] : 0;
-    const KeyBand band = attention_band(p.x, p.causal, T, keys);
+    // packed queries (p.x.cu_seqlens_q, FlashAttention's varlen over a paged cache): sequence b's T_b rows from row q0
+    // of q and out; T (the grid's) is the longest, and the rows t >= T_b see no key and write nothing
+    const int* cu_q = kCache ? p.x.cu_seqlens_q : nullptr;
+    const int q0 = cu_q ? cu_q[b] : 0, T_b = cu_q ? cu_q[b + 1] - q0 : T;
+    const KeyBand band = attention_band(p.x, p.causal, T_b, keys);
     // the keys the chunk's rows see, within this split: tokens t_lo .. t_hi (all, where the chunk wraps round a head)
     const bool one_head = r0 / T == (r0 + rows_here - 1) / T;
-    const int t_lo = one_head ? r0 % T : 0, t_hi = one_head ? (r0 + rows_here - 1) % T : T - 1;
+    const int t_lo = one_head ? r0 % T : 0, t_hi_grid = one_head ? (r0 + rows_here - 1) % T : T - 1;
+    const int t_hi = cu_q ? min(t_hi_grid, T_b - 1) : t_hi_grid;
     const int split_begin = split * split_keys, split_end = min(split_begin + split_keys, p.Tk);
     const int key_begin = max(max(split_begin, key_first), t_lo + band.lo);
-    const int key_end = min(min(split_end, keys), t_hi + band.hi + 1);
+    const int key_end = cu_q && t_hi < t_lo ? key_begin : min(min(split_end, keys), t_hi + band.hi + 1);
     const int stages = key_end > key_begin ? ceil_div(key_end - key_begin, kDecodeKeys) : 0;
 
     // where position j of this (sequence, key/value head) lives in the caches: k_gl + k_offset(j) (v likewise)
@@ -1653,9 +1659,9 @@ attention_decode_kernel(const AttentionForwardParams p, const AttentionKVCache k
 
     for (int c = threadIdx.x; c < kDecodeRows * kChunks; c += Tile::kThreads) {   // Q, rotated where asked
         const int i = c / kChunks, ch = c % kChunks, r = r0 + i;
-        const bool valid = i < rows_here && ch < head_chunks;
         const int t = r % T;
-        const floatX* src = p.q + b * p.q_st.batch + (valid ? t * p.q_st.row + (h_kv * group + r / T) * p.q_st.head : 0) + ch * 8;
+        const bool valid = i < rows_here && ch < head_chunks && (!cu_q || t < T_b);
+        const floatX* src = p.q + b * p.q_st.batch + (valid ? (q0 + t) * p.q_st.row + (h_kv * group + r / T) * p.q_st.head : 0) + ch * 8;
         const uint32_t dst = smem_addr(q_smem + swizzle<HS>(i, ch));
         if (kCache && kv.rotary_dim && valid)
             st_shared_16(dst, rotary_chunk<kHalf>(src - ch * 8, ch, kv.rotary_per_token ? cached + t : cached, kv.rotary_cos, kv.rotary_sin,
@@ -1696,9 +1702,9 @@ attention_decode_kernel(const AttentionForwardParams p, const AttentionKVCache k
     for (int half = 0; half < 2; half++) {
         const int i = g + 8 * half, r = r0 + i, t = r % T;
         first_key[half] = kCache ? max(key_first, t + band.lo) : 0;
-        last_key[half] = i >= rows_here ? -1 : min(min(keys - 1, t + band.hi), key_end - 1);
+        last_key[half] = i >= rows_here || (cu_q && t >= T_b) ? -1 : min(min(keys - 1, t + band.hi), key_end - 1);
         if (kCache && p.x.alibi_slopes && i < rows_here) slope[half] = p.x.alibi_slopes[b * p.x.alibi_batch + h_kv * group + r / T] * p.x.inv_scale;
-        diag[half] = (float)(t + keys - T);
+        diag[half] = (float)(t + keys - T_b);
     }
     const bool score_mods = kCache && attention_has_score_mods(p.x);
     const float scale_log2 = p.scale * kLog2e;
@@ -1811,8 +1817,9 @@ attention_decode_kernel(const AttentionForwardParams p, const AttentionKVCache k
         const int r = r0 + i, h = h_kv * group + r / T, t = r % T;
         const size_t row = ((size_t)b * p.NH + h) * T + t;
         if (num_splits == 1) {
+            if (cu_q && t >= T_b) continue;
             if (col < p.HS) {
-                floatX* dst = p.out + b * p.o_st.batch + t * p.o_st.row + h * p.o_st.head + col;
+                floatX* dst = p.out + b * p.o_st.batch + (q0 + t) * p.o_st.row + h * p.o_st.head + col;
                 *reinterpret_cast<uint2*>(dst) = make_uint2(pack_x2<kHalf>(acc.x * inv_l, acc.y * inv_l), pack_x2<kHalf>(acc.z * inv_l, acc.w * inv_l));
             }
             if (p.lse && col == 0) p.lse[row] = lse;
@@ -1868,6 +1875,7 @@ attention_decode_kernel(const AttentionForwardParams p, const AttentionKVCache k
         const int i = c / (HS / 4), col = (c % (HS / 4)) * 4;
         const int r = r0 + i, h = h_kv * group + r / T, t = r % T;
         const size_t row = ((size_t)b * p.NH + h) * T + t;
+        if (cu_q && t >= T_b) continue;
         if (p.lse && col == 0) p.lse[row] = row_lse[i];
         if (col >= p.HS) continue;
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -1877,7 +1885,7 @@ attention_decode_kernel(const AttentionForwardParams p, const AttentionKVCache k
             const float4 x = __ldcg(reinterpret_cast<const float4*>(part.o + (s * rows + row) * HS + col));
             acc.x += ws * x.x; acc.y += ws * x.y; acc.z += ws * x.z; acc.w += ws * x.w;
         }
-        floatX* dst = p.out + b * p.o_st.batch + t * p.o_st.row + h * p.o_st.head + col;
+        floatX* dst = p.out + b * p.o_st.batch + (q0 + t) * p.o_st.row + h * p.o_st.head + col;
         *reinterpret_cast<uint2*>(dst) = make_uint2(pack_x2<kHalf>(acc.x, acc.y), pack_x2<kHalf>(acc.z, acc.w));
     }
 }

@@ -4,8 +4,10 @@ cases drawn from FlashAttention's KV-cache test grid: new query tokens 1, 3, 16,
 131,072 positions, a new-token count equal to the queries' or fewer, no append; MHA / MQA / GQA; head dims 32, 59, 64,
 80, 128, 256; the rotary embedding on 0, half and all of the head dim, interleaved or not; cache_batch_idx; leftpad;
 contiguous or paged caches (pages of 16, 64, 256 and 512 positions); causal, sliding windows, ALiBi, softcap; one split
-or the occupancy's; bf16 and fp16. The cases come from a seeded draw, so every run covers the same grid points with
-fresh random data.
+or the occupancy's; bf16 and fp16. Then flash_attn_varlen_func over a paged cache (FlashAttention's
+test_flash_attn_varlen_causal with a block table: its (T, Tk) pairs both ways, 8 sequences of ragged lengths, 9
+heads, causal with or without a window). The cases come from a seeded draw, so every run covers the same grid points
+with fresh random data.
 
   make lib && python3 tests/test_kvcache.py             the drawn cases and the corner cases
   python3 tests/test_kvcache.py --cases 2000            more of the grid
@@ -216,6 +218,36 @@ def flash_attn_api():
     assert torch.equal(out_p, out_c), "a paged cache and the same keys contiguous differ"
 
 
+def paged_varlen_case(seqlen_q, seqlen_k, d, local, page, dtype):
+    """flash_attn_varlen_func over a paged cache (FlashAttention's test_flash_attn_varlen_causal with a block table): 8
+    sequences of random lengths near seqlen_q and seqlen_k, 9 heads, causal, a window drawn below seqlen_k where local"""
+    def fn():
+        dev, B, H = "cuda", 8, 9
+        lens_q = torch.randint(max(1, seqlen_q - 20), seqlen_q + 1, (B,))
+        lens_k = torch.randint(max(1, seqlen_k - 20), seqlen_k + 1, (B,))
+        cu_q = torch.cat([torch.zeros(1, dtype=torch.int32), lens_q.cumsum(0).to(torch.int32)]).to(dev)
+        cu_k = torch.cat([torch.zeros(1, dtype=torch.int32), lens_k.cumsum(0).to(torch.int32)]).to(dev)
+        window = tuple(int(w) for w in torch.randint(0, seqlen_k, (2,))) if local else (-1, -1)
+        q = torch.randn(int(lens_q.sum()), H, d, device=dev, dtype=dtype)
+        pages_per_seq = (seqlen_k + page - 1) // page
+        n_pages = pages_per_seq * B * 3
+        k_pool, v_pool = (torch.randn(n_pages, page, H, d, device=dev, dtype=dtype) for _ in range(2))
+        table = torch.randperm(n_pages, device=dev, dtype=torch.int32)[:B * pages_per_seq].reshape(B, pages_per_seq)
+        out = fai.flash_attn_varlen_func(q, k_pool, v_pool, cu_q, cu_k, int(lens_q.max()), int(lens_k.max()), causal=True,
+                                         window_size=window, block_table=table)
+        assert out.shape == q.shape
+        for b in range(B):
+            qb = q[None, int(cu_q[b]):int(cu_q[b + 1])]
+            kb, vb = (x[table[b].long()].reshape(1, -1, H, d)[:, :int(lens_k[b])] for x in (k_pool, v_pool))
+            keys = torch.tensor([int(lens_k[b])], device=dev)
+            ref, _ = reference(qb, kb, vb, keys, None, True, window, 0.0, None, torch.float64)
+            naive, _ = reference(qb, kb, vb, keys, None, True, window, 0.0, None, dtype)
+            got = out[None, int(cu_q[b]):int(cu_q[b + 1])]
+            err, tol = (got.double() - ref).abs().max().item(), 2 * (naive.double() - ref).abs().max().item() + 1e-3
+            assert err <= tol, f"sequence {b}: {err:.3e} > {tol:.3e}"
+    return fn
+
+
 if __name__ == "__main__":
     n_cases = int(sys.argv[sys.argv.index("--cases") + 1]) if "--cases" in sys.argv else 160
     torch.manual_seed(int.from_bytes(os.urandom(4), "little"))   # fresh data every run; the grid points are seeded
@@ -254,6 +286,17 @@ if __name__ == "__main__":
     for c in cases:
         name = " ".join(f"{k}={v}" for k, v in c.items()).replace("torch.", "")
         run(name, case(**c))
+    # flash_attn_varlen_func with a block table: FlashAttention's (T, Tk) pairs both ways, pages of 16 to 512
+    varlen_pairs = [(1, 239), (3, 799), (127, 512), (127, 513), (113, 203), (128, 217), (113, 211), (108, 256), (256, 512),
+                    (1023, 1024)]
+    for i in range(max(8, n_cases // 8)):
+        sq, sk = draw.choice(varlen_pairs)
+        if draw.random() < 0.5:
+            sq, sk = sk, sq
+        d, local, page = draw.choice([32, 59, 64, 128, 256]), draw.random() < 0.4, draw.choice([16, 64, 256, 512])
+        dtype = draw.choice([torch.bfloat16, torch.float16])
+        run(f"flash_attn_varlen_func paged: T={sq} Tk={sk} d={d} local={local} page={page} dtype={dtype}".replace("torch.", ""),
+            paged_varlen_case(sq, sk, d, local, page, dtype))
     failed = sum(r[0] == "FAIL" for r in results)
     print(f"{len(results) - failed} passed, {failed} failed")
     sys.exit(1 if failed else 0)

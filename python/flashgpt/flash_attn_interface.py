@@ -23,6 +23,7 @@ side unbounded; causal sets right to 0), with the key tiles outside every row's 
 softcap * tanh(scale q.k / softcap) as the score. alibi_slopes (H,) or (B, H) fp32: -slope * |i + Tk - T - j| added
 to each score; softmax_lse is then the LSE of these scores (FlashAttention's causal kernel adds slope * j instead, the
 same softmax with an LSE shifted by a constant per row).
+flash_attn_varlen_func's block_table reads k and v as a paged cache (forward only, as FlashAttention's).
 dropout_p > 0: dropout with a seed from PyTorch's CPU generator (torch.manual_seed repeats it), the same mask recomputed
 in the backward; with return_attn_probs, S_dmask holds the dropped probabilities negated (as FlashAttention's tests read
 it). bf16 and fp16.
@@ -157,11 +158,35 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None):
-    """q (total_q, H, D), k and v (total_k, H_kv, D), cu_seqlens (B + 1,) int32 -> out (total_q, H, D)"""
+    """q (total_q, H, D), k and v (total_k, H_kv, D), cu_seqlens (B + 1,) int32 -> out (total_q, H, D). With
+    block_table (B, max_pages) int32, k and v are a paged cache (pages, page_size, H_kv, D), sequence b's keys its first
+    cu_seqlens_k[b + 1] - cu_seqlens_k[b] positions: forward only, as FlashAttention's (no dropout)."""
     if block_table is not None:
-        raise NotImplementedError("flashgpt's flash_attn_interface: a paged KV cache (block_table) is not supported yet")
+        return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, window_size,
+                             softcap, alibi_slopes, dropout_p, return_attn_probs, block_table)
     return _attention(q, k, v, softmax_scale, causal, (window_size, softcap, alibi_slopes, dropout_p),
                       return_attn_probs, (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
+
+
+def _paged_varlen(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, window_size,
+                  softcap, alibi_slopes, dropout_p, return_attn_probs, block_table):
+    """flash_attn_varlen_func over a paged cache: the KV-cache kernels with packed queries; softmax_lse (H, total_q)"""
+    if dropout_p:
+        raise NotImplementedError("flashgpt's flash_attn_interface: dropout over a paged KV cache (FlashAttention has none)")
+    if return_attn_probs:
+        raise NotImplementedError("flashgpt's flash_attn_interface: return_attn_probs over a paged KV cache")
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k_cache, v_cache)):
+        raise NotImplementedError("flashgpt's flash_attn_interface: a paged KV cache runs forward only (as FlashAttention's)")
+    D = q.shape[-1]
+    scale = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
+    Dp = (D + 7) // 8 * 8
+    if Dp != D:
+        q, k_cache, v_cache = (F.pad(x, (0, Dp - D)) for x in (q, k_cache, v_cache))
+    cu_k = cu_seqlens_k.to(device=q.device, dtype=torch.int32)
+    out = _fg.kvcache_attention(q, k_cache, v_cache, cache_seqlens=cu_k[1:] - cu_k[:-1], causal=causal, scale=scale,
+                                block_table=block_table, window_size=window_size, softcap=softcap,
+                                alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q)
+    return out[..., :D] if Dp != D else out
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
