@@ -921,7 +921,8 @@ void gpt2_inference_layers(const GPT2* model, GPT2Inference* inf, int Tq, bool p
             kv_cache_append(k_cache, v_cache, inf->qkv, inf->lengths, /*prefill=*/true, layout, B, Tq, C, main_stream);
             attention_forward(inf->atty, inf->lse, inf->qkv, B, Tq, NH, HS, main_stream);
         } else {
-            kv_cache_append(k_cache, v_cache, inf->qkv, inf->lengths, /*prefill=*/false, layout, B, 1, C, main_stream);
+            // the contiguous cache gets the new k, v here; the paged one from the attention call itself (below)
+            if (!inf->page_size) kv_cache_append(k_cache, v_cache, inf->qkv, inf->lengths, /*prefill=*/false, layout, B, 1, C, main_stream);
             AttentionForwardParams a;
             a.q = inf->qkv;  // the Q part of the fused (B, 1, 3, NH, HS) qkv
             a.k = k_cache;
@@ -934,10 +935,15 @@ void gpt2_inference_layers(const GPT2* model, GPT2Inference* inf, int Tq, bool p
             a.B = B; a.T = 1; a.Tk = layout.Tmax; a.NH = NH; a.NH_kv = NH; a.HS = HS;
             a.causal = true;
             a.scale = 1.0f / sqrtf((float)HS);
-            if (inf->page_size) {   // the pages: a page's stride as the batch stride, the block table to find them
+            if (inf->page_size) {
+                // the pages (a page's stride as the batch stride, the block table to find them), the newest token's
+                // k, v appended by the attention kernel (read from qkv, written to its page): no append kernel
                 AttentionKVCache kv = {};
                 kv.seqlens = inf->lengths;
+                kv.seqlens_count_new = true;
                 kv.block_table = inf->block_table, kv.block_table_batch = inf->pages_per_seq, kv.page_size = inf->page_size;
+                kv.k_new = inf->qkv + C, kv.v_new = inf->qkv + 2 * C, kv.T_new = 1;
+                kv.k_new_st = kv.v_new_st = fused_qkv_strides(1, NH, HS);
                 a.k_st = a.v_st = bthd_strides(inf->page_size, NH, HS);
                 attention_forward_kvcache(a, kv, main_stream);
             } else {

@@ -224,6 +224,8 @@ struct AttentionKVCache {
     const int* seqlens;           // (B) device: the keys in sequence b's cache before this call's new ones
                                   // (FlashAttention's cache_seqlens); nullptr: seqlen for every sequence
     int seqlen;
+    bool seqlens_count_new;       // seqlens (seqlen) count the new tokens too (a server's lengths after the step,
+                                  // generate_gpt2cu's): the cache before the call holds seqlens[b] - T_new
     const int* batch_idx;         // (B) device: the cache row (batch index) sequence b reads (cache_batch_idx); nullptr: b
     const int* leftpad;           // (B) device: sequence b's keys start at position leftpad[b] (cache_leftpad); nullptr: 0
     const int* block_table;       // (B, block_table_batch) device: a paged cache, position j of sequence b at row

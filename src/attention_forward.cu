@@ -223,7 +223,9 @@ const char* attention_kvcache_unsupported_reason(const AttentionForwardParams& p
     if (!(p.x.softcap >= 0.0f) || std::isinf(p.x.softcap)) return "softcap must be 0 (none) or a finite positive number";
     const bool append = kv.k_new || kv.v_new;
     if (append && (!kv.k_new || !kv.v_new || kv.T_new < 1)) return "an append needs k_new, v_new and T_new >= 1";
-    if (!kv.seqlens && (kv.seqlen < 0 || kv.seqlen + (append ? kv.T_new : 0) > p.Tk)) return "the cache length plus the new tokens must fit Tk";
+    const int new_keys = append && !kv.seqlens_count_new ? kv.T_new : 0;
+    if (!kv.seqlens && (kv.seqlen < 0 || kv.seqlen + new_keys > p.Tk)) return "the cache length plus the new tokens must fit Tk";
+    if (kv.seqlens_count_new && !append) return "seqlens_count_new needs an append";
     if (kv.block_table && (kv.page_size < 1 || kv.batch_idx)) return "a paged cache needs page_size >= 1 and takes no batch_idx";
     if (kv.rotary_dim && (kv.rotary_dim % 16 || kv.rotary_dim > p.HS || !kv.rotary_cos || !kv.rotary_sin || !append ||
                           (uintptr_t)kv.rotary_cos % 16 || (uintptr_t)kv.rotary_sin % 16))

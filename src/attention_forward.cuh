@@ -1598,7 +1598,7 @@ attention_decode_kernel(const AttentionForwardParams p, const AttentionKVCache k
         asm volatile("prefetch.global.L1 [%0];" :: "l"(kv.block_table + b * kv.block_table_batch + split * split_keys / kv.page_size));
     }
     const int head_chunks = p.HS / 8;          // the head dim's chunks; those past it load as zeros
-    const int cached = kv.seqlens ? kv.seqlens[b] : kv.seqlen;
+    const int cached = (kv.seqlens ? kv.seqlens[b] : kv.seqlen) - (kCache && kv.seqlens_count_new ? kv.T_new : 0);
     const int keys = kCache ? cached + kv.T_new : cached;   // sequence b's positions, the new tokens' included
     const int key_first = kCache && kv.leftpad ? kv.leftpad[b] : 0;
     // packed queries (p.x.cu_seqlens_q, FlashAttention's varlen over a paged cache): sequence b's T_b rows from row q0
