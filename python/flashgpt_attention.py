@@ -39,6 +39,9 @@ Modifiers (FlashAttention's; they compose with each other and with the extras):
   alibi_slopes (H,) or (B, H) fp32: -slope * |i + Tk - T - j| added to each score
   dropout_p    > 0: dropout on the probabilities (dropout_seed, or one from PyTorch's CPU generator; dropout_mask
                gives the mask); not with softcap
+Inference against a KV cache (FlashAttention's flash_attn_with_kvcache; flashgpt.flash_attn_interface has its call):
+  kvcache_attention(q, k_cache, v_cache, k_new, v_new, cache_seqlens, ...)   contiguous or paged caches, the new keys
+                                                             and values appended in place (rotary), one kernel
 AlphaFold-family calls with the conventions of NVIDIA's cuEquivariance and DeepSpeed's DS4Sci_EvoformerAttention:
   triangle_attention(q, k, v, bias, mask=None, scale=None)   q (B, N, H, Q, D), bias (B, 1, H, Q, K), mask (B, N, 1, 1, K)
   evoformer_attention(q, k, v, biases)                       q (B, N, L, H, D), biases: up to two, e.g. (B, N, 1, 1, L)
