@@ -808,10 +808,10 @@ def kvcache_attention(q, k_cache, v_cache, k_new=None, v_new=None, cache_seqlens
                              "(it is read and written in place)")
     paged = block_table is not None
     if paged:
-        block_table = block_table.to(device=device, dtype=torch.int32)
+        block_table = block_table.to(device=device, dtype=torch.int32).contiguous()
         page_size = k_cache.shape[1]
         Tk = block_table.shape[1] * page_size
-        table_batch = block_table.stride(0) if block_table.shape[0] > 1 else block_table.shape[1]
+        table_batch = block_table.shape[1]
     else:
         page_size, Tk, table_batch = 0, k_cache.shape[1], 0
     T_new = 0
