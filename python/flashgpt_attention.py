@@ -141,12 +141,14 @@ def _library():
         lib.flashgpt_attention_backward_scratch_bytes.restype = ctypes.c_size_t
         lib.flashgpt_attention_dropout_mask.argtypes = [ptr] + [i32] * 4 + [ptr, ptr] + dropout + [ptr]
         lib.flashgpt_attention_dropout_mask.restype = ctypes.c_char_p
-        # q, k_cache, v_cache, out, lse, 4 strides, shape, scale, cu_seqlens_q, cache_seqlens, cache_seqlen, cache_batch_idx,
-        # cache_leftpad, block_table, block_table_batch, page_size, k_new, v_new, their strides, T_new, rotary_cos,
-        # rotary_sin, rotary_dim, rotary_interleaved, rotary_per_token, window and modifiers, num_splits, fp16, stream
-        lib.flashgpt_attention_kvcache.argtypes = ([ptr] * 5 + [strides] * 4 + shape + [ctypes.c_float, ptr, ptr, i32, ptr, ptr, ptr,
-                                                   ctypes.c_longlong, i32, ptr, ptr, strides, strides, i32, ptr, ptr, i32,
-                                                   i32, i32] + window + [i32, i32, ptr])
+        # q, k_cache, v_cache, out, lse, 4 strides, shape, scale, cu_seqlens_q, cache_seqlens, cache_seqlen,
+        # cache_batch_idx, cache_leftpad, block_table, block_table_batch, page_size, k_new, v_new, their strides, T_new,
+        # rotary_cos, rotary_sin, rotary_dim, rotary_interleaved, rotary_per_token, window and modifiers, num_splits,
+        # fp16, stream
+        lib.flashgpt_attention_kvcache.argtypes = ([ptr] * 5 + [strides] * 4 + shape +
+                                                   [ctypes.c_float, ptr, ptr, i32, ptr, ptr, ptr, ctypes.c_longlong, i32,
+                                                    ptr, ptr, strides, strides, i32, ptr, ptr, i32, i32, i32] +
+                                                   window + [i32, i32, ptr])
         lib.flashgpt_attention_kvcache.restype = ctypes.c_char_p
         lib.flashgpt_attention_version.argtypes = []
         lib.flashgpt_attention_version.restype = ctypes.c_char_p
@@ -834,7 +836,9 @@ def kvcache_attention(q, k_cache, v_cache, k_new=None, v_new=None, cache_seqlens
     layout = "thd" if packed else "bthd"
     q = _ready(q, layout)
     if out is None:
-        out = torch.zeros(q.shape, dtype=q.dtype, device=device) if packed else torch.empty((B, T, H, D), dtype=q.dtype, device=device)
+        # packed: zeros, as flash_attention's (rows past the last sequence, if q has any, are not written)
+        out = (torch.zeros(q.shape, dtype=q.dtype, device=device) if packed else
+               torch.empty((B, T, H, D), dtype=q.dtype, device=device))
     elif out.shape != q.shape or out.dtype != q.dtype or not out.is_contiguous():
         raise ValueError("out must be a contiguous tensor of q's shape and dtype")
     lse = torch.empty((B, H, T), dtype=torch.float32, device=device) if return_lse else None
@@ -848,13 +852,14 @@ def kvcache_attention(q, k_cache, v_cache, k_new=None, v_new=None, cache_seqlens
     cache_strides = [_c_strides(x, "bthd") for x in (k_cache, v_cache)]
     new_strides = [None, None] if k_new is None else [_c_strides(x, "bthd") for x in (k_new, v_new)]
     err = _call(device, _library().flashgpt_attention_kvcache, q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
-                out.data_ptr(), _ptr(lse), _c_strides(q, layout), *cache_strides, _c_strides(out, layout), B, T, Tk, H, H_kv,
-                D, int(bool(causal)), scale, _ptr(cu_q), _ptr(seqlens), seqlen, _ptr(batch_idx), _ptr(leftpad), _ptr(block_table),
-                table_batch, page_size, _ptr(k_new), _ptr(v_new), *new_strides, T_new, _ptr(rotary_cos), _ptr(rotary_sin),
-                rotary_dim, int(bool(rotary_interleaved)), int(per_token), left, right, float(softcap),
-                _ptr(alibi_slopes), alibi_batch, int(num_splits), int(q.dtype == torch.float16))
+                out.data_ptr(), _ptr(lse), _c_strides(q, layout), *cache_strides, _c_strides(out, layout), B, T, Tk, H,
+                H_kv, D, int(bool(causal)), scale, _ptr(cu_q), _ptr(seqlens), seqlen, _ptr(batch_idx), _ptr(leftpad),
+                _ptr(block_table), table_batch, page_size, _ptr(k_new), _ptr(v_new), *new_strides, T_new,
+                _ptr(rotary_cos), _ptr(rotary_sin), rotary_dim, int(bool(rotary_interleaved)), int(per_token), left,
+                right, float(softcap), _ptr(alibi_slopes), alibi_batch, int(num_splits), int(q.dtype == torch.float16))
     if err:
-        raise FlashAttentionError(f"flashgpt KV-cache attention (B={B} T={T} Tk={Tk} H={H} H_kv={H_kv} D={D}): {err.decode()}")
+        raise FlashAttentionError(f"flashgpt KV-cache attention (B={B} T={T} Tk={Tk} H={H} H_kv={H_kv} D={D}): "
+                                  f"{err.decode()}")
     return (out, lse) if return_lse else out
 
 

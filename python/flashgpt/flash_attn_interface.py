@@ -170,7 +170,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 
 def _paged_varlen(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, window_size,
                   softcap, alibi_slopes, dropout_p, return_attn_probs, block_table):
-    """flash_attn_varlen_func over a paged cache: the KV-cache kernels with packed queries; softmax_lse (H, total_q)"""
+    """flash_attn_varlen_func over a paged cache: the KV-cache kernels with packed queries, out (total_q, H, D)"""
     if dropout_p:
         raise NotImplementedError("flashgpt's flash_attn_interface: dropout over a paged KV cache (FlashAttention has none)")
     if return_attn_probs:
