@@ -88,6 +88,20 @@ const char* extras_of(AttentionExtras& x, const void* bias, const long long* bia
     return nullptr;
 }
 
+// the forward's tensors, shape, mask and scale into p (the calls check their pointers and strides for null first)
+void set_forward_call(AttentionForwardParams& p, const void* q, const void* k, const void* v, void* out, float* lse,
+                      const long long* q_strides, const long long* k_strides, const long long* v_strides,
+                      const long long* o_strides, int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
+                      int fp16) {
+    p.q = (const floatX*)q; p.k = (const floatX*)k; p.v = (const floatX*)v;
+    p.out = (floatX*)out; p.lse = lse;
+    p.q_st = strides_of(q_strides); p.k_st = strides_of(k_strides); p.v_st = strides_of(v_strides); p.o_st = strides_of(o_strides);
+    p.B = B; p.T = T; p.Tk = Tk; p.NH = NH; p.NH_kv = NH_kv; p.HS = HS;
+    p.causal = causal != 0;
+    p.scale = scale;
+    p.fp16 = fp16 != 0;
+}
+
 // nullptr when a gate and what its gating writes (the forward's gated_out, the backward's dgate, named) come together
 // or both stay null, else why not
 const char* gate_output_problem(const void* gate, const void* written, const char* name) {
@@ -129,13 +143,7 @@ const char* flashgpt_attention_forward_ex(const void* q, const void* k, const vo
     p.x.gated_out = (floatX*)gated_out;
     std::lock_guard<std::mutex> lock(g_call_mutex);
     if (const char* why = device_problem()) return why;
-    p.q = (const floatX*)q; p.k = (const floatX*)k; p.v = (const floatX*)v;
-    p.out = (floatX*)out; p.lse = lse;
-    p.q_st = strides_of(q_strides); p.k_st = strides_of(k_strides); p.v_st = strides_of(v_strides); p.o_st = strides_of(o_strides);
-    p.B = B; p.T = T; p.Tk = Tk; p.NH = NH; p.NH_kv = NH_kv; p.HS = HS;
-    p.causal = causal != 0;
-    p.scale = scale;
-    p.fp16 = fp16 != 0;
+    set_forward_call(p, q, k, v, out, lse, q_strides, k_strides, v_strides, o_strides, B, T, Tk, NH, NH_kv, HS, causal, scale, fp16);
     if (const char* why = attention_unsupported_reason(p)) return why;
     attention_forward(p, (cudaStream_t)stream);
     return launch_problem();
@@ -175,21 +183,16 @@ const char* flashgpt_attention_kvcache(const void* q, void* k_cache, void* v_cac
     kv.leftpad = cache_leftpad;
     kv.block_table = block_table, kv.block_table_batch = block_table_batch, kv.page_size = page_size;
     kv.k_new = (const floatX*)k_new, kv.v_new = (const floatX*)v_new, kv.T_new = k_new ? T_new : 0;
-    if (k_new && k_new_strides) kv.k_new_st = strides_of(k_new_strides);
-    if (v_new && v_new_strides) kv.v_new_st = strides_of(v_new_strides);
+    if (k_new) kv.k_new_st = strides_of(k_new_strides);   // checked above: given with k_new, v_new
+    if (v_new) kv.v_new_st = strides_of(v_new_strides);
     kv.rotary_cos = (const floatX*)rotary_cos, kv.rotary_sin = (const floatX*)rotary_sin;
     kv.rotary_dim = rotary_dim;
     kv.rotary_interleaved = rotary_interleaved != 0, kv.rotary_per_token = rotary_per_token != 0;
     kv.num_splits = num_splits;
     std::lock_guard<std::mutex> lock(g_call_mutex);
     if (const char* why = device_problem()) return why;
-    p.q = (const floatX*)q; p.k = (const floatX*)k_cache; p.v = (const floatX*)v_cache;
-    p.out = (floatX*)out; p.lse = lse;
-    p.q_st = strides_of(q_strides); p.k_st = strides_of(k_strides); p.v_st = strides_of(v_strides); p.o_st = strides_of(o_strides);
-    p.B = B; p.T = T; p.Tk = Tk; p.NH = NH; p.NH_kv = NH_kv; p.HS = HS;
-    p.causal = causal != 0;
-    p.scale = scale;
-    p.fp16 = fp16 != 0;
+    set_forward_call(p, q, k_cache, v_cache, out, lse, q_strides, k_strides, v_strides, o_strides, B, T, Tk, NH, NH_kv, HS,
+                     causal, scale, fp16);
     if (const char* why = attention_kvcache_unsupported_reason(p, kv)) return why;
     attention_forward_kvcache(p, kv, (cudaStream_t)stream);
     return launch_problem();

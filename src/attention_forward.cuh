@@ -1568,9 +1568,6 @@ __device__ __noinline__ uint4 rotary_chunk(const floatX* row, int ch, int pos, c
     }
     return x;
 }
-__device__ __forceinline__ void st_shared_16(uint32_t addr, uint4 v) {
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" :: "r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
-}
 
 // the CTAs an SM holds by their shared memory, which their registers must allow too: HS 32 8 (6 with kCache, whose
 // extra registers would spill at 8), HS 64 4; larger head dims' shared memory allows fewer than their registers
