@@ -9,12 +9,16 @@ code's model: gpt2_prefill / gpt2_decode_step / gpt2_generate and the KV-cache a
   ./generate_gpt2cu -e model.bin -p "prompt" -b 64 -n 1000 -q 1               64 samples of one prompt, timings only
   ./generate_gpt2cu -e model.bin -pf prompts.txt -g 1 -n 64 -cmp 1            KV cache vs full recompute, checked
   ./generate_gpt2cu -e model.bin -pf prompts.txt -pg 256                      a paged KV cache: one pool of pages
+  ./generate_gpt2cu -e model.bin -pf prompts.txt -b 16 -pg 256 -pp 64         16 slots serve the prompts from a queue
 
-Prompts of different lengths are right-padded to the longest and prefilled together; each sequence then decodes from
-its own length. -pg N keeps the caches in one pool of N-position pages, each sequence taking pages as it grows (the
-pool holds the sequences' own lengths, not B times the longest); its tokens are the contiguous cache's. -kv 0 recomputes the whole forward for every new token, the baseline the KV cache is measured
-against. Prints the text of every sequence, then the prefill's and the decode's time and tokens/s and one
-RESULT line.
+Every request ends at <|endoftext|> (-eos) or after -n new tokens. When the prompts fit in the -b slots they run
+together: right-padded to the longest and prefilled at once, each sequence then decoding from its own length. With
+more prompts than slots, the slots serve them as a queue (continuous batching): each request prefills alone into the
+slot that frees first and the decode steps carry whatever runs. -pg N keeps the caches in one pool of N-position
+pages: a request holds the pages of its own prompt + n positions while it runs (-pp caps the pool; requests wait for
+pages), not B times the longest; its tokens are the contiguous cache's. -kv 0 recomputes the whole forward for every
+new token, the baseline the KV cache is measured against. Prints the text of every request, then the prefill's and
+the decode's time and tokens/s and one RESULT line.
 */
 #define TESTING
 #include "train_gpt2.cu"
@@ -46,24 +50,35 @@ void host_sequences(const PromptBatch& batch, int Tmax, int pad, std::vector<int
 }
 
 // n new tokens a sequence by full recompute: every step is a whole forward and a host round trip (its input is the
-// host's token matrix). The first step counts as the prefill.
-template <class OnTokens>
+// host's token matrix). The first step counts as the prefill. A sequence that has sampled the stop token is frozen
+// (its row's -1 is skipped); the steps go on until every sequence has ended.
+template <class OnToken>
 GenerateTimes gpt2_generate_recompute(GPT2* model, GPT2Inference* inf, const PromptBatch& batch, int n, int pad,
-                                      OnTokens on_tokens) {
+                                      OnToken on_token) {
     std::vector<int> tokens, lengths;
     host_sequences(batch, inf->Tmax, pad, &tokens, &lengths);
     double t0 = now_seconds(), t1 = t0;
-    gpt2_inference_start(inf, tokens.data(), lengths.data());
-    for (int i = 0; i < n; i++) {
+    GenerateTimes times = {};
+    gpt2_inference_start(inf, tokens.data(), lengths.data(), n, 0);
+    std::vector<bool> ended(batch.B, false);
+    for (int i = 0; i < n && std::count(ended.begin(), ended.end(), false) > 0; i++) {
         gpt2_recompute_logits(model, inf, tokens, lengths);
         gpt2_sample_next(model, inf);
         gpt2_next_tokens_copy(inf, i);
         const int* next = gpt2_next_tokens_wait(inf, i);
-        for (int b = 0; b < batch.B; b++) tokens[(size_t)b * inf->Tmax + lengths[b]++] = next[b];
-        on_tokens(i, next);
-        if (i == 0) t1 = now_seconds();
+        for (int b = 0; b < batch.B; b++) {
+            if (next[b] < 0) continue;
+            tokens[(size_t)b * inf->Tmax + lengths[b]++] = next[b];
+            on_token(b, next[b]);
+            times.tokens++;
+            ended[b] = next[b] == inf->stop_token;
+        }
+        if (i == 0) t1 = now_seconds(), times.first_tokens = times.tokens;
+        else times.steps++;
     }
-    return {t1 - t0, now_seconds() - t1};
+    times.prefill_s = t1 - t0;
+    times.decode_s = now_seconds() - t1;
+    return times;
 }
 
 // ----------------------------------------------------------------------------
@@ -86,9 +101,11 @@ int gpt2_check_kv_cache(GPT2* model, const PromptBatch& batch, int n, const Samp
     const GPT2Config& cfg = model->config;
     const int B = batch.B, Tmax = batch.Tp + n, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
     GPT2Inference inf;
-    const PagedKVPlan plan = paged_kv_plan(batch.lengths, n, page_size);
-    gpt2_inference_allocate(&inf, cfg, B, batch.Tp, Tmax, /*kv_cache=*/true, model->gelu_fusion, sampler, /*use_graph=*/false,
-                            page_size ? &plan : nullptr);
+    GenerateSchedule schedule;   // every sequence at once, in lockstep: no stop token
+    exit_on_error(generate_schedule_init(&schedule, batch.lengths, B, n, /*stop_token=*/-1, page_size, 0));
+    for (int b = 0; b < B; b++) schedule_admit(&schedule, b);
+    gpt2_inference_allocate(&inf, cfg, B, batch.Tp, Tmax, /*kv_cache=*/true, model->gelu_fusion, sampler, /*stop_token=*/-1,
+                            /*use_graph=*/false, &schedule);
     int* kv_next;
     cuda_alloc(&kv_next, B);
     std::vector<int> tokens, lengths;
@@ -101,9 +118,10 @@ int gpt2_check_kv_cache(GPT2* model, const PromptBatch& batch, int n, const Samp
     double worst = 0.0;
     int worst_step = 0, worst_b = 0, differences = 0, near_ties = 0, failures = 0, sampler_mismatches = 0;
     for (int i = 0; i < n; i++) {
-        if (i == 0) gpt2_prefill(model, &inf, batch.tokens.data(), batch.lengths.data());
+        if (i == 0) gpt2_prefill(model, &inf, batch.tokens.data(), batch.lengths.data(), n, 0);
         else gpt2_decode(model, &inf);
-        sample_tokens(kv_next, inf.history, inf.lengths, inf.logits, B, V, Vp, Tmax, sampler, /*advance=*/false, main_stream);
+        sample_tokens(kv_next, inf.history, inf.lengths, inf.limits, inf.coin_ids, inf.logits, B, V, Vp, Tmax, sampler,
+                      /*stop_token=*/-1, /*advance=*/false, main_stream);
         cudaCheck(cudaMemcpyAsync(kv_rows.data(), inf.logits, kv_rows.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost, main_stream));
         cudaCheck(cudaMemcpyAsync(kv_pick.data(), kv_next, B * sizeof(int), cudaMemcpyDeviceToHost, main_stream));
         gpt2_recompute_logits(model, &inf, tokens, lengths);
@@ -189,10 +207,15 @@ int main(int argc, char** argv) {
     PromptBatch batch;
     exit_on_error(prompt_batch(prompts, cfg.B, pad, &batch));
     exit_on_error(generate_check_length(batch.Tp, cfg.new_tokens, model_config));
-    const int B = batch.B, n = cfg.new_tokens, Tmax = batch.Tp + n;
+    const int B = batch.B, S = batch.slots, n = cfg.new_tokens, Tmax = batch.Tp + n;
     const int C = model_config.channels, NH = model_config.num_heads;
-    if (const char* why = attention_unsupported_reason(B, batch.Tp, NH, C / NH))
-        exit_on_error(strfmt("attention does not support B=%d T=%d NH=%d HS=%d: %s", B, batch.Tp, NH, C / NH, why));
+    const bool serving = S < B;
+    if (serving && (!cfg.kv_cache || cfg.check))
+        exit_on_error(strfmt("-b %d serves %d prompts from a queue: that needs the KV cache, without -kv 0 and -cmp 1", S, B));
+    if (const char* why = attention_unsupported_reason(S, batch.Tp, NH, C / NH))
+        exit_on_error(strfmt("attention does not support B=%d T=%d NH=%d HS=%d: %s", S, batch.Tp, NH, C / NH, why));
+    // -cmp runs every sequence in lockstep to n tokens: no stop token there
+    const int stop_token = cfg.check ? -1 : cfg.stop_token == -2 ? tokenizer.eot_token : cfg.stop_token;
 
     common_start();
     const cudaDeviceProp& props = device_props();
@@ -204,10 +227,13 @@ int main(int argc, char** argv) {
     int prompt_tokens = 0;
     for (int len : batch.lengths) prompt_tokens += len;
     printf("| device: %s | model: %s, %s\n", props.name, cfg.model, model_config_str(model_config).c_str());
-    printf("| B=%d, prompts %d..%d tokens (padded to %d), %d new tokens each, %s, %s%s\n", B,
-           *std::min_element(batch.lengths.begin(), batch.lengths.end()), batch.Tp, batch.Tp, n,
+    printf("| %d requests, prompts %d..%d tokens, up to %d new tokens each%s, %s, %s%s\n", B,
+           *std::min_element(batch.lengths.begin(), batch.lengths.end()), batch.Tp, n,
+           stop_token >= 0 ? strfmt(" (ending at token %d)", stop_token).c_str() : "",
            cfg.greedy ? "greedy" : strfmt("top-k %d, temperature %g, seed %d", cfg.top_k, cfg.temperature, cfg.seed).c_str(),
            cfg.kv_cache ? "KV cache" : "full recompute", cfg.kv_cache ? (cfg.cuda_graph ? " (decode step as a CUDA graph)" : " (eager)") : "");
+    printf("| %s\n", serving ? strfmt("%d slots serve the requests from a queue, each prefilling alone (continuous batching)", S).c_str()
+                             : strfmt("all %d at once, prefilled together padded to %d", B, batch.Tp).c_str());
 
     if (cfg.check) {
         // the recompute path's activations hold all Tmax positions
@@ -219,18 +245,18 @@ int main(int argc, char** argv) {
         return rc;
     }
 
-    // generation; one sequence prints as it goes, a batch at the end
+    // generation; one request prints as it goes, several at the end
     std::vector<std::vector<int>> generated(B);
     const bool stream_text = B == 1 && !cfg.quiet;
-    auto on_tokens = [&](int, const int* next) {
-        for (int b = 0; b < B; b++) generated[b].push_back(next[b]);
+    auto on_token = [&](int r, int token) {
+        generated[r].push_back(token);
         if (stream_text) {
-            if (tokenizer.init_ok) safe_printf(tokenizer_decode(&tokenizer, next[0]));
-            else printf("%d ", next[0]);
+            if (tokenizer.init_ok) safe_printf(tokenizer_decode(&tokenizer, token));
+            else printf("%d ", token);
             fflush(stdout);
         }
     };
-    auto no_tokens = [](int, const int*) {};
+    auto no_token = [](int, int) {};
     auto print_prompt = [&](int b) {
         for (int t = 0; t < batch.lengths[b]; t++) {
             int tok = batch.tokens[(size_t)b * batch.Tp + t];
@@ -240,21 +266,31 @@ int main(int argc, char** argv) {
     };
     GPT2Inference inf;
     GenerateTimes times;
+    GenerateSchedule schedule;
+    auto new_schedule = [&](int new_tokens) {
+        exit_on_error(generate_schedule_init(&schedule, batch.lengths, S, new_tokens, stop_token, cfg.page_size, cfg.pool_pages));
+    };
     if (stream_text) { printf("---\n"); print_prompt(0); fflush(stdout); }
     if (cfg.kv_cache) {
-        const PagedKVPlan plan = paged_kv_plan(batch.lengths, n, cfg.page_size);
-        gpt2_inference_allocate(&inf, model_config, B, batch.Tp, Tmax, /*kv_cache=*/true, model.gelu_fusion, sampler, cfg.cuda_graph,
-                                cfg.page_size ? &plan : nullptr);
+        new_schedule(n);
+        gpt2_inference_allocate(&inf, model_config, S, batch.Tp, Tmax, /*kv_cache=*/true, model.gelu_fusion, sampler, stop_token,
+                                cfg.cuda_graph, &schedule);
         const double cache_mb = 2.0 * model_config.num_layers * inf.cache_positions * C * sizeof(floatX) / 1e6;
-        if (cfg.page_size) printf("| paged KV cache: %d pages of %d positions, %.1f MB (contiguous: %.1f MB)\n", plan.pages,
-                                  cfg.page_size, cache_mb, 2.0 * model_config.num_layers * B * Tmax * C * sizeof(floatX) / 1e6);
-        if (cfg.warmup) gpt2_generate(&model, &inf, batch.tokens.data(), batch.lengths.data(), std::min(n, 3), no_tokens);
-        times = gpt2_generate(&model, &inf, batch.tokens.data(), batch.lengths.data(), n, on_tokens);
+        if (cfg.page_size) printf("| paged KV cache: %d pages of %d positions and the sink, %.1f MB (contiguous: %.1f MB)\n",
+                                  schedule.pool_pages, cfg.page_size, cache_mb, 2.0 * model_config.num_layers * S * Tmax * C * sizeof(floatX) / 1e6);
+        if (cfg.warmup) {   // the same pool and block table, three tokens a request
+            new_schedule(n);
+            schedule.new_tokens = std::min(n, 3);
+            gpt2_generate(&model, &inf, &schedule, batch, no_token);
+            new_schedule(n);
+        }
+        times = gpt2_generate(&model, &inf, &schedule, batch, on_token);
+        if (cfg.page_size) printf("| pages in use at most: %d of %d\n", schedule.peak_pages_in_use, schedule.pool_pages);
     } else {
         gpt2_allocate_state(&model, B, Tmax, /*recompute=*/1, model.gelu_fusion, /*use_master_weights=*/0);
-        gpt2_inference_allocate(&inf, model_config, B, batch.Tp, Tmax, /*kv_cache=*/false, model.gelu_fusion, sampler, false);
-        if (cfg.warmup) gpt2_generate_recompute(&model, &inf, batch, std::min(n, 1), pad, no_tokens);
-        times = gpt2_generate_recompute(&model, &inf, batch, n, pad, on_tokens);
+        gpt2_inference_allocate(&inf, model_config, B, batch.Tp, Tmax, /*kv_cache=*/false, model.gelu_fusion, sampler, stop_token, false);
+        if (cfg.warmup) gpt2_generate_recompute(&model, &inf, batch, std::min(n, 1), pad, no_token);
+        times = gpt2_generate_recompute(&model, &inf, batch, n, pad, on_token);
     }
     if (stream_text) printf("\n---\n");
     if (!cfg.quiet && !stream_text) {
@@ -276,14 +312,18 @@ int main(int argc, char** argv) {
             printf("\n");
         }
     }
-    const double decode_tokens = (double)B * (n - 1);
-    printf("prefill: %d prompt tokens (B=%d x T=%d padded) in %.2f ms, %.0f tok/s (first new token included)\n",
-           prompt_tokens, B, batch.Tp, 1e3 * times.prefill_s, prompt_tokens / times.prefill_s);
-    printf("decode: %d steps x B=%d = %.0f tokens in %.2f ms, %.3f ms/step, %.0f tok/s\n", n - 1, B, decode_tokens,
-           1e3 * times.decode_s, n > 1 ? 1e3 * times.decode_s / (n - 1) : 0.0, n > 1 ? decode_tokens / times.decode_s : 0.0);
-    printf("RESULT generate kv=%d graph=%d pg=%d B=%d prompt=%d new=%d prefill_ms=%.3f decode_ms=%.3f decode_tok_s=%.1f total_tok_s=%.1f\n",
+    const double decode_tokens = times.tokens - times.first_tokens, total_s = times.prefill_s + times.decode_s;
+    printf("prefill: %d prompt tokens of %s in %.2f ms, %.0f tok/s (first new tokens included)\n", prompt_tokens,
+           serving ? strfmt("the first %d requests", S).c_str() : strfmt("B=%d x T=%d padded", B, batch.Tp).c_str(),
+           1e3 * times.prefill_s, prompt_tokens / times.prefill_s);
+    printf("decode: %d steps, %.0f tokens in %.2f ms, %.3f ms/step, %.0f tok/s%s\n", times.steps, decode_tokens,
+           1e3 * times.decode_s, times.steps ? 1e3 * times.decode_s / times.steps : 0.0,
+           times.steps ? decode_tokens / times.decode_s : 0.0, serving ? " (the later requests' prefills included)" : "");
+    printf("all: %d requests, %d new tokens in %.2f ms, %.0f tok/s\n", B, times.tokens, 1e3 * total_s, times.tokens / total_s);
+    printf("RESULT generate kv=%d graph=%d pg=%d B=%d prompt=%d new=%d prefill_ms=%.3f decode_ms=%.3f decode_tok_s=%.1f total_tok_s=%.1f "
+           "slots=%d tokens=%d steps=%d\n",
            cfg.kv_cache, cfg.kv_cache && cfg.cuda_graph, cfg.page_size, B, batch.Tp, n, 1e3 * times.prefill_s, 1e3 * times.decode_s,
-           n > 1 ? decode_tokens / times.decode_s : 0.0, (double)B * n / (times.prefill_s + times.decode_s));
+           times.steps ? decode_tokens / times.decode_s : 0.0, times.tokens / total_s, S, times.tokens, times.steps);
 
     gpt2_inference_free(&inf);
     tokenizer_free(&tokenizer);

@@ -812,11 +812,13 @@ TrainState gpt2_load_state(GPT2* model, const char* path, int num_processes, int
 // the host reads back only the B sampled tokens.
 
 typedef struct {
-    int B, Tp, Tmax;            // sequences, prefill rows per sequence (the longest prompt), cache capacity
+    int B, Tp, Tmax;            // slots (sequences at once), prefill rows per sequence (the longest prompt), cache capacity
     int gelu_fusion;
     SamplerSettings sampler;
+    int stop_token;             // a sequence freezes after sampling it (-1: none)
     // per layer K and V (null without a KV cache: the full-recompute path uses only the sampler state): contiguous
-    // (L, B, Tmax, NH, HS), or paged (L, pages, page_size, NH, HS) with block_table (B, pages_per_seq)
+    // (L, B, Tmax, NH, HS), or paged (L, pages, page_size, NH, HS) with block_table (B, pages_per_seq), the pool's
+    // pages and the sink (generate.h's GenerateSchedule)
     floatX* k_cache;
     floatX* v_cache;
     size_t cache_positions;     // per layer: B * Tmax, or pages * page_size
@@ -836,8 +838,11 @@ typedef struct {
     floatX* logits;             // (B, Vp) of each sequence's newest token
     int* history;               // (B, Tmax) prompt + generated tokens
     int* lengths;               // (B) tokens so far per sequence: seqlens_k of the next decode step
+    int* limits;                // (B) the length at which a sequence freezes (prompt + n, or at its stop token)
+    int* coin_ids;              // (B) the request each row serves: its sampling coins' stream
     int* next_tokens;           // (B) the tokens the last sampler call picked
     int* next_pinned;           // (2, B) host copies of next_tokens, double-buffered
+    int* first_pinned;          // (B) host: the token of a request's own prefill (gpt2_generate)
     cudaEvent_t next_copied[2];
     int use_graph;              // a decode step (+ sampling) replays as one CUDA graph
     int eager_steps;            // decode steps run eagerly so far; the graph is captured after the first
@@ -846,29 +851,34 @@ typedef struct {
 
 template <class T> void cuda_alloc(T** p, size_t n) { cudaCheck(cudaMalloc(p, std::max(n, (size_t)1) * sizeof(T))); }
 
-// B sequences, prompts of up to Tp tokens, Tmax positions in all (prompt + new tokens). kv_cache false: only the
-// sampler state (the full-recompute path runs gpt2_forward on the model's own activations). paged (optional): the
-// caches as one pool of pages (generate.h's paged_kv_plan) instead of B rows of Tmax positions.
+// B slots, prompts of up to Tp tokens, Tmax positions in all (prompt + new tokens). kv_cache false: only the
+// sampler state (the full-recompute path runs gpt2_forward on the model's own activations). schedule (optional): with
+// a page size, the caches as its pool of pages and the sink instead of B rows of Tmax positions. Every row starts idle.
 void gpt2_inference_allocate(GPT2Inference* inf, const GPT2Config& c, int B, int Tp, int Tmax, bool kv_cache,
-                             int gelu_fusion, const SamplerSettings& sampler, bool use_graph,
-                             const PagedKVPlan* paged = nullptr) {
+                             int gelu_fusion, const SamplerSettings& sampler, int stop_token, bool use_graph,
+                             const GenerateSchedule* schedule = nullptr) {
     memset(inf, 0, sizeof(*inf));
     inf->B = B;
     inf->Tp = Tp;
     inf->Tmax = Tmax;
     inf->gelu_fusion = gelu_fusion;
     inf->sampler = sampler;
+    inf->stop_token = stop_token;
     inf->use_graph = use_graph;
     size_t L = c.num_layers, C = c.channels, NH = c.num_heads, N = (size_t)B * Tp;
+    const bool paged = schedule && schedule->page_size;
     if (kv_cache) {
-        inf->cache_positions = paged ? (size_t)paged->pages * paged->page_size : (size_t)B * Tmax;
+        inf->cache_positions = paged ? (size_t)(schedule->pool_pages + 1) * schedule->page_size : (size_t)B * Tmax;
         cuda_alloc(&inf->k_cache, L * inf->cache_positions * C);
         cuda_alloc(&inf->v_cache, L * inf->cache_positions * C);
+        // finite keys and values wherever an idle row reads
+        cudaCheck(cudaMemset(inf->k_cache, 0, L * inf->cache_positions * C * sizeof(floatX)));
+        cudaCheck(cudaMemset(inf->v_cache, 0, L * inf->cache_positions * C * sizeof(floatX)));
         if (paged) {
-            inf->page_size = paged->page_size;
-            inf->pages_per_seq = paged->pages_per_seq;
-            cuda_alloc(&inf->block_table, paged->block_table.size());
-            cudaCheck(cudaMemcpy(inf->block_table, paged->block_table.data(), paged->block_table.size() * sizeof(int),
+            inf->page_size = schedule->page_size;
+            inf->pages_per_seq = schedule->pages_per_seq;
+            cuda_alloc(&inf->block_table, schedule->block_table.size());
+            cudaCheck(cudaMemcpy(inf->block_table, schedule->block_table.data(), schedule->block_table.size() * sizeof(int),
                                  cudaMemcpyHostToDevice));
         }
         cuda_alloc(&inf->residual, N * C);
@@ -884,17 +894,28 @@ void gpt2_inference_allocate(GPT2Inference* inf, const GPT2Config& c, int B, int
     cuda_alloc(&inf->logits, (size_t)B * c.padded_vocab_size);
     cuda_alloc(&inf->history, (size_t)B * Tmax);
     cuda_alloc(&inf->lengths, (size_t)B);
+    cuda_alloc(&inf->limits, (size_t)B);
+    cuda_alloc(&inf->coin_ids, (size_t)B);
     cuda_alloc(&inf->next_tokens, (size_t)B);
+    // idle rows: one token (id 0) at position 0, frozen
+    cudaCheck(cudaMemset(inf->history, 0, (size_t)B * Tmax * sizeof(int)));
+    cudaCheck(cudaMemset(inf->limits, 0, (size_t)B * sizeof(int)));
+    cudaCheck(cudaMemset(inf->coin_ids, 0, (size_t)B * sizeof(int)));
+    const std::vector<int> ones(B, 1);
+    cudaCheck(cudaMemcpy(inf->lengths, ones.data(), B * sizeof(int), cudaMemcpyHostToDevice));
     cudaCheck(cudaMallocHost(&inf->next_pinned, 2 * B * sizeof(int)));
+    cudaCheck(cudaMallocHost(&inf->first_pinned, B * sizeof(int)));
     for (int i = 0; i < 2; i++) cudaCheck(cudaEventCreateWithFlags(&inf->next_copied[i], cudaEventDisableTiming));
 }
 
 void gpt2_inference_free(GPT2Inference* inf) {
     void* device_ptrs[] = {inf->k_cache, inf->v_cache, inf->block_table, inf->residual, inf->ln, inf->qkv,
                            inf->atty, inf->lse, inf->fch, inf->fch_gelu, inf->lnf_newest,
-                           inf->prompt_tokens, inf->logits, inf->history, inf->lengths, inf->next_tokens};
+                           inf->prompt_tokens, inf->logits, inf->history, inf->lengths, inf->limits, inf->coin_ids,
+                           inf->next_tokens};
     for (void* p : device_ptrs) cudaCheck(cudaFree(p));  // cudaFree(nullptr) is a no-op
     cudaCheck(cudaFreeHost(inf->next_pinned));
+    cudaCheck(cudaFreeHost(inf->first_pinned));
     for (int i = 0; i < 2; i++) cudaCheck(cudaEventDestroy(inf->next_copied[i]));
     if (inf->decode_graph) cudaCheck(cudaGraphExecDestroy(inf->decode_graph));
 }
@@ -972,22 +993,27 @@ void gpt2_inference_layers(const GPT2* model, GPT2Inference* inf, int Tq, bool p
     }
 }
 
-// The sequences start over from the prompts (B, Tp) on the host, right-padded, and their lengths (B): history's
-// first Tp columns and lengths on the GPU.
-void gpt2_inference_start(GPT2Inference* inf, const int* prompts, const int* lengths) {
+// The rows start over from the prompts (B, Tp) on the host, right-padded, and their lengths (B): on the GPU history's
+// first Tp columns, lengths, the limits (length + new_tokens) and the coins of requests first_request, first_request + 1..
+// (pageable sources: each copy has read its source when it returns)
+void gpt2_inference_start(GPT2Inference* inf, const int* prompts, const int* lengths, int new_tokens, int first_request) {
     const int B = inf->B, Tp = inf->Tp;
+    std::vector<int> limits(B), coin_ids(B);
+    for (int b = 0; b < B; b++) limits[b] = lengths[b] + new_tokens, coin_ids[b] = first_request + b;
     cudaCheck(cudaMemcpy2DAsync(inf->history, inf->Tmax * sizeof(int), prompts, Tp * sizeof(int), Tp * sizeof(int), B,
                                 cudaMemcpyHostToDevice, main_stream));
     cudaCheck(cudaMemcpyAsync(inf->lengths, lengths, B * sizeof(int), cudaMemcpyHostToDevice, main_stream));
+    cudaCheck(cudaMemcpyAsync(inf->limits, limits.data(), B * sizeof(int), cudaMemcpyHostToDevice, main_stream));
+    cudaCheck(cudaMemcpyAsync(inf->coin_ids, coin_ids.data(), B * sizeof(int), cudaMemcpyHostToDevice, main_stream));
 }
 
-// Prefill: the sequences start over from the prompts; the prompts through the layers fill the caches, and inf->logits
-// gets the logits of each sequence's last prompt token.
-void gpt2_prefill(GPT2* model, GPT2Inference* inf, const int* prompts, const int* lengths) {
+// Prefill: the rows start over from the prompts (as gpt2_inference_start); the prompts through the layers fill the
+// caches, and inf->logits gets the logits of each sequence's last prompt token.
+void gpt2_prefill(GPT2* model, GPT2Inference* inf, const int* prompts, const int* lengths, int new_tokens, int first_request) {
     NVTX_RANGE_FN();
     const GPT2Config& cfg = model->config;
     const int B = inf->B, Tp = inf->Tp, C = cfg.channels;
-    gpt2_inference_start(inf, prompts, lengths);
+    gpt2_inference_start(inf, prompts, lengths, new_tokens, first_request);
     cudaCheck(cudaMemcpyAsync(inf->prompt_tokens, prompts, (size_t)B * Tp * sizeof(int), cudaMemcpyHostToDevice, main_stream));
     encoder_forward(inf->residual, inf->prompt_tokens, model->params.wte, model->params.wpe, B, Tp, C, main_stream);
     gpt2_inference_layers(model, inf, Tp, /*prefill=*/true);
@@ -1008,8 +1034,9 @@ void gpt2_decode(GPT2* model, GPT2Inference* inf) {
 
 // inf->logits -> the next token of each sequence, appended to it (history, lengths) and in next_tokens
 void gpt2_sample_next(const GPT2* model, GPT2Inference* inf) {
-    sample_tokens(inf->next_tokens, inf->history, inf->lengths, inf->logits, inf->B, model->config.vocab_size,
-                  model->config.padded_vocab_size, inf->Tmax, inf->sampler, /*advance=*/true, main_stream);
+    sample_tokens(inf->next_tokens, inf->history, inf->lengths, inf->limits, inf->coin_ids, inf->logits, inf->B,
+                  model->config.vocab_size, model->config.padded_vocab_size, inf->Tmax, inf->sampler, inf->stop_token,
+                  /*advance=*/true, main_stream);
 }
 
 // One decode step and its sampling. With use_graph the first step runs eagerly (lazy kernel loading, cuBLASLt's
@@ -1052,28 +1079,109 @@ const int* gpt2_next_tokens_wait(GPT2Inference* inf, int i) {
     return inf->next_pinned + (i % 2) * inf->B;
 }
 
-struct GenerateTimes { double prefill_s, decode_s; };
-
-// n new tokens for each of the B sequences: the first from the prefill's logits, then n - 1 decode steps. on_tokens(i,
-// tokens) gets the i-th new token of every sequence (B ints) as it arrives. The host reads step i's tokens after it
-// has queued step i + 1, so the GPU never waits for the host; the only host syncs are those reads. The prefill's time
-// ends when its token is on the host.
-template <class OnTokens>
-GenerateTimes gpt2_generate(GPT2* model, GPT2Inference* inf, const int* prompts, const int* lengths, int n, OnTokens on_tokens) {
-    NVTX_RANGE_FN();
-    double t0 = now_seconds();
-    gpt2_prefill(model, inf, prompts, lengths);
-    gpt2_sample_next(model, inf);
-    gpt2_next_tokens_copy(inf, 0);
-    on_tokens(0, gpt2_next_tokens_wait(inf, 0));
-    double t1 = now_seconds();
-    for (int i = 1; i < n; i++) {
-        gpt2_decode_step(model, inf);
-        gpt2_next_tokens_copy(inf, i);
-        if (i >= 2) on_tokens(i - 1, gpt2_next_tokens_wait(inf, i - 1));
+// Row b of inf as a one-sequence GPT2Inference over the same buffers, for the prefill of a request admitted into
+// that slot: prompt_len rows, the slot's cache rows (contiguous) or its row of the block table (paged), its logits and
+// sampler state.
+GPT2Inference gpt2_inference_row(const GPT2Inference& inf, int b, int prompt_len, int C, int Vp) {
+    GPT2Inference row = inf;
+    row.B = 1;
+    row.Tp = prompt_len;
+    row.use_graph = 0;
+    row.decode_graph = nullptr;
+    if (inf.block_table) {
+        row.block_table += (size_t)b * inf.pages_per_seq;
+    } else if (inf.k_cache) {
+        row.k_cache += (size_t)b * inf.Tmax * C;
+        row.v_cache += (size_t)b * inf.Tmax * C;
     }
-    if (n >= 2) on_tokens(n - 1, gpt2_next_tokens_wait(inf, n - 1));
-    return {t1 - t0, now_seconds() - t1};
+    row.logits += (size_t)b * Vp;
+    row.history += (size_t)b * inf.Tmax;
+    row.lengths += b, row.limits += b, row.coin_ids += b, row.next_tokens += b;
+    return row;
+}
+
+struct GenerateTimes {
+    double prefill_s, decode_s;
+    int first_tokens, tokens, steps;   // tokens of the opening prefill, all new tokens, decode steps
+};
+
+// Serves batch's requests through inf's slots as the schedule s (generate.h) admits them, each up to s->new_tokens
+// new tokens; on_token(request, token) gets every request's tokens in order as they arrive.
+// When the requests fit in the slots they prefill together (padded to the longest); otherwise each prefills alone
+// into the slot that takes it, so a request's arithmetic does not depend on when or beside what it runs (a decode step
+// computes every row alike). The host reads step k's tokens after it has queued step k + 1, so the GPU never waits
+// for the host. A request that ends at step k was already frozen on the GPU by its limit or stop token; its slot
+// takes the next request, whose prefill goes after step k + 1 and whose first decode is step k + 2, its prefill's
+// token read beside that step's. The prefill's time ends when the opening tokens are on the host.
+template <class OnToken>
+GenerateTimes gpt2_generate(GPT2* model, GPT2Inference* inf, GenerateSchedule* s, const PromptBatch& batch, OnToken on_token) {
+    NVTX_RANGE_FN();
+    const int S = inf->B, C = model->config.channels, Vp = model->config.padded_vocab_size, pps = inf->pages_per_seq;
+    auto sync_row = [&](int b) {   // the slot's row of the block table to the GPU
+        if (inf->block_table)
+            cudaCheck(cudaMemcpyAsync(inf->block_table + (size_t)b * pps, s->block_table.data() + (size_t)b * pps, pps * sizeof(int),
+                                      cudaMemcpyHostToDevice, main_stream));
+    };
+    auto admit_alone = [&](int b, int first_step) {
+        if (!schedule_admit(s, b)) return;
+        GenerateSlot& slot = s->slot[b];
+        slot.first_step = first_step;
+        slot.first_pinned = first_step > 0;
+        sync_row(b);
+        const int r = slot.request;
+        GPT2Inference row = gpt2_inference_row(*inf, b, batch.lengths[r], C, Vp);
+        gpt2_prefill(model, &row, batch.tokens.data() + (size_t)r * batch.Tp, &batch.lengths[r], s->new_tokens, r);
+        gpt2_sample_next(model, &row);
+        if (slot.first_pinned)
+            cudaCheck(cudaMemcpyAsync(inf->first_pinned + b, inf->next_tokens + b, sizeof(int), cudaMemcpyDeviceToHost, main_stream));
+    };
+    double t0 = now_seconds(), t1 = t0;
+    if (batch.B <= S) {
+        for (int b = 0; b < batch.B; b++)
+            if (!schedule_admit(s, b)) exit_on_error(strfmt("the pool's %d pages do not hold all %d requests at once", s->pool_pages, batch.B));
+        for (int b = 0; b < S; b++) sync_row(b);
+        gpt2_prefill(model, inf, batch.tokens.data(), batch.lengths.data(), s->new_tokens, 0);
+        gpt2_sample_next(model, inf);
+    } else {
+        for (int b = 0; b < S; b++) admit_alone(b, 0);
+    }
+    gpt2_next_tokens_copy(inf, 0);
+    GenerateTimes times = {};
+    auto take = [&](int b, int token) {
+        if (token < 0) exit_on_error(strfmt("slot %d: a running request's row is frozen", b));
+        on_token(s->slot[b].request, token);
+        times.tokens++;
+        schedule_token(s, b, token);
+    };
+    int queued = 0, processed = -1;
+    while (true) {
+        bool need = false;
+        for (int b = 0; b < S; b++) need = need || schedule_needs_step(*s, b, queued + 1);
+        if (need) {
+            gpt2_decode_step(model, inf);
+            gpt2_next_tokens_copy(inf, ++queued);
+        }
+        if (processed == queued) break;
+        const int k = ++processed;
+        const int* next = gpt2_next_tokens_wait(inf, k);
+        for (int b = 0; b < S; b++) {
+            const GenerateSlot& slot = s->slot[b];
+            if (slot.request < 0 || slot.ended || k < slot.first_step) continue;
+            if (k == slot.first_step && slot.first_pinned) take(b, inf->first_pinned[b]);
+            if (!slot.ended) take(b, next[b]);
+        }
+        if (k == 0) times.first_tokens = times.tokens, t1 = now_seconds();
+        for (int b = 0; b < S; b++) {
+            if (s->slot[b].request < 0 || !s->slot[b].ended) continue;
+            schedule_release(s, b);
+            sync_row(b);
+        }
+        for (int b = 0; b < S; b++) if (s->slot[b].request < 0) admit_alone(b, queued + 1);
+    }
+    times.prefill_s = t1 - t0;
+    times.decode_s = now_seconds() - t1;
+    times.steps = queued;
+    return times;
 }
 
 // Training's periodic sample: gen_T - 1 tokens after <|endoftext|>, one sequence through the KV cache, drawn from
@@ -1083,14 +1191,17 @@ void gpt2_sample(GPT2* model, const Tokenizer* tokenizer, int gen_T) {
     gen_T = std::min(gen_T, cfg.max_seq_len);
     if (gen_T < 2) return;
     SamplerSettings sampler = {/*greedy=*/0, /*top_k=*/0, /*temperature=*/1.0f, random_u32(&model->rng_state)};
+    PromptBatch batch;
+    exit_on_error(prompt_batch({{tokenizer->eot_token}}, 1, tokenizer->eot_token, &batch));
+    GenerateSchedule schedule;
+    exit_on_error(generate_schedule_init(&schedule, batch.lengths, 1, gen_T - 1, /*stop_token=*/-1, /*page_size=*/0, 0));
     GPT2Inference inf;
     gpt2_inference_allocate(&inf, cfg, /*B=*/1, /*Tp=*/1, /*Tmax=*/gen_T, /*kv_cache=*/true, model->gelu_fusion, sampler,
-                            /*use_graph=*/false);
-    const int prompt = tokenizer->eot_token, length = 1;
+                            /*stop_token=*/-1, /*use_graph=*/false);
     printf("generating:\n---\n");
-    gpt2_generate(model, &inf, &prompt, &length, gen_T - 1, [&](int, const int* tokens) {
-        if (tokenizer->init_ok) safe_printf(tokenizer_decode(tokenizer, tokens[0]));
-        else printf("%d ", tokens[0]);
+    gpt2_generate(model, &inf, &schedule, batch, [&](int, int token) {
+        if (tokenizer->init_ok) safe_printf(tokenizer_decode(tokenizer, token));
+        else printf("%d ", token);
         fflush(stdout);
     });
     printf("\n---\n");

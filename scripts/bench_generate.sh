@@ -32,9 +32,9 @@ run() {   # name log command...
 }
 : > "$OUT/results.txt"
 for B in $BATCHES; do
-    run "kv" "kv_b$B.log" ./generate_gpt2cu -e "$MODEL" -p "$PROMPT" -b "$B" -n "$NEW" $SAMPLING -q 1
-    [ "$PAGED" != 0 ] && run "kv_paged" "kv_paged_b$B.log" ./generate_gpt2cu -e "$MODEL" -p "$PROMPT" -b "$B" -n "$NEW" $SAMPLING -pg "$PAGED" -q 1
-    [ "$RECOMPUTE" = 1 ] && run "recompute" "recompute_b$B.log" ./generate_gpt2cu -e "$MODEL" -p "$PROMPT" -b "$B" -n "$NEW" $SAMPLING -kv 0 -q 1
+    run "kv" "kv_b$B.log" ./generate_gpt2cu -e "$MODEL" -p "$PROMPT" -b "$B" -n "$NEW" $SAMPLING -eos -1 -q 1
+    [ "$PAGED" != 0 ] && run "kv_paged" "kv_paged_b$B.log" ./generate_gpt2cu -e "$MODEL" -p "$PROMPT" -b "$B" -n "$NEW" $SAMPLING -eos -1 -pg "$PAGED" -q 1
+    [ "$RECOMPUTE" = 1 ] && run "recompute" "recompute_b$B.log" ./generate_gpt2cu -e "$MODEL" -p "$PROMPT" -b "$B" -n "$NEW" $SAMPLING -eos -1 -kv 0 -q 1
     if [ "$TORCH" = 1 ] && python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
         run "torch" "torch_b$B.log" python3 scripts/generate_torch.py --init "$MODEL" -b "$B" -n "$NEW" --prompt_len 24 -k 40 -T 0.8 --seed 42
     fi

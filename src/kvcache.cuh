@@ -38,7 +38,7 @@ __global__ void embed_newest_tokens_kernel(floatX* out, const int* history, cons
 
 // where the caches keep slot s of sequence b: row b * Tmax + s of contiguous (B, Tmax, NH, HS) caches, or with a
 // block table (B, pages_per_seq) row s % page_size of page block_table[b, s / page_size] of a pool
-// (pages, page_size, NH, HS) (generate.h's PagedKVPlan)
+// (pages, page_size, NH, HS) (generate.h's GenerateSchedule)
 struct KVCacheLayout {
     int Tmax;                  // positions per sequence
     const int* block_table;    // nullptr: contiguous

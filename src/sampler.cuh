@@ -3,6 +3,9 @@ GPU sampler: one block per sequence picks the next token from its row of logits 
 top-k + temperature with a seeded coin) and writes it to next_tokens[b]; with advance it also appends the token to the
 sequence: history[b, lengths[b]] = token, lengths[b] += 1. Nothing is read back: the host copies next_tokens when it
 wants them, and the next decode step reads the token from history on the GPU.
+A sequence's coins follow its request (coin_ids[b]), not its row, so its tokens do not depend on where it runs. A row
+whose length has reached limits[b] is frozen: it writes -1 and changes nothing, so the decode step that recomputes its
+newest token rewrites the same keys and values; sampling the stop token sets the limit to the new length.
 
   1. argmax over the order keys (lowest id on ties): the greedy pick, and the max logit for the softmax
   2. top-k threshold, an exact radix select over the 16-bit keys: a 256-bin histogram of the high bytes finds the bin
@@ -80,10 +83,11 @@ __device__ inline uint32_t topk_threshold_key(const uint16_t* row, int V, int k,
     return high;
 }
 
-// logits (B, Vp) bf16, row b for sequence b; next_tokens (B); history (B, Tmax); lengths (B)
+// logits (B, Vp) bf16, row b for sequence b; next_tokens (B); history (B, Tmax); lengths, limits, coin_ids (B)
 __global__ void __launch_bounds__(kSamplerThreads) sample_tokens_kernel(int* next_tokens, int* history, int* lengths,
+                                                                       int* limits, const int* coin_ids,
                                                                        const floatX* logits, int V, int Vp, int Tmax,
-                                                                       SamplerSettings s, int advance) {
+                                                                       SamplerSettings s, int stop_token, int advance) {
     __shared__ float scan[kSamplerThreads];
     __shared__ unsigned long long warp_best[32];
     __shared__ unsigned int hist[256];
@@ -92,6 +96,10 @@ __global__ void __launch_bounds__(kSamplerThreads) sample_tokens_kernel(int* nex
     const int b = blockIdx.x;
     const uint16_t* row = reinterpret_cast<const uint16_t*>(logits + (size_t)b * Vp);
     const int len = lengths[b];
+    if (len >= limits[b]) {   // the whole block: a frozen row
+        if (threadIdx.x == 0) next_tokens[b] = -1;
+        return;
+    }
 
     // argmax: (key, ~id) packed so that the largest key wins and, among equal keys, the lowest id
     unsigned long long best = 0;
@@ -113,7 +121,7 @@ __global__ void __launch_bounds__(kSamplerThreads) sample_tokens_kernel(int* nex
         // the max logit is kept with weight 1, so total >= 1; the target stays below it, so exactly one chunk
         // [scan[t-1], scan[t]) holds it, and that chunk has a kept token
         const float total = scan[blockDim.x - 1];
-        const float target = fminf(sampler_coin(s.seed, b, len) * total, nextafterf(total, 0.0f));
+        const float target = fminf(sampler_coin(s.seed, coin_ids[b], len) * total, nextafterf(total, 0.0f));
         const float chunk_start = threadIdx.x > 0 ? scan[threadIdx.x - 1] : 0.0f;
         if (chunk_start <= target && target < scan[threadIdx.x]) {
             // the same sums in the same order as partial; rounding may leave the walk short of the target: then
@@ -137,15 +145,17 @@ __global__ void __launch_bounds__(kSamplerThreads) sample_tokens_kernel(int* nex
         if (advance) {
             if (len < Tmax) history[(size_t)b * Tmax + len] = token;
             lengths[b] = len + 1;
+            if (token == stop_token) limits[b] = len + 1;
         }
     }
 }
 
 // With advance, the token is appended to each sequence (history, lengths); without, lengths are only read (the coin's
-// position) and only next_tokens is written.
-void sample_tokens(int* next_tokens, int* history, int* lengths, const floatX* logits, int B, int V, int Vp, int Tmax,
-                   const SamplerSettings& s, bool advance, cudaStream_t stream) {
+// position) and only next_tokens is written. stop_token -1: none.
+void sample_tokens(int* next_tokens, int* history, int* lengths, int* limits, const int* coin_ids, const floatX* logits,
+                   int B, int V, int Vp, int Tmax, const SamplerSettings& s, int stop_token, bool advance, cudaStream_t stream) {
     NVTX_RANGE_FN();
-    sample_tokens_kernel<<<B, kSamplerThreads, 0, stream>>>(next_tokens, history, lengths, logits, V, Vp, Tmax, s, advance);
+    sample_tokens_kernel<<<B, kSamplerThreads, 0, stream>>>(next_tokens, history, lengths, limits, coin_ids, logits, V, Vp,
+                                                            Tmax, s, stop_token, advance);
     cudaCheck(cudaGetLastError());
 }

@@ -44,6 +44,9 @@ TEST(generate_config_parses_flags) {
     CHECK(c.print_ids == 1 && c.quiet == 1 && c.page_size == 0);
     CHECK(parse({"-e", "d12", "-pf", "prompts.txt", "-g", "1", "-T", "0"}, &c) == "");  // greedy ignores -T
     CHECK(parse({"-e", "m.bin", "-pg", "256"}, &c) == "" && c.page_size == 256);
+    CHECK(c.pool_pages == 0 && c.stop_token == -2);   // the pool of the -b largest requests; <|endoftext|> ends one
+    CHECK(parse({"-e", "m.bin", "-pg", "16", "-pp", "40", "-eos", "-1"}, &c) == "" && c.pool_pages == 40 && c.stop_token == -1);
+    CHECK(parse({"-e", "m.bin", "-eos", "198"}, &c) == "" && c.stop_token == 198);
 }
 
 TEST(generate_config_rejects_bad_flags) {
@@ -52,7 +55,8 @@ TEST(generate_config_rejects_bad_flags) {
         {}, {"-e"}, {"-e", "m.bin", "-z", "1"}, {"-e", "m.bin", "-n", "abc"}, {"-e", "m.bin", "-n", "0"},
         {"-e", "m.bin", "-k", "-1"}, {"-e", "m.bin", "-T", "0"}, {"-e", "m.bin", "-b", "-2"}, {"-e", "m.bin", "-kv", "2"},
         {"-e", "m.bin", "-p", "a", "-pf", "f"}, {"-e", "m.bin", "-ct", "0"}, {"e", "m.bin"}, {"-e", "m.bin", "-pg", "-1"},
-        {"-e", "m.bin", "-pg", "16", "-kv", "0"}};
+        {"-e", "m.bin", "-pg", "16", "-kv", "0"}, {"-e", "m.bin", "-pp", "8"}, {"-e", "m.bin", "-pg", "16", "-pp", "-1"},
+        {"-e", "m.bin", "-eos", "-3"}};
     for (auto& args : bad) {
         std::string err = parse(args, &c);
         if (err.empty()) fprintf(stderr, "  accepted: %zu args starting %s\n", args.size(), args.empty() ? "-" : args[0]);
@@ -64,31 +68,103 @@ TEST(generate_config_rejects_bad_flags) {
     CHECK(generate_check_length(24, 1001, m) != "");
 }
 
-// the paged cache's plan: every sequence's positions (its length + the new tokens) have pages, no page twice, the pool
-// no larger than those pages, and the pages handed out in the order the sequences reach them
-TEST(paged_kv_plan_gives_each_sequence_its_pages) {
-    const std::vector<int> lengths = {5, 17, 1, 32};
-    const int n = 20, P = 16;
-    PagedKVPlan plan = paged_kv_plan(lengths, n, P);
-    CHECK(plan.page_size == P && plan.pages_per_seq == (32 + n + P - 1) / P);
-    int needed = 0;
-    std::vector<int> owner(plan.pages, -1);
-    for (int b = 0; b < (int)lengths.size(); b++) {
-        const int pages = (lengths[b] + n + P - 1) / P;
-        needed += pages;
-        for (int i = 0; i < pages; i++) {
-            const int page = plan.block_table[b * plan.pages_per_seq + i];
-            CHECK(page >= 0 && page < plan.pages && owner[page] == -1);
-            owner[page] = b;
-        }
+// The serving loop's host side, driven as gpt2_generate drives it, one token per running request per step (the stop
+// token drawn at random): every request ends after n tokens or at its stop token; the queue is served first come,
+// first served; a running request holds the pages of its prompt + n positions, no page is held twice, a freed page
+// is reused; an idle slot's row names the sink; the pool's default holds the S largest requests.
+static void check_serving(const std::vector<int>& lengths, int slots, int n, int page_size, int pool_pages, uint32_t seed) {
+    const int stop = 7;
+    GenerateSchedule s;
+    CHECK(generate_schedule_init(&s, lengths, slots, n, stop, page_size, pool_pages) == "");
+    if (pool_pages == 0) {
+        std::vector<int> need;
+        for (int len : lengths) need.push_back((len + n + page_size - 1) / page_size);
+        std::sort(need.begin(), need.end(), std::greater<int>());
+        int sum = 0;
+        for (int i = 0; i < slots && i < (int)need.size(); i++) sum += need[i];
+        CHECK(s.pool_pages == sum);
     }
-    CHECK(plan.pages == needed);
-    // the prefill's pages first, sequence by sequence: 1, 2, 1, 2 pages
-    CHECK(plan.block_table[0] == 0 && plan.block_table[plan.pages_per_seq] == 1 && plan.block_table[plan.pages_per_seq + 1] == 2);
-    CHECK(plan.block_table[2 * plan.pages_per_seq] == 3 && plan.block_table[3 * plan.pages_per_seq + 1] == 5);
-    // then by step: sequence 3 (32 tokens) starts its third page at step 1, sequence 1 (17) its third at step 16
-    CHECK(plan.block_table[3 * plan.pages_per_seq + 2] == 6);
-    CHECK(paged_kv_plan(lengths, n, 0).pages == 0);   // -pg 0: no plan
+    std::vector<int> generated(lengths.size(), 0), admitted_order;
+    bool reused = false;
+    std::vector<bool> ever_used(s.pool_pages, false);
+    uint32_t x = seed;
+    auto admit_idle = [&]() {
+        for (int b = 0; b < slots; b++)
+            if (s.slot[b].request < 0 && schedule_admit(&s, b)) admitted_order.push_back(s.slot[b].request);
+    };
+    admit_idle();
+    for (int step = 0; s.ended_requests < (int)lengths.size(); step++) {
+        CHECK(step < 100000);
+        if (step >= 100000) return;
+        std::vector<int> owner(s.pool_pages + 1, -1);
+        for (int b = 0; b < slots; b++) {
+            const GenerateSlot& sl = s.slot[b];
+            const int* row = &s.block_table[(size_t)b * s.pages_per_seq];
+            if (sl.request < 0) {
+                for (int i = 0; i < s.pages_per_seq; i++) CHECK(row[i] == s.sink_page);
+                continue;
+            }
+            CHECK((int)sl.pages.size() == (lengths[sl.request] + n + page_size - 1) / page_size);
+            for (int i = 0; i < (int)sl.pages.size(); i++) {
+                CHECK(row[i] == sl.pages[i] && row[i] >= 0 && row[i] < s.pool_pages && owner[row[i]] == -1);
+                owner[row[i]] = b;
+                if (ever_used[row[i]] && step > 0 && sl.generated == 0) reused = true;
+            }
+        }
+        for (int b = 0; b < slots; b++) {
+            if (s.slot[b].request < 0) continue;
+            x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+            const int r = s.slot[b].request, token = x % 16 == 0 ? stop : 100 + (int)(x % 50);
+            generated[r]++;
+            const bool ended = schedule_token(&s, b, token);
+            CHECK(ended == (token == stop || generated[r] == n));
+        }
+        for (int b = 0; b < slots; b++) {
+            if (s.slot[b].request < 0) continue;
+            for (int page : s.slot[b].pages) ever_used[page] = true;
+            if (s.slot[b].ended) schedule_release(&s, b);
+        }
+        admit_idle();
+    }
+    for (size_t r = 0; r < lengths.size(); r++) CHECK(generated[r] >= 1 && generated[r] <= n);
+    for (size_t i = 0; i < admitted_order.size(); i++) CHECK(admitted_order[i] == (int)i);
+    CHECK((int)admitted_order.size() == (int)lengths.size());
+    CHECK(s.pages_in_use == 0 && (int)s.free_pages.size() == s.pool_pages && s.peak_pages_in_use <= s.pool_pages);
+    if ((int)lengths.size() > slots) CHECK(reused);
+}
+
+TEST(serving_schedule_admits_releases_and_reuses_pages) {
+    std::vector<int> lengths;
+    uint32_t x = 12345;
+    for (int r = 0; r < 40; r++) { x ^= x << 13, x ^= x >> 17, x ^= x << 5; lengths.push_back(1 + (int)(x % 90)); }
+    check_serving(lengths, 8, 20, 16, 0, 1);      // a queue, the default pool
+    check_serving(lengths, 8, 20, 16, 9, 2);      // a pool of one long request: admissions wait for pages
+    check_serving(lengths, 40, 20, 16, 0, 3);     // every request at once
+    check_serving(lengths, 3, 1, 1, 0, 4);        // one new token, pages of one position
+    check_serving({5, 17, 1, 32}, 4, 20, 256, 0, 5);
+    GenerateSchedule s;
+    CHECK(generate_schedule_init(&s, {5, 17, 1, 32}, 2, 20, -1, 16, 3) != "");   // 52 positions need 4 pages of 16
+    CHECK(generate_schedule_init(&s, {5, 17}, 2, 20, -1, 0, 0) == "" && s.pool_pages == 0 && s.block_table.empty());
+    // the pool's order is shuffled: a request's pages are not one run
+    CHECK(generate_schedule_init(&s, {200}, 1, 56, -1, 16, 0) == "" && schedule_admit(&s, 0));
+    int runs = 0;
+    for (size_t i = 1; i < s.slot[0].pages.size(); i++) runs += s.slot[0].pages[i] == s.slot[0].pages[i - 1] + 1;
+    CHECK(runs < 4);
+}
+
+// a step is needed while a running request has tokens to come: n from the opening prefill (step 0), then one a step;
+// a request admitted later has its prefill's token and one more at its first step
+TEST(serving_schedule_steps_follow_the_tokens) {
+    GenerateSchedule s;
+    CHECK(generate_schedule_init(&s, {3, 4}, 1, 5, -1, 0, 0) == "");
+    CHECK(schedule_admit(&s, 0));
+    CHECK(schedule_needs_step(s, 0, 1) && schedule_needs_step(s, 0, 4) && !schedule_needs_step(s, 0, 5));
+    for (int i = 0; i < 4; i++) CHECK(!schedule_token(&s, 0, 1));
+    CHECK(schedule_token(&s, 0, 1) && !schedule_needs_step(s, 0, 2));
+    schedule_release(&s, 0);
+    CHECK(schedule_admit(&s, 0) && s.slot[0].request == 1 && !schedule_admit(&s, 0));
+    s.slot[0].first_step = 5, s.slot[0].first_pinned = true;
+    CHECK(schedule_needs_step(s, 0, 5) && schedule_needs_step(s, 0, 8) && !schedule_needs_step(s, 0, 9));
 }
 
 // ----------------------------------------------------------------------------
@@ -97,14 +173,15 @@ TEST(paged_kv_plan_gives_each_sequence_its_pages) {
 TEST(prompt_batch_pads_right_and_repeats_prompts) {
     PromptBatch batch;
     CHECK(prompt_batch({{1, 2, 3}, {4}, {5, 6}}, 0, 99, &batch) == "");
-    CHECK(batch.B == 3 && batch.Tp == 3);
+    CHECK(batch.B == 3 && batch.Tp == 3 && batch.slots == 3);
     CHECK((batch.tokens == std::vector<int>{1, 2, 3, 4, 99, 99, 5, 6, 99}));
     CHECK((batch.lengths == std::vector<int>{3, 1, 2}));
     CHECK(prompt_batch({{7, 8}, {9}}, 5, 0, &batch) == "");   // -b 5: the prompts repeat
-    CHECK(batch.B == 5 && batch.Tp == 2);
+    CHECK(batch.B == 5 && batch.Tp == 2 && batch.slots == 5);
     CHECK((batch.lengths == std::vector<int>{2, 1, 2, 1, 2}));
     CHECK((batch.tokens == std::vector<int>{7, 8, 9, 0, 7, 8, 9, 0, 7, 8}));
-    CHECK(prompt_batch({{1}, {2}, {3}}, 2, 0, &batch) != "");  // fewer sequences than prompts
+    CHECK(prompt_batch({{1}, {2}, {3}}, 2, 0, &batch) == "");  // fewer slots than prompts: a queue of 3 requests
+    CHECK(batch.B == 3 && batch.slots == 2 && (batch.lengths == std::vector<int>{1, 1, 1}));
     CHECK(prompt_batch({{1}, {}}, 0, 0, &batch) != "");        // an empty prompt
     CHECK(prompt_batch({}, 0, 0, &batch) != "");
 }
