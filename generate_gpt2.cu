@@ -209,8 +209,7 @@ int main(int argc, char** argv) {
     exit_on_error(generate_check_length(batch.Tp, cfg.new_tokens, model_config));
     const int B = batch.B, S = batch.slots, n = cfg.new_tokens, Tmax = batch.Tp + n;
     const int C = model_config.channels, NH = model_config.num_heads;
-    const bool serving = S < B;
-    if (serving && (!cfg.kv_cache || cfg.check))
+    if (S < B && (!cfg.kv_cache || cfg.check))
         exit_on_error(strfmt("-b %d serves %d prompts from a queue: that needs the KV cache, without -kv 0 and -cmp 1", S, B));
     if (const char* why = attention_unsupported_reason(S, batch.Tp, NH, C / NH))
         exit_on_error(strfmt("attention does not support B=%d T=%d NH=%d HS=%d: %s", S, batch.Tp, NH, C / NH, why));
@@ -232,9 +231,17 @@ int main(int argc, char** argv) {
            stop_token >= 0 ? strfmt(" (ending at token %d)", stop_token).c_str() : "",
            cfg.greedy ? "greedy" : strfmt("top-k %d, temperature %g, seed %d", cfg.top_k, cfg.temperature, cfg.seed).c_str(),
            cfg.kv_cache ? "KV cache" : "full recompute", cfg.kv_cache ? (cfg.cuda_graph ? " (decode step as a CUDA graph)" : " (eager)") : "");
+
+    GPT2Inference inf;
+    GenerateTimes times;
+    GenerateSchedule schedule;
+    auto new_schedule = [&](int new_tokens) {
+        exit_on_error(generate_schedule_init(&schedule, batch.lengths, S, new_tokens, stop_token, cfg.page_size, cfg.pool_pages));
+    };
+    new_schedule(n);
+    const bool serving = !schedule_all_at_once(schedule);
     printf("| %s\n", serving ? strfmt("%d slots serve the requests from a queue, each prefilling alone (continuous batching)", S).c_str()
                              : strfmt("all %d at once, prefilled together padded to %d", B, batch.Tp).c_str());
-
     if (cfg.check) {
         // the recompute path's activations hold all Tmax positions
         gpt2_allocate_state(&model, B, Tmax, /*recompute=*/1, model.gelu_fusion, /*use_master_weights=*/0);
@@ -264,15 +271,8 @@ int main(int argc, char** argv) {
             else printf("%d ", tok);
         }
     };
-    GPT2Inference inf;
-    GenerateTimes times;
-    GenerateSchedule schedule;
-    auto new_schedule = [&](int new_tokens) {
-        exit_on_error(generate_schedule_init(&schedule, batch.lengths, S, new_tokens, stop_token, cfg.page_size, cfg.pool_pages));
-    };
     if (stream_text) { printf("---\n"); print_prompt(0); fflush(stdout); }
     if (cfg.kv_cache) {
-        new_schedule(n);
         gpt2_inference_allocate(&inf, model_config, S, batch.Tp, Tmax, /*kv_cache=*/true, model.gelu_fusion, sampler, stop_token,
                                 cfg.cuda_graph, &schedule);
         const double cache_mb = 2.0 * model_config.num_layers * inf.cache_positions * C * sizeof(floatX) / 1e6;

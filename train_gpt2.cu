@@ -1107,7 +1107,7 @@ struct GenerateTimes {
 
 // Serves batch's requests through inf's slots as the schedule s (generate.h) admits them, each up to s->new_tokens
 // new tokens; on_token(request, token) gets every request's tokens in order as they arrive.
-// When the requests fit in the slots they prefill together (padded to the longest); otherwise each prefills alone
+// When the requests fit in the slots and the pool they prefill together (padded to the longest); otherwise each prefills alone
 // into the slot that takes it, so a request's arithmetic does not depend on when or beside what it runs (a decode step
 // computes every row alike). The host reads step k's tokens after it has queued step k + 1, so the GPU never waits
 // for the host. A request that ends at step k was already frozen on the GPU by its limit or stop token; its slot
@@ -1136,9 +1136,8 @@ GenerateTimes gpt2_generate(GPT2* model, GPT2Inference* inf, GenerateSchedule* s
             cudaCheck(cudaMemcpyAsync(inf->first_pinned + b, inf->next_tokens + b, sizeof(int), cudaMemcpyDeviceToHost, main_stream));
     };
     double t0 = now_seconds(), t1 = t0;
-    if (batch.B <= S) {
-        for (int b = 0; b < batch.B; b++)
-            if (!schedule_admit(s, b)) exit_on_error(strfmt("the pool's %d pages do not hold all %d requests at once", s->pool_pages, batch.B));
+    if (schedule_all_at_once(*s)) {
+        for (int b = 0; b < batch.B; b++) schedule_admit(s, b);
         for (int b = 0; b < S; b++) sync_row(b);
         gpt2_prefill(model, inf, batch.tokens.data(), batch.lengths.data(), s->new_tokens, 0);
         gpt2_sample_next(model, inf);

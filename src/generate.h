@@ -40,9 +40,9 @@ GENERATE_HD inline bool kv_key_visible(int i, int j, int T, int seqlen_k) { retu
 // serving: requests through slots
 
 // generate_gpt2cu serves requests (one per prompt, each up to n new tokens) from S slots, the rows of every decode
-// step. When every request fits in a slot they all start together; otherwise (-b S below the number of prompts) the
-// first ones start and each slot takes the next request of the queue when its own ends, at the stop token or after n
-// new tokens (continuous batching). A slot between requests idles: the decode step still computes its row, which
+// step. When every request fits in a slot (and in the pool) they all start together; otherwise (-b S below the number
+// of prompts, or -pp below their pages) the first ones start and each slot takes the next request of the queue when
+// its own ends, at the stop token or after n new tokens (continuous batching). A slot between requests idles: the decode step still computes its row, which
 // changes nothing (src/sampler.cuh freezes a slot at its limit).
 // A paged cache (-pg) is one pool of pages: a request reserves the pages of its prompt + n positions at admission and
 // returns them at its end, and waits in the queue (first come, first served) until the pool has them, so the pool
@@ -98,6 +98,14 @@ inline std::string generate_schedule_init(GenerateSchedule* s, const std::vector
     }
     s->block_table.assign((size_t)slots * s->pages_per_seq, s->sink_page);
     return "";
+}
+
+// whether every request runs from the start (and may prefill together): they fit in the slots, and in the pool
+inline bool schedule_all_at_once(const GenerateSchedule& s) {
+    if (s.lengths.size() > (size_t)s.slots) return false;
+    int pages = 0;
+    for (size_t r = 0; s.page_size && r < s.lengths.size(); r++) pages += schedule_pages_for(s, (int)r);
+    return pages <= s.pool_pages;
 }
 
 // the queue's next request into idle slot b, if the pool has its pages; false leaves everything as it was

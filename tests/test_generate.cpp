@@ -145,6 +145,11 @@ TEST(serving_schedule_admits_releases_and_reuses_pages) {
     GenerateSchedule s;
     CHECK(generate_schedule_init(&s, {5, 17, 1, 32}, 2, 20, -1, 16, 3) != "");   // 52 positions need 4 pages of 16
     CHECK(generate_schedule_init(&s, {5, 17}, 2, 20, -1, 0, 0) == "" && s.pool_pages == 0 && s.block_table.empty());
+    // all at once: as many requests as slots, and (paged) a pool that holds them all
+    CHECK(schedule_all_at_once(s));
+    CHECK(generate_schedule_init(&s, {5, 17, 1, 32}, 4, 20, -1, 16, 0) == "" && schedule_all_at_once(s));   // 2+3+2+4 pages
+    CHECK(generate_schedule_init(&s, {5, 17, 1, 32}, 4, 20, -1, 16, 10) == "" && !schedule_all_at_once(s));
+    CHECK(generate_schedule_init(&s, {5, 17, 1, 32}, 3, 20, -1, 0, 0) == "" && !schedule_all_at_once(s));
     // the pool's order is shuffled: a request's pages are not one run
     CHECK(generate_schedule_init(&s, {200}, 1, 56, -1, 16, 0) == "" && schedule_admit(&s, 0));
     int runs = 0;
