@@ -1241,9 +1241,14 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
     wgmma_wait<0>();   // dP^T
     // dropout (kMods): dS^T = P^T (dP^T over the kept, scaled, - D), dV from the kept P^T, scaled (the forward's mask)
     const bool dropout = mods && mods->x.dropout_p > 0.0f;
-    const int lane = threadIdx.x % 32;
-    if (dropout) dropout_apply_frag<kQT, true>(dpt, attention_dropout(mods->x), mods->bh, q_first, n_start + warp_row0, lane,
-                                               attention_dropout(mods->x).scale);
+    // the keep bits, for dP^T and again for P^T: made once where one word holds them (HS 128's 64 queries); at 128
+    // queries made twice, as two words kept live through dS^T spill (72 bytes against 48 at HS 64)
+    constexpr bool kKeepOnce = kQT <= 8;
+    uint32_t keep[(kQT + 7) / 8];
+    if (dropout) {
+        dropout_keep_frag<kQT, true>(keep, attention_dropout(mods->x), mods->bh, q_first, n_start + warp_row0, threadIdx.x % 32);
+        dropout_apply_frag<kQT>(dpt, keep, attention_dropout(mods->x).scale);
+    }
     // dS^T = P^T * (dP^T - D[query]) (times the softcap's factor)
     #pragma unroll
     for (int i = 0; i < kQT; i++) {
@@ -1252,8 +1257,11 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
         for (int e = 0; e < 4; e++) dpt[4 * i + e] = st[4 * i + e] * (dpt[4 * i + e] - (e % 2 ? dps.y : dps.x));
     }
     if (mods && mods->x.softcap_in != 0.0f) softcap_grad_frag_t(dpt, st, *mods, lse2_s, n_start + warp_row0, q_first);
-    if (dropout) dropout_apply_frag<kQT, true>(st, attention_dropout(mods->x), mods->bh, q_first, n_start + warp_row0, lane,
-                                               attention_dropout(mods->x).scale);
+    if (dropout) {
+        if constexpr (!kKeepOnce)
+            dropout_keep_frag<kQT, true>(keep, attention_dropout(mods->x), mods->bh, q_first, n_start + warp_row0, threadIdx.x % 32);
+        dropout_apply_frag<kQT>(st, keep, attention_dropout(mods->x).scale);
+    }
     #pragma unroll
     for (int j = 0; j < kQS; j++) { accum_to_a_frag<kHalf>(pa[j], st, j); accum_to_a_frag<kHalf>(dsa[j], dpt, j); }
 }
@@ -1415,9 +1423,11 @@ __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBl
             s[4 * i + e] = fast_exp2(x);
         }
     wgmma_wait<0>();   // dP
-    if (HS <= 128 && mods && mods->x.dropout_p > 0.0f)   // dropout (kMods, HS <= 128): dS = P (dP over the kept, scaled, - D)
-        dropout_apply_frag<kNT, false>(dp, attention_dropout(mods->x), mods->bh, m_start + warp_row0, n_block * kBlockN, lane,
-                                       attention_dropout(mods->x).scale);
+    if (HS <= 128 && mods && mods->x.dropout_p > 0.0f) {   // dropout (kMods, HS <= 128): dS = P (dP over the kept, scaled, - D)
+        uint32_t keep[(kNT + 7) / 8];
+        dropout_keep_frag<kNT, false>(keep, attention_dropout(mods->x), mods->bh, m_start + warp_row0, n_block * kBlockN, lane);
+        dropout_apply_frag<kNT>(dp, keep, attention_dropout(mods->x).scale);
+    }
     #pragma unroll
     for (int i = 0; i < kNT * 4; i++) dp[i] = s[i] * (dp[i] - row_dpsum[(i % 4) / 2]);
     if (mods && mods->x.softcap_in != 0.0f) {   // the softcap's factor, from P

@@ -1146,8 +1146,11 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
                     mask_tile<kNT, kKeyBound>(s, m_start + warp_row0 + item_diag, key0, item_Tk, g, tq, m_start + warp_row0 + item_lo);
                 online_softmax_tile<kNT>(s, row_max, row_sum, alpha, scale_log2);
                 if constexpr (Tile::kMods && HS <= 128) {   // dropout: P V over the kept probabilities (the row sums keep them all)
-                    if (p.x.dropout_p > 0.0f)
-                        dropout_apply_frag<kNT, false>(s, attention_dropout(p.x), mods.bh, m_start + warp_row0, key0, lane, 1.0f);
+                    if (p.x.dropout_p > 0.0f) {
+                        uint32_t keep[(kNT + 7) / 8];
+                        dropout_keep_frag<kNT, false>(keep, attention_dropout(p.x), mods.bh, m_start + warp_row0, key0, lane);
+                        dropout_apply_frag<kNT>(s, keep, 1.0f);
+                    }
                 }
             };
             #pragma unroll

@@ -373,20 +373,24 @@ __device__ __forceinline__ void dropout_keep_bits(uint32_t (&keep)[kMT], const D
 }
 // The same on a wgmma accumulator fragment (the Hopper kMods copies): x[4i + e] is element e of n8 group i of a warp's
 // 16 rows (rows i0 + g (+8), columns j0 + 8i + 2tq (+1)), the mma.sync layout with kMT = 1; kT: S^T (keys as rows j0..,
-// queries i0 + 8i.. as columns). x = kept ? x * scale : 0, at most 64 columns (kC on) at a time.
+// queries i0 + 8i.. as columns). Bit 4 (i % 8) + e of keep[i / 8], 64 columns a word (kC on).
 template <int kNT, bool kT, int kC = 0>
-__device__ __forceinline__ void dropout_apply_frag(float (&x)[kNT * 4], const Dropout& d, uint32_t bh, int i0, int j0, int lane, float scale) {
+__device__ __forceinline__ void dropout_keep_frag(uint32_t (&keep)[(kNT + 7) / 8], const Dropout& d, uint32_t bh, int i0, int j0, int lane) {
     static_assert(kNT % 2 == 0, "whole 16 x 16 blocks");
     if constexpr (kC < kNT) {
         constexpr int kChunk = kNT - kC < 8 ? kNT - kC : 8;
-        uint32_t keep[1];
-        dropout_keep_bits<1, kChunk, kT>(keep, d, bh, kT ? i0 + 8 * kC : i0, kT ? j0 : j0 + 8 * kC, lane);
-        #pragma unroll
-        for (int i = 0; i < kChunk; i++)
-            #pragma unroll
-            for (int e = 0; e < 4; e++) x[4 * (kC + i) + e] = (keep[0] >> (4 * i + e)) & 1 ? x[4 * (kC + i) + e] * scale : 0.0f;
-        dropout_apply_frag<kNT, kT, kC + kChunk>(x, d, bh, i0, j0, lane, scale);
+        uint32_t (&word)[1] = *reinterpret_cast<uint32_t(*)[1]>(&keep[kC / 8]);
+        dropout_keep_bits<1, kChunk, kT>(word, d, bh, kT ? i0 + 8 * kC : i0, kT ? j0 : j0 + 8 * kC, lane);
+        dropout_keep_frag<kNT, kT, kC + kChunk>(keep, d, bh, i0, j0, lane);
     }
+}
+// x = kept ? x * scale : 0 over a fragment with dropout_keep_frag's bits
+template <int kNT>
+__device__ __forceinline__ void dropout_apply_frag(float (&x)[kNT * 4], const uint32_t (&keep)[(kNT + 7) / 8], float scale) {
+    #pragma unroll
+    for (int i = 0; i < kNT; i++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) x[4 * i + e] = (keep[i / 8] >> (4 * (i % 8) + e)) & 1 ? x[4 * i + e] * scale : 0.0f;
 }
 // x = kept ? x * scale : 0 over the tiles of keep (either layout)
 template <int kMT, int kNT>
