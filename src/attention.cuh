@@ -129,17 +129,19 @@ struct AttentionExtras {
     // Dropout (FlashAttention's dropout_p): each probability of the softmax is kept with probability 1 - dropout_p and
     // scaled by 1 / (1 - dropout_p), or zeroed; the LSE stays that of the whole softmax. Which are kept is a pure
     // function of (dropout_seed, dropout_offset, b, h, i, j) (src/attention_modifiers.cuh's Dropout), so the backward
-    // recomputes the forward's mask and a seed gives the same one every time. It runs on the mma.sync kExtras copies,
-    // and not with softcap (as FlashAttention).
+    // recomputes the forward's mask and a seed gives the same one every time. It runs on the Hopper kMods copies (head
+    // dims up to 128, no extras) and the mma.sync kExtras copies, and not with softcap (as FlashAttention).
     float dropout_p;                      // 0: none; below 1
     unsigned long long dropout_seed, dropout_offset;
 };
 __host__ __device__ inline bool attention_has_score_mods(const AttentionExtras& x) { return x.softcap > 0.0f || x.alibi_slopes; }
-// any modifier: the window or a score modifier (GPT-2's kernels and the decoding ones take none)
-__host__ __device__ inline bool attention_has_modifiers(const AttentionExtras& x) { return x.window || attention_has_score_mods(x); }
+__host__ __device__ inline bool attention_has_dropout(const AttentionExtras& x) { return x.dropout_p > 0.0f; }
+// any modifier: the window, a score modifier or dropout (GPT-2's kernels and the decoding ones take none)
+__host__ __device__ inline bool attention_has_modifiers(const AttentionExtras& x) {
+    return x.window || attention_has_score_mods(x) || attention_has_dropout(x);
+}
 __host__ __device__ inline bool attention_has_extras(const AttentionExtras& x) {
-    return x.bias || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.gate || x.doc_start || x.bias2 || x.key_mask || x.key_bias ||
-           x.dropout_p > 0.0f;
+    return x.bias || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.gate || x.doc_start || x.bias2 || x.key_mask || x.key_bias;
 }
 
 // key_bias rows are padded to a multiple of this many keys (every kernel's key tile divides it)

@@ -49,7 +49,7 @@ void backward_general(const AttentionBackwardParams& p, cudaStream_t stream) {
     const bool hopper = attention_backward_uses_hopper(HS);
     // softcap and ALiBi (the score modifiers): the Hopper split's kMods copies, or with bias tiles or packs the mma.sync
     // kExtras copies, which apply them too (as every mma.sync general copy does)
-    const bool mods = attention_has_score_mods(k.x);
+    const bool dropout = attention_has_dropout(k.x), mods = attention_has_score_mods(k.x) || dropout;   // (as the forward)
     // (HS 8-32 run HS 64's Hopper copies, 96 HS 128's, zero-padded: see head_chunk_stored)
     if (!mods && HS != 256 && attention_hopper_bias_fits(k.x)) {   // a bf16 tile bias, a key bias, gating: the Hopper split's kBias copies
         k.x = with_zero_tile_bias(k.x, p.Tk);
@@ -68,7 +68,8 @@ void backward_general(const AttentionBackwardParams& p, cudaStream_t stream) {
         // packed sequences with their totals: the Hopper split's kVarlen copies
         if (HS != 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, false, true, false, kHalf>(k, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, false, true, false, kHalf>(k, stream);
-    } else if ((attention_has_extras(k.x) && !(hopper && HS != 256 && attention_gate_only(k.x))) || (!hopper && HS <= 16)) {
+    } else if ((attention_has_extras(k.x) && !(hopper && HS != 256 && attention_gate_only(k.x))) || (!hopper && HS <= 16) ||
+               (dropout && (!hopper || HS > 128))) {
         // the mma.sync split's kExtras copies
         if (HS <= 16) attention_backward_split<16, 4, 1, 64, 4, 1, 64, true, kHalf>(k, stream);
         else if (HS == 32) attention_backward_split<32, 4, 1, 64, 4, 1, 64, true, kHalf>(k, stream);

@@ -395,7 +395,7 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
         float st[kMT][kQT][4], dpt[kMT][kQT][4];
         backward_st_dpt<kHalf, HS, kMT, kQT>(st, dpt, k_smem, v_smem, q_s, do_s, warp_row0, 0, lane);
         // softcap and ALiBi first, as the forward applies them (the softcap would turn a -inf document mask finite)
-        const ScoreMods mods = score_mods(p.x, b, step_bh(i) % NH, T, Tk);
+        const ScoreMods mods = score_mods(p.x, b, step_bh(i) % NH, T, Tk, NH);
         if (attention_has_score_mods(p.x)) apply_score_mods_t<kMT, kQT>(st, mods, warp_key0, m_start, lane);
         if (kExtras && p.x.bias) add_bias_tile_t<kMT, kQT>(st, bias_tile(stage), bias_pitch, p.x.bias_fp32, warp_row0, 1.0f / p.scale, lane);
         if (kExtras && p.x.key_bias) add_key_bias_t<kMT, kQT>(st, key_bias_of(p.x, b, step_bh(i) % NH), n_start + warp_row0, 1.0f / p.scale, lane);
@@ -657,7 +657,7 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                     }
                 }
             }
-            const ScoreMods mods = score_mods(p.x, b, h, T, Tk);   // softcap, ALiBi
+            const ScoreMods mods = score_mods(p.x, b, h, T, Tk, NH);   // softcap, ALiBi
             if (attention_has_score_mods(p.x)) apply_score_mods<kMT, kNT>(s, mods, m_start + warp_row0, n_block * kBlockN, lane);
             if (kExtras && p.x.bias) add_bias_tile<kMT, kNT>(s, bias_tile(stage), bias_pitch, p.x.bias_fp32, warp_row0, 1.0f / p.scale, lane);
             if (kExtras && p.x.key_bias) add_key_bias<kMT, kNT>(s, key_bias_of(p.x, b, h), n_block * kBlockN, 1.0f / p.scale, lane);
@@ -1239,6 +1239,16 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
         p_t_group(st, i, l2, need_mask, n_start, m_start, warp_row0, scale_log2);
     }
     wgmma_wait<0>();   // dP^T
+    // dropout (kMods): dS^T = P^T (dP^T over the kept, scaled, - D), dV from the kept P^T, scaled (the forward's mask)
+    const bool dropout = mods && mods->x.dropout_p > 0.0f;
+    // the keep bits, for dP^T and again for P^T: made once where one word holds them (HS 128's 64 queries); at 128
+    // queries made twice, as two words kept live through dS^T spill (72 bytes against 48 at HS 64)
+    constexpr bool kKeepOnce = kQT <= 8;
+    uint32_t keep[(kQT + 7) / 8];
+    if (dropout) {
+        dropout_keep_frag<kQT, true>(keep, attention_dropout(mods->x), mods->bh, q_first, n_start + warp_row0, threadIdx.x % 32);
+        dropout_apply_frag<kQT>(dpt, keep, attention_dropout(mods->x).scale);
+    }
     // dS^T = P^T * (dP^T - D[query]) (times the softcap's factor)
     #pragma unroll
     for (int i = 0; i < kQT; i++) {
@@ -1247,6 +1257,11 @@ __device__ __forceinline__ void dkdv_p_ds(float (&st)[kBlockM / 2], float (&dpt)
         for (int e = 0; e < 4; e++) dpt[4 * i + e] = st[4 * i + e] * (dpt[4 * i + e] - (e % 2 ? dps.y : dps.x));
     }
     if (mods && mods->x.softcap_in != 0.0f) softcap_grad_frag_t(dpt, st, *mods, lse2_s, n_start + warp_row0, q_first);
+    if (dropout) {
+        if constexpr (!kKeepOnce)
+            dropout_keep_frag<kQT, true>(keep, attention_dropout(mods->x), mods->bh, q_first, n_start + warp_row0, threadIdx.x % 32);
+        dropout_apply_frag<kQT>(st, keep, attention_dropout(mods->x).scale);
+    }
     #pragma unroll
     for (int j = 0; j < kQS; j++) { accum_to_a_frag<kHalf>(pa[j], st, j); accum_to_a_frag<kHalf>(dsa[j], dpt, j); }
 }
@@ -1408,6 +1423,11 @@ __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBl
             s[4 * i + e] = fast_exp2(x);
         }
     wgmma_wait<0>();   // dP
+    if (HS <= 128 && mods && mods->x.dropout_p > 0.0f) {   // dropout (kMods, HS <= 128): dS = P (dP over the kept, scaled, - D)
+        uint32_t keep[(kNT + 7) / 8];
+        dropout_keep_frag<kNT, false>(keep, attention_dropout(mods->x), mods->bh, m_start + warp_row0, n_block * kBlockN, lane);
+        dropout_apply_frag<kNT>(dp, keep, attention_dropout(mods->x).scale);
+    }
     #pragma unroll
     for (int i = 0; i < kNT * 4; i++) dp[i] = s[i] * (dp[i] - row_dpsum[(i % 4) / 2]);
     if (mods && mods->x.softcap_in != 0.0f) {   // the softcap's factor, from P
@@ -1896,7 +1916,7 @@ attention_backward_dkdv_hopper_ws_kernel(const AttentionBackwardParams p, const 
                 const BiasTile bias{sm.bias_tile(s) + cwg * max(walk.bias.rows, 8) * 128, walk.bias.rows,   // this warpgroup's box
                                     1.0f / p.scale, kb ? kb + n_start : nullptr};
                 // the score modifiers of this query head (kGeneral; the sequence's lengths: packed, its own)
-                const ScoreMods mods = score_mods(p.x, b, h_kv * walk.group + hq, it.T, it.Tk);
+                const ScoreMods mods = score_mods(p.x, b, h_kv * walk.group + hq, it.T, it.Tk, p.NH);
                 dkdv_hopper_step<kHalf, HS, kBlockM, kBlockN, kBias, kGeneral>(dk_acc, dv_acc, k_desc, v_desc, q_tile(s), do_tile(s), lse2_tile(s),
                                                                         lse2_tile(s) + kBlockM, n_start, m_block * kBlockM + it.diag, warp_row0,
                                                                         p.scale * kLog2e, bias, m_block * kBlockM + it.lo,
@@ -2105,7 +2125,7 @@ attention_backward_dq_hopper_ws_kernel(const AttentionBackwardParams p, const __
                 }
             }
         }
-        const ScoreMods mods = score_mods(p.x, b, h, it.T, it.Tk);   // kMods: softcap, ALiBi, the slope read once an item
+        const ScoreMods mods = score_mods(p.x, b, h, it.T, it.Tk, p.NH);   // kMods: softcap, ALiBi, the slope read once an item
         mbar_wait(qo_full, item_iter & 1);
         for (int i = 0; i < n_blocks; i++, kv_iter++) {
             const int s = kv_iter % kStages;
@@ -2182,7 +2202,7 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
             const float* dpsum_s = lse2_s + kBlockM;
             const int m_start = m_block * kBlockM + it.diag;   // the mask compares key > query + diag
             // the score modifiers of this query head
-            const ScoreMods mods = score_mods(p.x, it.b, it.h_kv * walk.group + hq, it.T, it.Tk);
+            const ScoreMods mods = score_mods(p.x, it.b, it.h_kv * walk.group + hq, it.T, it.Tk, p.NH);
             float x[kBlockM / 2];   // S^T, then P^T (role 0); dP^T, then dS^T (role 1)
             uint32_t frag[kBlockM / 16][4];   // x as the A fragments of dV (role 0) or dK (role 1)
             wgmma_fence();

@@ -46,9 +46,10 @@ void forward_general(const AttentionForwardParams& p, cudaStream_t stream) {
     AttentionForwardParams k = p;   // the kernels' extras: bias2 and the key mask as the key bias (attention_kernel_extras)
     k.x = attention_with_score_constants(attention_kernel_extras(p.x, p.B, p.T, p.Tk, p.NH, stream), p.scale);
     const bool hopper = attention_forward_uses_hopper(HS);
-    // softcap and ALiBi (the score modifiers): the Hopper kernels' kMods copies, or with other extras the mma.sync
-    // kExtras copies, which apply them too (as every mma.sync general copy does)
-    const bool mods = attention_has_score_mods(k.x);
+    // softcap, ALiBi (the score modifiers) and dropout: the Hopper kernels' kMods copies, or with other extras the
+    // mma.sync kExtras copies, which apply them too (as every mma.sync general copy does the score modifiers); dropout at
+    // HS 256 (whose 128-row blocks are not aligned to the keep bits' 16-row blocks) or before sm_90a: the kExtras copies
+    const bool dropout = attention_has_dropout(k.x), mods = attention_has_score_mods(k.x) || dropout;
     // a bf16 tile bias, a key bias, gating: the Hopper kernels' kBias copies, the tiles below (HS 8-32 on HS 64's,
     // zero-padded; HS 256: 64 keys, since a ring of bias tiles does not fit beside 80-key K/V stages); gating alone
     // with a zero tile bias (their epilogue is the one that gates)
@@ -63,7 +64,7 @@ void forward_general(const AttentionForwardParams& p, cudaStream_t stream) {
         else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, false, true, false, kHalf>(k, stream);
         else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, false, true, false, true, false, kHalf>(k, stream);
     }
-    else if (attention_has_extras(k.x) || (!hopper && HS <= 16)) {
+    else if (attention_has_extras(k.x) || (!hopper && HS <= 16) || (dropout && (!hopper || HS > 128))) {
         // key lengths, packed sequences, document masks, an fp32 bias; before sm_90a HS 8 and 16: the mma.sync kExtras copies
         if (HS <= 16) launch_attention_forward<16, 2, 4, 64, true, true, kHalf>(k, stream);
         else if (HS == 64) launch_attention_forward<64, 2, 4, 64, true, true, kHalf>(k, stream);

@@ -316,7 +316,7 @@ attention_forward_kernel(const AttentionForwardParams p) {
             }
             if constexpr (kGeneral) {   // the score modifiers (softcap, ALiBi), read from the parameters where present
                 if (attention_has_score_mods(p.x))
-                    apply_score_mods<kMT, kNT>(s, score_mods(p.x, b, h, T, Tk), m_start + warp_row0, n_block * kBlockN, lane);
+                    apply_score_mods<kMT, kNT>(s, score_mods(p.x, b, h, T, Tk, NH), m_start + warp_row0, n_block * kBlockN, lane);
             }
             if constexpr (kExtras) {   // the additive bias, in units of S (scale multiplies it back); document masking
                 if (p.x.bias) add_bias_tile<kMT, kNT>(s, bias_tile(stage), bias_pitch, p.x.bias_fp32, warp_row0, 1.0f / p.scale, lane);
@@ -538,7 +538,7 @@ template <int HS, bool kHalf, bool kStaged = true, bool kGeneral = false, bool k
 __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardParams& p, float (&o_acc)[HS / 2],
                                                         const float (&row_max)[2], const float (&row_sum)[2],
                                                         uint8_t* q_smem, int b, int h, int m_start, int warp_row0,
-                                                        int out_row0 = 0, int rows = 0) {
+                                                        int out_row0 = 0, int rows = 0, float o_scale = 1.0f) {
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const int T = rows ? rows : p.T, NH = p.NH;
     const float scale = p.scale;
@@ -548,7 +548,7 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
         float l = row_sum[half];
         l += __shfl_xor_sync(0xffffffff, l, 1);
         l += __shfl_xor_sync(0xffffffff, l, 2);
-        const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+        const float inv_l = l > 0.0f ? o_scale / l : 0.0f;
         const int row = warp_row0 + g + 8 * half;
         if (tq == 0 && (unsigned)(m_start + row) < (unsigned)T)   // m_start < 0: see block_start
             p.lse[((size_t)b * NH + h) * p.T + m_start + row] = l > 0.0f ? row_max[half] * scale + logf(l) : -INFINITY;
@@ -1128,7 +1128,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
             bool has_next = false;
             if constexpr (!kDynamic) has_next = item_of(tile_iter + 1) < num_items;
             // kMods: the item's score modifiers, its ALiBi slope read once (unused, and so gone, in the other copies)
-            const ScoreMods mods = score_mods(p.x, b, h, Tile::kVarlen ? rows : walk.T, item_Tk);
+            const ScoreMods mods = score_mods(p.x, b, h, Tile::kVarlen ? rows : walk.T, item_Tk, NH);
             auto softmax = [&](int j) {   // on tile j (loop order): P_j (fp32) in s, row statistics, alpha
                 const int key0 = (n_top - j) * kBlockN;
                 if constexpr (Tile::kMods) apply_score_mods_frag(s, mods, m_start + warp_row0, key0, lane);   // softcap, ALiBi
@@ -1145,6 +1145,13 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
                     (kKeyBound && key0 < m_start + warp_row0 + 15 + item_lo))
                     mask_tile<kNT, kKeyBound>(s, m_start + warp_row0 + item_diag, key0, item_Tk, g, tq, m_start + warp_row0 + item_lo);
                 online_softmax_tile<kNT>(s, row_max, row_sum, alpha, scale_log2);
+                if constexpr (Tile::kMods && HS <= 128) {   // dropout: P V over the kept probabilities (the row sums keep them all)
+                    if (p.x.dropout_p > 0.0f) {
+                        uint32_t keep[(kNT + 7) / 8];
+                        dropout_keep_frag<kNT, false>(keep, attention_dropout(p.x), mods.bh, m_start + warp_row0, key0, lane);
+                        dropout_apply_frag<kNT>(s, keep, 1.0f);
+                    }
+                }
             };
             #pragma unroll
             for (int i = 0; i < kDT * 4; i++) o_acc[i] = 0.0f;
@@ -1212,8 +1219,10 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
             reg_fence(o_acc);
             release_kv(&v_empty[vslot]);
 
+            // (kMods with dropout: the kept probabilities scaled by 1 / (1 - dropout_p))
+            const float o_scale = Tile::kMods && HS <= 128 && p.x.dropout_p > 0.0f ? attention_dropout(p.x).scale : 1.0f;
             hopper_forward_epilogue<HS, Tile::kHalf, Tile::kStageO, kGeneral, Tile::kBias>(p, o_acc, row_max, row_sum, o_smem, b, h, m_start, warp_row0,
-                                                                              out_row0, rows);
+                                                                              out_row0, rows, o_scale);
             if constexpr (!kEarlyS0) {   // the next item's S_0 in a turn of its own
                 if constexpr (kDynamic) has_next = item_of(tile_iter + 1) < num_items;
                 if (has_next) { skip_upper_diagonal(); wait_first_tiles(tile_iter + 1, kv_iter); }

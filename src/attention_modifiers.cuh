@@ -67,6 +67,7 @@ struct ScoreMods {
     const AttentionExtras& x;
     float slope;   // 0: no ALiBi
     int diag0;
+    uint32_t bh;   // b * NH + h: the dropout's head (the Hopper kMods copies run dropout too)
     __device__ __forceinline__ bool any() const { return x.softcap_in != 0.0f || slope != 0.0f; }
     __device__ __forceinline__ float cap(float s) const { return x.softcap_out * fast_tanh(s * x.softcap_in); }
     // row + Tk - T - key as a float: ALiBi's distance before the abs. The loops convert it once per thread and tile and
@@ -86,8 +87,8 @@ struct ScoreMods {
         return 1.0f - t * t;
     }
 };
-__device__ __forceinline__ ScoreMods score_mods(const AttentionExtras& x, int b, int h, int T, int Tk) {
-    return {x, x.alibi_slopes ? x.alibi_slopes[b * x.alibi_batch + h] * x.inv_scale : 0.0f, Tk - T};
+__device__ __forceinline__ ScoreMods score_mods(const AttentionExtras& x, int b, int h, int T, int Tk, int NH) {
+    return {x, x.alibi_slopes ? x.alibi_slopes[b * x.alibi_batch + h] * x.inv_scale : 0.0f, Tk - T, (uint32_t)(b * NH + h)};
 }
 // the kernels' form of the softcap and the scale (AttentionExtras' constants; attention_forward / attention_backward)
 inline AttentionExtras attention_with_score_constants(AttentionExtras x, float scale) {
@@ -369,6 +370,27 @@ __device__ __forceinline__ void dropout_keep_bits(uint32_t (&keep)[kMT], const D
                     keep[mt] |= (uint32_t)(byte >= d.threshold) << (4 * (2 * nb + h) + e);
                 }
     }
+}
+// The same on a wgmma accumulator fragment (the Hopper kMods copies): x[4i + e] is element e of n8 group i of a warp's
+// 16 rows (rows i0 + g (+8), columns j0 + 8i + 2tq (+1)), the mma.sync layout with kMT = 1; kT: S^T (keys as rows j0..,
+// queries i0 + 8i.. as columns). Bit 4 (i % 8) + e of keep[i / 8], 64 columns a word (kC on).
+template <int kNT, bool kT, int kC = 0>
+__device__ __forceinline__ void dropout_keep_frag(uint32_t (&keep)[(kNT + 7) / 8], const Dropout& d, uint32_t bh, int i0, int j0, int lane) {
+    static_assert(kNT % 2 == 0, "whole 16 x 16 blocks");
+    if constexpr (kC < kNT) {
+        constexpr int kChunk = kNT - kC < 8 ? kNT - kC : 8;
+        uint32_t (&word)[1] = *reinterpret_cast<uint32_t(*)[1]>(&keep[kC / 8]);
+        dropout_keep_bits<1, kChunk, kT>(word, d, bh, kT ? i0 + 8 * kC : i0, kT ? j0 : j0 + 8 * kC, lane);
+        dropout_keep_frag<kNT, kT, kC + kChunk>(keep, d, bh, i0, j0, lane);
+    }
+}
+// x = kept ? x * scale : 0 over a fragment with dropout_keep_frag's bits
+template <int kNT>
+__device__ __forceinline__ void dropout_apply_frag(float (&x)[kNT * 4], const uint32_t (&keep)[(kNT + 7) / 8], float scale) {
+    #pragma unroll
+    for (int i = 0; i < kNT; i++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) x[4 * i + e] = (keep[i / 8] >> (4 * (i % 8) + e)) & 1 ? x[4 * i + e] * scale : 0.0f;
 }
 // x = kept ? x * scale : 0 over the tiles of keep (either layout)
 template <int kMT, int kNT>
