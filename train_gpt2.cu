@@ -1174,6 +1174,10 @@ GenerateTimes gpt2_generate(GPT2* model, GPT2Inference* inf, GenerateSchedule* s
             if (s->slot[b].request < 0 || !s->slot[b].ended) continue;
             schedule_release(s, b);
             sync_row(b);
+            // until the slot's next request: length 1 and frozen, so its row's attention reads one key
+            static const int idle_length = 1, idle_limit = 0;
+            cudaCheck(cudaMemcpyAsync(inf->lengths + b, &idle_length, sizeof(int), cudaMemcpyHostToDevice, main_stream));
+            cudaCheck(cudaMemcpyAsync(inf->limits + b, &idle_limit, sizeof(int), cudaMemcpyHostToDevice, main_stream));
         }
         for (int b = 0; b < S; b++) if (s->slot[b].request < 0) admit_alone(b, queued + 1);
     }
