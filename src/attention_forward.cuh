@@ -548,7 +548,7 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
         float l = row_sum[half];
         l += __shfl_xor_sync(0xffffffff, l, 1);
         l += __shfl_xor_sync(0xffffffff, l, 2);
-        const float inv_l = l > 0.0f ? o_scale / l : 0.0f;
+        const float inv_l = l > 0.0f ? o_scale * (1.0f / l) : 0.0f;   // 1 / l as before where o_scale is 1
         const int row = warp_row0 + g + 8 * half;
         if (tq == 0 && (unsigned)(m_start + row) < (unsigned)T)   // m_start < 0: see block_start
             p.lse[((size_t)b * NH + h) * p.T + m_start + row] = l > 0.0f ? row_max[half] * scale + logf(l) : -INFINITY;
