@@ -281,6 +281,9 @@ def _call(device, fn, *args):
         return fn(*args, _raw_stream(device.index))
 
 
+_NO_MODS = (-1, -1, 0.0, None, 0, 0.0, 0, 0)   # no window, softcap, ALiBi or dropout
+
+
 def _mods(mods):
     """(window_left, window_right, softcap, alibi_slopes, alibi_batch, dropout_p, dropout_seed, dropout_offset) as the
     library's arguments"""
@@ -305,7 +308,7 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, bias, gate, bias2, key_mask, causal, scale, layout, key_lengths, cu_seqlens_q, cu_seqlens_k,
-                max_seqlen_q, max_seqlen_k, mods=(-1, -1, 0.0, None, 0, 0.0, 0, 0)):
+                max_seqlen_q, max_seqlen_k, mods=_NO_MODS):
         q, k, v = (_ready(x, layout) for x in (q, k, v))
         B, T, H, D = _sizes(q, layout)
         _, Tk, H_kv, _ = _sizes(k, layout)
@@ -396,7 +399,7 @@ class FlashAttentionFunction(torch.autograd.Function):
 
 class _Plan:
     __slots__ = ("device", "args", "describe", "layout", "out_sizes", "lse_shape", "strides", "grads",
-                 "scratch_bytes", "dout")
+                 "scratch_bytes", "dout", "no_extras", "no_extras2")
 
     def __init__(self, q, k, v, causal, scale, layout):
         B, T, H, D = _sizes(q, layout)
@@ -414,8 +417,11 @@ class _Plan:
             g = x if like else _empty_bthd(x, _sizes(x, layout), layout)
             self.grads.append((like, _c_strides(g, layout)))
         self.strides = tuple(_c_strides(x, layout) for x in (q, k, v, out))
-        self.scratch_bytes = None  # asked of the library at the first backward
+        self.scratch_bytes = {}  # the modifiers' scratch key -> the backward's scratch, asked at the first backward
         self.dout = {}  # dout's strides -> its ctypes strides, or None where the kernels can't read it in place
+        # the _ex calls' extras arguments for a call without them (modifiers only)
+        self.no_extras = tuple(_extras(None, None, None, None, None, layout, q, k))
+        self.no_extras2 = tuple(_extras2(None, None))
 
 
 _plans = {}
@@ -447,54 +453,77 @@ def _grad_buffer(plan, x, which):
     return _empty_bthd(x, _sizes(x, plan.layout), plan.layout), strides
 
 
-def _plain_forward(q, k, v, plan):
-    """out and lse of a planned call (autograd's forward, or the whole call where no gradient is wanted)"""
+def _plain_forward(q, k, v, plan, mods=None):
+    """out and lse of a planned call (autograd's forward, or the whole call where no gradient is wanted); mods (see
+    _mods), where given, the window and modifiers, through the _ex call"""
     out = torch.empty(plan.out_sizes, dtype=q.dtype, device=q.device)
     if plan.layout == "bhtd":
         out = out.transpose(1, 2)
     lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=q.device)
     qs, ks, vs, os_ = plan.strides
-    err = _call(plan.device, _library().flashgpt_attention_forward, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                lse.data_ptr(), qs, ks, vs, os_, *plan.args)
+    ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), qs, ks, vs, os_)
+    if mods is None:
+        err = _call(plan.device, _library().flashgpt_attention_forward, *ptrs, *plan.args)
+    else:
+        err = _call(plan.device, _library().flashgpt_attention_forward_ex, *ptrs, *plan.args[:8], *plan.no_extras, None,
+                    *plan.no_extras2, *_mods(mods), plan.args[8])
     if err:
         raise FlashAttentionError(f"flashgpt attention forward ({plan.describe}): {err.decode()}")
     return out, lse
 
 
+def _plain_backward(dout, q, k, v, out, lse, plan, mods=None):
+    """dq, dk, dv of a planned call (mods as _plain_forward's)"""
+    lib = _library()
+    key = dout.stride()
+    if key not in plan.dout:
+        plan.dout[key] = _c_strides(dout, plan.layout) if _usable(dout, plan.layout) else None
+    do_st = plan.dout[key]
+    if do_st is None or dout.data_ptr() % 16:
+        dout = dout.clone(memory_format=torch.contiguous_format)
+        do_st = _c_strides(dout, plan.layout)
+    (dq, dq_st), (dk, dk_st), (dv, dv_st) = (_grad_buffer(plan, x, i) for i, x in enumerate((q, k, v)))
+    mod_args = None if mods is None else _mods(mods)
+    # the scratch depends on the window and modifiers, not on the alibi slopes' address or the dropout's seed
+    scratch_key = None if mods is None else (mods[0], mods[1], mods[2], mods[3] is None, mods[4], mods[5])
+    scratch_bytes = plan.scratch_bytes.get(scratch_key)
+    if scratch_bytes is None:
+        if mods is None:
+            scratch_bytes = lib.flashgpt_attention_backward_scratch_bytes(*plan.args[:7])
+        else:
+            scratch_bytes = lib.flashgpt_attention_backward_scratch_bytes_ex(*plan.args[:7], *plan.no_extras, None,
+                                                                             *plan.no_extras2, None, *mod_args[:6])
+        plan.scratch_bytes[scratch_key] = scratch_bytes
+    scratch = torch.empty(max(scratch_bytes, 16), dtype=torch.uint8, device=q.device)
+    qs, ks, vs, os_ = plan.strides
+    ptrs = (dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), dout.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+            out.data_ptr(), lse.data_ptr(), dq_st, dk_st, dv_st, do_st, qs, ks, vs, os_)
+    if mods is None:
+        err = _call(plan.device, lib.flashgpt_attention_backward, *ptrs, *plan.args, scratch.data_ptr(), scratch_bytes)
+    else:   # after the extras: dgate, dbias, the second extras, dbias2, the modifiers, fp16, the scratch
+        err = _call(plan.device, lib.flashgpt_attention_backward_ex, *ptrs, *plan.args[:8], *plan.no_extras, None, None,
+                    *plan.no_extras2, None, *mod_args, plan.args[8], scratch.data_ptr(), scratch_bytes)
+    if err:
+        raise FlashAttentionError(f"flashgpt attention backward ({plan.describe}): {err.decode()}")
+    return dq, dk, dv
+
+
 class PlainAttentionFunction(torch.autograd.Function):
-    """flash_attention without extras, through a _Plan (FlashAttentionFunction is the general one)"""
+    """flash_attention without extras (the window and modifiers allowed), through a _Plan (FlashAttentionFunction is
+    the general one)"""
 
     @staticmethod
-    def forward(ctx, q, k, v, plan):
-        out, lse = _plain_forward(q, k, v, plan)
+    def forward(ctx, q, k, v, plan, mods):
+        out, lse = _plain_forward(q, k, v, plan, mods)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.plan = plan
+        ctx.plan, ctx.mods = plan, mods
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse = ctx.saved_tensors
-        plan = ctx.plan
-        lib = _library()
-        key = dout.stride()
-        if key not in plan.dout:
-            plan.dout[key] = _c_strides(dout, plan.layout) if _usable(dout, plan.layout) else None
-        do_st = plan.dout[key]
-        if do_st is None or dout.data_ptr() % 16:
-            dout = dout.clone(memory_format=torch.contiguous_format)
-            do_st = _c_strides(dout, plan.layout)
-        (dq, dq_st), (dk, dk_st), (dv, dv_st) = (_grad_buffer(plan, x, i) for i, x in enumerate((q, k, v)))
-        if plan.scratch_bytes is None:
-            plan.scratch_bytes = lib.flashgpt_attention_backward_scratch_bytes(*plan.args[:7])
-        scratch = torch.empty(max(plan.scratch_bytes, 16), dtype=torch.uint8, device=q.device)
-        qs, ks, vs, os_ = plan.strides
-        err = _call(plan.device, lib.flashgpt_attention_backward, dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), dout.data_ptr(),
-                    q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), dq_st, dk_st, dv_st, do_st,
-                    qs, ks, vs, os_, *plan.args, scratch.data_ptr(), plan.scratch_bytes)
-        if err:
-            raise FlashAttentionError(f"flashgpt attention backward ({plan.describe}): {err.decode()}")
-        return dq, dk, dv, None
+        return _plain_backward(dout, q, k, v, out, lse, ctx.plan, ctx.mods) + (None, None)
 
 
 # ----------------------------------------------------------------------------
@@ -521,6 +550,18 @@ def _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, dropou
     return (window_left, window_right, softcap, alibi_slopes, alibi_batch, dropout_p, seed, 0)
 
 
+def _mods_or_none(mods):
+    """None where mods has no window, softcap, ALiBi or dropout (the plan's plain calls), else mods"""
+    left, right, softcap, alibi, _, dropout_p, _, _ = mods
+    return None if (left, right) == (-1, -1) and not softcap and alibi is None and not dropout_p else mods
+
+
+def _op_plan(q, k, v, causal, scale, layout):
+    """the plan of the ops' call where the kernels read q, k, v in place (else the general path, which copies)"""
+    plan = _plain_plan(q, k, v, causal, scale, layout)
+    return plan if plan is not None and (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16 == 0 else None
+
+
 def _op_context(q, k, causal, scale, layout, mods):
     ctx = _OpContext()
     B, T, H, D = _sizes(q, layout)
@@ -538,6 +579,9 @@ def _register_compile_ops():
                   window_right: int, softcap: float, alibi_slopes: Optional[Tensor], dropout_p: float,
                   dropout_seed: Tensor) -> tuple[Tensor, Tensor]:
         mods = _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, dropout_seed)
+        plan = _op_plan(q, k, v, causal, scale, layout)
+        if plan is not None:
+            return _plain_forward(q, k, v, plan, _mods_or_none(mods))
         T, Tk = _sizes(q, layout)[1], _sizes(k, layout)[1]
         return FlashAttentionFunction.forward(_OpContext(), q, k, v, None, None, None, None, causal, scale, layout, None,
                                               None, None, T, Tk, mods)
@@ -553,6 +597,9 @@ def _register_compile_ops():
                            alibi_slopes: Optional[Tensor], dropout_p: float,
                            dropout_seed: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         mods = _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, dropout_seed)
+        plan = _op_plan(q, k, v, causal, scale, layout)
+        if plan is not None:
+            return _plain_backward(dout, q, k, v, out, lse, plan, _mods_or_none(mods))
         ctx = _op_context(q, k, causal, scale, layout, mods)
         ctx.saved_tensors = (q, k, v, out, lse) + (None,) * 7
         return FlashAttentionFunction.backward(ctx, dout, None)[:3]
@@ -663,15 +710,17 @@ def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, 
         return (out, lse) if return_lse else out
     if (bias is None and key_lengths is None and cu_seqlens_q is None and cu_seqlens_k is None and cu_seqlens is None
             and gate is None and bias2 is None and key_mask is None and max_seqlen is None and max_seqlen_q is None
-            and max_seqlen_k is None and window == (-1, -1) and not softcap and alibi_slopes is None and not dropout_p):
+            and max_seqlen_k is None):
         if scale is None and isinstance(q, torch.Tensor) and q.dim() == 4:
             scale = 1.0 / math.sqrt(q.shape[3])
         plan = _plain_plan(q, k, v, bool(causal), None if scale is None else float(scale), layout)
         if plan is not None and (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16 == 0:
+            B, H = plan.args[0], plan.args[3]
+            mods = _call_mods(window, softcap, alibi_slopes, dropout_p, dropout_seed, B, H, q.device)
             if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-                out, lse = PlainAttentionFunction.apply(q, k, v, plan)
+                out, lse = PlainAttentionFunction.apply(q, k, v, plan, mods)
             else:
-                out, lse = _plain_forward(q, k, v, plan)  # inference: no autograd node to build
+                out, lse = _plain_forward(q, k, v, plan, mods)  # inference: no autograd node to build
             return (out, lse) if return_lse else out
     if cu_seqlens is not None or max_seqlen is not None:
         if any(x is not None for x in (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)):
@@ -730,24 +779,31 @@ def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, 
                             f"{getattr(gate, 'dtype', type(gate))} on {getattr(gate, 'device', '-')}")
         if gate.shape != q.shape:
             raise ValueError(f"gate {tuple(gate.shape)} must have out's shape, q's {tuple(q.shape)} ({layout})")
+    if scale is None:
+        scale = 1.0 / math.sqrt(D)
+    mods = _call_mods(window, softcap, alibi_slopes, dropout_p, dropout_seed, B, H, q.device)
+    out, lse = FlashAttentionFunction.apply(q, k, v, bias, gate, bias2, key_mask, bool(causal), float(scale), layout,
+                                            key_lengths, cu_seqlens_q if packed else None,
+                                            cu_seqlens_k if packed else None, T, Tk, _NO_MODS if mods is None else mods)
+    return (out, lse) if return_lse else out
+
+
+def _call_mods(window, softcap, alibi_slopes, dropout_p, dropout_seed, B, H, device):
+    """a call's window and modifiers as FlashAttentionFunction and the plan take them (see _mods), None without any;
+    the ALiBi slopes checked and made contiguous fp32 on device, the dropout seed drawn where not given"""
+    dropout_p = float(dropout_p)
+    if window == (-1, -1) and not softcap and alibi_slopes is None and not dropout_p:
+        return None
     alibi_batch = 0
     if alibi_slopes is not None:
         if not isinstance(alibi_slopes, torch.Tensor) or tuple(alibi_slopes.shape) not in ((H,), (B, H)):
             raise ValueError(f"alibi_slopes must be a ({H},) or ({B}, {H}) tensor, not "
                              f"{tuple(getattr(alibi_slopes, 'shape', ()))}")
-        alibi_slopes = alibi_slopes.to(device=q.device, dtype=torch.float32).contiguous()
+        alibi_slopes = alibi_slopes.to(device=device, dtype=torch.float32).contiguous()
         alibi_batch = H if alibi_slopes.dim() == 2 else 0
-    if scale is None:
-        scale = 1.0 / math.sqrt(D)
-    dropout_p = float(dropout_p)
     if dropout_p and dropout_seed is None:
         dropout_seed = new_dropout_seed()
-    out, lse = FlashAttentionFunction.apply(q, k, v, bias, gate, bias2, key_mask, bool(causal), float(scale), layout,
-                                            key_lengths, cu_seqlens_q if packed else None,
-                                            cu_seqlens_k if packed else None, T, Tk,
-                                            (window[0], window[1], float(softcap), alibi_slopes, alibi_batch, dropout_p,
-                                             int(dropout_seed or 0), 0))
-    return (out, lse) if return_lse else out
+    return (window[0], window[1], float(softcap), alibi_slopes, alibi_batch, dropout_p, int(dropout_seed or 0), 0)
 
 
 def new_dropout_seed():
