@@ -42,8 +42,9 @@ GENERATE_HD inline bool kv_key_visible(int i, int j, int T, int seqlen_k) { retu
 // generate_gpt2cu serves requests (one per prompt, each up to n new tokens) from S slots, the rows of every decode
 // step. When every request fits in a slot (and in the pool) they all start together; otherwise (-b S below the number
 // of prompts, or -pp below their pages) the first ones start and each slot takes the next request of the queue when
-// its own ends, at the stop token or after n new tokens (continuous batching). A slot between requests idles: the decode step still computes its row, which
-// changes nothing (src/sampler.cuh freezes a slot at its limit).
+// its own ends, at the stop token or after n new tokens (continuous batching). A slot between requests idles: the
+// decode step still computes its row (one key long), which changes nothing (src/sampler.cuh freezes a row at its
+// limit).
 // A paged cache (-pg) is one pool of pages: a request reserves the pages of its prompt + n positions at admission and
 // returns them at its end, and waits in the queue (first come, first served) until the pool has them, so the pool
 // holds what the running requests can reach, not S times the longest. Pages come off a free list shuffled once, as
@@ -134,9 +135,10 @@ inline void schedule_release(GenerateSchedule* s, int b) {
     for (int page : sl.pages) s->free_pages.push_back(page);
     s->pages_in_use -= (int)sl.pages.size();
     sl.pages.clear();
-    if (s->page_size)
-        std::fill(s->block_table.begin() + (size_t)b * s->pages_per_seq, s->block_table.begin() + (size_t)(b + 1) * s->pages_per_seq,
-                  s->sink_page);
+    if (s->page_size) {
+        auto row = s->block_table.begin() + (size_t)b * s->pages_per_seq;
+        std::fill(row, row + s->pages_per_seq, s->sink_page);
+    }
     sl.request = -1;
 }
 
@@ -344,7 +346,8 @@ inline std::string generate_config_check(const GenerateConfig& c) {
     if (c.B < 0) return strfmt("-b %d must be >= 0", c.B);
     if (c.page_size < 0) return strfmt("-pg %d must be >= 0 (0: contiguous caches)", c.page_size);
     if (c.page_size > 0 && !c.kv_cache) return "-pg pages the KV cache: it needs -kv 1";
-    if (c.pool_pages < 0 || (c.pool_pages > 0 && c.page_size == 0)) return strfmt("-pp %d: a pool of pages needs -pg", c.pool_pages);
+    if (c.pool_pages < 0 || (c.pool_pages > 0 && c.page_size == 0))
+        return strfmt("-pp %d: a pool of pages needs -pg", c.pool_pages);
     if (c.stop_token < -2) return strfmt("-eos %d: a token id, or -1 for none", c.stop_token);
     for (int flag : {c.greedy, c.kv_cache, c.cuda_graph, c.warmup, c.check, c.print_ids, c.quiet})
         if (flag != 0 && flag != 1) return "-g, -kv, -cg, -w, -cmp, -ids and -q take 0 or 1";
