@@ -44,7 +44,12 @@ start_gpu "layernorm all --check" ./dev/cuda/layernorm all --check
 # the Evoformer block against fp32 PyTorch; FlashAttention's Python API (python/flashgpt) on a slice of its test grid,
 # its KV-cache call on draws from its KV-cache grid
 if python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-    start_gpu "python flash_attention vs SDPA" python3 tests/test_python_attention.py
+    # torch.compile: AOTAutograd's trace run eagerly (make test-all: Inductor too)
+    if [ "${TEST_ALL:-0}" = 1 ]; then
+        start_gpu "python flash_attention vs SDPA" python3 tests/test_python_attention.py --inductor
+    else
+        start_gpu "python flash_attention vs SDPA" python3 tests/test_python_attention.py
+    fi
     start_gpu "python Evoformer block vs fp32 PyTorch" python3 tests/test_evoformer.py
     start_gpu "python flash_attn_interface vs fp32 PyTorch" python3 tests/test_flash_attn_interface.py
     start_gpu "python flash_attn_with_kvcache vs fp64 PyTorch" python3 tests/test_kvcache.py

@@ -3,7 +3,11 @@
 F.scaled_dot_product_attention. Prints one PASS/FAIL line per case, like tests/test_cpu; exits 0 with a SKIP line
 where torch or a CUDA GPU is missing.
 
-  make lib && python3 tests/test_python_attention.py
+  make lib && python3 tests/test_python_attention.py [--inductor]
+
+The torch.compile block traces with AOTAutograd and runs the graph eagerly (backend "aot_eager": the custom op's fake
+implementation, autograd formula and runtime, and no graph break); --inductor (make test-all) compiles it with
+Inductor too, which costs a minute of code generation.
 
 Each case compares our out, dq, dk and dv with SDPA on the same bf16 inputs, by FlashAttention's rule:
   max|ours - ref_fp32| <= 2 * max|sdpa_bf16 - ref_fp32| + 1e-4
@@ -318,6 +322,9 @@ def nanogpt_drop_in():
     check(not bad, f"gradient error over 2x SDPA bf16's: {', '.join(bad)}")
 
 
+COMPILE_BACKEND = "inductor" if "--inductor" in sys.argv[1:] else "aot_eager"
+
+
 def compiled_drop_in():
     """nanoGPT's attention block under torch.compile(fullgraph=True): flash_attention runs as the custom op (no graph
     break), with the eager call's out and gradients; with dropout, the same seed gives the same loss"""
@@ -334,14 +341,14 @@ def compiled_drop_in():
 
     eager = run_model(copy.deepcopy(model))
     compiled_model = copy.deepcopy(model)
-    compiled = run_model(torch.compile(compiled_model, fullgraph=True))
+    compiled = run_model(torch.compile(compiled_model, fullgraph=True, backend=COMPILE_BACKEND))
     for name, a, b in zip(("out", "x.grad", "c_attn.weight.grad"), eager, compiled):   # (the compiled linears round
         err = ((a.float() - b.float()).norm() / a.float().norm()).item()                 # apart from eager's)
-        print(f"  compiled {name}: |compiled - eager| / |eager| {err:.2e}")
+        print(f"  compiled ({COMPILE_BACKEND}) {name}: |compiled - eager| / |eager| {err:.2e}")
         check(err < 2e-2, f"compiled {name} differs from eager's")
     drop = copy.deepcopy(model)
     drop.attention = lambda q, k, v: fa.flash_attention(q, k, v, causal=True, dropout_p=0.2)
-    step = torch.compile(drop, fullgraph=True)
+    step = torch.compile(drop, fullgraph=True, backend=COMPILE_BACKEND)
     losses = []
     for seed in (5, 5, 6):
         torch.manual_seed(seed)
