@@ -70,15 +70,17 @@ TEST_LIB := $(if $(DETECTED_CC),lib)
 
 # the longest compiles first, so that make -j keeps every core busy to the end
 all: build/attention_backward.o build/attention_backward_fp16.o build/dev/attention_backward.o build/attention_forward.o \
-     build/attention_forward_fp16.o build/dev/attention_forward.o \
+     build/attention_forward_fp16.o build/dev/attention_forward.o build/gpt2_programs.o \
      $(GPT2_PROGRAMS) dev $(CPU_TESTS)
 
 # train_gpt2cu, test_gpt2cu, generate_gpt2cu (text generation with the KV cache) and profile_gpt2cu are one build,
 # gpt2_programs.cu, which runs the program its name says: train_gpt2.cu's kernels compile once for the four, and each
-# name is a hard link to build/gpt2_programs
-build/gpt2_programs: gpt2_programs.cu test_gpt2.cu generate_gpt2.cu profile/profile_gpt2.cu profile/timeline.h $(TRAIN_DEPS) $(ATTENTION)
+# name is a hard link to build/gpt2_programs. Its object compiles while the attention does; the link waits for both.
+build/gpt2_programs.o: gpt2_programs.cu test_gpt2.cu generate_gpt2.cu profile/profile_gpt2.cu profile/timeline.h $(TRAIN_DEPS)
 	@mkdir -p build
-	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $(CUPTI_FLAGS) $< $(ATTENTION) $(NVCC_LDLIBS) $(NCCL_LDLIBS) -ldl -o $@
+	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $(CUPTI_FLAGS) -c $< -o $@
+build/gpt2_programs: build/gpt2_programs.o $(ATTENTION)
+	$(NVCC) $(NVCC_FLAGS) $< $(ATTENTION) $(NVCC_LDLIBS) $(NCCL_LDLIBS) -ldl -o $@
 
 # position-independent with hidden symbols, so the same objects also go into libflashgpt_attention.so; each of the two
 # files compiles twice, its fp16 kernels in an object of their own (ATTENTION_FP16) that builds beside the bf16 one
@@ -130,4 +132,4 @@ test-all: all $(TEST_LIB)
 	@bash scripts/run_tests.sh --all
 
 clean:
-	rm -f $(GPT2_PROGRAMS) build/gpt2_programs $(ATTENTION) $(ATTENTION_OBJS) build/dev/*.o $(DEV_CUDA) $(CPU_TESTS) $(LIB)
+	rm -f $(GPT2_PROGRAMS) build/gpt2_programs build/gpt2_programs.o $(ATTENTION) $(ATTENTION_OBJS) build/dev/*.o $(DEV_CUDA) $(CPU_TESTS) $(LIB)
