@@ -278,8 +278,7 @@ int main(int argc, char** argv) {
         const double cache_mb = 2.0 * model_config.num_layers * inf.cache_positions * C * sizeof(floatX) / 1e6;
         if (cfg.page_size) printf("| paged KV cache: %d pages of %d positions and the sink, %.1f MB (contiguous: %.1f MB)\n",
                                   schedule.pool_pages, cfg.page_size, cache_mb, 2.0 * model_config.num_layers * S * Tmax * C * sizeof(floatX) / 1e6);
-        if (cfg.warmup) {   // the same pool and block table, three tokens a request
-            new_schedule(n);
+        if (cfg.warmup) {   // the same (still unused) schedule's pool and block table, three tokens a request
             schedule.new_tokens = std::min(n, 3);
             gpt2_generate(&model, &inf, &schedule, batch, no_token);
             new_schedule(n);

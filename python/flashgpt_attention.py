@@ -792,8 +792,6 @@ def _call_mods(window, softcap, alibi_slopes, dropout_p, dropout_seed, B, H, dev
     """a call's window and modifiers as FlashAttentionFunction and the plan take them (see _mods), None without any;
     the ALiBi slopes checked and made contiguous fp32 on device, the dropout seed drawn where not given"""
     dropout_p = float(dropout_p)
-    if window == (-1, -1) and not softcap and alibi_slopes is None and not dropout_p:
-        return None
     alibi_batch = 0
     if alibi_slopes is not None:
         if not isinstance(alibi_slopes, torch.Tensor) or tuple(alibi_slopes.shape) not in ((H,), (B, H)):
@@ -803,7 +801,8 @@ def _call_mods(window, softcap, alibi_slopes, dropout_p, dropout_seed, B, H, dev
         alibi_batch = H if alibi_slopes.dim() == 2 else 0
     if dropout_p and dropout_seed is None:
         dropout_seed = new_dropout_seed()
-    return (window[0], window[1], float(softcap), alibi_slopes, alibi_batch, dropout_p, int(dropout_seed or 0), 0)
+    return _mods_or_none((window[0], window[1], float(softcap), alibi_slopes, alibi_batch, dropout_p,
+                          int(dropout_seed or 0), 0))
 
 
 def new_dropout_seed():
