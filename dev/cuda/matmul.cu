@@ -6,6 +6,7 @@ the weight gradient and dfch's column sums, the bias gradient of the layer befor
 fp64 CPU reference and timed at GPT-2's training shapes.
 
   make dev/cuda/matmul && ./dev/cuda/matmul all [--check] [-n M] [--seed S]
+  ./dev/cuda/matmul all --fp8 1 [-n M] [-c C]  FP8 against bf16 on a layer's matmuls of the training step
 
 Variants:
   0  shipped, as training calls it: the forward through cuBLASLt (matmul_forward: bias, or GELU_AUX_BIAS); the
@@ -22,10 +23,20 @@ Variants:
   4  variant 3 with 128 x 192 tiles (m64n192k16): smaller stages and staging, so 4 stages fit (3 with GELU).
   5  the backward through cuBLASLt: its DGELU epilogue, gelu_forward's recompute of gelu(aux), bias_backward's
      pass over the output (training's path off Hopper, and on Hopper before src/matmul_hopper.cuh)
+  6  FP8: the forward through cuBLASLt with E4M3 operands (a and b cast once per tensor, current scaling: each
+     multiplied by 448 / its amax), fp32 accumulation (cuBLASLt's split accumulation, not fast accumulation), bf16
+     out with the bias (and GELU) epilogue; validated against fp64 on the cast values (its own error), and its
+     distance to the bf16 inputs' fp64 printed (FP8's)
   (variant 0's backward on Hopper is src/matmul_hopper.cuh's kernel, whose header describes it: clusters of two
   CTAs sharing dout by TMA multicast, ping-pong consumer warpgroups with 128 x 128 tiles, aux read and gelu(aux)
   written 16 bytes a lane through a per-warp transpose, the 64-row column sums as fp32 partials that
   reduce_partials_add adds.)
+
+--fp8 1 times FP8 against bf16 on every matmul of a layer of the training step at -n tokens (C = 768 or -c): each
+linear's forward, dinp and dweight, bf16 as training runs them (src/matmul.cuh) and FP8 as Hopper's cuBLASLt takes
+it, both operands K-major (D = A^T B): the forward's as they are, the backward's from the transposed copies a cast
+kernel would write (W^T for dinp; dout^T and inp^T for dweight); E4M3 x E4M3 forward, E4M3 x E5M2 (dout) backward,
+each with fast accumulation and without. The lm head stays bf16, as the FP8 recipe keeps it.
 
 Validation (--check: M = 1000 and 4096 at each shape; otherwise M = min(-n, 4096)): randn inputs, b scaled by
 1/sqrt(K), outputs poisoned (NaN) before each launch; sampled rows (the first and last 64, 192 more at random) of
@@ -41,6 +52,9 @@ Timing (without --check): M = -n (65536) rows, the five matmuls of a d12 layer; 
 #include "src/gelu.cuh"
 #include "src/matmul_hopper.cuh"
 #include "src/utils.h"     // strfmt
+#include <cuda_fp8.h>
+#include <functional>
+#include <type_traits>
 
 // ----------------------------------------------------------------------------
 // variant 1: naive
@@ -276,6 +290,99 @@ bool matmul_wgmma(int variant, int epilogue, floatX* out, floatX* aux, const flo
 }
 
 // ----------------------------------------------------------------------------
+// FP8 (variant 6, --fp8): per-tensor current scaling and cuBLASLt's FP8 matmul
+
+// amax (zeroed before) = max |x|: each warp's maximum, then one atomicMax on the float's bits (non-negative floats
+// order as their bits do)
+__global__ void amax_kernel(float* amax, const floatX* x, size_t n) {
+    float m = 0.0f;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        m = fmaxf(m, fabsf(__bfloat162float(x[i])));
+    for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, offset));
+    if (threadIdx.x % 32 == 0) atomicMax(reinterpret_cast<unsigned int*>(amax), __float_as_uint(m));
+}
+
+// q = x * (fmax / amax), saturated to the format's finite range; scale_inv = amax / fmax, the factor the GEMM
+// multiplies back (1 where x is all zeros)
+template <class Fp8>
+__global__ void quantize_fp8_kernel(Fp8* q, float* scale_inv, const floatX* x, size_t n, const float* amax, float fmax) {
+    const float a = *amax, scale = a > 0.0f ? fmax / a : 1.0f;
+    if (blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = 1.0f / scale;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        q[i] = Fp8(__bfloat162float(x[i]) * scale);   // the conversion saturates (__NV_SATFINITE)
+}
+
+template <class Fp8> constexpr float fp8_max() { return std::is_same<Fp8, __nv_fp8_e4m3>::value ? 448.0f : 57344.0f; }
+template <class Fp8> constexpr cudaDataType_t fp8_type() { return std::is_same<Fp8, __nv_fp8_e4m3>::value ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+
+// q (n) and scale_inv (one float) from x (n), current scaling; amax: one float of scratch
+template <class Fp8>
+void quantize_fp8(Fp8* q, float* scale_inv, float* amax, const floatX* x, size_t n, cudaStream_t stream) {
+    cudaCheck(cudaMemsetAsync(amax, 0, sizeof(float), stream));
+    amax_kernel<<<1024, 256, 0, stream>>>(amax, x, n);
+    quantize_fp8_kernel<Fp8><<<1024, 256, 0, stream>>>(q, scale_inv, x, n, amax, fp8_max<Fp8>());
+    cudaCheck(cudaGetLastError());
+}
+
+// D (m, n) bf16 = a_scale_inv * b_scale_inv * A^T B [+ bias (m)] [+ C (m, n), D's layout: c == d accumulates]
+// [gelu_aux: D = gelu(.), gelu_aux the pre-GELU values], A (k, m) and B (k, n) column-major FP8 (K contiguous: the
+// only FP8 form Hopper's cuBLASLt takes). fast_accum: the tensor cores' own accumulation throughout (faster, fewer
+// bits), else cuBLASLt promotes partial sums into fp32. The scale pointers must be 16-byte aligned (cuBLASLt refuses
+// the call otherwise). False where cuBLASLt has no algorithm for the combination.
+template <class FA, class FB>
+bool matmul_fp8(floatX* d, const FA* a, const FB* b, const float* a_scale_inv, const float* b_scale_inv, const floatX* c,
+                const floatX* bias, floatX* gelu_aux, int m, int n, int k, bool fast_accum, cudaStream_t stream) {
+    cublasLtMatmulDesc_t desc;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+    const int8_t fast = fast_accum;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale_inv, sizeof(a_scale_inv)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale_inv, sizeof(b_scale_inv)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+    cublasLtEpilogue_t epilogue = gelu_aux ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                                           : bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (gelu_aux) {
+        const int64_t ld_aux = m;
+        const cudaDataType_t aux_type = CUDA_R_16BF;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &gelu_aux, sizeof(gelu_aux)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof(ld_aux)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type, sizeof(aux_type)));
+    }
+    if (bias) {
+        const cudaDataType_t bias_type = CUDA_R_16BF;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
+    cublasLtMatrixLayout_t layout_a, layout_b, layout_c;
+    cublasCheck(cublasLtMatrixLayoutCreate(&layout_a, fp8_type<FA>(), k, m, k));
+    cublasCheck(cublasLtMatrixLayoutCreate(&layout_b, fp8_type<FB>(), k, n, k));
+    cublasCheck(cublasLtMatrixLayoutCreate(&layout_c, CUDA_R_16BF, m, n, m));
+    cublasLtMatmulPreference_t preference;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &cublaslt_workspace_size, sizeof(cublaslt_workspace_size)));
+    cublasLtMatmulHeuristicResult_t heuristic;
+    int returned = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, layout_a, layout_b, layout_c, layout_c,
+                                                                 preference, 1, &heuristic, &returned);
+    const float alpha = 1.0f, beta = c ? 1.0f : 0.0f;
+    bool ok = status == CUBLAS_STATUS_SUCCESS && returned > 0;
+    if (ok) {   // the heuristic may offer what the call then refuses (NOT_SUPPORTED): false, as where it offers nothing
+        const cublasStatus_t run = cublasLtMatmul(cublaslt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, c ? c : d, layout_c,
+                                                  d, layout_c, &heuristic.algo, cublaslt_workspace, cublaslt_workspace_size, stream);
+        if (run != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(run);
+        ok = run == CUBLAS_STATUS_SUCCESS;
+    }
+    cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+    for (cublasLtMatrixLayout_t l : {layout_a, layout_b, layout_c}) cublasCheck(cublasLtMatrixLayoutDestroy(l));
+    return ok;
+}
+
+// ----------------------------------------------------------------------------
 
 struct MatmulShape { const char* name; int N, K, epilogue; };
 // the forward matmuls of a d12 layer (C = 768), out (M, N) = a (M, K) @ b (N, K)^T + bias, and the backward one through
@@ -287,8 +394,9 @@ static const MatmulShape kShapes[] = {
     {"d24 fcproj dinp", 4096, 1024, kEpiDGelu}, {"one k-block", 256, 64, kEpiDGelu},
 };
 static const char* kVariantNames[] = {"shipped", "naive", "TMA + wgmma, warp-specialised", "2 + TMA-store epilogue",
-                                     "3 with 128 x 192 tiles", "cuBLASLt DGELU + gelu_forward + bias_backward"};
-constexpr int kNumVariants = 6;
+                                     "3 with 128 x 192 tiles", "cuBLASLt DGELU + gelu_forward + bias_backward",
+                                     "cuBLASLt FP8 E4M3, per-tensor scales"};
+constexpr int kNumVariants = 7;
 
 // variant 1, the backward: out = (a @ b) * gelu'(aux), b (K, N)
 __global__ void matmul_dgelu_naive_kernel(floatX* out, const floatX* aux, const floatX* a, const floatX* b, int M, int N, int K) {
@@ -302,7 +410,14 @@ __global__ void matmul_dgelu_naive_kernel(floatX* out, const floatX* aux, const 
 // one matmul of a shape; false where the variant does not take it (2-4: the forward, 5: the backward). The backward's
 // variants 0 and 5 also write gelu (gelu(aux)) and add the bias gradient into dbias; 0 on Hopper leaves its partials
 // in colsum.
-struct MatmulBuffers { floatX *a, *b, *bias, *out, *aux, *gelu, *dbias; float *colsum, *scratch; };
+// a8, b8: variant 6's E4M3 casts of a and b (the forward's), with their inverse scales fp8_scale_inv[0] and [4]
+// (16 bytes apart: matmul_fp8)
+struct MatmulBuffers {
+    floatX *a, *b, *bias, *out, *aux, *gelu, *dbias;
+    float *colsum, *scratch;
+    __nv_fp8_e4m3 *a8, *b8;
+    float *fp8_scale_inv, *fp8_amax;
+};
 bool run_variant(int variant, const MatmulShape& sh, const MatmulBuffers& m, int M) {
     const int N = sh.N, K = sh.K;
     bool ran = true;
@@ -324,6 +439,10 @@ bool run_variant(int variant, const MatmulShape& sh, const MatmulBuffers& m, int
         matmul_forward_naive_kernel<<<dim3(ceil_div(N, 256), M), 256>>>(m.out, m.aux, m.a, m.b, m.bias, M, N, K, sh.epilogue == kEpiGeluAux);
     } else if (variant <= 4) {
         ran = matmul_wgmma(variant, sh.epilogue, m.out, sh.epilogue == kEpiBias ? nullptr : m.aux, m.a, m.b, m.bias, M, N, K, 0);
+    } else if (variant == 6) {
+        // column-major out^T (N, M) = (b8 as (K, N))^T (a8 as (K, M))
+        ran = matmul_fp8(m.out, m.b8, m.a8, m.fp8_scale_inv + 4, m.fp8_scale_inv, nullptr, m.bias,
+                         sh.epilogue == kEpiGeluAux ? m.aux : nullptr, N, M, K, /*fast_accum=*/false, 0);
     } else {
         ran = false;
     }
@@ -338,11 +457,18 @@ MatmulBuffers alloc_buffers(const MatmulShape& sh, int M) {
     m.gelu = device_alloc<floatX>((size_t)M * sh.N); m.dbias = device_alloc<floatX>(sh.N);
     m.colsum = device_alloc<float>((size_t)matmul_dgelu_partial_rows(M) * sh.N);
     m.scratch = device_alloc<float>(bias_backward_scratch_floats(M, sh.N));
+    m.a8 = device_alloc<__nv_fp8_e4m3>((size_t)M * sh.K); m.b8 = device_alloc<__nv_fp8_e4m3>((size_t)sh.N * sh.K);
+    m.fp8_scale_inv = device_alloc<float>(8); m.fp8_amax = device_alloc<float>(1);
     return m;
+}
+// variant 6's operands: a and b cast to E4M3 (the forward's; a DGELU shape's b is (K, N), which variant 6 does not take)
+void cast_fp8_operands(const MatmulBuffers& m, const MatmulShape& sh, int M) {
+    quantize_fp8(m.a8, m.fp8_scale_inv, m.fp8_amax, m.a, (size_t)M * sh.K, 0);
+    quantize_fp8(m.b8, m.fp8_scale_inv + 4, m.fp8_amax, m.b, (size_t)sh.N * sh.K, 0);
 }
 void free_buffers(MatmulBuffers& m) {
     for (void* p : {(void*)m.a, (void*)m.b, (void*)m.bias, (void*)m.out, (void*)m.aux, (void*)m.gelu, (void*)m.dbias, (void*)m.colsum,
-                    (void*)m.scratch})
+                    (void*)m.scratch, (void*)m.a8, (void*)m.b8, (void*)m.fp8_scale_inv, (void*)m.fp8_amax})
         cudaCheck(cudaFree(p));
 }
 
@@ -366,18 +492,31 @@ int validate(const HarnessArgs& args, const MatmulShape& sh, int M, std::mt19937
     for (int r = 0; r < std::min(M, 64); r++) rows.push_back(r);
     for (int r = std::max(64, M - 64); r < M; r++) rows.push_back(r);
     for (int i = 0; i < 192 && M > 128; i++) rows.push_back(64 + (int)(rng() % (M - 128)));
-    // the fp64 reference of the sampled rows (out, and the forward GELU's aux)
-    std::vector<double> ref_out(rows.size() * N), ref_aux(rows.size() * N);
-    for (size_t i = 0; i < rows.size(); i++)
-        for (int c = 0; c < N; c++) {
-            double x = dgelu ? 0.0 : __bfloat162float(h_bias[c]);
-            for (int k = 0; k < K; k++) x += (double)__bfloat162float(h_a[(size_t)rows[i] * K + k]) * b_at(k, c);
-            const double pre = __bfloat162float(h_aux[(size_t)rows[i] * N + c]);
-            ref_aux[i * N + c] = x;
-            ref_out[i * N + c] = dgelu ? x * gelu_fp64(pre, true) : sh.epilogue == kEpiGeluAux ? gelu_fp64(x, false) : x;
-        }
+    // the fp64 reference of the sampled rows (out, and the forward GELU's aux) from a (M, K) and b as b_at reads it
+    auto reference = [&](auto a_val, auto b_val, std::vector<double>& ref_out, std::vector<double>& ref_aux) {
+        ref_out.assign(rows.size() * N, 0.0);
+        ref_aux.assign(rows.size() * N, 0.0);
+        for (size_t i = 0; i < rows.size(); i++)
+            for (int c = 0; c < N; c++) {
+                double x = dgelu ? 0.0 : __bfloat162float(h_bias[c]);
+                for (int k = 0; k < K; k++) x += a_val(rows[i], k) * b_val(k, c);
+                const double pre = __bfloat162float(h_aux[(size_t)rows[i] * N + c]);
+                ref_aux[i * N + c] = x;
+                ref_out[i * N + c] = dgelu ? x * gelu_fp64(pre, true) : sh.epilogue == kEpiGeluAux ? gelu_fp64(x, false) : x;
+            }
+    };
+    std::vector<double> ref_out, ref_aux, fp8_out, fp8_aux;
+    reference([&](int r, int k) { return (double)__bfloat162float(h_a[(size_t)r * K + k]); }, b_at, ref_out, ref_aux);
     MatmulBuffers m = alloc_buffers(sh, M);
     to_device(m.a, h_a); to_device(m.b, h_b); to_device(m.bias, h_bias);
+    const bool fp8 = args.wants(6) && !dgelu;
+    if (fp8) {   // variant 6's reference: the same sums over the E4M3 values its casts wrote, times their scales
+        cast_fp8_operands(m, sh, M);
+        const std::vector<__nv_fp8_e4m3> a8 = from_device(m.a8, (size_t)M * K), b8 = from_device(m.b8, (size_t)N * K);
+        const std::vector<float> scale_inv = from_device(m.fp8_scale_inv, 8);
+        reference([&](int r, int k) { return (double)(float)a8[(size_t)r * K + k] * scale_inv[0]; },
+                  [&](int k, int c) { return (double)(float)b8[(size_t)c * K + k] * scale_inv[4]; }, fp8_out, fp8_aux);
+    }
     const size_t partial_rows = matmul_dgelu_partial_rows(M);
     int failures = 0;
     for (int variant = 0; variant < kNumVariants; variant++) {
@@ -390,18 +529,25 @@ int validate(const HarnessArgs& args, const MatmulShape& sh, int M, std::mt19937
         if (!run_variant(variant, sh, m, M)) continue;
         cudaCheck(cudaDeviceSynchronize());
         std::vector<floatX> out = from_device(m.out, (size_t)M * N), aux = from_device(m.aux, (size_t)M * N);
-        double worst = 0.0;
-        size_t bad = 0;
-        for (size_t i = 0; i < rows.size(); i++)
-            for (int c = 0; c < N; c++)
-                for (int which = 0; which < (sh.epilogue == kEpiGeluAux ? 2 : 1); which++) {
-                    const double ref = which ? ref_aux[i * N + c] : ref_out[i * N + c];
-                    const double got = __bfloat162float((which ? aux : out)[(size_t)rows[i] * N + c]);
-                    const double frac = std::isfinite(got) ? std::fabs(got - ref) / std::ldexp(std::fabs(ref) + 1.0, -7) : INFINITY;
-                    worst = std::max(worst, frac);
-                    bad += !(frac <= 1.0);
-                }
+        // against fp64: worst |got - ref| in units of 2^-7 (|ref| + 1), and how many exceed 1
+        auto compare = [&](const std::vector<double>& r_out, const std::vector<double>& r_aux, size_t* bad_out) {
+            double worst = 0.0;
+            for (size_t i = 0; i < rows.size(); i++)
+                for (int c = 0; c < N; c++)
+                    for (int which = 0; which < (sh.epilogue == kEpiGeluAux ? 2 : 1); which++) {
+                        const double ref = which ? r_aux[i * N + c] : r_out[i * N + c];
+                        const double got = __bfloat162float((which ? aux : out)[(size_t)rows[i] * N + c]);
+                        const double frac = std::isfinite(got) ? std::fabs(got - ref) / std::ldexp(std::fabs(ref) + 1.0, -7) : INFINITY;
+                        worst = std::max(worst, frac);
+                        *bad_out += !(frac <= 1.0);
+                    }
+            return worst;
+        };
+        size_t bad = 0, fp8_off = 0;
+        const double worst = variant == 6 ? compare(fp8_out, fp8_aux, &bad) : compare(ref_out, ref_aux, &bad);
         std::string extra;
+        if (variant == 6)   // FP8's own error: the cast inputs against the bf16 ones (reported, not checked)
+            extra = strfmt("; against the bf16 inputs' fp64: worst %.1f of tol", compare(ref_out, ref_aux, &fp8_off));
         if (dgelu && variant != 1) {
             // gelu(aux) everywhere against fp64; the bias gradient against the fp64 sum of the written out
             std::vector<floatX> gelu = from_device(m.gelu, (size_t)M * N), dbias = from_device(m.dbias, N);
@@ -475,6 +621,7 @@ void bench(const HarnessArgs& args, int M, std::mt19937_64& rng) {
         MatmulBuffers m = alloc_buffers(sh, M);
         to_device(m.a, h); to_device(m.b, hb); to_device(m.aux, haux);
         cudaCheck(cudaMemcpy(m.bias, m.b, N * 2, cudaMemcpyDeviceToDevice));
+        if (args.wants(6) && sh.epilogue != kEpiDGelu) cast_fp8_operands(m, sh, M);
         cudaCheck(cudaMemset(m.dbias, 0, N * 2));
         const double flops = 2.0 * M * N * K;
         for (int variant = 0; variant < kNumVariants; variant++) {
@@ -490,11 +637,83 @@ void bench(const HarnessArgs& args, int M, std::mt19937_64& rng) {
     }
 }
 
+// --fp8 1: every matmul of a layer of the step (linear (N = out, K = in): forward out (M, N) = x (M, K) @ W^T; dinp
+// (M, K) = dout (M, N) @ W; dW (N, K) += dout^T @ x), bf16 through src/matmul.cuh as training calls it, FP8 in the
+// TN form from operands cast once (the backward's from transposed copies, here just FP8 data of their shapes)
+void bench_fp8_step(const HarnessArgs& args, int M, int C, std::mt19937_64& rng) {
+    struct Linear { const char* name; int N, K; bool gelu, residual; };
+    const Linear linears[] = {{"qkv", 3 * C, C, false, false}, {"attproj", C, C, false, true}, {"fc", 4 * C, C, true, false},
+                              {"fcproj", C, 4 * C, false, true}};
+    const size_t most = (size_t)M * 4 * C;   // the largest operand: (M, 4C)
+    std::vector<floatX> h(most);
+    fill_randn_bf16(h, 1.0f, rng);
+    floatX* x = device_alloc<floatX>(most);
+    to_device(x, h);
+    floatX *dout = device_alloc<floatX>(most), *out = device_alloc<floatX>(most), *aux = device_alloc<floatX>(most);
+    floatX *w = device_alloc<floatX>((size_t)4 * C * C), *dw = device_alloc<floatX>((size_t)4 * C * C), *bias = device_alloc<floatX>(4 * C);
+    cudaCheck(cudaMemcpy(dout, x, most * 2, cudaMemcpyDeviceToDevice));
+    cudaCheck(cudaMemcpy(w, x, (size_t)4 * C * C * 2, cudaMemcpyDeviceToDevice));
+    cudaCheck(cudaMemset(dw, 0, (size_t)4 * C * C * 2));
+    cudaCheck(cudaMemcpy(bias, x, 4 * C * 2, cudaMemcpyDeviceToDevice));
+    __nv_fp8_e4m3 *x8 = device_alloc<__nv_fp8_e4m3>(most), *w8 = device_alloc<__nv_fp8_e4m3>((size_t)4 * C * C);
+    __nv_fp8_e5m2* dout8 = device_alloc<__nv_fp8_e5m2>(most);
+    float *amax = device_alloc<float>(1), *scales = device_alloc<float>(12);   // x's, w's and dout's, 16 bytes apart
+    float *x_scale = scales, *w_scale = scales + 4, *dout_scale = scales + 8;
+    quantize_fp8(x8, x_scale, amax, x, most, 0);
+    quantize_fp8(w8, w_scale, amax, w, (size_t)4 * C * C, 0);
+    quantize_fp8(dout8, dout_scale, amax, dout, most, 0);
+    printf("FP8 against bf16, a layer of the step at M = %d tokens, C = %d (ms, medians of %d)\n", M, C, args.repeats);
+    printf("| matmul | m x n x k | bf16 | FP8 | FP8 fast accum | bf16 / FP8 | bf16 / FP8 fast |\n|---|---|---|---|---|---|---|\n");
+    double total[3] = {0, 0, 0};
+    for (const Linear& L : linears) {
+        const int N = L.N, K = L.K;
+        floatX* res = L.residual ? out : nullptr;
+        struct Op { const char* what; int m, n, k; std::function<void()> bf16; std::function<bool(bool)> f8; };
+        const Op ops[] = {
+            // forward, column-major out^T (N, M) = W^T x^T: FP8 A = W (K-major), B = x (K-major), both E4M3
+            {"forward", N, M, K,
+             [&] { matmul_cublaslt(out, w, x, res, bias, N, M, K, true, false, L.gelu ? aux : nullptr, false, 0); },
+             [&](bool fast) { return matmul_fp8(out, w8, x8, w_scale, x_scale, res, bias, L.gelu ? aux : nullptr, N, M, K, fast, 0); }},
+            // dinp^T (K, M) = W dout^T: FP8 A = W^T (K-major over N), B = dout (E5M2)
+            {"dinp", K, M, N,
+             [&] { matmul_cublaslt(out, w, dout, nullptr, nullptr, K, M, N, false, false, nullptr, false, 0); },
+             [&](bool fast) { return matmul_fp8(out, w8, dout8, w_scale, dout_scale, nullptr, nullptr, nullptr, K, M, N, fast, 0); }},
+            // dW^T (K, N) += x^T dout: FP8 A = x^T (K-major over M), B = dout^T (E5M2), accumulating into dW
+            {"dweight", K, N, M,
+             [&] { matmul_cublaslt(dw, x, dout, dw, nullptr, K, N, M, false, true, nullptr, false, 0); },
+             [&](bool fast) { return matmul_fp8(dw, x8, dout8, x_scale, dout_scale, dw, nullptr, nullptr, K, N, M, fast, 0); }},
+        };
+        for (const Op& op : ops) {
+            const double flops = 2.0 * op.m * op.n * op.k;
+            const Timing t16 = time_kernel([&](int) { op.bf16(); }, args.repeats, 0);
+            float t8[2] = {NAN, NAN};
+            for (int fast = 0; fast < 2; fast++)
+                if (op.f8(fast)) t8[fast] = time_kernel([&](int) { op.f8(fast); }, args.repeats, 0).median_ms;
+            total[0] += t16.median_ms, total[1] += t8[0], total[2] += t8[1];
+            printf("| %s %s | %d x %d x %d | %.4f (%.0f TF/s) | %.4f (%.0f TF/s) | %.4f (%.0f TF/s) | %.2f | %.2f |\n", L.name, op.what,
+                   op.m, op.n, op.k, t16.median_ms, flops / t16.median_ms / 1e9, t8[0], flops / t8[0] / 1e9, t8[1],
+                   flops / t8[1] / 1e9, t16.median_ms / t8[0], t16.median_ms / t8[1]);
+            printf("RESULT matmul_fp8 op=%s_%s m=%d n=%d k=%d bf16_ms=%.4f fp8_ms=%.4f fp8_fast_ms=%.4f\n", L.name, op.what, op.m, op.n,
+                   op.k, t16.median_ms, t8[0], t8[1]);
+        }
+    }
+    printf("| the layer's 12 | | %.4f | %.4f | %.4f | %.2f | %.2f |\n", total[0], total[1], total[2], total[0] / total[1],
+           total[0] / total[2]);
+    for (void* p : {(void*)x, (void*)dout, (void*)out, (void*)aux, (void*)w, (void*)dw, (void*)bias, (void*)x8, (void*)w8, (void*)dout8,
+                    (void*)scales, (void*)amax})
+        cudaCheck(cudaFree(p));
+}
+
 int main(int argc, char** argv) {
-    int M = 65536;
-    const HarnessArgs args = parse_layer_harness_args(argc, argv, {{"-n", &M}});
+    int M = 65536, fp8_step = 0, C = 768;
+    const HarnessArgs args = parse_layer_harness_args(argc, argv, {{"-n", &M}, {"--fp8", &fp8_step}, {"-c", &C}});
     std::mt19937_64 rng(args.seed);
     matmul_setup();
+    if (fp8_step) {
+        bench_fp8_step(args, M, C, rng);
+        matmul_teardown();
+        return 0;
+    }
     int failures = 0;
     for (const MatmulShape& sh : kShapes) {
         if (args.check) for (int m : {1000, 4096}) failures += validate(args, sh, m, rng);
