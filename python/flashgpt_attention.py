@@ -62,7 +62,6 @@ streams at once (its persistent schedule keeps one counter per kernel).
 import ctypes
 import math
 import os
-import typing
 
 import torch
 
@@ -570,44 +569,60 @@ def _op_context(q, k, causal, scale, layout, mods):
     return ctx
 
 
+_OP_SCHEMAS = {
+    "attention": "(Tensor q, Tensor k, Tensor v, bool causal, float scale, str layout, int window_left, "
+                 "int window_right, float softcap, Tensor? alibi_slopes, float dropout_p, Tensor dropout_seed) "
+                 "-> (Tensor, Tensor)",
+    "attention_backward": "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, bool causal, "
+                          "float scale, str layout, int window_left, int window_right, float softcap, "
+                          "Tensor? alibi_slopes, float dropout_p, Tensor dropout_seed) -> (Tensor, Tensor, Tensor)",
+}
+
+
+def _op_forward(q, k, v, causal, scale, layout, window_left, window_right, softcap, alibi_slopes, dropout_p,
+                dropout_seed):
+    mods = _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, dropout_seed)
+    plan = _op_plan(q, k, v, causal, scale, layout)
+    if plan is not None:
+        return _plain_forward(q, k, v, plan, _mods_or_none(mods))
+    T, Tk = _sizes(q, layout)[1], _sizes(k, layout)[1]
+    return FlashAttentionFunction.forward(_OpContext(), q, k, v, None, None, None, None, causal, scale, layout, None,
+                                          None, None, T, Tk, mods)
+
+
+def _op_backward(dout, q, k, v, out, lse, causal, scale, layout, window_left, window_right, softcap, alibi_slopes,
+                 dropout_p, dropout_seed):
+    mods = _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, dropout_seed)
+    plan = _op_plan(q, k, v, causal, scale, layout)
+    if plan is not None:
+        return _plain_backward(dout, q, k, v, out, lse, plan, _mods_or_none(mods))
+    ctx = _op_context(q, k, causal, scale, layout, mods)
+    ctx.saved_tensors = (q, k, v, out, lse) + (None,) * 7
+    return FlashAttentionFunction.backward(ctx, dout, None)[:3]
+
+
 def _register_compile_ops():
-    """flashgpt::attention and flashgpt::attention_backward, with their fake implementations and autograd formula"""
-    Tensor, Optional = torch.Tensor, typing.Optional
+    """flashgpt::attention and flashgpt::attention_backward, with their fake implementations and autograd formula.
+    They are defined through torch.library.Library (define / impl) rather than torch.library.custom_op, whose
+    per-call checks and wrappers cost more host time than the call itself; the compiled graph calls them each step."""
+    library = torch.library.Library("flashgpt", "DEF")
+    for name, schema in _OP_SCHEMAS.items():
+        library.define(name + schema)
+    library.impl("attention", _op_forward, "CUDA")
+    library.impl("attention_backward", _op_backward, "CUDA")
 
-    @torch.library.custom_op("flashgpt::attention", mutates_args=())
-    def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, layout: str, window_left: int,
-                  window_right: int, softcap: float, alibi_slopes: Optional[Tensor], dropout_p: float,
-                  dropout_seed: Tensor) -> tuple[Tensor, Tensor]:
-        mods = _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, dropout_seed)
-        plan = _op_plan(q, k, v, causal, scale, layout)
-        if plan is not None:
-            return _plain_forward(q, k, v, plan, _mods_or_none(mods))
-        T, Tk = _sizes(q, layout)[1], _sizes(k, layout)[1]
-        return FlashAttentionFunction.forward(_OpContext(), q, k, v, None, None, None, None, causal, scale, layout, None,
-                                              None, None, T, Tk, mods)
-
-    @attention.register_fake
-    def _(q, k, v, causal, scale, layout, window_left, window_right, softcap, alibi_slopes, dropout_p, dropout_seed):
+    def attention_fake(q, k, v, causal, scale, layout, window_left, window_right, softcap, alibi_slopes, dropout_p,
+                       dropout_seed):
         B, T, H, _ = _sizes(q, layout)
         return _empty_out(q, layout), q.new_empty((B, H, T), dtype=torch.float32)
 
-    @torch.library.custom_op("flashgpt::attention_backward", mutates_args=())
-    def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, causal: bool,
-                           scale: float, layout: str, window_left: int, window_right: int, softcap: float,
-                           alibi_slopes: Optional[Tensor], dropout_p: float,
-                           dropout_seed: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        mods = _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, dropout_seed)
-        plan = _op_plan(q, k, v, causal, scale, layout)
-        if plan is not None:
-            return _plain_backward(dout, q, k, v, out, lse, plan, _mods_or_none(mods))
-        ctx = _op_context(q, k, causal, scale, layout, mods)
-        ctx.saved_tensors = (q, k, v, out, lse) + (None,) * 7
-        return FlashAttentionFunction.backward(ctx, dout, None)[:3]
-
-    @attention_backward.register_fake
-    def _(dout, q, k, v, out, lse, causal, scale, layout, window_left, window_right, softcap, alibi_slopes, dropout_p,
-          dropout_seed):
+    def attention_backward_fake(dout, q, k, v, out, lse, causal, scale, layout, window_left, window_right, softcap,
+                                alibi_slopes, dropout_p, dropout_seed):
         return _empty_grad(q, layout), _empty_grad(k, layout), _empty_grad(v, layout)
+
+    torch.library.register_fake("flashgpt::attention", attention_fake, lib=library)
+    torch.library.register_fake("flashgpt::attention_backward", attention_backward_fake, lib=library)
+    attention, attention_backward = torch.ops.flashgpt.attention.default, torch.ops.flashgpt.attention_backward.default
 
     def setup_context(ctx, inputs, output):
         q, k, v, causal, scale, layout, left, right, softcap, alibi_slopes, dropout_p, dropout_seed = inputs
@@ -621,11 +636,13 @@ def _register_compile_ops():
                                         dropout_p, dropout_seed)
         return (dq, dk, dv) + (None,) * 9
 
-    attention.register_autograd(backward, setup_context=setup_context)
-    return attention
+    torch.library.register_autograd("flashgpt::attention", backward, setup_context=setup_context, lib=library)
+    return library, attention
 
 
-_compiled_attention = _register_compile_ops() if hasattr(getattr(torch, "library", None), "custom_op") else None
+# (the Library object must live as long as the ops: it unregisters them when collected)
+_op_library, _compiled_attention = (_register_compile_ops() if hasattr(getattr(torch, "library", None), "register_autograd")
+                                    else (None, None))
 
 
 # ----------------------------------------------------------------------------
