@@ -7,6 +7,9 @@ Tests train_gpt2.cu against the PyTorch reference (scripts/train_gpt2.py --write
   4. determinism: the 10 steps run twice are bit-identical (losses and weights)
   5. checkpoint -> resume: 10 shuffled-data steps with a checkpoint at step 5, then steps 5..9 again from
      the checkpoint files (model, optimizer state, data position): bit-identical
+  6. -fp8 1 (sm_89+): after the calibration step, logits, loss and gradients against PyTorch's fp32 within
+     FP8's tolerances; 10 steps within FP8_STEP_LOSS_REL_TOLERANCE of bf16's, bit-identical twice; resume with
+     the scales in the checkpoint bit-identical
 Prints every check with its % of threshold; exits 1 if any fails.
 
   ./test_gpt2cu [model_bf16.bin] [debug_state.bin] [ref_losses.txt]
@@ -44,6 +47,11 @@ static const float LOSS_TOLERANCE = 1e-3f;
 static const float STEP_LOSS_TOLERANCE = 1e-3f;  // steps 0 and 1
 static const int STEPS_COMPARED = 2;
 static const float FINAL_LOSS_REL_TOLERANCE = 0.15f;
+// -fp8 1 (section 6; see the header)
+static const float FP8_LOGITS_TOLERANCE = 1.0f;
+static const float FP8_LOSS_TOLERANCE = 0.02f;
+static const float FP8_GRAD_TOLERANCE = 0.25f;
+static const float FP8_STEP_LOSS_REL_TOLERANCE = 0.03f;
 // max |ours - ref| / max |ref|, per tensor, keyed by name
 static const struct { const char* name; float tol; } GRAD_TOLERANCE[NUM_PARAMETER_TENSORS] = {
     {"wte", 0.02f}, {"wpe", 0.02f}, {"ln1w", 0.03f}, {"ln1b", 0.03f}, {"qkvw", 0.03f}, {"qkvb", 0.03f},
@@ -95,6 +103,65 @@ std::string write_test_shard(const char* dir, const std::vector<int>& tokens, in
     header[2] = (int)data.size();
     exit_on_error(write_file_atomic(path.c_str(), {{header, sizeof(header)}, {data.data(), data.size() * sizeof(uint16_t)}}));
     return path;
+}
+
+// 10 steps on a shuffled token shard with a checkpoint at step 5, then steps 5..9 again from the checkpoint files
+// (model, optimizer state, data position, the FP8 scales): true where losses and weights are bit-identical
+bool checkpoint_resume_matches(const char* model_path, const std::vector<int>& x, const std::vector<int>& y, int B, int T, int V,
+                               int gelu_fusion, bool fp8) {
+    char dir_template[] = "/tmp/test_gpt2cu_XXXXXX";
+    const char* dir = mkdtemp(dir_template);
+    if (dir == nullptr) exit_on_error("could not create a temporary directory");
+    std::vector<int> tokens(x);
+    tokens.push_back(y[B * T - 1]);
+    std::string shard = write_test_shard(dir, tokens, 6);
+    const int checkpoint_step = 5, total_steps = 10;
+    std::vector<float> losses_full, losses_resumed;
+    std::vector<floatX> params_full, params_resumed;
+    {
+        GPT2 m;
+        build_model(&m, model_path, B, T, 1, gelu_fusion);
+        if (fp8) gpt2_enable_fp8(&m);
+        DataLoader loader;
+        exit_on_error(dataloader_init(&loader, shard.c_str(), B, T, 0, 1, /*shuffle=*/1, V, 1234));
+        for (int step = 0; step < total_steps; step++) {
+            if (step == checkpoint_step) gpt2_write_checkpoint(&m, dir, step, &loader);
+            exit_on_error(dataloader_next_batch(&loader));
+            losses_full.push_back(train_step(&m, loader.inputs, loader.targets, step));
+        }
+        params_full = device_to_host(m.params_memory, m.num_parameters);
+        dataloader_free(&loader);
+        gpt2_free(&m);
+    }
+    {
+        int step0 = find_latest_checkpoint_step(dir);
+        check(step0 == checkpoint_step, "checkpoint DONE marker found");
+        GPT2 m;
+        build_model(&m, checkpoint_model_path(dir, checkpoint_step).c_str(), B, T, 1, gelu_fusion);
+        if (fp8) gpt2_enable_fp8(&m);
+        TrainState s = gpt2_load_state(&m, checkpoint_state_path(dir, checkpoint_step, 0).c_str(), 1, 0);
+        DataLoader loader;
+        exit_on_error(dataloader_init(&loader, shard.c_str(), B, T, 0, 1, /*shuffle=*/1, V, 1234));
+        exit_on_error(dataloader_seek(&loader, s.epoch, s.shard_idx, s.sample_idx));
+        for (int step = s.step; step < total_steps; step++) {
+            exit_on_error(dataloader_next_batch(&loader));
+            losses_resumed.push_back(train_step(&m, loader.inputs, loader.targets, step));
+        }
+        params_resumed = device_to_host(m.params_memory, m.num_parameters);
+        dataloader_free(&loader);
+        gpt2_free(&m);
+    }
+    bool resumed_ok = losses_resumed.size() == (size_t)(total_steps - checkpoint_step) &&
+                      bitwise_equal(losses_resumed.data(), losses_full.data() + checkpoint_step, losses_resumed.size() * sizeof(float)) &&
+                      bitwise_equal(params_resumed.data(), params_full.data(), params_full.size() * sizeof(floatX));
+    for (size_t i = 0; i < losses_resumed.size(); i++)
+        printf("step %zu: uninterrupted %.6f, resumed %.6f\n", checkpoint_step + i, losses_full[checkpoint_step + i], losses_resumed[i]);
+    printf("resume from step %d%s: losses and weights %s\n", checkpoint_step, fp8 ? " (-fp8 1)" : "", resumed_ok ? "bit-identical" : "DIFFER");
+    for (const std::string& f : {checkpoint_model_path(dir, checkpoint_step), checkpoint_state_path(dir, checkpoint_step, 0),
+                                 checkpoint_done_path(dir, checkpoint_step), shard})
+        remove(f.c_str());
+    rmdir(dir);
+    return resumed_ok;
 }
 
 // ----------------------------------------------------------------------------
@@ -312,57 +379,7 @@ int main(int argc, char** argv) {
 
     // ---- 5. checkpoint -> resume, on a shuffled token shard
     printf("\n[5] checkpoint -> resume\n");
-    char dir_template[] = "/tmp/test_gpt2cu_XXXXXX";
-    const char* dir = mkdtemp(dir_template);
-    if (dir == nullptr) exit_on_error("could not create a temporary directory");
-    std::vector<int> tokens(x);
-    tokens.push_back(y[N - 1]);
-    std::string shard = write_test_shard(dir, tokens, 6);
-    const int checkpoint_step = 5, total_steps = 10;
-    std::vector<float> losses_full, losses_resumed;
-    std::vector<floatX> params_full, params_resumed;
-    {
-        GPT2 m;
-        build_model(&m, model_path, B, T, 1, 0);
-        DataLoader loader;
-        exit_on_error(dataloader_init(&loader, shard.c_str(), B, T, 0, 1, /*shuffle=*/1, V, 1234));
-        for (int step = 0; step < total_steps; step++) {
-            if (step == checkpoint_step) gpt2_write_checkpoint(&m, dir, step, &loader);
-            exit_on_error(dataloader_next_batch(&loader));
-            losses_full.push_back(train_step(&m, loader.inputs, loader.targets, step));
-        }
-        params_full = device_to_host(m.params_memory, m.num_parameters);
-        dataloader_free(&loader);
-        gpt2_free(&m);
-    }
-    {
-        int step0 = find_latest_checkpoint_step(dir);
-        check(step0 == checkpoint_step, "checkpoint DONE marker found");
-        GPT2 m;
-        build_model(&m, checkpoint_model_path(dir, checkpoint_step).c_str(), B, T, 1, 0);
-        TrainState s = gpt2_load_state(&m, checkpoint_state_path(dir, checkpoint_step, 0).c_str(), 1, 0);
-        DataLoader loader;
-        exit_on_error(dataloader_init(&loader, shard.c_str(), B, T, 0, 1, /*shuffle=*/1, V, 1234));
-        exit_on_error(dataloader_seek(&loader, s.epoch, s.shard_idx, s.sample_idx));
-        for (int step = s.step; step < total_steps; step++) {
-            exit_on_error(dataloader_next_batch(&loader));
-            losses_resumed.push_back(train_step(&m, loader.inputs, loader.targets, step));
-        }
-        params_resumed = device_to_host(m.params_memory, m.num_parameters);
-        dataloader_free(&loader);
-        gpt2_free(&m);
-    }
-    bool resumed_ok = losses_resumed.size() == (size_t)(total_steps - checkpoint_step) &&
-                      bitwise_equal(losses_resumed.data(), losses_full.data() + checkpoint_step, losses_resumed.size() * sizeof(float)) &&
-                      bitwise_equal(params_resumed.data(), params_full.data(), params_full.size() * sizeof(floatX));
-    for (size_t i = 0; i < losses_resumed.size(); i++)
-        printf("step %zu: uninterrupted %.6f, resumed %.6f\n", checkpoint_step + i, losses_full[checkpoint_step + i], losses_resumed[i]);
-    printf("resume from step %d: losses and weights %s\n", checkpoint_step, resumed_ok ? "bit-identical" : "DIFFER");
-    check(resumed_ok, "checkpoint resume");
-    for (const std::string& f : {checkpoint_model_path(dir, checkpoint_step), checkpoint_state_path(dir, checkpoint_step, 0),
-                                 checkpoint_done_path(dir, checkpoint_step), shard})
-        remove(f.c_str());
-    rmdir(dir);
+    check(checkpoint_resume_matches(model_path, x, y, B, T, V, 0, false), "checkpoint resume");
 
     // ---- 3. recompute options and GELU fusion
     printf("\n[3] recompute and GELU fusion variants\n");
@@ -397,6 +414,89 @@ int main(int argc, char** argv) {
             check(worst <= 1.0f && ldiff <= LOSS_TOLERANCE, "gelu fusion variant");
         }
         gpt2_free(&m);
+    }
+
+    // ---- 6. FP8 (-fp8 1), where the GPU has FP8 tensor cores
+    const cudaDeviceProp& props = device_props();
+    if (props.major * 10 + props.minor >= 89) {
+        printf("\n[6] -fp8 1 (FP8_* tolerances: see the header)\n");
+        const int ge = gelu_fusion_default(props.major);
+        GPT2 m;
+        build_model(&m, model_path, B, T, 1, ge);
+        gpt2_enable_fp8(&m);
+        // the calibration step: bf16 matmuls while the casts record each tensor's amax; its end sets the scales
+        gpt2_zero_grad(&m);
+        gpt2_forward(&m, x.data(), y.data(), B, T);
+        gpt2_backward(&m, x.data(), 1);
+        gpt2_finish_step(&m);
+        const float calibration_loss = m.mean_loss;
+        // the same batch and weights in FP8, against PyTorch
+        gpt2_zero_grad(&m);
+        gpt2_forward(&m, x.data(), y.data(), B, T);
+        std::vector<floatX> logits8 = device_to_host(m.acts.output, (size_t)N * Vp);
+        float max_diff8 = 0.0f;
+        bool finite8 = true;
+        for (int i = 0; i < N; i++) {
+            for (int j = 0; j < V; j++) {
+                const float ours = __bfloat162float(logits8[(size_t)i * Vp + j]);
+                finite8 &= std::isfinite(ours);
+                max_diff8 = fmaxf(max_diff8, fabsf(ours - ref_logits[(size_t)i * V + j]));
+            }
+        }
+        gpt2_backward(&m, x.data(), 1);
+        gpt2_finish_step(&m);
+        const float ldiff8 = fabsf(m.mean_loss - ref_loss);
+        printf("calibration step (bf16) loss %.6f; FP8 logits: max |diff| %.4e (%.0f%% of %.3g), loss %.6f, |diff| %.2e (%.0f%% of %.3g)\n",
+               calibration_loss, max_diff8, 100 * max_diff8 / FP8_LOGITS_TOLERANCE, FP8_LOGITS_TOLERANCE, m.mean_loss, ldiff8,
+               100 * ldiff8 / FP8_LOSS_TOLERANCE, FP8_LOSS_TOLERANCE);
+        check(finite8 && max_diff8 <= FP8_LOGITS_TOLERANCE, "FP8 logits");
+        check(std::isfinite(m.mean_loss) && ldiff8 <= FP8_LOSS_TOLERANCE, "FP8 loss");
+        std::vector<float> g8 = grads_to_host(&m);
+        size_t off = 0;
+        float worst = 0.0f;
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+            float max_diff = 0.0f, max_ref = 0.0f;
+            bool finite = true;
+            for (size_t j = off; j < off + m.param_sizes[i]; j++) {
+                finite &= std::isfinite(g8[j]);
+                max_diff = fmaxf(max_diff, fabsf(g8[j] - ref_grads[j]));
+                max_ref = fmaxf(max_ref, fabsf(ref_grads[j]));
+            }
+            const float rel = max_diff / max_ref;
+            printf("FP8 grad %-9s rel %.3e (%3.0f%% of %.3g)%s\n", PARAMETER_NAMES[i], rel, 100 * rel / FP8_GRAD_TOLERANCE,
+                   FP8_GRAD_TOLERANCE, finite && rel <= FP8_GRAD_TOLERANCE ? "" : "  <-- FAIL");
+            worst = fmaxf(worst, rel);
+            check(finite && rel <= FP8_GRAD_TOLERANCE, "FP8 gradient");
+            off += m.param_sizes[i];
+        }
+        gpt2_free(&m);
+        // 10 steps twice: bit-identical; the first (calibration) is bf16's step 0, the rest track bf16's run
+        std::vector<float> l8[2];
+        std::vector<floatX> p8[2];
+        for (int run = 0; run < 2; run++) {
+            GPT2 r;
+            build_model(&r, model_path, B, T, 1, ge);
+            gpt2_enable_fp8(&r);
+            for (int step = 0; step < 10; step++) l8[run].push_back(train_step(&r, x.data(), y.data(), step));
+            p8[run] = device_to_host(r.params_memory, r.num_parameters);
+            gpt2_free(&r);
+        }
+        float worst_step = 0.0f;
+        for (int step = 0; step < 10; step++) {
+            const float rel = fabsf(l8[0][step] - losses_a[step]) / losses_a[step];
+            worst_step = fmaxf(worst_step, rel);
+            printf("FP8 step %d: loss %.6f, bf16 %.6f, %.2f%% apart\n", step, l8[0][step], losses_a[step], 100 * rel);
+        }
+        const bool fp8_deterministic = bitwise_equal(l8[0].data(), l8[1].data(), 10 * sizeof(float)) &&
+                                       bitwise_equal(p8[0].data(), p8[1].data(), p8[0].size() * sizeof(floatX));
+        printf("FP8 10 steps: worst %.2f%% from bf16's losses (%.0f%% of %.0f%%); two runs %s\n", 100 * worst_step,
+               100 * worst_step / FP8_STEP_LOSS_REL_TOLERANCE, 100 * FP8_STEP_LOSS_REL_TOLERANCE,
+               fp8_deterministic ? "bit-identical" : "DIFFER");
+        check(worst_step <= FP8_STEP_LOSS_REL_TOLERANCE, "FP8 10-step losses");
+        check(fp8_deterministic, "FP8 determinism");
+        check(checkpoint_resume_matches(model_path, x, y, B, T, V, ge, true), "FP8 checkpoint resume");
+    } else {
+        printf("\n[6] -fp8 1: skipped (sm_%d%d has no FP8 tensor cores)\n", props.major, props.minor);
     }
 
     common_free();

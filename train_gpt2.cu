@@ -36,6 +36,7 @@ training code.
 #include "matmul.cuh"         // defines: matmul_forward, matmul_backward, bias_backward (cuBLASLt)
 #include "gelu.cuh"           // defines: gelu_forward, gelu_backward_inplace
 #include "matmul_hopper.cuh"  // defines: matmul_backward_dgelu_hopper (the MLP's backward through GELU, sm_90a)
+#include "fp8.cuh"            // defines: Fp8Scale, fp8_cast, fp8_update_scales, matmul_fp8 (-fp8 1)
 #include "attention.cuh"      // declares: attention_forward, attention_backward (flash attention, out + LSE; build/attention.a)
 #include "fused_classifier.cuh" // defines: fused_classifier, accumulate_loss
 #include "global_norm.cuh"    // defines: global_norm
@@ -314,6 +315,11 @@ typedef struct {
     float mean_loss;
     float grad_norm;
     uint64_t rng_state;         // sampling coins (saved in checkpoints)
+    // -fp8 1 (gpt2_enable_fp8): each block's four linears through FP8 matmuls
+    int fp8;
+    Fp8Scale* fp8_scales;       // (L, kFp8Slots), then the amax history (L, kFp8Slots, kFp8History) floats: one allocation
+    float* fp8_history;
+    int fp8_updates;            // scale updates so far; 0: the next step calibrates (bf16 matmuls, the casts record amax)
 } GPT2;
 
 // ----------------------------------------------------------------------------
@@ -414,6 +420,10 @@ void gpt2_allocate_state(GPT2* model, int B, int T, int recompute, int gelu_fusi
     model->stochastic_rounding = 1;
     model->document_masking = 0;
     model->rounding_seed = 0;
+    model->fp8 = 0;
+    model->fp8_scales = nullptr;
+    model->fp8_history = nullptr;
+    model->fp8_updates = 0;
     const bool zero1 = multi_gpu.zero_stage == 1;
     model->memory_plan = memory_plan(c, B, T, recompute, use_master_weights, gpt2_scratch_bytes, zero1 ? multi_gpu.world : 1);
     size_t N = (size_t)B * T;
@@ -492,7 +502,7 @@ void gpt2_free(GPT2* model) {
                            a.ln2_rstd, a.fch, a.fch_gelu, a.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, a.losses, a.output,
                            model->dresidual, model->dbtc, model->dbt4c, model->attention_scratch,
                            model->reduce_scratch, model->inputs, model->targets, model->doc_start, model->buckets,
-                           model->accumulated_loss, model->norm};
+                           model->accumulated_loss, model->norm, model->fp8_scales};
     for (void* p : device_ptrs) cudaCheck(cudaFree(p));
     cudaCheck(cudaFreeHost(model->inputs_pinned));
     cudaCheck(cudaFreeHost(model->targets_pinned));
@@ -501,6 +511,129 @@ void gpt2_free(GPT2* model) {
     cudaCheck(cudaEventDestroy(model->inputs_copied));
     cudaCheck(cudaEventDestroy(model->buckets_copied));
     cudaCheck(cudaEventDestroy(model->step_read));
+}
+
+// ----------------------------------------------------------------------------
+// FP8 (-fp8 1): the four linears of every block run their forward, dinp and dweight matmuls on FP8 operands (E4M3;
+// E5M2 for the gradients) with per-tensor delayed scaling (src/fp8.cuh); the lm head, the attention, the layernorms
+// and the optimizer stay as they are. Each operand is cast just before its matmul into the logits' memory, which no
+// layer reads: the forward writes the logits after the last layer, and the backward has consumed them before the first.
+// The weights are cast too, per layer, each time (6 bytes a parameter a step), so the FP8 copies cost no memory.
+
+enum Fp8Linear { kFp8Qkv, kFp8Attproj, kFp8Fc, kFp8Fcproj, kFp8Linears };
+// a layer's slots: the linears' inputs (x), then their weights, then their output gradients
+constexpr int kFp8Slots = 3 * kFp8Linears;
+inline int fp8_x_slot(int linear) { return linear; }
+inline int fp8_w_slot(int linear) { return kFp8Linears + linear; }
+inline int fp8_dout_slot(int linear) { return 2 * kFp8Linears + linear; }
+
+size_t gpt2_fp8_state_bytes(const GPT2* model) {
+    const size_t slots = (size_t)model->config.num_layers * kFp8Slots;
+    return slots * sizeof(Fp8Scale) + slots * kFp8History * sizeof(float);
+}
+
+// the casts' scratch at the largest linear: the backward's dout both ways, x transposed and W transposed
+size_t gpt2_fp8_scratch_bytes(size_t N, size_t C) { return 3 * N * 4 * C + 4 * C * C + 4 * 256; }
+
+// after gpt2_allocate_state; before gpt2_load_state, which restores the scales where the checkpoint has them
+void gpt2_enable_fp8(GPT2* model) {
+    const GPT2Config& c = model->config;
+    const cudaDeviceProp& props = device_props();
+    const size_t N = (size_t)model->B * model->T;
+    if (props.major * 10 + props.minor < 89) exit_on_error(strfmt("-fp8 1 needs FP8 tensor cores (sm_89+); this GPU is sm_%d%d", props.major, props.minor));
+    if (N % 16 != 0 || c.channels % 16 != 0)
+        exit_on_error(strfmt("-fp8 1 needs B*T and C multiples of 16 (cuBLASLt's FP8 leading dimensions): B*T=%zu C=%d", N, c.channels));
+    if (gpt2_fp8_scratch_bytes(N, c.channels) > N * c.padded_vocab_size * sizeof(floatX))
+        exit_on_error("-fp8 1: the casts' scratch does not fit the logits' memory");
+    const int slots = c.num_layers * kFp8Slots;
+    cudaCheck(cudaMalloc(&model->fp8_scales, gpt2_fp8_state_bytes(model)));
+    model->fp8_history = reinterpret_cast<float*>(model->fp8_scales + slots);
+    std::vector<Fp8Scale> init(slots);
+    for (int i = 0; i < slots; i++) init[i] = fp8_scale_init(/*e5m2=*/i % kFp8Slots >= fp8_dout_slot(0));
+    cudaCheck(cudaMemcpy(model->fp8_scales, init.data(), slots * sizeof(Fp8Scale), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemset(model->fp8_history, 0, (size_t)slots * kFp8History * sizeof(float)));
+    model->fp8 = 1;
+    model->fp8_updates = 0;
+}
+
+// the scales of the next step, from this step's amax (every rank's largest: the ranks cast alike)
+void gpt2_fp8_update_scales(GPT2* model) {
+    const int slots = model->config.num_layers * kFp8Slots;
+#ifdef FLASHGPT_NCCL
+    if (multi_gpu.world > 1) {   // every field but amax is equal on every rank; non-negative floats order as their bits
+        nccl_check(ncclAllReduce(model->fp8_scales, model->fp8_scales, (size_t)slots * sizeof(Fp8Scale) / 4, ncclUint32, ncclMax,
+                                 multi_gpu.comm, main_stream), "ncclAllReduce");
+        nccl_wait_issued("ncclAllReduce");
+    }
+#endif
+    fp8_update_scales(model->fp8_scales, model->fp8_history, slots, model->fp8_updates, main_stream);
+    model->fp8_updates++;
+}
+
+// bump allocation in the logits' memory, 256-byte aligned
+struct Fp8Scratch {
+    uint8_t* next;
+    uint8_t* take(size_t bytes) { uint8_t* p = next; next += (bytes + 255) / 256 * 256; return p; }
+};
+
+static void fp8_matmul_check(bool ran, const char* what, int m, int n, int k) {
+    if (!ran) exit_on_error(strfmt("-fp8 1: cuBLASLt has no FP8 algorithm for the %s (m=%d n=%d k=%d)", what, m, n, k));
+}
+
+// out (N, OC) = x (N, K) @ w (OC, K)^T + bias [+ residual] [gelu_pre: out = gelu(.), gelu_pre the pre-GELU values]:
+// matmul_forward's contract, in FP8 where -fp8 1 has scales
+void linear_forward(GPT2* model, int layer, int linear, floatX* out, const floatX* x, const floatX* w, const floatX* bias,
+                    const floatX* residual, int N, int K, int OC, floatX* gelu_pre) {
+    if (!model->fp8) {
+        matmul_forward(out, x, w, bias, residual, N, K, OC, gelu_pre, main_stream);
+        return;
+    }
+    Fp8Scale* s = model->fp8_scales + layer * kFp8Slots;
+    const bool on = model->fp8_updates > 0;   // else calibrating: the casts only record amax
+    Fp8Scratch scratch{reinterpret_cast<uint8_t*>(model->acts.output)};
+    uint8_t *x8 = on ? scratch.take((size_t)N * K) : nullptr, *w8 = on ? scratch.take((size_t)OC * K) : nullptr;
+    fp8_cast(x8, nullptr, x, N, K, s + fp8_x_slot(linear), false, main_stream);
+    fp8_cast(w8, nullptr, w, OC, K, s + fp8_w_slot(linear), false, main_stream);
+    if (!on) {
+        matmul_forward(out, x, w, bias, residual, N, K, OC, gelu_pre, main_stream);
+        return;
+    }
+    // column-major out^T (OC, N) = (w8 as (K, OC))^T (x8 as (K, N))
+    fp8_matmul_check(matmul_fp8(out, w8, CUDA_R_8F_E4M3, x8, CUDA_R_8F_E4M3, &s[fp8_w_slot(linear)].scale_inv,
+                                &s[fp8_x_slot(linear)].scale_inv, residual, bias, gelu_pre, OC, N, K, false, main_stream),
+                     "forward", OC, N, K);
+}
+
+// dinp (N, K) = dout (N, OC) @ w; dweight (OC, K) += dout^T @ x; dbias (OC) += dout.sum(0) (dinp and dbias may be
+// null): matmul_backward's contract without its GELU epilogue, in FP8 where -fp8 1 has scales
+void linear_backward(GPT2* model, int layer, int linear, floatX* dinp, floatX* dweight, floatX* dbias, float* reduce_scratch,
+                     const floatX* dout, const floatX* x, const floatX* w, int N, int K, int OC) {
+    if (!model->fp8) {
+        matmul_backward(dinp, dweight, dbias, reduce_scratch, dout, x, w, N, K, OC, nullptr, main_stream);
+        return;
+    }
+    Fp8Scale* s = model->fp8_scales + layer * kFp8Slots;
+    const bool on = model->fp8_updates > 0;
+    Fp8Scratch scratch{reinterpret_cast<uint8_t*>(model->acts.output)};
+    uint8_t *dout8 = on && dinp ? scratch.take((size_t)N * OC) : nullptr, *dout8T = on ? scratch.take((size_t)N * OC) : nullptr;
+    uint8_t *x8T = on ? scratch.take((size_t)N * K) : nullptr, *w8T = on && dinp ? scratch.take((size_t)OC * K) : nullptr;
+    fp8_cast(dout8, dout8T, dout, N, OC, s + fp8_dout_slot(linear), true, main_stream);
+    fp8_cast(nullptr, x8T, x, N, K, s + fp8_x_slot(linear), false, main_stream);
+    if (dinp) fp8_cast(nullptr, w8T, w, OC, K, s + fp8_w_slot(linear), false, main_stream);
+    if (!on) {
+        matmul_backward(dinp, dweight, dbias, reduce_scratch, dout, x, w, N, K, OC, nullptr, main_stream);
+        return;
+    }
+    if (dbias) bias_backward(dbias, reduce_scratch, dout, N, OC, main_stream);
+    const float* w_scale = &s[fp8_w_slot(linear)].scale_inv;
+    const float* x_scale = &s[fp8_x_slot(linear)].scale_inv;
+    const float* dout_scale = &s[fp8_dout_slot(linear)].scale_inv;
+    // column-major dinp^T (K, N) = (w8T as (OC, K))^T (dout8 as (OC, N))
+    if (dinp) fp8_matmul_check(matmul_fp8(dinp, w8T, CUDA_R_8F_E4M3, dout8, CUDA_R_8F_E5M2, w_scale, dout_scale, nullptr, nullptr,
+                                          nullptr, K, N, OC, false, main_stream), "dinp", K, N, OC);
+    // column-major dweight^T (K, OC) += (x8T as (N, K))^T (dout8T as (N, OC))
+    fp8_matmul_check(matmul_fp8(dweight, x8T, CUDA_R_8F_E4M3, dout8T, CUDA_R_8F_E5M2, x_scale, dout_scale, dweight, nullptr,
+                                nullptr, K, OC, N, false, main_stream), "dweight", K, OC, N);
 }
 
 // ----------------------------------------------------------------------------
@@ -549,19 +682,19 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         floatX* residual3 = a.residual3 + l * NA * C;  // (N, C)
 
         // qkv = ln1 @ qkvw^T + qkvb; attention; x = x + attproj(atty) (the add in the matmul's epilogue); ln2 = layernorm(x)
-        matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, nullptr, N, C, 3 * C, nullptr, main_stream);
+        linear_forward(model, l, kFp8Qkv, qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, nullptr, N, C, 3 * C, nullptr);
         attention_forward(atty, lse, qkv, B, T, NH, HS, main_stream, doc_start);
-        matmul_forward(residual2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, residual, N, C, C, nullptr, main_stream);
+        linear_forward(model, l, kFp8Attproj, residual2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, residual, N, C, C, nullptr);
         layernorm_forward(ln2, a.ln2_mean + l * NA, a.ln2_rstd + l * NA, residual2, p.ln2w + l * C, p.ln2b + l * C, N, C, main_stream);
         // MLP: fch = ln2 @ fcw^T + fcb; x = x + gelu(fch) @ fcprojw^T + fcprojb
         if (model->gelu_fusion >= 1) {
-            matmul_forward(fch_gelu, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, nullptr, N, C, 4 * C, fch, main_stream);
+            linear_forward(model, l, kFp8Fc, fch_gelu, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, nullptr, N, C, 4 * C, fch);
         } else {
-            matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, nullptr, N, C, 4 * C, nullptr, main_stream);
+            linear_forward(model, l, kFp8Fc, fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, nullptr, N, C, 4 * C, nullptr);
             gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, main_stream);
         }
-        matmul_forward(residual3, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, residual2, N, 4 * C, C,
-                       nullptr, main_stream);
+        linear_forward(model, l, kFp8Fcproj, residual3, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, residual2,
+                       N, 4 * C, C, nullptr);
         // the next layernorm: the next layer's ln1, or lnf after the last layer
         if (l + 1 < L) {
             size_t next_ln_off = model->recompute >= 2 ? 0 : (l + 1) * NA * C;
@@ -657,30 +790,35 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
             matmul_backward_dgelu_hopper(dbt4c, model->recompute >= 1 ? fch_gelu : nullptr, scratch, dresidual, fcprojw, fch, N, 4 * C, C, main_stream);
         if (dgelu_fused) {
             reduce_partials_add(g.fcb + l * 4 * C, nullptr, scratch, matmul_dgelu_partial_rows(N), 4 * C, main_stream);
-            matmul_backward(nullptr, g.fcprojw + (size_t)l * C * 4 * C, nullptr, scratch, dresidual, fch_gelu, fcprojw,
-                            N, 4 * C, C, nullptr, main_stream);
+            linear_backward(model, l, kFp8Fcproj, nullptr, g.fcprojw + (size_t)l * C * 4 * C, nullptr, scratch, dresidual, fch_gelu,
+                            fcprojw, N, 4 * C, C);
         } else {
             if (model->recompute >= 1) gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, main_stream);
-            matmul_backward(dbt4c, g.fcprojw + (size_t)l * C * 4 * C, nullptr, scratch, dresidual, fch_gelu, fcprojw,
-                            N, 4 * C, C, model->gelu_fusion >= 2 ? fch : nullptr, main_stream);
-            if (model->gelu_fusion < 2) gelu_backward_inplace(dbt4c, fch, (size_t)N * 4 * C, main_stream);
+            if (model->gelu_fusion >= 2) {   // cuBLASLt's DGELU epilogue: bf16 (-fp8 1 takes the Hopper kernel's path above)
+                matmul_backward(dbt4c, g.fcprojw + (size_t)l * C * 4 * C, nullptr, scratch, dresidual, fch_gelu, fcprojw,
+                                N, 4 * C, C, fch, main_stream);
+            } else {
+                linear_backward(model, l, kFp8Fcproj, dbt4c, g.fcprojw + (size_t)l * C * 4 * C, nullptr, scratch, dresidual,
+                                fch_gelu, fcprojw, N, 4 * C, C);
+                gelu_backward_inplace(dbt4c, fch, (size_t)N * 4 * C, main_stream);
+            }
         }
         // MLP up: dln2 = dfch @ fcw
-        matmul_backward(dbtc, g.fcw + (size_t)l * 4 * C * C, dgelu_fused ? nullptr : g.fcb + l * 4 * C, scratch, dbt4c, ln2,
-                        p.fcw + (size_t)l * 4 * C * C, N, C, 4 * C, nullptr, main_stream);
+        linear_backward(model, l, kFp8Fc, dbtc, g.fcw + (size_t)l * 4 * C * C, dgelu_fused ? nullptr : g.fcb + l * 4 * C, scratch,
+                        dbt4c, ln2, p.fcw + (size_t)l * 4 * C * C, N, C, 4 * C);
         layernorm_backward(dresidual, g.ln2w + l * C, g.ln2b + l * C, scratch, dbtc, residual2, p.ln2w + l * C,
                            ln2_mean, ln2_rstd, N, C, main_stream, g.attprojb + l * C);
         // attention projection: datty = dresidual @ attprojw (attprojb's gradient summed just above)
-        matmul_backward(dbtc, g.attprojw + (size_t)l * C * C, nullptr, scratch, dresidual, atty,
-                        p.attprojw + (size_t)l * C * C, N, C, C, nullptr, main_stream);
+        linear_backward(model, l, kFp8Attproj, dbtc, g.attprojw + (size_t)l * C * C, nullptr, scratch, dresidual, atty,
+                        p.attprojw + (size_t)l * C * C, N, C, C);
         // attention: dqkv (N, 3C) into dbt4c, from out + lse only. Where it can, the attention also sums dqkv over each
         // 16 tokens: those partials give the qkv bias gradient without another pass over dqkv
         const bool qkvb_summed = attention_backward(dbt4c, model->attention_scratch, dbtc, qkv, atty, lse, B, T, NH, HS, main_stream,
                                                     model->document_masking ? model->doc_start : nullptr, scratch);
         if (qkvb_summed) reduce_partials_add(g.qkvb + l * 3 * C, nullptr, scratch, B * ceil_div(T, 16), 3 * C, main_stream);
         // qkv: dln1 = dqkv @ qkvw
-        matmul_backward(dbtc, g.qkvw + (size_t)l * 3 * C * C, qkvb_summed ? nullptr : g.qkvb + l * 3 * C, scratch, dbt4c, ln1,
-                        p.qkvw + (size_t)l * 3 * C * C, N, C, 3 * C, nullptr, main_stream);
+        linear_backward(model, l, kFp8Qkv, dbtc, g.qkvw + (size_t)l * 3 * C * C, qkvb_summed ? nullptr : g.qkvb + l * 3 * C, scratch,
+                        dbt4c, ln1, p.qkvw + (size_t)l * 3 * C * C, N, C, 3 * C);
         layernorm_backward(dresidual, g.ln1w + l * C, g.ln1b + l * C, scratch, dbtc, residual, p.ln1w + l * C,
                            ln1_mean, ln1_rstd, N, C, main_stream, l > 0 ? g.fcprojb + (l - 1) * C : nullptr);
     }
@@ -702,6 +840,7 @@ void gpt2_queue_step_end(GPT2* model) {
         multi_gpu_average(model->grads_memory, model->num_parameters, true, main_stream);   // data parallel: the ranks' mean
         global_norm(model->norm, model->reduce_scratch, model->grads_memory, model->num_parameters, main_stream);
     }
+    if (model->fp8) gpt2_fp8_update_scales(model);   // the step's casts are done; the next step's scales
     cudaCheck(cudaMemcpyAsync(&model->readback_pinned[0], model->accumulated_loss, sizeof(float), cudaMemcpyDeviceToHost, main_stream));
     cudaCheck(cudaMemcpyAsync(&model->readback_pinned[1], model->norm, sizeof(float), cudaMemcpyDeviceToHost, main_stream));
     cudaCheck(cudaEventRecord(model->step_read, main_stream));
@@ -770,6 +909,8 @@ void gpt2_write_checkpoint(GPT2* model, const char* dir, int step, const DataLoa
     s.sample_idx = loader->current_sample_idx;
     s.epoch = loader->epoch;
     s.num_parameters = model->num_parameters;
+    s.fp8_updates = model->fp8 ? model->fp8_updates : 0;
+    s.fp8_state_bytes = model->fp8 ? gpt2_fp8_state_bytes(model) : 0;
     int header[CKPT_HEADER_INTS];
     state_header_fill(header, s);
     size_t n = model->shard.size;   // ZeRO-1: this rank's shard of the optimizer state
@@ -778,6 +919,11 @@ void gpt2_write_checkpoint(GPT2* model, const char* dir, int step, const DataLoa
     if (model->use_master_weights) {
         master = device_to_host(model->master_weights, n);
         chunks.push_back({master.data(), n * sizeof(float)});
+    }
+    std::vector<uint8_t> fp8_state;
+    if (model->fp8) {
+        fp8_state = device_to_host(reinterpret_cast<const uint8_t*>(model->fp8_scales), s.fp8_state_bytes);
+        chunks.push_back({fp8_state.data(), fp8_state.size()});
     }
     exit_on_error(write_file_atomic(checkpoint_state_path(dir, step, s.process_rank).c_str(), chunks));
     multi_gpu_barrier();   // every rank's state is on disk before the checkpoint counts as done
@@ -799,6 +945,16 @@ TrainState gpt2_load_state(GPT2* model, const char* path, int num_processes, int
     for (int k = 0; k < 2 + model->use_master_weights; k++) {
         freadCheck(buf.data(), sizeof(float), n, fp);
         cudaCheck(cudaMemcpy(targets[k], buf.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    // the FP8 scales: restored where this run has -fp8 1 (else ignored); a state without them calibrates afresh
+    if (model->fp8 && s.fp8_state_bytes > 0) {
+        if (s.fp8_state_bytes != gpt2_fp8_state_bytes(model))
+            exit_on_error(strfmt("state file '%s' has %zu bytes of FP8 scaling state, this model %zu", path, s.fp8_state_bytes,
+                                 gpt2_fp8_state_bytes(model)));
+        std::vector<uint8_t> fp8_state(s.fp8_state_bytes);
+        freadCheck(fp8_state.data(), 1, fp8_state.size(), fp);
+        cudaCheck(cudaMemcpy(model->fp8_scales, fp8_state.data(), fp8_state.size(), cudaMemcpyHostToDevice));
+        model->fp8_updates = s.fp8_updates;
     }
     fcloseCheck(fp);
     model->rng_state = s.rng_state;
@@ -1367,6 +1523,7 @@ int main(int argc, char** argv) {
     else if (from_file) gpt2_build_from_checkpoint(&model, cfg.load_filename);
     else gpt2_build_from_random(&model, model_config, (uint32_t)cfg.seed);
     gpt2_allocate_state(&model, cfg.B, cfg.T, cfg.recompute, cfg.gelu_fusion, cfg.use_master_weights);
+    if (cfg.fp8) gpt2_enable_fp8(&model);
     model.stochastic_rounding = cfg.stochastic_rounding;
     model.rounding_seed = (uint32_t)cfg.seed;
     model.document_masking = cfg.document_masking;
@@ -1405,6 +1562,8 @@ int main(int argc, char** argv) {
            cfg.warmup_iterations, cfg.lr_scheduler_type, cfg.final_learning_rate_frac, cfg.weight_decay, cfg.grad_clip);
     printf("| recompute %d, gelu fusion %d, master weights %d, stochastic rounding %d, seed %d, output %s\n", cfg.recompute,
            cfg.gelu_fusion, cfg.use_master_weights, cfg.stochastic_rounding, cfg.seed, cfg.output_log_dir ? cfg.output_log_dir : "none");
+    if (cfg.fp8) printf("| FP8 (-fp8 1): the blocks' linears on E4M3 (gradients E5M2), delayed scaling over %d steps%s\n", kFp8History,
+                        model.fp8_updates > 0 ? ", scales from the checkpoint" : "; the first step calibrates in bf16");
     printf("| MFU counts 6*N + 6*L*C*T = %.1f MFLOP per token (llm.c's formula; nanoGPT's 12*L*C*T differs)\n", flops_per_token / 1e6);
     print_memory_use(&model, used_before_model);
     printf("+-----------------------------------------------------------------------\n");

@@ -154,6 +154,7 @@ typedef struct {
     const char* init_tcp;             // -ps HOST:PORT (tcp; default MASTER_ADDR:MASTER_PORT + 1)
     int multi_gpu_timeout;            // -pt seconds a rank waits for the others before it exits with an error
     int memory_plan_only;             // -pm 1: print the memory plan (src/memory_plan.h) and exit
+    int fp8;                          // -fp8 1: the blocks' linear layers through FP8 matmuls (src/fp8.cuh; sm_89+)
 } TrainConfig;
 
 inline void train_config_defaults(TrainConfig* c) {
@@ -198,6 +199,7 @@ inline void train_config_defaults(TrainConfig* c) {
     c->init_tcp = nullptr;
     c->multi_gpu_timeout = 300;
     c->memory_plan_only = 0;
+    c->fp8 = 0;
 }
 
 // -ge -1 (the default): GELU fused into the matmuls (2: cuBLASLt's forward epilogue, matmul_hopper.cuh's backward)
@@ -249,7 +251,9 @@ inline const char* train_usage() {
         "  -pf <str>   fs: a directory every rank sees (default = .)\n"
         "  -ps <str>   tcp: rank 0's HOST:PORT (default = MASTER_ADDR:MASTER_PORT+1)\n"
         "  -pt <int>   seconds a rank waits for the others (rendezvous, NCCL) before it exits with an error (default = 300)\n"
-        "  -pm <int>   1: print the memory plan (bytes per sequence, total, largest B that fits) and exit (default = 0)\n";
+        "  -pm <int>   1: print the memory plan (bytes per sequence, total, largest B that fits) and exit (default = 0)\n"
+        "  -fp8 <int>  1: each block's four linear layers run their matmuls in FP8 (E4M3, E5M2 gradients; delayed\n"
+        "              per-tensor scaling), forward and backward, on sm_89+ (default = 0, bf16)\n";
 }
 
 // strict number parsing: the whole argument must be a number
@@ -273,7 +277,7 @@ inline bool parse_float_arg(const char* s, float* out) {
 inline std::string train_config_parse(TrainConfig* c, int argc, char** argv) {
     for (int i = 1; i < argc; i += 2) {
         const char* flag = argv[i];
-        if (flag[0] != '-' || strlen(flag) < 2 || strlen(flag) > 3) return strfmt("unknown argument '%s'", flag);
+        if (flag[0] != '-' || strlen(flag) < 2 || strlen(flag) > 4) return strfmt("unknown argument '%s'", flag);
         if (i + 1 >= argc) return strfmt("flag %s needs a value", flag);
         const char* v = argv[i + 1];
         const char* f = flag + 1;
@@ -315,6 +319,7 @@ inline std::string train_config_parse(TrainConfig* c, int argc, char** argv) {
         else if (!strcmp(f, "pn")) ok = parse_int_arg(v, &c->num_processes);
         else if (!strcmp(f, "pr")) ok = parse_int_arg(v, &c->process_rank);
         else if (!strcmp(f, "pm")) ok = parse_int_arg(v, &c->memory_plan_only);
+        else if (!strcmp(f, "fp8")) ok = parse_int_arg(v, &c->fp8);
         else if (!strcmp(f, "pt")) ok = parse_int_arg(v, &c->multi_gpu_timeout);
         else if (!strcmp(f, "pi")) c->init_method = v;
         else if (!strcmp(f, "pf")) c->init_fs_dir = v;
@@ -346,6 +351,7 @@ inline std::string train_config_check(TrainConfig* c) {
         return strfmt("total batch size -d %d is not divisible by B*T*processes = %d*%d*%d = %lld",
                       c->total_batch_size, c->B, c->T, c->num_processes, tokens_per_micro);
     if (c->recompute < 0 || c->recompute > 2) return strfmt("-r %d: recompute must be 0, 1 or 2", c->recompute);
+    if (c->fp8 != 0 && c->fp8 != 1) return strfmt("-fp8 %d: 0 (bf16) or 1", c->fp8);
     if (c->gelu_fusion < -1 || c->gelu_fusion > 2) return strfmt("-ge %d: gelu fusion must be 0, 1 or 2", c->gelu_fusion);
     if (c->use_master_weights != 0 && c->use_master_weights != 1) return "-w must be 0 or 1";
     if (c->stochastic_rounding != 0 && c->stochastic_rounding != 1) return "-sr must be 0 or 1";

@@ -51,6 +51,7 @@ Timing (without --check): M = -n (65536) rows, the five matmuls of a d12 layer; 
 #include "dev/cuda/common.h"
 #include "src/gelu.cuh"
 #include "src/matmul_hopper.cuh"
+#include "src/fp8.cuh"      // matmul_fp8, fp8_cast
 #include "src/utils.h"     // strfmt
 #include <cuda_fp8.h>
 #include <functional>
@@ -313,7 +314,6 @@ __global__ void quantize_fp8_kernel(Fp8* q, float* scale_inv, const floatX* x, s
 }
 
 template <class Fp8> constexpr float fp8_max() { return std::is_same<Fp8, __nv_fp8_e4m3>::value ? 448.0f : 57344.0f; }
-template <class Fp8> constexpr cudaDataType_t fp8_type() { return std::is_same<Fp8, __nv_fp8_e4m3>::value ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
 
 // q (n) and scale_inv (one float) from x (n), current scaling; amax: one float of scratch
 template <class Fp8>
@@ -322,64 +322,6 @@ void quantize_fp8(Fp8* q, float* scale_inv, float* amax, const floatX* x, size_t
     amax_kernel<<<1024, 256, 0, stream>>>(amax, x, n);
     quantize_fp8_kernel<Fp8><<<1024, 256, 0, stream>>>(q, scale_inv, x, n, amax, fp8_max<Fp8>());
     cudaCheck(cudaGetLastError());
-}
-
-// D (m, n) bf16 = a_scale_inv * b_scale_inv * A^T B [+ bias (m)] [+ C (m, n), D's layout: c == d accumulates]
-// [gelu_aux: D = gelu(.), gelu_aux the pre-GELU values], A (k, m) and B (k, n) column-major FP8 (K contiguous: the
-// only FP8 form Hopper's cuBLASLt takes). fast_accum: the tensor cores' own accumulation throughout (faster, fewer
-// bits), else cuBLASLt promotes partial sums into fp32. The scale pointers must be 16-byte aligned (cuBLASLt refuses
-// the call otherwise). False where cuBLASLt has no algorithm for the combination.
-template <class FA, class FB>
-bool matmul_fp8(floatX* d, const FA* a, const FB* b, const float* a_scale_inv, const float* b_scale_inv, const floatX* c,
-                const floatX* bias, floatX* gelu_aux, int m, int n, int k, bool fast_accum, cudaStream_t stream) {
-    cublasLtMatmulDesc_t desc;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
-    const int8_t fast = fast_accum;
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale_inv, sizeof(a_scale_inv)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale_inv, sizeof(b_scale_inv)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
-    cublasLtEpilogue_t epilogue = gelu_aux ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
-                                           : bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    if (gelu_aux) {
-        const int64_t ld_aux = m;
-        const cudaDataType_t aux_type = CUDA_R_16BF;
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &gelu_aux, sizeof(gelu_aux)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof(ld_aux)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type, sizeof(aux_type)));
-    }
-    if (bias) {
-        const cudaDataType_t bias_type = CUDA_R_16BF;
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    }
-    cublasLtMatrixLayout_t layout_a, layout_b, layout_c;
-    cublasCheck(cublasLtMatrixLayoutCreate(&layout_a, fp8_type<FA>(), k, m, k));
-    cublasCheck(cublasLtMatrixLayoutCreate(&layout_b, fp8_type<FB>(), k, n, k));
-    cublasCheck(cublasLtMatrixLayoutCreate(&layout_c, CUDA_R_16BF, m, n, m));
-    cublasLtMatmulPreference_t preference;
-    cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                     &cublaslt_workspace_size, sizeof(cublaslt_workspace_size)));
-    cublasLtMatmulHeuristicResult_t heuristic;
-    int returned = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, layout_a, layout_b, layout_c, layout_c,
-                                                                 preference, 1, &heuristic, &returned);
-    const float alpha = 1.0f, beta = c ? 1.0f : 0.0f;
-    bool ok = status == CUBLAS_STATUS_SUCCESS && returned > 0;
-    if (ok) {   // the heuristic may offer what the call then refuses (NOT_SUPPORTED): false, as where it offers nothing
-        const cublasStatus_t run = cublasLtMatmul(cublaslt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, c ? c : d, layout_c,
-                                                  d, layout_c, &heuristic.algo, cublaslt_workspace, cublaslt_workspace_size, stream);
-        if (run != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(run);
-        ok = run == CUBLAS_STATUS_SUCCESS;
-    }
-    cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
-    cublasCheck(cublasLtMatmulDescDestroy(desc));
-    for (cublasLtMatrixLayout_t l : {layout_a, layout_b, layout_c}) cublasCheck(cublasLtMatrixLayoutDestroy(l));
-    return ok;
 }
 
 // ----------------------------------------------------------------------------
@@ -441,7 +383,7 @@ bool run_variant(int variant, const MatmulShape& sh, const MatmulBuffers& m, int
         ran = matmul_wgmma(variant, sh.epilogue, m.out, sh.epilogue == kEpiBias ? nullptr : m.aux, m.a, m.b, m.bias, M, N, K, 0);
     } else if (variant == 6) {
         // column-major out^T (N, M) = (b8 as (K, N))^T (a8 as (K, M))
-        ran = matmul_fp8(m.out, m.b8, m.a8, m.fp8_scale_inv + 4, m.fp8_scale_inv, nullptr, m.bias,
+        ran = matmul_fp8(m.out, m.b8, CUDA_R_8F_E4M3, m.a8, CUDA_R_8F_E4M3, m.fp8_scale_inv + 4, m.fp8_scale_inv, nullptr, m.bias,
                          sh.epilogue == kEpiGeluAux ? m.aux : nullptr, N, M, K, /*fast_accum=*/false, 0);
     } else {
         ran = false;
@@ -673,15 +615,15 @@ void bench_fp8_step(const HarnessArgs& args, int M, int C, std::mt19937_64& rng)
             // forward, column-major out^T (N, M) = W^T x^T: FP8 A = W (K-major), B = x (K-major), both E4M3
             {"forward", N, M, K,
              [&] { matmul_cublaslt(out, w, x, res, bias, N, M, K, true, false, L.gelu ? aux : nullptr, false, 0); },
-             [&](bool fast) { return matmul_fp8(out, w8, x8, w_scale, x_scale, res, bias, L.gelu ? aux : nullptr, N, M, K, fast, 0); }},
+             [&](bool fast) { return matmul_fp8(out, w8, CUDA_R_8F_E4M3, x8, CUDA_R_8F_E4M3, w_scale, x_scale, res, bias, L.gelu ? aux : nullptr, N, M, K, fast, 0); }},
             // dinp^T (K, M) = W dout^T: FP8 A = W^T (K-major over N), B = dout (E5M2)
             {"dinp", K, M, N,
              [&] { matmul_cublaslt(out, w, dout, nullptr, nullptr, K, M, N, false, false, nullptr, false, 0); },
-             [&](bool fast) { return matmul_fp8(out, w8, dout8, w_scale, dout_scale, nullptr, nullptr, nullptr, K, M, N, fast, 0); }},
+             [&](bool fast) { return matmul_fp8(out, w8, CUDA_R_8F_E4M3, dout8, CUDA_R_8F_E5M2, w_scale, dout_scale, nullptr, nullptr, nullptr, K, M, N, fast, 0); }},
             // dW^T (K, N) += x^T dout: FP8 A = x^T (K-major over M), B = dout^T (E5M2), accumulating into dW
             {"dweight", K, N, M,
              [&] { matmul_cublaslt(dw, x, dout, dw, nullptr, K, N, M, false, true, nullptr, false, 0); },
-             [&](bool fast) { return matmul_fp8(dw, x8, dout8, x_scale, dout_scale, dw, nullptr, nullptr, K, N, M, fast, 0); }},
+             [&](bool fast) { return matmul_fp8(dw, x8, CUDA_R_8F_E4M3, dout8, CUDA_R_8F_E5M2, x_scale, dout_scale, dw, nullptr, nullptr, K, N, M, fast, 0); }},
         };
         for (const Op& op : ops) {
             const double flops = 2.0 * op.m * op.n * op.k;
@@ -699,9 +641,79 @@ void bench_fp8_step(const HarnessArgs& args, int M, int C, std::mt19937_64& rng)
     }
     printf("| the layer's 12 | | %.4f | %.4f | %.4f | %.2f | %.2f |\n", total[0], total[1], total[2], total[0] / total[1],
            total[0] / total[2]);
+    // the casts training adds for these matmuls (src/fp8.cuh's fp8_cast): in the forward x and W row-major; in the
+    // backward dout both ways (E5M2), x and W transposed
+    Fp8Scale* slot = device_alloc<Fp8Scale>(1);
+    const Fp8Scale init = fp8_scale_init(false);
+    cudaCheck(cudaMemcpy(slot, &init, sizeof(init), cudaMemcpyHostToDevice));
+    uint8_t *q = device_alloc<uint8_t>(most), *qT = device_alloc<uint8_t>(most);
+    double casts = 0;
+    for (const Linear& L : linears) {
+        const double t = time_kernel([&](int) {
+            fp8_cast(q, nullptr, x, M, L.K, slot, false, 0);
+            fp8_cast(q, nullptr, w, L.N, L.K, slot, false, 0);
+            fp8_cast(q, qT, dout, M, L.N, slot, true, 0);
+            fp8_cast(nullptr, qT, x, M, L.K, slot, false, 0);
+            fp8_cast(nullptr, qT, w, L.N, L.K, slot, false, 0);
+        }, args.repeats, 0).median_ms;
+        const double bytes = (double)M * L.K * 3 + (double)M * L.N * 4 + (double)M * L.K * 3 + 6.0 * L.N * L.K;
+        printf("| %s casts | %.0f MB | | %.4f (%.0f GB/s) | | | |\n", L.name, bytes / 1e6, t, bytes / t / 1e6);
+        casts += t;
+    }
+    printf("| the layer's 12 with the casts | | %.4f | %.4f | %.4f | %.2f | %.2f |\n", total[0], total[1] + casts, total[2] + casts,
+           total[0] / (total[1] + casts), total[0] / (total[2] + casts));
+    printf("RESULT matmul_fp8_layer bf16_ms=%.4f fp8_ms=%.4f fp8_fast_ms=%.4f casts_ms=%.4f\n", total[0], total[1], total[2], casts);
+    for (void* p : {(void*)slot, (void*)q, (void*)qT}) cudaCheck(cudaFree(p));
     for (void* p : {(void*)x, (void*)dout, (void*)out, (void*)aux, (void*)w, (void*)dw, (void*)bias, (void*)x8, (void*)w8, (void*)dout8,
                     (void*)scales, (void*)amax})
         cudaCheck(cudaFree(p));
+}
+
+// src/fp8.cuh's cast (training's, delayed scaling: the slot's scale given) against the host's conversion of the same
+// products: every byte of q and of qT, and the amax, on shapes that are not whole 64 x 64 tiles; both formats. The
+// inputs span 2^-12 to 2^9 times the scale's reach, so some saturate and some go subnormal.
+int check_fp8_cast(std::mt19937_64& rng) {
+    int failures = 0;
+    for (int e5m2 = 0; e5m2 < 2; e5m2++) {
+        for (const std::pair<int, int> mk : {std::make_pair(1008, 776), std::make_pair(64, 64), std::make_pair(16, 8)}) {
+            const int M = mk.first, K = mk.second;
+            std::vector<floatX> h((size_t)M * K);
+            std::uniform_real_distribution<float> expo(-12.0f, 9.0f), sign(-1.0f, 1.0f);
+            for (floatX& v : h) v = __float2bfloat16(std::copysign(std::exp2(expo(rng)), sign(rng)));
+            floatX* x = device_alloc<floatX>(h.size());
+            to_device(x, h);
+            uint8_t *q = device_alloc<uint8_t>(h.size()), *qT = device_alloc<uint8_t>(h.size());
+            cudaCheck(cudaMemset(q, 0x7f, h.size()));   // poison: 0x7f is NaN in both formats, never a saturated cast
+            cudaCheck(cudaMemset(qT, 0x7f, h.size()));
+            Fp8Scale slot = fp8_scale_init(e5m2);
+            slot.scale = 0.75f;   // not a power of two: the products round
+            Fp8Scale* d_slot = device_alloc<Fp8Scale>(1);
+            cudaCheck(cudaMemcpy(d_slot, &slot, sizeof(slot), cudaMemcpyHostToDevice));
+            fp8_cast(q, qT, x, M, K, d_slot, e5m2, 0);
+            cudaCheck(cudaDeviceSynchronize());
+            const std::vector<uint8_t> got = from_device(q, h.size()), gotT = from_device(qT, h.size());
+            const Fp8Scale after = from_device(d_slot, 1)[0];
+            size_t bad = 0;
+            float amax = 0.0f;
+            for (int m = 0; m < M; m++) {
+                for (int k = 0; k < K; k++) {
+                    const float v = __bfloat162float(h[(size_t)m * K + k]);
+                    amax = std::max(amax, std::fabs(v));
+                    const uint8_t want = e5m2 ? __nv_fp8_e5m2(v * slot.scale).__x : __nv_fp8_e4m3(v * slot.scale).__x;
+                    bad += got[(size_t)m * K + k] != want;
+                    bad += gotT[(size_t)k * M + m] != want;
+                }
+            }
+            unsigned int amax_bits;
+            memcpy(&amax_bits, &amax, sizeof(amax_bits));
+            const bool amax_ok = after.amax == amax_bits;
+            printf("  fp8_cast %s M=%d K=%d: %zu of %zu bytes differ from the host's conversion, amax %s\n", e5m2 ? "E5M2" : "E4M3", M, K,
+                   bad, 2 * h.size(), amax_ok ? "exact" : "WRONG");
+            failures += bad != 0 || !amax_ok;
+            for (void* ptr : {(void*)x, (void*)q, (void*)qT, (void*)d_slot}) cudaCheck(cudaFree(ptr));
+        }
+    }
+    return failures;
 }
 
 int main(int argc, char** argv) {
@@ -719,6 +731,7 @@ int main(int argc, char** argv) {
         if (args.check) for (int m : {1000, 4096}) failures += validate(args, sh, m, rng);
         else failures += validate(args, sh, std::min(M, 4096), rng);
     }
+    if (args.check && args.wants(6)) failures += check_fp8_cast(rng);
     if (args.bench && failures == 0) bench(args, M, rng);
     matmul_teardown();
     printf("%s\n", failures ? "FAILED" : "all ok");
