@@ -51,7 +51,7 @@ static const float FINAL_LOSS_REL_TOLERANCE = 0.15f;
 static const float FP8_LOGITS_TOLERANCE = 1.0f;
 static const float FP8_LOSS_TOLERANCE = 0.02f;
 static const float FP8_GRAD_TOLERANCE = 0.25f;
-static const float FP8_STEP_LOSS_REL_TOLERANCE = 0.03f;
+static const float FP8_STEP_LOSS_REL_TOLERANCE = 0.01f;   // steps 0-2 against bf16's
 // max |ours - ref| / max |ref|, per tensor, keyed by name
 static const struct { const char* name; float tol; } GRAD_TOLERANCE[NUM_PARAMETER_TENSORS] = {
     {"wte", 0.02f}, {"wpe", 0.02f}, {"ln1w", 0.03f}, {"ln1b", 0.03f}, {"qkvw", 0.03f}, {"qkvb", 0.03f},
@@ -481,18 +481,24 @@ int main(int argc, char** argv) {
             p8[run] = device_to_host(r.params_memory, r.num_parameters);
             gpt2_free(&r);
         }
+        // the first steps track bf16's closely; from there overfitting the one batch amplifies any difference (see
+        // [2]), so step 9 is held to FINAL_LOSS_REL_TOLERANCE as bf16's against PyTorch's is
         float worst_step = 0.0f;
         for (int step = 0; step < 10; step++) {
             const float rel = fabsf(l8[0][step] - losses_a[step]) / losses_a[step];
-            worst_step = fmaxf(worst_step, rel);
+            if (step < STEPS_COMPARED + 1) worst_step = fmaxf(worst_step, rel);
             printf("FP8 step %d: loss %.6f, bf16 %.6f, %.2f%% apart\n", step, l8[0][step], losses_a[step], 100 * rel);
         }
+        const float rel9 = fabsf(l8[0][9] - losses_a[9]) / losses_a[9];
         const bool fp8_deterministic = bitwise_equal(l8[0].data(), l8[1].data(), 10 * sizeof(float)) &&
                                        bitwise_equal(p8[0].data(), p8[1].data(), p8[0].size() * sizeof(floatX));
-        printf("FP8 10 steps: worst %.2f%% from bf16's losses (%.0f%% of %.0f%%); two runs %s\n", 100 * worst_step,
-               100 * worst_step / FP8_STEP_LOSS_REL_TOLERANCE, 100 * FP8_STEP_LOSS_REL_TOLERANCE,
+        printf("FP8 10 steps: steps 0-%d at most %.2f%% from bf16's (%.0f%% of %.0f%%), step 9 %.1f%% (%.0f%% of %.0f%%), "
+               "%.1f%% of step 0's loss (must be < 40%%); two runs %s\n", STEPS_COMPARED, 100 * worst_step,
+               100 * worst_step / FP8_STEP_LOSS_REL_TOLERANCE, 100 * FP8_STEP_LOSS_REL_TOLERANCE, 100 * rel9,
+               100 * rel9 / FINAL_LOSS_REL_TOLERANCE, 100 * FINAL_LOSS_REL_TOLERANCE, 100 * l8[0][9] / l8[0][0],
                fp8_deterministic ? "bit-identical" : "DIFFER");
-        check(worst_step <= FP8_STEP_LOSS_REL_TOLERANCE, "FP8 10-step losses");
+        check(worst_step <= FP8_STEP_LOSS_REL_TOLERANCE && rel9 <= FINAL_LOSS_REL_TOLERANCE && l8[0][9] < 0.4f * l8[0][0],
+              "FP8 10-step losses");
         check(fp8_deterministic, "FP8 determinism");
         check(checkpoint_resume_matches(model_path, x, y, B, T, V, ge, true), "FP8 checkpoint resume");
     } else {

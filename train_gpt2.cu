@@ -315,7 +315,7 @@ typedef struct {
     float mean_loss;
     float grad_norm;
     uint64_t rng_state;         // sampling coins (saved in checkpoints)
-    // -fp8 1 (gpt2_enable_fp8): each block's four linears through FP8 matmuls
+    // -fp8 1 or 2 (gpt2_enable_fp8): each block's four linears through FP8 matmuls, gradients in E5M2 (1) or E4M3 (2)
     int fp8;
     Fp8Scale* fp8_scales;       // (L, kFp8Slots), then the amax history (L, kFp8Slots, kFp8History) floats: one allocation
     float* fp8_history;
@@ -535,8 +535,11 @@ size_t gpt2_fp8_state_bytes(const GPT2* model) {
 // the casts' scratch at the largest linear: the backward's dout both ways, x transposed and W transposed
 size_t gpt2_fp8_scratch_bytes(size_t N, size_t C) { return 3 * N * 4 * C + 4 * C * C + 4 * 256; }
 
-// after gpt2_allocate_state; before gpt2_load_state, which restores the scales where the checkpoint has them
-void gpt2_enable_fp8(GPT2* model) {
+inline bool fp8_grads_e5m2(const GPT2* model) { return model->fp8 == 1; }
+
+// after gpt2_allocate_state; before gpt2_load_state, which restores the scales where the checkpoint has them.
+// mode 1: the gradients in E5M2, mode 2: in E4M3 like the rest
+void gpt2_enable_fp8(GPT2* model, int mode = 1) {
     const GPT2Config& c = model->config;
     const cudaDeviceProp& props = device_props();
     const size_t N = (size_t)model->B * model->T;
@@ -549,10 +552,10 @@ void gpt2_enable_fp8(GPT2* model) {
     cudaCheck(cudaMalloc(&model->fp8_scales, gpt2_fp8_state_bytes(model)));
     model->fp8_history = reinterpret_cast<float*>(model->fp8_scales + slots);
     std::vector<Fp8Scale> init(slots);
-    for (int i = 0; i < slots; i++) init[i] = fp8_scale_init(/*e5m2=*/i % kFp8Slots >= fp8_dout_slot(0));
+    for (int i = 0; i < slots; i++) init[i] = fp8_scale_init(/*e5m2=*/mode == 1 && i % kFp8Slots >= fp8_dout_slot(0));
     cudaCheck(cudaMemcpy(model->fp8_scales, init.data(), slots * sizeof(Fp8Scale), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemset(model->fp8_history, 0, (size_t)slots * kFp8History * sizeof(float)));
-    model->fp8 = 1;
+    model->fp8 = mode;
     model->fp8_updates = 0;
 }
 
@@ -575,33 +578,59 @@ struct Fp8Scratch {
     uint8_t* next;
     uint8_t* take(size_t bytes) { uint8_t* p = next; next += (bytes + 255) / 256 * 256; return p; }
 };
+// the forward's: the linear's x and w, then the next linear's x where this one writes it in FP8 (the MLP's GELU)
+struct Fp8ForwardScratch { uint8_t *x8, *w8, *next_x8; };
+Fp8ForwardScratch fp8_forward_scratch(GPT2* model) {
+    const size_t N = (size_t)model->B * model->T, C = model->config.channels;
+    Fp8Scratch scratch{reinterpret_cast<uint8_t*>(model->acts.output)};
+    Fp8ForwardScratch f;
+    f.x8 = scratch.take(N * 4 * C);
+    f.w8 = scratch.take(4 * C * C);
+    f.next_x8 = scratch.take(N * 4 * C);
+    return f;
+}
 
 static void fp8_matmul_check(bool ran, const char* what, int m, int n, int k) {
     if (!ran) exit_on_error(strfmt("-fp8 1: cuBLASLt has no FP8 algorithm for the %s (m=%d n=%d k=%d)", what, m, n, k));
 }
 
 // out (N, OC) = x (N, K) @ w (OC, K)^T + bias [+ residual] [gelu_pre: out = gelu(.), gelu_pre the pre-GELU values]:
-// matmul_forward's contract, in FP8 where -fp8 1 has scales
-void linear_forward(GPT2* model, int layer, int linear, floatX* out, const floatX* x, const floatX* w, const floatX* bias,
-                    const floatX* residual, int N, int K, int OC, floatX* gelu_pre) {
+// matmul_forward's contract, in FP8 where -fp8 1 has scales. The forward matmuls accumulate in the tensor cores alone
+// (fast accumulation, as Transformer Engine's forward does); the backward's promote into fp32.
+// x8: x already in FP8 (at the slot's scale), from the matmul before. out8 (with gelu_pre): out goes to out8 in FP8
+// instead, at the scale of the next linear's input, with its amax: returns whether it did (cuBLASLt may have no such
+// kernel, and the calibrating step writes bf16).
+bool linear_forward(GPT2* model, int layer, int linear, floatX* out, const floatX* x, const floatX* w, const floatX* bias,
+                    const floatX* residual, int N, int K, int OC, floatX* gelu_pre, const uint8_t* x8 = nullptr,
+                    uint8_t* out8 = nullptr) {
     if (!model->fp8) {
         matmul_forward(out, x, w, bias, residual, N, K, OC, gelu_pre, main_stream);
-        return;
+        return false;
     }
     Fp8Scale* s = model->fp8_scales + layer * kFp8Slots;
     const bool on = model->fp8_updates > 0;   // else calibrating: the casts only record amax
-    Fp8Scratch scratch{reinterpret_cast<uint8_t*>(model->acts.output)};
-    uint8_t *x8 = on ? scratch.take((size_t)N * K) : nullptr, *w8 = on ? scratch.take((size_t)OC * K) : nullptr;
-    fp8_cast(x8, nullptr, x, N, K, s + fp8_x_slot(linear), false, main_stream);
-    fp8_cast(w8, nullptr, w, OC, K, s + fp8_w_slot(linear), false, main_stream);
+    const Fp8ForwardScratch scratch = fp8_forward_scratch(model);
+    if (!on || !x8) fp8_cast(on ? scratch.x8 : nullptr, nullptr, x, N, K, s + fp8_x_slot(linear), false, main_stream);
+    fp8_cast(on ? scratch.w8 : nullptr, nullptr, w, OC, K, s + fp8_w_slot(linear), false, main_stream);
     if (!on) {
         matmul_forward(out, x, w, bias, residual, N, K, OC, gelu_pre, main_stream);
-        return;
+        return false;
     }
+    if (!x8) x8 = scratch.x8;
+    const float* w_scale = &s[fp8_w_slot(linear)].scale_inv;
+    const float* x_scale = &s[fp8_x_slot(linear)].scale_inv;
     // column-major out^T (OC, N) = (w8 as (K, OC))^T (x8 as (K, N))
-    fp8_matmul_check(matmul_fp8(out, w8, CUDA_R_8F_E4M3, x8, CUDA_R_8F_E4M3, &s[fp8_w_slot(linear)].scale_inv,
-                                &s[fp8_x_slot(linear)].scale_inv, residual, bias, gelu_pre, OC, N, K, false, main_stream),
-                     "forward", OC, N, K);
+    if (out8) {
+        Fp8Scale* next = s + fp8_x_slot(linear + 1);
+        if (matmul_fp8(out8, scratch.w8, CUDA_R_8F_E4M3, x8, CUDA_R_8F_E4M3, w_scale, x_scale, residual, bias, gelu_pre, OC, N, K,
+                       true, main_stream, CUDA_R_8F_E4M3, &next->scale, &next->matmul_amax)) {
+            fp8_fold_amax(next, main_stream);
+            return true;
+        }
+    }
+    fp8_matmul_check(matmul_fp8(out, scratch.w8, CUDA_R_8F_E4M3, x8, CUDA_R_8F_E4M3, w_scale, x_scale, residual, bias, gelu_pre,
+                                OC, N, K, true, main_stream), "forward", OC, N, K);
+    return false;
 }
 
 // dinp (N, K) = dout (N, OC) @ w; dweight (OC, K) += dout^T @ x; dbias (OC) += dout.sum(0) (dinp and dbias may be
@@ -617,7 +646,9 @@ void linear_backward(GPT2* model, int layer, int linear, floatX* dinp, floatX* d
     Fp8Scratch scratch{reinterpret_cast<uint8_t*>(model->acts.output)};
     uint8_t *dout8 = on && dinp ? scratch.take((size_t)N * OC) : nullptr, *dout8T = on ? scratch.take((size_t)N * OC) : nullptr;
     uint8_t *x8T = on ? scratch.take((size_t)N * K) : nullptr, *w8T = on && dinp ? scratch.take((size_t)OC * K) : nullptr;
-    fp8_cast(dout8, dout8T, dout, N, OC, s + fp8_dout_slot(linear), true, main_stream);
+    const bool e5m2 = fp8_grads_e5m2(model);
+    const cudaDataType_t dout_type = e5m2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
+    fp8_cast(dout8, dout8T, dout, N, OC, s + fp8_dout_slot(linear), e5m2, main_stream);
     fp8_cast(nullptr, x8T, x, N, K, s + fp8_x_slot(linear), false, main_stream);
     if (dinp) fp8_cast(nullptr, w8T, w, OC, K, s + fp8_w_slot(linear), false, main_stream);
     if (!on) {
@@ -629,10 +660,10 @@ void linear_backward(GPT2* model, int layer, int linear, floatX* dinp, floatX* d
     const float* x_scale = &s[fp8_x_slot(linear)].scale_inv;
     const float* dout_scale = &s[fp8_dout_slot(linear)].scale_inv;
     // column-major dinp^T (K, N) = (w8T as (OC, K))^T (dout8 as (OC, N))
-    if (dinp) fp8_matmul_check(matmul_fp8(dinp, w8T, CUDA_R_8F_E4M3, dout8, CUDA_R_8F_E5M2, w_scale, dout_scale, nullptr, nullptr,
+    if (dinp) fp8_matmul_check(matmul_fp8(dinp, w8T, CUDA_R_8F_E4M3, dout8, dout_type, w_scale, dout_scale, nullptr, nullptr,
                                           nullptr, K, N, OC, false, main_stream), "dinp", K, N, OC);
     // column-major dweight^T (K, OC) += (x8T as (N, K))^T (dout8T as (N, OC))
-    fp8_matmul_check(matmul_fp8(dweight, x8T, CUDA_R_8F_E4M3, dout8T, CUDA_R_8F_E5M2, x_scale, dout_scale, dweight, nullptr,
+    fp8_matmul_check(matmul_fp8(dweight, x8T, CUDA_R_8F_E4M3, dout8T, dout_type, x_scale, dout_scale, dweight, nullptr,
                                 nullptr, K, OC, N, false, main_stream), "dweight", K, OC, N);
 }
 
@@ -687,14 +718,19 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         linear_forward(model, l, kFp8Attproj, residual2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, residual, N, C, C, nullptr);
         layernorm_forward(ln2, a.ln2_mean + l * NA, a.ln2_rstd + l * NA, residual2, p.ln2w + l * C, p.ln2b + l * C, N, C, main_stream);
         // MLP: fch = ln2 @ fcw^T + fcb; x = x + gelu(fch) @ fcprojw^T + fcprojb
+        // -fp8 1 with the GELU in the epilogue and recomputed for the backward (-r >= 1): the fc matmul writes gelu(fch)
+        // in FP8 for fcproj directly, no bf16 copy
+        uint8_t* gelu8 = model->fp8 && model->recompute >= 1 ? fp8_forward_scratch(model).next_x8 : nullptr;
+        bool gelu8_written = false;
         if (model->gelu_fusion >= 1) {
-            linear_forward(model, l, kFp8Fc, fch_gelu, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, nullptr, N, C, 4 * C, fch);
+            gelu8_written = linear_forward(model, l, kFp8Fc, fch_gelu, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, nullptr,
+                                           N, C, 4 * C, fch, nullptr, gelu8);
         } else {
             linear_forward(model, l, kFp8Fc, fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, nullptr, N, C, 4 * C, nullptr);
             gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, main_stream);
         }
         linear_forward(model, l, kFp8Fcproj, residual3, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, residual2,
-                       N, 4 * C, C, nullptr);
+                       N, 4 * C, C, nullptr, gelu8_written ? gelu8 : nullptr);
         // the next layernorm: the next layer's ln1, or lnf after the last layer
         if (l + 1 < L) {
             size_t next_ln_off = model->recompute >= 2 ? 0 : (l + 1) * NA * C;
@@ -910,6 +946,7 @@ void gpt2_write_checkpoint(GPT2* model, const char* dir, int step, const DataLoa
     s.epoch = loader->epoch;
     s.num_parameters = model->num_parameters;
     s.fp8_updates = model->fp8 ? model->fp8_updates : 0;
+    s.fp8_mode = model->fp8;
     s.fp8_state_bytes = model->fp8 ? gpt2_fp8_state_bytes(model) : 0;
     int header[CKPT_HEADER_INTS];
     state_header_fill(header, s);
@@ -946,8 +983,9 @@ TrainState gpt2_load_state(GPT2* model, const char* path, int num_processes, int
         freadCheck(buf.data(), sizeof(float), n, fp);
         cudaCheck(cudaMemcpy(targets[k], buf.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     }
-    // the FP8 scales: restored where this run has -fp8 1 (else ignored); a state without them calibrates afresh
-    if (model->fp8 && s.fp8_state_bytes > 0) {
+    // the FP8 scales: restored where this run has -fp8 in the same mode (none: ignored); a state without them, or of
+    // the other mode, calibrates afresh
+    if (model->fp8 && s.fp8_state_bytes > 0 && s.fp8_mode == model->fp8) {
         if (s.fp8_state_bytes != gpt2_fp8_state_bytes(model))
             exit_on_error(strfmt("state file '%s' has %zu bytes of FP8 scaling state, this model %zu", path, s.fp8_state_bytes,
                                  gpt2_fp8_state_bytes(model)));
@@ -1523,7 +1561,7 @@ int main(int argc, char** argv) {
     else if (from_file) gpt2_build_from_checkpoint(&model, cfg.load_filename);
     else gpt2_build_from_random(&model, model_config, (uint32_t)cfg.seed);
     gpt2_allocate_state(&model, cfg.B, cfg.T, cfg.recompute, cfg.gelu_fusion, cfg.use_master_weights);
-    if (cfg.fp8) gpt2_enable_fp8(&model);
+    if (cfg.fp8) gpt2_enable_fp8(&model, cfg.fp8);
     model.stochastic_rounding = cfg.stochastic_rounding;
     model.rounding_seed = (uint32_t)cfg.seed;
     model.document_masking = cfg.document_masking;
@@ -1562,7 +1600,8 @@ int main(int argc, char** argv) {
            cfg.warmup_iterations, cfg.lr_scheduler_type, cfg.final_learning_rate_frac, cfg.weight_decay, cfg.grad_clip);
     printf("| recompute %d, gelu fusion %d, master weights %d, stochastic rounding %d, seed %d, output %s\n", cfg.recompute,
            cfg.gelu_fusion, cfg.use_master_weights, cfg.stochastic_rounding, cfg.seed, cfg.output_log_dir ? cfg.output_log_dir : "none");
-    if (cfg.fp8) printf("| FP8 (-fp8 1): the blocks' linears on E4M3 (gradients E5M2), delayed scaling over %d steps%s\n", kFp8History,
+    if (cfg.fp8) printf("| FP8 (-fp8 %d): the blocks' linears on E4M3 (gradients %s), delayed scaling over %d steps%s\n", cfg.fp8,
+                        cfg.fp8 == 1 ? "E5M2" : "E4M3", kFp8History,
                         model.fp8_updates > 0 ? ", scales from the checkpoint" : "; the first step calibrates in bf16");
     printf("| MFU counts 6*N + 6*L*C*T = %.1f MFLOP per token (llm.c's formula; nanoGPT's 12*L*C*T differs)\n", flops_per_token / 1e6);
     print_memory_use(&model, used_before_model);

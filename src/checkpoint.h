@@ -7,8 +7,8 @@ model_%08d.bin (llm.c format): int32 header[256] = magic 20240326, version 5 (al
 state_%08d_%05d.bin (llm.c layout): int32 header[256] = magic 20240527, version 1, num_processes,
   rank, use_master_weights, shuffle, [10] step, uint64 at [20] sampling rng; size_t at [30] shard
   index and [32] sample index; ours adds [34] epoch and size_t [36] number of parameters (so a
-  state of another model size is refused), [40] FP8 scale updates so far and size_t [42] the FP8
-  scaling state's bytes (-fp8 1; 0 without). Then fp32 m, fp32 v, fp32 master weights (if used),
+  state of another model size is refused), [40] FP8 scale updates so far, [41] the -fp8 mode and
+  size_t [42] the FP8 scaling state's bytes (0 without -fp8). Then fp32 m, fp32 v, fp32 master weights (if used),
   the FP8 scaling state (src/fp8.cuh's Fp8Scale array, then its amax history).
 DONE_%08d: empty marker written last; a checkpoint without it is incomplete and is ignored.
 Every file is written to "<path>.tmp" and renamed, so a kill during a save leaves the old files.
@@ -89,8 +89,9 @@ typedef struct {
     size_t shard_idx, sample_idx;
     int epoch;
     size_t num_parameters;
-    int fp8_updates;          // -fp8 1: the scales' updates so far (0: the next step calibrates)
-    size_t fp8_state_bytes;   // the FP8 scaling state after the optimizer's arrays; 0 without -fp8 1
+    int fp8_updates;          // -fp8: the scales' updates so far (0: the next step calibrates)
+    int fp8_mode;             // -fp8 1 or 2 (the gradients' format); 0 without
+    size_t fp8_state_bytes;   // the FP8 scaling state after the optimizer's arrays; 0 without -fp8
 } TrainState;
 
 inline void state_header_fill(int* header, const TrainState& s) {
@@ -108,6 +109,7 @@ inline void state_header_fill(int* header, const TrainState& s) {
     header[34] = s.epoch;
     memcpy(&header[36], &s.num_parameters, sizeof(size_t));
     header[40] = s.fp8_updates;
+    header[41] = s.fp8_mode;
     memcpy(&header[42], &s.fp8_state_bytes, sizeof(size_t));
 }
 
@@ -125,6 +127,7 @@ inline std::string state_header_parse(const int* header, const char* path, Train
     s->epoch = header[34];
     memcpy(&s->num_parameters, &header[36], sizeof(size_t));
     s->fp8_updates = header[40];
+    s->fp8_mode = header[41];
     memcpy(&s->fp8_state_bytes, &header[42], sizeof(size_t));
     return "";
 }

@@ -154,7 +154,7 @@ typedef struct {
     const char* init_tcp;             // -ps HOST:PORT (tcp; default MASTER_ADDR:MASTER_PORT + 1)
     int multi_gpu_timeout;            // -pt seconds a rank waits for the others before it exits with an error
     int memory_plan_only;             // -pm 1: print the memory plan (src/memory_plan.h) and exit
-    int fp8;                          // -fp8 1: the blocks' linear layers through FP8 matmuls (src/fp8.cuh; sm_89+)
+    int fp8;                          // -fp8 1 (2): the blocks' linear layers through FP8 matmuls, gradients E5M2 (E4M3) (src/fp8.cuh; sm_89+)
 } TrainConfig;
 
 inline void train_config_defaults(TrainConfig* c) {
@@ -253,7 +253,7 @@ inline const char* train_usage() {
         "  -pt <int>   seconds a rank waits for the others (rendezvous, NCCL) before it exits with an error (default = 300)\n"
         "  -pm <int>   1: print the memory plan (bytes per sequence, total, largest B that fits) and exit (default = 0)\n"
         "  -fp8 <int>  1: each block's four linear layers run their matmuls in FP8 (E4M3, E5M2 gradients; delayed\n"
-        "              per-tensor scaling), forward and backward, on sm_89+ (default = 0, bf16)\n";
+        "              per-tensor scaling), forward and backward, on sm_89+; 2: the gradients in E4M3 too (default = 0, bf16)\n";
 }
 
 // strict number parsing: the whole argument must be a number
@@ -351,7 +351,7 @@ inline std::string train_config_check(TrainConfig* c) {
         return strfmt("total batch size -d %d is not divisible by B*T*processes = %d*%d*%d = %lld",
                       c->total_batch_size, c->B, c->T, c->num_processes, tokens_per_micro);
     if (c->recompute < 0 || c->recompute > 2) return strfmt("-r %d: recompute must be 0, 1 or 2", c->recompute);
-    if (c->fp8 != 0 && c->fp8 != 1) return strfmt("-fp8 %d: 0 (bf16) or 1", c->fp8);
+    if (c->fp8 < 0 || c->fp8 > 2) return strfmt("-fp8 %d: 0 (bf16), 1 or 2 (FP8, gradients E5M2 or E4M3)", c->fp8);
     if (c->gelu_fusion < -1 || c->gelu_fusion > 2) return strfmt("-ge %d: gelu fusion must be 0, 1 or 2", c->gelu_fusion);
     if (c->use_master_weights != 0 && c->use_master_weights != 1) return "-w must be 0 or 1";
     if (c->stochastic_rounding != 0 && c->stochastic_rounding != 1) return "-sr must be 0 or 1";

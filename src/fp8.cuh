@@ -12,32 +12,44 @@ it goes. The first step has no history: its matmuls run in bf16 while the casts 
 the scales). A value past the history's range saturates to the format's largest finite value.
 
 Formats. Activations and weights are E4M3 (3 mantissa bits, up to 448). Gradients are E5M2 (2 mantissa bits, up to
-57344), whose wider range holds the gradients' spread within a tensor, as Transformer Engine's hybrid format does.
+57344), whose wider range holds the gradients' spread within a tensor, as Transformer Engine's hybrid format does
+(-fp8 1), or E4M3 like the rest (-fp8 2).
 */
 #pragma once
 #include <cuda_fp8.h>
 #include "cuda_utils.cuh"
 #include "matmul.cuh"
 
-// One tensor's scaling state. cuBLASLt reads scale_inv through a pointer that must be 16-byte aligned: the struct's
-// address (an array of them from cudaMalloc).
+// One tensor's scaling state. cuBLASLt reads scale_inv (an operand's), scale (an FP8 output's) and writes
+// matmul_amax through pointers that must be 16-byte aligned: each starts 16 bytes of the struct (an array of them
+// from cudaMalloc).
 struct __align__(16) Fp8Scale {
     float scale_inv;     // what the matmul multiplies back: 1 / scale
-    float scale;         // what the cast multiplies by
-    unsigned int amax;   // the largest |x| cast since the last update, as the float's bits (non-negative floats order as their bits)
     float fmax;          // the format's largest finite value: 448 (E4M3) or 57344 (E5M2)
+    unsigned int amax;   // the largest |x| cast since the last update, as the float's bits (non-negative floats order as their bits)
+    float pad0;
+    float scale;         // what a cast multiplies by, and a matmul writing this tensor in FP8
+    float pad1[3];
+    float matmul_amax;   // where a matmul writing this tensor leaves its output's amax (fp8_fold_amax folds it in)
+    float pad2[3];
 };
-static_assert(sizeof(Fp8Scale) == 16, "cuBLASLt's scale pointers must be 16-byte aligned");
+static_assert(sizeof(Fp8Scale) == 48, "cuBLASLt's scale and amax pointers must be 16-byte aligned");
 constexpr int kFp8History = 16;   // steps of amax each scale looks back over
 constexpr float kFp8MaxE4M3 = 448.0f, kFp8MaxE5M2 = 57344.0f;
 
-inline Fp8Scale fp8_scale_init(bool e5m2) { return Fp8Scale{1.0f, 1.0f, 0u, e5m2 ? kFp8MaxE5M2 : kFp8MaxE4M3}; }
+inline Fp8Scale fp8_scale_init(bool e5m2) {
+    Fp8Scale s = {};
+    s.scale_inv = s.scale = 1.0f;
+    s.fmax = e5m2 ? kFp8MaxE5M2 : kFp8MaxE4M3;
+    return s;
+}
 
 // ----------------------------------------------------------------------------
-// the cast: x (M, K) bf16 -> q (M, K) and / or qT (K, M) FP8 (either may be null), q = saturate(x * scale), and the
-// tile's amax into slot->amax. One CTA casts a 64 x 64 tile: each thread reads 16 bytes of two rows, writes their 8
-// bytes of q, and leaves them in shared memory, from which each thread gathers 16 rows of one column, 16 bytes of qT.
-// K % 8 == 0 and M % 16 == 0 (the matmuls' rule for FP8 leading dimensions).
+// the cast: x (M, K) bf16 -> q (M, K) and / or qT (K, M) FP8 (either may be null; both null: the amax alone), q =
+// saturate(x * scale), and the amax into slot->amax. A CTA casts 64 x 64 tiles in turn: each thread reads 16 bytes of
+// two rows, writes their 8 bytes of q, and leaves them in shared memory, from which each thread gathers 16 rows of one
+// column, 16 bytes of qT. The CTAs stay resident over the tiles, so each adds its amax once: one atomic a CTA, not a
+// warp's per tile, which serialised on the one address. K % 8 == 0 and M % 16 == 0 (FP8 leading dimensions).
 
 constexpr int kFp8CastTile = 64;
 constexpr int kFp8CastStride = kFp8CastTile + 2;   // the tile's row stride in bytes: the column gathers spread over the banks
@@ -45,35 +57,51 @@ constexpr int kFp8CastStride = kFp8CastTile + 2;   // the tile's row stride in b
 template <bool kE5M2>
 __global__ void __launch_bounds__(256) fp8_cast_kernel(uint8_t* q, uint8_t* qT, const floatX* x, int M, int K, Fp8Scale* slot) {
     __shared__ __align__(16) uint8_t tile[kFp8CastTile * kFp8CastStride];
-    const int m0 = blockIdx.y * kFp8CastTile, k0 = blockIdx.x * kFp8CastTile;
+    __shared__ float warp_amax[8];
     const float scale = slot->scale;
+    const int tiles_k = ceil_div(K, kFp8CastTile), tiles = tiles_k * ceil_div(M, kFp8CastTile);
     float amax = 0.0f;
-    for (int c = threadIdx.x; c < kFp8CastTile * kFp8CastTile / 8; c += blockDim.x) {
-        const int r = c / 8, col = (c % 8) * 8, m = m0 + r, k = k0 + col;
-        uint16_t pairs[4] = {0, 0, 0, 0};
-        if (m < M && k < K) {
-            const x128 v = load128(x + (size_t)m * K + k);
-            for (int i = 0; i < 4; i++) {
-                const float a = v.f(2 * i), b = v.f(2 * i + 1);
-                amax = fmaxf(amax, fmaxf(fabsf(a), fabsf(b)));
-                pairs[i] = __nv_cvt_float2_to_fp8x2(make_float2(a * scale, b * scale), __NV_SATFINITE, kE5M2 ? __NV_E5M2 : __NV_E4M3);
-            }
-            if (q) *reinterpret_cast<uint2*>(q + (size_t)m * K + k) = *reinterpret_cast<const uint2*>(pairs);
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const int m0 = (t / tiles_k) * kFp8CastTile, k0 = (t % tiles_k) * kFp8CastTile;
+        x128 v[2];
+        bool in[2];
+        for (int j = 0; j < 2; j++) {   // both loads in flight before either converts
+            const int c = threadIdx.x + j * 256, m = m0 + c / 8, k = k0 + (c % 8) * 8;
+            in[j] = m < M && k < K;
+            if (in[j]) v[j] = load128cs(x + (size_t)m * K + k);
         }
-        uint16_t* row = reinterpret_cast<uint16_t*>(tile + r * kFp8CastStride + col);
-        for (int i = 0; i < 4; i++) row[i] = pairs[i];
-    }
-    if (qT) {
-        __syncthreads();   // the tile is written
-        const int col = threadIdx.x / 4, r0 = (threadIdx.x % 4) * 16, k = k0 + col, m = m0 + r0;
-        if (k < K && m < M) {
-            alignas(16) uint8_t column[16];
-            for (int i = 0; i < 16; i++) column[i] = tile[(r0 + i) * kFp8CastStride + col];
-            *reinterpret_cast<uint4*>(qT + (size_t)k * M + m) = *reinterpret_cast<const uint4*>(column);
+        for (int j = 0; j < 2; j++) {
+            const int c = threadIdx.x + j * 256, r = c / 8, col = (c % 8) * 8;
+            uint16_t pairs[4] = {0, 0, 0, 0};
+            if (in[j]) {
+                for (int i = 0; i < 4; i++) {
+                    const float a = v[j].f(2 * i), b = v[j].f(2 * i + 1);
+                    amax = fmaxf(amax, fmaxf(fabsf(a), fabsf(b)));
+                    pairs[i] = __nv_cvt_float2_to_fp8x2(make_float2(a * scale, b * scale), __NV_SATFINITE, kE5M2 ? __NV_E5M2 : __NV_E4M3);
+                }
+                if (q) *reinterpret_cast<uint2*>(q + (size_t)(m0 + r) * K + k0 + col) = *reinterpret_cast<const uint2*>(pairs);
+            }
+            uint16_t* row = reinterpret_cast<uint16_t*>(tile + r * kFp8CastStride + col);
+            for (int i = 0; i < 4; i++) row[i] = pairs[i];
+        }
+        if (qT) {
+            __syncthreads();   // the tile is written
+            const int col = threadIdx.x / 4, r0 = (threadIdx.x % 4) * 16, k = k0 + col, m = m0 + r0;
+            if (k < K && m < M) {
+                alignas(16) uint8_t column[16];
+                for (int i = 0; i < 16; i++) column[i] = tile[(r0 + i) * kFp8CastStride + col];
+                *reinterpret_cast<uint4*>(qT + (size_t)k * M + m) = *reinterpret_cast<const uint4*>(column);
+            }
+            __syncthreads();   // read before the next tile overwrites it
         }
     }
     amax = warp_reduce_max(amax);
-    if (threadIdx.x % 32 == 0) atomicMax(&slot->amax, __float_as_uint(amax));
+    if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = amax;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < 8; w++) amax = fmaxf(amax, warp_amax[w]);
+        atomicMax(&slot->amax, __float_as_uint(amax));
+    }
 }
 
 // e5m2: the format (the slot's fmax must be its); q and qT 16-byte aligned
@@ -83,9 +111,17 @@ inline void fp8_cast(uint8_t* q, uint8_t* qT, const floatX* x, int M, int K, Fp8
         fprintf(stderr, "fp8_cast: needs K %% 8 == 0 and M %% 16 == 0 (M=%d K=%d)\n", M, K);
         exit(EXIT_FAILURE);
     }
-    const dim3 grid(ceil_div(K, kFp8CastTile), ceil_div(M, kFp8CastTile));
-    if (e5m2) fp8_cast_kernel<true><<<grid, 256, 0, stream>>>(q, qT, x, M, K, slot);
-    else fp8_cast_kernel<false><<<grid, 256, 0, stream>>>(q, qT, x, M, K, slot);
+    const int tiles = ceil_div(K, kFp8CastTile) * ceil_div(M, kFp8CastTile);
+    const int blocks = std::min(tiles, device_props().multiProcessorCount * 8);   // 8 CTAs of 256 threads fill an SM
+    if (e5m2) fp8_cast_kernel<true><<<blocks, 256, 0, stream>>>(q, qT, x, M, K, slot);
+    else fp8_cast_kernel<false><<<blocks, 256, 0, stream>>>(q, qT, x, M, K, slot);
+    cudaCheck(cudaGetLastError());
+}
+
+// a matmul's output amax (slot->matmul_amax, which cuBLASLt overwrites) into the slot's amax of the step
+__global__ void fp8_fold_amax_kernel(Fp8Scale* slot) { atomicMax(&slot->amax, __float_as_uint(fabsf(slot->matmul_amax))); }
+inline void fp8_fold_amax(Fp8Scale* slot, cudaStream_t stream) {
+    fp8_fold_amax_kernel<<<1, 1, 0, stream>>>(slot);
     cudaCheck(cudaGetLastError());
 }
 
@@ -114,14 +150,16 @@ inline void fp8_update_scales(Fp8Scale* slots, float* history, int n, int update
 }
 
 // ----------------------------------------------------------------------------
-// D (m, n) bf16 = a_scale_inv * b_scale_inv * A^T B [+ bias (m)] [+ C (m, n), D's layout: c == d accumulates]
+// D (m, n) = a_scale_inv * b_scale_inv * A^T B [+ bias (m)] [+ C (m, n), D's layout: c == d accumulates]
 // [gelu_aux: D = gelu(.), gelu_aux the pre-GELU values], A (k, m) and B (k, n) column-major FP8 of the given types
-// (K contiguous). fast_accum: the tensor cores' own accumulation throughout (faster, fewer bits); else cuBLASLt
-// promotes partial sums into fp32. The scale pointers must be 16-byte aligned (cuBLASLt refuses the call otherwise).
-// False where cuBLASLt has no algorithm for the combination.
-inline bool matmul_fp8(floatX* d, const void* a, cudaDataType_t a_type, const void* b, cudaDataType_t b_type,
+// (K contiguous). D is bf16, or FP8 (d_type) times *d_scale with its amax before the scale written to *d_amax.
+// fast_accum: the tensor cores' own accumulation throughout (faster, fewer bits); else cuBLASLt promotes partial sums
+// into fp32. The scale and amax pointers must be 16-byte aligned (cuBLASLt refuses the call otherwise). False where
+// cuBLASLt has no algorithm for the combination.
+inline bool matmul_fp8(void* d, const void* a, cudaDataType_t a_type, const void* b, cudaDataType_t b_type,
                        const float* a_scale_inv, const float* b_scale_inv, const floatX* c, const floatX* bias,
-                       floatX* gelu_aux, int m, int n, int k, bool fast_accum, cudaStream_t stream) {
+                       floatX* gelu_aux, int m, int n, int k, bool fast_accum, cudaStream_t stream,
+                       cudaDataType_t d_type = CUDA_R_16BF, const float* d_scale = nullptr, float* d_amax = nullptr) {
     cublasLtMatmulDesc_t desc;
     cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
@@ -131,6 +169,8 @@ inline bool matmul_fp8(floatX* d, const void* a, cudaDataType_t a_type, const vo
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale_inv, sizeof(a_scale_inv)));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale_inv, sizeof(b_scale_inv)));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+    if (d_scale) cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &d_scale, sizeof(d_scale)));
+    if (d_amax) cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &d_amax, sizeof(d_amax)));
     cublasLtEpilogue_t epilogue = gelu_aux ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                                            : bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
@@ -146,28 +186,30 @@ inline bool matmul_fp8(floatX* d, const void* a, cudaDataType_t a_type, const vo
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }
-    cublasLtMatrixLayout_t layout_a, layout_b, layout_c;
+    // C is bf16 also where D is FP8 (cuBLASLt's rule); without a C, D's memory stands in (beta = 0: not read)
+    cublasLtMatrixLayout_t layout_a, layout_b, layout_c, layout_d;
     cublasCheck(cublasLtMatrixLayoutCreate(&layout_a, a_type, k, m, k));
     cublasCheck(cublasLtMatrixLayoutCreate(&layout_b, b_type, k, n, k));
     cublasCheck(cublasLtMatrixLayoutCreate(&layout_c, CUDA_R_16BF, m, n, m));
+    cublasCheck(cublasLtMatrixLayoutCreate(&layout_d, d_type, m, n, m));
     cublasLtMatmulPreference_t preference;
     cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                      &cublaslt_workspace_size, sizeof(cublaslt_workspace_size)));
     cublasLtMatmulHeuristicResult_t heuristic;
     int returned = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, layout_a, layout_b, layout_c, layout_c,
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, layout_a, layout_b, layout_c, layout_d,
                                                                  preference, 1, &heuristic, &returned);
     const float alpha = 1.0f, beta = c ? 1.0f : 0.0f;
     bool ok = status == CUBLAS_STATUS_SUCCESS && returned > 0;
     if (ok) {   // the heuristic may offer what the call then refuses (NOT_SUPPORTED): false, as where it offers nothing
-        const cublasStatus_t run = cublasLtMatmul(cublaslt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, c ? c : d, layout_c,
-                                                  d, layout_c, &heuristic.algo, cublaslt_workspace, cublaslt_workspace_size, stream);
+        const cublasStatus_t run = cublasLtMatmul(cublaslt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, c ? (const void*)c : d, layout_c,
+                                                  d, layout_d, &heuristic.algo, cublaslt_workspace, cublaslt_workspace_size, stream);
         if (run != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(run);
         ok = run == CUBLAS_STATUS_SUCCESS;
     }
     cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
     cublasCheck(cublasLtMatmulDescDestroy(desc));
-    for (cublasLtMatrixLayout_t l : {layout_a, layout_b, layout_c}) cublasCheck(cublasLtMatrixLayoutDestroy(l));
+    for (cublasLtMatrixLayout_t l : {layout_a, layout_b, layout_c, layout_d}) cublasCheck(cublasLtMatrixLayoutDestroy(l));
     return ok;
 }

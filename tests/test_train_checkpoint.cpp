@@ -67,6 +67,26 @@ TEST(checkpoint_state_header_round_trip_and_compatibility) {
     CHECK(err.find("parameters") != std::string::npos);
     err = state_check_compatible(r, "state.bin", s.num_parameters, 1, 0, 0);
     CHECK(err.find("use_master_weights") != std::string::npos);
+    CHECK(r.fp8_updates == 0 && r.fp8_mode == 0 && r.fp8_state_bytes == 0);   // a state without -fp8
+}
+
+TEST(checkpoint_state_header_fp8_scales) {
+    // -fp8: the scales' updates, the mode and the scaling state's size round-trip, and the state's size counts them
+    TrainState s = {1, 0, 1, 1, 1234, 7ull, 3, 77, 2, 1000ull, 17, 2, 12345ull};
+    int header[CKPT_HEADER_INTS];
+    state_header_fill(header, s);
+    TrainState r;
+    CHECK(state_header_parse(header, "x", &r) == "");
+    CHECK(r.fp8_updates == 17 && r.fp8_mode == 2 && r.fp8_state_bytes == 12345ull && r.num_parameters == 1000ull);
+    std::string dir = test_tmpdir();
+    std::string path = dir + "/state.bin";
+    std::vector<char> body(1000 * sizeof(float) * 3 + 12345, 0);
+    CHECK(write_file_atomic(path.c_str(), {{header, sizeof(header)}, {body.data(), body.size()}}) == "");
+    CHECK(state_check_compatible(r, path.c_str(), 1000, 1, 0, 1) == "");
+    r.fp8_state_bytes = 0;   // the same file read as a state without FP8: its size no longer fits
+    CHECK(state_check_compatible(r, path.c_str(), 1000, 1, 0, 1).find("truncated or corrupt") != std::string::npos);
+    remove(path.c_str());
+    test_rmdir(dir);
 }
 
 TEST(checkpoint_atomic_write_and_done_markers) {

@@ -54,6 +54,9 @@ TEST(config_rejects_bad_arguments) {
     CHECK(parse(&c, {"-pn", "2"}).find("one process") != std::string::npos);
     CHECK(parse(&c, {"-h", "1"}).find("HellaSwag") != std::string::npos);
     CHECK(parse(&c, {"-pm", "2"}).find("-pm must be 0 or 1") != std::string::npos);
+    CHECK(parse(&c, {"-fp8", "3"}).find("-fp8 3") != std::string::npos);
+    CHECK(parse(&c, {"-fp88", "1"}).find("unknown argument") != std::string::npos);
+    CHECK(parse(&c, {"-fp8", "1"}) == "" && c.fp8 == 1);
 }
 
 TEST(config_memory_plan_flag) {

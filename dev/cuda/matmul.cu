@@ -716,6 +716,53 @@ int check_fp8_cast(std::mt19937_64& rng) {
     return failures;
 }
 
+// src/fp8.cuh's matmul_fp8 writing D in FP8 (training's fc forward: GELU in the epilogue, gelu(.) in E4M3 for fcproj):
+// against the same call writing bf16, every element within E4M3's rounding (2^-4 relative, 2^-9 absolute below
+// the normals, over the scale), and the amax cuBLASLt reports against the bf16 output's (before the scale, as
+// training's scales read it)
+int check_fp8_output(std::mt19937_64& rng) {
+    const int M = 1008, N = 3072, K = 768;
+    std::vector<floatX> ha((size_t)M * K), hb((size_t)N * K), hbias(N);
+    fill_randn_bf16(ha, 1.0f, rng);
+    fill_randn_bf16(hb, 1.0f / std::sqrt((float)K), rng);
+    fill_randn_bf16(hbias, 1.0f, rng);
+    floatX *a = device_alloc<floatX>(ha.size()), *b = device_alloc<floatX>(hb.size()), *bias = device_alloc<floatX>(N);
+    to_device(a, ha); to_device(b, hb); to_device(bias, hbias);
+    __nv_fp8_e4m3 *a8 = device_alloc<__nv_fp8_e4m3>(ha.size()), *b8 = device_alloc<__nv_fp8_e4m3>(hb.size());
+    float *scales = device_alloc<float>(12), *amax = device_alloc<float>(1);   // a's, b's inverse scales; D's scale; D's amax
+    quantize_fp8(a8, scales, amax, a, ha.size(), 0);
+    quantize_fp8(b8, scales + 4, amax, b, hb.size(), 0);
+    floatX *d16 = device_alloc<floatX>((size_t)M * N), *aux = device_alloc<floatX>((size_t)M * N);
+    uint8_t* d8 = device_alloc<uint8_t>((size_t)M * N);
+    cudaCheck(cudaMemset(d8, 0x7f, (size_t)M * N));   // NaN in E4M3: a poison no output is
+    bool ran = matmul_fp8(d16, b8, CUDA_R_8F_E4M3, a8, CUDA_R_8F_E4M3, scales + 4, scales, nullptr, bias, aux, N, M, K, true, 0);
+    const std::vector<floatX> ref = from_device(d16, (size_t)M * N);
+    float ref_amax = 0.0f;
+    for (floatX v : ref) ref_amax = std::max(ref_amax, std::fabs(__bfloat162float(v)));
+    const float d_scale = 448.0f / ref_amax * 0.75f;
+    cudaCheck(cudaMemcpy(scales + 8, &d_scale, sizeof(float), cudaMemcpyHostToDevice));
+    ran = ran && matmul_fp8(d8, b8, CUDA_R_8F_E4M3, a8, CUDA_R_8F_E4M3, scales + 4, scales, nullptr, bias, aux, N, M, K, true, 0,
+                            CUDA_R_8F_E4M3, scales + 8, amax);
+    cudaCheck(cudaDeviceSynchronize());
+    if (!ran) {
+        printf("  matmul_fp8 with an E4M3 D and GELU: cuBLASLt has no algorithm (training writes bf16 and casts)\n");
+        return 0;
+    }
+    const std::vector<__nv_fp8_e4m3> got = from_device(reinterpret_cast<__nv_fp8_e4m3*>(d8), (size_t)M * N);
+    const float got_amax = from_device(amax, 1)[0];
+    size_t bad = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        const float want = __bfloat162float(ref[i]), have = (float)got[i] / d_scale;
+        bad += !(std::fabs(have - want) <= 0.0625f * std::fabs(want) + std::exp2(-9.0f) / d_scale + 0.01f * std::fabs(want));
+    }
+    const bool amax_ok = std::fabs(got_amax - ref_amax) <= 0.01f * ref_amax;
+    printf("  matmul_fp8 with an E4M3 D and GELU: %zu of %zu outside E4M3's rounding of the bf16 call's; amax %.4f, the bf16 "
+           "output's %.4f (%s)\n", bad, ref.size(), got_amax, ref_amax, amax_ok ? "before the scale" : "WRONG");
+    for (void* ptr : {(void*)a, (void*)b, (void*)bias, (void*)a8, (void*)b8, (void*)scales, (void*)amax, (void*)d16, (void*)aux, (void*)d8})
+        cudaCheck(cudaFree(ptr));
+    return bad != 0 || !amax_ok;
+}
+
 int main(int argc, char** argv) {
     int M = 65536, fp8_step = 0, C = 768;
     const HarnessArgs args = parse_layer_harness_args(argc, argv, {{"-n", &M}, {"--fp8", &fp8_step}, {"-c", &C}});
@@ -731,7 +778,7 @@ int main(int argc, char** argv) {
         if (args.check) for (int m : {1000, 4096}) failures += validate(args, sh, m, rng);
         else failures += validate(args, sh, std::min(M, 4096), rng);
     }
-    if (args.check && args.wants(6)) failures += check_fp8_cast(rng);
+    if (args.check && args.wants(6)) failures += check_fp8_cast(rng) + check_fp8_output(rng);
     if (args.bench && failures == 0) bench(args, M, rng);
     matmul_teardown();
     printf("%s\n", failures ? "FAILED" : "all ok");
