@@ -186,7 +186,8 @@ inline bool matmul_fp8(void* d, const void* a, cudaDataType_t a_type, const void
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }
-    // C is bf16 also where D is FP8 (cuBLASLt's rule); without a C, D's memory stands in (beta = 0: not read)
+    // C is bf16 also where D is FP8 (cuBLASLt's rule); without a C (beta = 0: not read) D's memory stands in, or none
+    // where D is FP8 (its layout is not C's)
     cublasLtMatrixLayout_t layout_a, layout_b, layout_c, layout_d;
     cublasCheck(cublasLtMatrixLayoutCreate(&layout_a, a_type, k, m, k));
     cublasCheck(cublasLtMatrixLayoutCreate(&layout_b, b_type, k, n, k));
@@ -201,11 +202,14 @@ inline bool matmul_fp8(void* d, const void* a, cudaDataType_t a_type, const void
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, layout_a, layout_b, layout_c, layout_d,
                                                                  preference, 1, &heuristic, &returned);
     const float alpha = 1.0f, beta = c ? 1.0f : 0.0f;
+    const bool fp8_out = d_type != CUDA_R_16BF;
     bool ok = status == CUBLAS_STATUS_SUCCESS && returned > 0;
-    if (ok) {   // the heuristic may offer what the call then refuses (NOT_SUPPORTED): false, as where it offers nothing
-        const cublasStatus_t run = cublasLtMatmul(cublaslt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, c ? (const void*)c : d, layout_c,
-                                                  d, layout_d, &heuristic.algo, cublaslt_workspace, cublaslt_workspace_size, stream);
-        if (run != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(run);
+    if (ok) {   // the heuristic may offer what the call then refuses (NOT_SUPPORTED; INVALID_VALUE for some FP8 D forms):
+                // false, as where it offers nothing
+        const cublasStatus_t run = cublasLtMatmul(cublaslt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta,
+                                                  c ? (const void*)c : fp8_out ? nullptr : d, layout_c, d, layout_d,
+                                                  &heuristic.algo, cublaslt_workspace, cublaslt_workspace_size, stream);
+        if (run != CUBLAS_STATUS_NOT_SUPPORTED && !(fp8_out && run == CUBLAS_STATUS_INVALID_VALUE)) cublasCheck(run);
         ok = run == CUBLAS_STATUS_SUCCESS;
     }
     cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
