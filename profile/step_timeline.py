@@ -43,7 +43,7 @@ BAND = ["forward", "classifier", "backward", "optimizer"]
 BAND_COLORS = {"forward": "#cfe2f3", "classifier": "#fce5cd", "backward": "#d9ead3", "optimizer": "#ead1dc",
                "other": "#eeeeee"}
 CATEGORIES = [("matmul", "#4c72b0"), ("attention", "#dd8452"), ("layernorm", "#55a868"), ("other kernels", "#8172b3"),
-              ("optimizer", "#937860"), ("memcpy / memset", "#8c8c8c")]
+              ("optimizer", "#937860"), ("fp8 casts", "#da8bc3"), ("memcpy / memset", "#8c8c8c")]
 IDLE_COLOR = "#c44e52"
 MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 8: "DtoD"}
 
@@ -193,6 +193,8 @@ def category(r):
         return "layernorm"
     if "adamw" in n or "global_norm" in n:
         return "optimizer"
+    if "fp8_" in n:   # -fp8: the casts to FP8 and the scales' upkeep (src/fp8.cuh)
+        return "fp8 casts"
     return "other kernels"
 
 

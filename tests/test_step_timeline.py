@@ -224,6 +224,8 @@ def step_timeline_kernel_time_per_kind():
         check(line in out.stdout, f"no '{line}' in:\n{out.stdout}")
     check("| gemm 256x128 NNT |" not in out.stdout, "--top-kernels 2 lists two")
     check(st.category({"kind": "kernel", "name": "matmul_dgelu_hopper_kernel"}) == "matmul", "flashgpt's GEMM is a matmul")
+    check(st.category({"kind": "kernel", "name": "void fp8_cast_kernel<true>(unsigned char *, ...)"}) == "fp8 casts",
+          "the FP8 casts are their own kind")
 
 
 @test
