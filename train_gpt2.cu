@@ -590,6 +590,13 @@ Fp8ForwardScratch fp8_forward_scratch(GPT2* model) {
     return f;
 }
 
+// whether the forward's ln1 and ln2 come out of the layernorm in FP8 (-fp8 with scales, each layer's kept: -r <= 1):
+// row-major into the forward's scratch for the linear after it, transposed into the layer's ln1 / ln2 memory for that
+// linear's dweight in the backward (no bf16 copy, no casts)
+bool fp8_layernorms(const GPT2* model, int N) {
+    return model->fp8 && model->fp8_updates > 0 && model->recompute < 2 && layernorm_forward_fp8_fits(N, model->config.channels);
+}
+
 static void fp8_matmul_check(bool ran, const char* what, int m, int n, int k) {
     if (!ran) exit_on_error(strfmt("-fp8 1: cuBLASLt has no FP8 algorithm for the %s (m=%d n=%d k=%d)", what, m, n, k));
 }
@@ -635,8 +642,9 @@ bool linear_forward(GPT2* model, int layer, int linear, floatX* out, const float
 
 // dinp (N, K) = dout (N, OC) @ w; dweight (OC, K) += dout^T @ x; dbias (OC) += dout.sum(0) (dinp and dbias may be
 // null): matmul_backward's contract without its GELU epilogue, in FP8 where -fp8 1 has scales
+// x8T: x already transposed in FP8 (the layernorm wrote it in the forward)
 void linear_backward(GPT2* model, int layer, int linear, floatX* dinp, floatX* dweight, floatX* dbias, float* reduce_scratch,
-                     const floatX* dout, const floatX* x, const floatX* w, int N, int K, int OC) {
+                     const floatX* dout, const floatX* x, const floatX* w, int N, int K, int OC, const uint8_t* x8T = nullptr) {
     if (!model->fp8) {
         matmul_backward(dinp, dweight, dbias, reduce_scratch, dout, x, w, N, K, OC, nullptr, main_stream);
         return;
@@ -645,11 +653,13 @@ void linear_backward(GPT2* model, int layer, int linear, floatX* dinp, floatX* d
     const bool on = model->fp8_updates > 0;
     Fp8Scratch scratch{reinterpret_cast<uint8_t*>(model->acts.output)};
     uint8_t *dout8 = on && dinp ? scratch.take((size_t)N * OC) : nullptr, *dout8T = on ? scratch.take((size_t)N * OC) : nullptr;
-    uint8_t *x8T = on ? scratch.take((size_t)N * K) : nullptr, *w8T = on && dinp ? scratch.take((size_t)OC * K) : nullptr;
+    uint8_t* x8T_cast = on && !x8T ? scratch.take((size_t)N * K) : nullptr;
+    uint8_t* w8T = on && dinp ? scratch.take((size_t)OC * K) : nullptr;
     const bool e5m2 = fp8_grads_e5m2(model);
     const cudaDataType_t dout_type = e5m2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
     fp8_cast(dout8, dout8T, dout, N, OC, s + fp8_dout_slot(linear), e5m2, main_stream);
-    fp8_cast(nullptr, x8T, x, N, K, s + fp8_x_slot(linear), false, main_stream);
+    if (!on || !x8T) fp8_cast(nullptr, x8T_cast, x, N, K, s + fp8_x_slot(linear), false, main_stream);
+    if (!x8T) x8T = x8T_cast;
     if (dinp) fp8_cast(nullptr, w8T, w, OC, K, s + fp8_w_slot(linear), false, main_stream);
     if (!on) {
         matmul_backward(dinp, dweight, dbias, reduce_scratch, dout, x, w, N, K, OC, nullptr, main_stream);
@@ -696,7 +706,12 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
     encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, B, T, C, main_stream);
-    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, N, C, main_stream);
+    const bool ln_fp8 = fp8_layernorms(model, N);
+    uint8_t* ln8 = ln_fp8 ? fp8_forward_scratch(model).x8 : nullptr;   // a layernorm's FP8 output, row-major
+    auto ln_slot = [&](int l, int linear) { return model->fp8_scales + l * kFp8Slots + fp8_x_slot(linear); };
+    if (ln_fp8) layernorm_forward_fp8(ln8, reinterpret_cast<uint8_t*>(a.ln1), a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, N, C,
+                                      ln_slot(0, kFp8Qkv), main_stream);
+    else layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, N, C, main_stream);
     floatX* residual = a.encoded;
     for (int l = 0; l < L; l++) {
         NvtxRange layer_range("forward layer", l);
@@ -713,10 +728,12 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         floatX* residual3 = a.residual3 + l * NA * C;  // (N, C)
 
         // qkv = ln1 @ qkvw^T + qkvb; attention; x = x + attproj(atty) (the add in the matmul's epilogue); ln2 = layernorm(x)
-        linear_forward(model, l, kFp8Qkv, qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, nullptr, N, C, 3 * C, nullptr);
+        linear_forward(model, l, kFp8Qkv, qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, nullptr, N, C, 3 * C, nullptr, ln8);
         attention_forward(atty, lse, qkv, B, T, NH, HS, main_stream, doc_start);
         linear_forward(model, l, kFp8Attproj, residual2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, residual, N, C, C, nullptr);
-        layernorm_forward(ln2, a.ln2_mean + l * NA, a.ln2_rstd + l * NA, residual2, p.ln2w + l * C, p.ln2b + l * C, N, C, main_stream);
+        if (ln_fp8) layernorm_forward_fp8(ln8, reinterpret_cast<uint8_t*>(ln2), a.ln2_mean + l * NA, a.ln2_rstd + l * NA, residual2,
+                                          p.ln2w + l * C, p.ln2b + l * C, N, C, ln_slot(l, kFp8Fc), main_stream);
+        else layernorm_forward(ln2, a.ln2_mean + l * NA, a.ln2_rstd + l * NA, residual2, p.ln2w + l * C, p.ln2b + l * C, N, C, main_stream);
         // MLP: fch = ln2 @ fcw^T + fcb; x = x + gelu(fch) @ fcprojw^T + fcprojb
         // -fp8 1 with the GELU in the epilogue and recomputed for the backward (-r >= 1): the fc matmul writes gelu(fch)
         // in FP8 for fcproj directly, no bf16 copy
@@ -724,9 +741,9 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         bool gelu8_written = false;
         if (model->gelu_fusion >= 1) {
             gelu8_written = linear_forward(model, l, kFp8Fc, fch_gelu, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, nullptr,
-                                           N, C, 4 * C, fch, nullptr, gelu8);
+                                           N, C, 4 * C, fch, ln8, gelu8);
         } else {
-            linear_forward(model, l, kFp8Fc, fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, nullptr, N, C, 4 * C, nullptr);
+            linear_forward(model, l, kFp8Fc, fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, nullptr, N, C, 4 * C, nullptr, ln8);
             gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, main_stream);
         }
         linear_forward(model, l, kFp8Fcproj, residual3, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, residual2,
@@ -734,8 +751,11 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         // the next layernorm: the next layer's ln1, or lnf after the last layer
         if (l + 1 < L) {
             size_t next_ln_off = model->recompute >= 2 ? 0 : (l + 1) * NA * C;
-            layernorm_forward(a.ln1 + next_ln_off, a.ln1_mean + (l + 1) * NA, a.ln1_rstd + (l + 1) * NA, residual3,
-                              p.ln1w + (l + 1) * C, p.ln1b + (l + 1) * C, N, C, main_stream);
+            if (ln_fp8) layernorm_forward_fp8(ln8, reinterpret_cast<uint8_t*>(a.ln1 + next_ln_off), a.ln1_mean + (l + 1) * NA,
+                                              a.ln1_rstd + (l + 1) * NA, residual3, p.ln1w + (l + 1) * C, p.ln1b + (l + 1) * C, N, C,
+                                              ln_slot(l + 1, kFp8Qkv), main_stream);
+            else layernorm_forward(a.ln1 + next_ln_off, a.ln1_mean + (l + 1) * NA, a.ln1_rstd + (l + 1) * NA, residual3,
+                                   p.ln1w + (l + 1) * C, p.ln1b + (l + 1) * C, N, C, main_stream);
         } else {
             layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual3, p.lnfw, p.lnfb, N, C, main_stream);
         }
@@ -771,6 +791,7 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
     ParameterTensors p = model->params, g = model->grads;
     ActivationTensors a = model->acts;
     float* scratch = model->reduce_scratch;
+    const bool ln_fp8 = fp8_layernorms(model, N);   // as the forward: ln1 and ln2 hold their FP8 transposes
 
     // token buckets for the deterministic dwte backward, built on the host while the GPU works
     model->num_buckets = build_token_buckets(model->bucket_host, model->bucket_counts, inputs, N, V);
@@ -841,7 +862,7 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         }
         // MLP up: dln2 = dfch @ fcw
         linear_backward(model, l, kFp8Fc, dbtc, g.fcw + (size_t)l * 4 * C * C, dgelu_fused ? nullptr : g.fcb + l * 4 * C, scratch,
-                        dbt4c, ln2, p.fcw + (size_t)l * 4 * C * C, N, C, 4 * C);
+                        dbt4c, ln2, p.fcw + (size_t)l * 4 * C * C, N, C, 4 * C, ln_fp8 ? reinterpret_cast<const uint8_t*>(ln2) : nullptr);
         layernorm_backward(dresidual, g.ln2w + l * C, g.ln2b + l * C, scratch, dbtc, residual2, p.ln2w + l * C,
                            ln2_mean, ln2_rstd, N, C, main_stream, g.attprojb + l * C);
         // attention projection: datty = dresidual @ attprojw (attprojb's gradient summed just above)
@@ -854,7 +875,7 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         if (qkvb_summed) reduce_partials_add(g.qkvb + l * 3 * C, nullptr, scratch, B * ceil_div(T, 16), 3 * C, main_stream);
         // qkv: dln1 = dqkv @ qkvw
         linear_backward(model, l, kFp8Qkv, dbtc, g.qkvw + (size_t)l * 3 * C * C, qkvb_summed ? nullptr : g.qkvb + l * 3 * C, scratch,
-                        dbt4c, ln1, p.qkvw + (size_t)l * 3 * C * C, N, C, 3 * C);
+                        dbt4c, ln1, p.qkvw + (size_t)l * 3 * C * C, N, C, 3 * C, ln_fp8 ? reinterpret_cast<const uint8_t*>(ln1) : nullptr);
         layernorm_backward(dresidual, g.ln1w + l * C, g.ln1b + l * C, scratch, dbtc, residual, p.ln1w + l * C,
                            ln1_mean, ln1_rstd, N, C, main_stream, l > 0 ? g.fcprojb + (l - 1) * C : nullptr);
     }

@@ -19,6 +19,7 @@ Formats. Activations and weights are E4M3 (3 mantissa bits, up to 448). Gradient
 #include <cuda_fp8.h>
 #include "cuda_utils.cuh"
 #include "matmul.cuh"
+#include "layernorm.cuh"   // LN_EPS
 
 // One tensor's scaling state. cuBLASLt reads scale_inv (an operand's), scale (an FP8 output's) and writes
 // matmul_amax through pointers that must be 16-byte aligned: each starts 16 bytes of the struct (an array of them
@@ -122,6 +123,86 @@ inline void fp8_cast(uint8_t* q, uint8_t* qT, const floatX* x, int M, int K, Fp8
 __global__ void fp8_fold_amax_kernel(Fp8Scale* slot) { atomicMax(&slot->amax, __float_as_uint(fabsf(slot->matmul_amax))); }
 inline void fp8_fold_amax(Fp8Scale* slot, cudaStream_t stream) {
     fp8_fold_amax_kernel<<<1, 1, 0, stream>>>(slot);
+    cudaCheck(cudaGetLastError());
+}
+
+// ----------------------------------------------------------------------------
+// the layernorm with its output in FP8 (the forward's ln1 and ln2 under -fp8): out8 (N, C) row-major for the linear
+// after it, out8T (C, N) for that linear's dweight in the backward, mean and rstd as layernorm_forward's, the amax into
+// slot (E4M3); no bf16 output. A CTA normalises 32 rows, each of its 16 warps two, and leaves their FP8 bytes in shared
+// memory, from which each thread writes 32 rows of a column of out8T (a whole 32-byte sector). C % 8 == 0, N % 32 == 0.
+
+constexpr int kLnFp8Rows = 32, kLnFp8Warps = 16;
+
+__global__ void __launch_bounds__(kLnFp8Warps * 32) layernorm_forward_fp8_kernel(uint8_t* out8, uint8_t* out8T, float* mean,
+                                                                                 float* rstd, const floatX* inp, const floatX* weight,
+                                                                                 const floatX* bias, int N, int C, Fp8Scale* slot) {
+    extern __shared__ __align__(16) uint8_t ln_fp8_rows[];   // (kLnFp8Rows, C)
+    __shared__ float warp_amax[kLnFp8Warps];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, row0 = blockIdx.x * kLnFp8Rows;
+    const float scale = slot->scale;
+    float amax = 0.0f;
+    for (int r = warp; r < kLnFp8Rows; r += kLnFp8Warps) {
+        const int row = row0 + r;
+        const floatX* x = inp + (size_t)row * C;
+        float sum = 0.0f;
+        for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
+            const x128 v = load128(x + c);
+            for (int k = 0; k < X128_SIZE; k++) sum += v.f(k);
+        }
+        const float m = warp_reduce_sum(sum) / C;
+        float var = 0.0f;
+        for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
+            const x128 v = load128(x + c);
+            for (int k = 0; k < X128_SIZE; k++) { const float d = v.f(k) - m; var += d * d; }
+        }
+        const float s = rsqrtf(warp_reduce_sum(var) / C + LN_EPS);
+        for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
+            const x128 v = load128cs(x + c), w = load128(weight + c), b = load128(bias + c);
+            uint16_t pairs[4];
+            for (int i = 0; i < 4; i++) {
+                const float y0 = (v.f(2 * i) - m) * s * w.f(2 * i) + b.f(2 * i);
+                const float y1 = (v.f(2 * i + 1) - m) * s * w.f(2 * i + 1) + b.f(2 * i + 1);
+                amax = fmaxf(amax, fmaxf(fabsf(y0), fabsf(y1)));
+                pairs[i] = __nv_cvt_float2_to_fp8x2(make_float2(y0 * scale, y1 * scale), __NV_SATFINITE, __NV_E4M3);
+            }
+            const uint2 packed = *reinterpret_cast<const uint2*>(pairs);
+            *reinterpret_cast<uint2*>(out8 + (size_t)row * C + c) = packed;
+            *reinterpret_cast<uint2*>(ln_fp8_rows + (size_t)r * C + c) = packed;
+        }
+        if (lane == 0) { mean[row] = m; rstd[row] = s; }
+    }
+    __syncthreads();   // the rows' bytes are in shared memory
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        alignas(16) uint8_t column[kLnFp8Rows];
+        for (int i = 0; i < kLnFp8Rows; i++) column[i] = ln_fp8_rows[(size_t)i * C + c];
+        uint4* dst = reinterpret_cast<uint4*>(out8T + (size_t)c * N + row0);
+        dst[0] = reinterpret_cast<const uint4*>(column)[0];
+        dst[1] = reinterpret_cast<const uint4*>(column)[1];
+    }
+    amax = warp_reduce_max(amax);
+    if (lane == 0) warp_amax[warp] = amax;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < kLnFp8Warps; w++) amax = fmaxf(amax, warp_amax[w]);
+        atomicMax(&slot->amax, __float_as_uint(amax));
+    }
+}
+
+inline bool layernorm_forward_fp8_fits(int N, int C) { return N % kLnFp8Rows == 0 && C % 8 == 0 && kLnFp8Rows * C <= 227 * 1024; }
+
+// mean, rstd (N) are required; out8, out8T 16-byte aligned
+inline void layernorm_forward_fp8(uint8_t* out8, uint8_t* out8T, float* mean, float* rstd, const floatX* inp, const floatX* weight,
+                                  const floatX* bias, int N, int C, Fp8Scale* slot, cudaStream_t stream) {
+    NVTX_RANGE_FN();
+    if (!layernorm_forward_fp8_fits(N, C)) {
+        fprintf(stderr, "layernorm_forward_fp8: needs N %% %d == 0 and C %% 8 == 0 (N=%d C=%d)\n", kLnFp8Rows, N, C);
+        exit(EXIT_FAILURE);
+    }
+    const int smem = kLnFp8Rows * C;
+    cudaCheck(cudaFuncSetAttribute(layernorm_forward_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    layernorm_forward_fp8_kernel<<<N / kLnFp8Rows, kLnFp8Warps * 32, smem, stream>>>(out8, out8T, mean, rstd, inp, weight,
+                                                                                           bias, N, C, slot);
     cudaCheck(cudaGetLastError());
 }
 

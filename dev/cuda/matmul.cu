@@ -669,6 +669,8 @@ void bench_fp8_step(const HarnessArgs& args, int M, int C, std::mt19937_64& rng)
         cudaCheck(cudaFree(p));
 }
 
+static float float_from_bits(unsigned int bits) { float f; memcpy(&f, &bits, sizeof(f)); return f; }
+
 // src/fp8.cuh's cast (training's, delayed scaling: the slot's scale given) against the host's conversion of the same
 // products: every byte of q and of qT, and the amax, on shapes that are not whole 64 x 64 tiles; both formats. The
 // inputs span 2^-12 to 2^9 times the scale's reach, so some saturate and some go subnormal.
@@ -763,6 +765,58 @@ int check_fp8_output(std::mt19937_64& rng) {
     return bad != 0 || !amax_ok;
 }
 
+// src/fp8.cuh's layernorm with its output in FP8 (training's ln1 and ln2 under -fp8): against fp64 on the host, each
+// byte within one E4M3 step of the fp64 value's cast (the kernel's fp32 statistics can move a value across a rounding
+// boundary) and nearly all exact; out8T exactly out8 transposed; mean, rstd and the amax within fp32's reach
+int check_layernorm_fp8(std::mt19937_64& rng) {
+    const int N = 96, C = 776;
+    std::vector<floatX> hx((size_t)N * C), hw(C), hb(C);
+    fill_randn_bf16(hx, 2.0f, rng); fill_randn_bf16(hw, 1.0f, rng); fill_randn_bf16(hb, 0.5f, rng);
+    floatX *x = device_alloc<floatX>(hx.size()), *w = device_alloc<floatX>(C), *b = device_alloc<floatX>(C);
+    to_device(x, hx); to_device(w, hw); to_device(b, hb);
+    uint8_t *q = device_alloc<uint8_t>(hx.size()), *qT = device_alloc<uint8_t>(hx.size());
+    float *mean = device_alloc<float>(N), *rstd = device_alloc<float>(N);
+    cudaCheck(cudaMemset(q, 0x7f, hx.size()));
+    cudaCheck(cudaMemset(qT, 0x7f, hx.size()));
+    Fp8Scale slot = fp8_scale_init(false);
+    slot.scale = 37.0f;   // some values saturate (|y| > 448 / 37), small ones go subnormal
+    Fp8Scale* d_slot = device_alloc<Fp8Scale>(1);
+    cudaCheck(cudaMemcpy(d_slot, &slot, sizeof(slot), cudaMemcpyHostToDevice));
+    layernorm_forward_fp8(q, qT, mean, rstd, x, w, b, N, C, d_slot, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    const std::vector<uint8_t> got = from_device(q, hx.size()), gotT = from_device(qT, hx.size());
+    const std::vector<float> gm = from_device(mean, N), gr = from_device(rstd, N);
+    const Fp8Scale after = from_device(d_slot, 1)[0];
+    size_t off_one = 0, off_more = 0, not_transposed = 0, stats_bad = 0;
+    double amax = 0.0;
+    for (int n = 0; n < N; n++) {
+        double m = 0.0, v = 0.0;
+        for (int c = 0; c < C; c++) m += __bfloat162float(hx[(size_t)n * C + c]);
+        m /= C;
+        for (int c = 0; c < C; c++) { const double d = __bfloat162float(hx[(size_t)n * C + c]) - m; v += d * d; }
+        const double r = 1.0 / std::sqrt(v / C + 1e-5);
+        stats_bad += std::fabs(gm[n] - m) > 1e-5 * (1 + std::fabs(m)) || std::fabs(gr[n] - r) > 1e-5 * r;
+        for (int c = 0; c < C; c++) {
+            const double y = (__bfloat162float(hx[(size_t)n * C + c]) - m) * r * __bfloat162float(hw[c]) + __bfloat162float(hb[c]);
+            amax = std::max(amax, std::fabs(y));
+            const uint8_t want = __nv_fp8_e4m3((float)(y * slot.scale)).__x, have = got[(size_t)n * C + c];
+            const bool both_zero = (want & 0x7f) == 0 && (have & 0x7f) == 0;   // +0 and -0 alike
+            const int steps = both_zero ? 0 : std::abs((int)(want & 0x7f) - (int)(have & 0x7f)) + ((want ^ have) & 0x80 ? 256 : 0);
+            off_one += steps == 1;
+            off_more += steps > 1;
+            not_transposed += gotT[(size_t)c * N + n] != have;
+        }
+    }
+    const float got_amax = float_from_bits(after.amax);
+    const bool amax_ok = std::fabs(got_amax - amax) <= 1e-5 * amax;
+    const bool ok = off_more == 0 && off_one * 100 <= hx.size() && not_transposed == 0 && stats_bad == 0 && amax_ok;
+    printf("  layernorm_forward_fp8 N=%d C=%d: %zu bytes one E4M3 step from fp64's cast, %zu further, %zu not transposed, "
+           "%zu rows' statistics off, amax %s %s\n", N, C, off_one, off_more, not_transposed, stats_bad, amax_ok ? "ok" : "WRONG",
+           ok ? "ok" : "FAIL");
+    for (void* ptr : {(void*)x, (void*)w, (void*)b, (void*)q, (void*)qT, (void*)mean, (void*)rstd, (void*)d_slot}) cudaCheck(cudaFree(ptr));
+    return !ok;
+}
+
 int main(int argc, char** argv) {
     int M = 65536, fp8_step = 0, C = 768;
     const HarnessArgs args = parse_layer_harness_args(argc, argv, {{"-n", &M}, {"--fp8", &fp8_step}, {"-c", &C}});
@@ -778,7 +832,7 @@ int main(int argc, char** argv) {
         if (args.check) for (int m : {1000, 4096}) failures += validate(args, sh, m, rng);
         else failures += validate(args, sh, std::min(M, 4096), rng);
     }
-    if (args.check && args.wants(6)) failures += check_fp8_cast(rng) + check_fp8_output(rng);
+    if (args.check && args.wants(6)) failures += check_fp8_cast(rng) + check_fp8_output(rng) + check_layernorm_fp8(rng);
     if (args.bench && failures == 0) bench(args, M, rng);
     matmul_teardown();
     printf("%s\n", failures ? "FAILED" : "all ok");
