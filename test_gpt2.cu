@@ -39,8 +39,8 @@ random init, B=4 T=64, in brackets):
           (E5M2, 2^-3), against bf16's 8: a sum of K products of two rounded operands carries about
           2^-4 * sqrt(2/3) ~ 5% of its terms' rms, 32x bf16's. Allowed, with an H100's measurement in brackets:
   logits: max |diff| <= 1.0                                                    [0.30]
-  loss:   |diff| <= 0.02                                                       [1.4e-3]
-  grads:  per tensor, max |diff| <= 25% of max |ref|                           [4.9% .. 13%]
+  loss:   |diff| <= 0.02                                                       [1.4e-3 .. 5.9e-3]
+  grads:  per tensor, max |diff| <= 25% of max |ref|                           [0.6% .. 13%]
   10 steps: steps 0-2 within 1% of bf16's run [0.02%]; step 9 within 15% of it and below 40% of step 0, as
           bf16's against PyTorch's [4.5%, 26.5%]. The tiny Shakespeare runs in the results log are the
           trajectory test against bf16.
