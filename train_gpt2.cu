@@ -36,7 +36,7 @@ training code.
 #include "matmul.cuh"         // defines: matmul_forward, matmul_backward, bias_backward (cuBLASLt)
 #include "gelu.cuh"           // defines: gelu_forward, gelu_backward_inplace
 #include "matmul_hopper.cuh"  // defines: matmul_backward_dgelu_hopper (the MLP's backward through GELU, sm_90a)
-#include "fp8.cuh"            // defines: Fp8Scale, fp8_cast, fp8_update_scales, matmul_fp8 (-fp8 1)
+#include "fp8.cuh"            // defines: Fp8Scale, fp8_cast, layernorm_forward_fp8, fp8_update_scales, matmul_fp8 (-fp8)
 #include "attention.cuh"      // declares: attention_forward, attention_backward (flash attention, out + LSE; build/attention.a)
 #include "fused_classifier.cuh" // defines: fused_classifier, accumulate_loss
 #include "global_norm.cuh"    // defines: global_norm
@@ -514,11 +514,13 @@ void gpt2_free(GPT2* model) {
 }
 
 // ----------------------------------------------------------------------------
-// FP8 (-fp8 1): the four linears of every block run their forward, dinp and dweight matmuls on FP8 operands (E4M3;
-// E5M2 for the gradients) with per-tensor delayed scaling (src/fp8.cuh); the lm head, the attention, the layernorms
-// and the optimizer stay as they are. Each operand is cast just before its matmul into the logits' memory, which no
-// layer reads: the forward writes the logits after the last layer, and the backward has consumed them before the first.
-// The weights are cast too, per layer, each time (6 bytes a parameter a step), so the FP8 copies cost no memory.
+// FP8 (-fp8 1, 2): the four linears of every block run their forward, dinp and dweight matmuls on FP8 operands (E4M3;
+// the gradients E5M2, or E4M3 with -fp8 2) with per-tensor delayed scaling (src/fp8.cuh); the lm head, the attention,
+// the layernorms' arithmetic and the optimizer stay as they are. An operand is cast just before its matmul into the
+// logits' memory, which no layer reads: the forward writes the logits after the last layer, and the backward has
+// consumed them before the first. ln1 and ln2 come out of their layernorm in FP8 instead (fp8_layernorms), and the fc
+// matmul writes gelu(.) in FP8 for fcproj. The weights are cast per layer each time (6 bytes a parameter a step), so
+// their FP8 copies cost no memory.
 
 enum Fp8Linear { kFp8Qkv, kFp8Attproj, kFp8Fc, kFp8Fcproj, kFp8Linears };
 // a layer's slots: the linears' inputs (x), then their weights, then their output gradients

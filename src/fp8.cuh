@@ -1,10 +1,12 @@
 /*
-FP8 for training (-fp8 1, Hopper): per-tensor scales with delayed scaling, the cast of a bf16 tensor to FP8 in the
+FP8 for training (-fp8, sm_89+): per-tensor scales with delayed scaling, the cast of a bf16 tensor to FP8 in the
 layouts cuBLASLt's FP8 matmuls read, and those matmuls.
 
 Layouts. Hopper's cuBLASLt takes FP8 operands only K-major (its "TN" form). The forward out = x @ W^T reads x (N, K)
 and W (OC, K) as they lie; the backward's dinp = dout @ W reduces over OC and dW = dout^T @ x over the N tokens, so
 it reads W, x and dout transposed. One cast writes a tensor row-major, transposed, or both, in one pass over the bf16.
+Where a tensor's producer can write it in FP8 itself, no cast runs: the layernorm before qkv and fc writes both layouts
+(layernorm_forward_fp8), and the fc matmul writes gelu(.) for fcproj (matmul_fp8 with an FP8 D).
 
 Delayed scaling (Transformer Engine's recipe). A tensor's scale in a step is fmax / (the largest amax of its last
 kFp8History steps): it is known before the tensor is cast, so the cast needs one pass and records the tensor's amax as
