@@ -64,9 +64,10 @@ passed=$((passed + p)); failed=$((failed + f))
 [ "$p" -gt 0 ] || { failed=$((failed + 1)); failed_names+=("test_cpu ran nothing"); }
 while read -r name; do [ -n "$name" ] && failed_names+=("$name"); done < <(grep '^FAIL: ' <<<"$cpu_out" | sed 's/^FAIL: //')
 
-# Python CPU tests (profile/ncu_table.py on a fixture CSV, profile/step_timeline.py on a synthetic step): the same
-# PASS/FAIL lines (SKIP lines, for what the machine lacks, are not counted)
-for py_test in tests/test_ncu_table.py tests/test_step_timeline.py; do
+# Python CPU tests (profile/ncu_table.py on a fixture CSV, profile/step_timeline.py on a synthetic step,
+# scripts/compare_losses.py on hand-made logs): the same PASS/FAIL lines (SKIP lines, for what the machine lacks, are
+# not counted)
+for py_test in tests/test_ncu_table.py tests/test_step_timeline.py tests/test_compare_losses.py; do
     if ! command -v python3 >/dev/null; then echo "no python3: $py_test skipped"; continue; fi
     py_out=$(python3 "$py_test" 2>&1); echo "$py_out"
     p=$(grep -c '^PASS: ' <<<"$py_out"); f=$(grep -c '^FAIL: ' <<<"$py_out")
