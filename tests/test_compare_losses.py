@@ -10,24 +10,10 @@ import subprocess
 import sys
 import tempfile
 
+from cpu_check import check, report, test
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SCRIPT = os.path.join(ROOT, "scripts", "compare_losses.py")
-results = []
-
-
-def test(fn):
-    try:
-        fn()
-        results.append(("PASS", fn.__name__))
-    except Exception as e:  # a crash of the script under test is a failure too
-        print(f"  {fn.__name__}: {e}", file=sys.stderr)
-        results.append(("FAIL", fn.__name__))
-    return fn
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
 
 
 def stdout_log(losses, vals, val_every):
@@ -102,7 +88,4 @@ def main_log_validation_by_step():
     check(rc == 0 and "2 validation losses compared" in out, f"rc {rc}: {out[-200:]}")
 
 
-for status, name in results:
-    print(f"{status}: {name}")
-print(f"compare_losses tests: {sum(s == 'PASS' for s, _ in results)} passed, {sum(s == 'FAIL' for s, _ in results)} failed")
-sys.exit(1 if any(s == "FAIL" for s, _ in results) else 0)
+report("compare_losses")

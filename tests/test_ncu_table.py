@@ -17,10 +17,11 @@ import subprocess
 import sys
 import tempfile
 
+from cpu_check import check, report, test
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 FIXTURE = os.path.join(ROOT, "tests", "ncu_step_fixture.csv")
 SCRIPT = os.path.join(ROOT, "profile", "ncu_table.py")
-results = []
 
 
 def run_table(csv_path, *args):
@@ -65,20 +66,6 @@ def without_column(name_part):
     f.write("".join(lines[:start]) + buf.getvalue())
     f.close()
     return f.name
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
-
-
-def test(fn):
-    try:
-        fn()
-        results.append(("PASS", fn.__name__))
-    except Exception as e:  # a crash of the script under test is a failure too
-        print(f"  {fn.__name__}: {e}", file=sys.stderr)
-        results.append(("FAIL", fn.__name__))
 
 
 EXPECTED = {"forward": ("5", "1.010", "14.5"), "attention": ("3", "1.040", "14.9"), "classifier": ("5", "3.310", "47.5"),
@@ -143,7 +130,4 @@ def ncu_table_default_ceilings_and_tensor_pipe_fallback():
     check(phases(out)["forward"][4] == "-", "no tensor counter: phase TFLOP/s must be -")
 
 
-for status, name in results:
-    print(f"{status}: {name}")
-print(f"ncu_table tests: {sum(s == 'PASS' for s, _ in results)} passed, {sum(s == 'FAIL' for s, _ in results)} failed")
-sys.exit(1 if any(s == "FAIL" for s, _ in results) else 0)
+report("ncu_table")

@@ -28,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 
+from cpu_check import check, report, skip, test
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SCRIPT = os.path.join(ROOT, "profile", "step_timeline.py")
 # the script runs under this interpreter and its site setting (python3 -S hides matplotlib: the no-PNG path)
@@ -35,7 +37,6 @@ PYTHON = [sys.executable] + (["-S"] if sys.flags.no_site else [])
 spec = importlib.util.spec_from_file_location("step_timeline", SCRIPT)
 st = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(st)
-results = []
 
 NVJET_TNT = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_bias_TNT"
 NVJET_NNT = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
@@ -133,11 +134,6 @@ def analyse(path):
     return records, source, st.idle_stats(records)
 
 
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
-
-
 def check_step(records, stats):
     check(len(records) == len(STEP), f"{len(records)} records")
     check([round(r["start"], 3) for r in records] == [float(s) for _, _, s, _, _ in STEP], "starts")
@@ -156,15 +152,6 @@ def check_step(records, stats):
     g = stats["gaps"][5]
     check("attention_backward_dq" in records[g["before"]]["name"] and "reduce_partials" in records[g["after"]]["name"],
           "gap neighbours")
-
-
-def test(fn):
-    try:
-        fn()
-        results.append(("PASS", fn.__name__))
-    except Exception as e:  # a crash of the script under test is a failure too
-        print(f"  {fn.__name__}: {type(e).__name__}: {e}", file=sys.stderr)
-        results.append(("FAIL", fn.__name__))
 
 
 TMP = tempfile.mkdtemp(prefix="flashgpt_timeline_")
@@ -262,11 +249,8 @@ def step_timeline_summary_without_matplotlib():
 if have_matplotlib():
     test(step_timeline_png_written)
 else:
-    results.append(("SKIP", "step_timeline_png_written (matplotlib is not installed)"))
+    skip("step_timeline_png_written (matplotlib is not installed)")
     test(step_timeline_summary_without_matplotlib)
 
 subprocess.run(["rm", "-rf", TMP])
-for status, name in results:
-    print(f"{status}: {name}")
-print(f"step_timeline tests: {sum(s == 'PASS' for s, _ in results)} passed, {sum(s == 'FAIL' for s, _ in results)} failed")
-sys.exit(1 if any(s == "FAIL" for s, _ in results) else 0)
+report("step_timeline")
