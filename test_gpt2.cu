@@ -84,6 +84,41 @@ std::vector<float> grads_to_host(GPT2* model) {
 
 bool bitwise_equal(const void* a, const void* b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
 
+// max |ours - ref| over the N x V logits the forward left in acts.output (rows of Vp); *finite: every one of ours is
+float logits_max_diff(GPT2* model, const std::vector<float>& ref, int N, int V, bool* finite) {
+    const int Vp = model->config.padded_vocab_size;
+    std::vector<floatX> logits = device_to_host(model->acts.output, (size_t)N * Vp);
+    float max_diff = 0.0f;
+    *finite = true;
+    for (int i = 0; i < N; i++) {
+        for (int j = 0; j < V; j++) {
+            const float ours = __bfloat162float(logits[(size_t)i * Vp + j]);
+            *finite &= std::isfinite(ours);
+            max_diff = fmaxf(max_diff, fabsf(ours - ref[(size_t)i * V + j]));
+        }
+    }
+    return max_diff;
+}
+
+// each parameter tensor's gradient against the reference's: max |diff|, max |ref|, their ratio, all finite
+struct GradDiff { float max_diff, max_ref, rel; bool finite; };
+std::vector<GradDiff> grad_diffs(const GPT2* model, const std::vector<float>& grads, const std::vector<float>& ref) {
+    std::vector<GradDiff> out;
+    size_t offset = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        GradDiff d = {0.0f, 0.0f, 0.0f, true};
+        for (size_t j = offset; j < offset + model->param_sizes[i]; j++) {
+            d.finite &= std::isfinite(grads[j]);
+            d.max_diff = fmaxf(d.max_diff, fabsf(grads[j] - ref[j]));
+            d.max_ref = fmaxf(d.max_ref, fabsf(ref[j]));
+        }
+        d.rel = d.max_diff / d.max_ref;
+        out.push_back(d);
+        offset += model->param_sizes[i];
+    }
+    return out;
+}
+
 void build_model(GPT2* model, const char* path, int B, int T, int recompute, int gelu_fusion) {
     gpt2_build_from_checkpoint(model, path);
     gpt2_allocate_state(model, B, T, recompute, gelu_fusion, /*use_master_weights=*/1);
@@ -233,16 +268,8 @@ int main(int argc, char** argv) {
     }
     gpt2_zero_grad(&model);
     gpt2_forward(&model, x.data(), y.data(), B, T);
-    std::vector<floatX> logits = device_to_host(model.acts.output, (size_t)N * Vp);
-    float max_logit_diff = 0.0f;
-    bool logits_finite = true;
-    for (int i = 0; i < N; i++) {
-        for (int j = 0; j < V; j++) {
-            float ours = __bfloat162float(logits[(size_t)i * Vp + j]);
-            logits_finite &= std::isfinite(ours);
-            max_logit_diff = fmaxf(max_logit_diff, fabsf(ours - ref_logits[(size_t)i * V + j]));
-        }
-    }
+    bool logits_finite;
+    const float max_logit_diff = logits_max_diff(&model, ref_logits, N, V, &logits_finite);
     printf("logits: max |diff| %.4e (%.0f%% of threshold %.3g)\n", max_logit_diff, 100 * max_logit_diff / LOGITS_TOLERANCE, LOGITS_TOLERANCE);
     check(logits_finite && max_logit_diff <= LOGITS_TOLERANCE, "logits");
     gpt2_backward(&model, x.data(), 1);
@@ -252,22 +279,13 @@ int main(int argc, char** argv) {
            100 * loss_diff / LOSS_TOLERANCE, LOSS_TOLERANCE);
     check(std::isfinite(model.mean_loss) && loss_diff <= LOSS_TOLERANCE, "loss");
     std::vector<float> grads = grads_to_host(&model);
-    size_t offset = 0;
+    const std::vector<GradDiff> diffs = grad_diffs(&model, grads, ref_grads);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        size_t n = model.param_sizes[i];
-        float max_diff = 0.0f, max_ref = 0.0f;
-        bool finite = true;
-        for (size_t j = offset; j < offset + n; j++) {
-            finite &= std::isfinite(grads[j]);
-            max_diff = fmaxf(max_diff, fabsf(grads[j] - ref_grads[j]));
-            max_ref = fmaxf(max_ref, fabsf(ref_grads[j]));
-        }
-        float rel = max_ref > 0 ? max_diff / max_ref : max_diff;
-        float tol = GRAD_TOLERANCE[i].tol;
+        const GradDiff& d = diffs[i];
+        const float tol = GRAD_TOLERANCE[i].tol;
         printf("grad %-9s max|diff| %.3e  max|ref| %.3e  rel %.3e (%3.0f%% of threshold %.3g)%s\n", PARAMETER_NAMES[i],
-               max_diff, max_ref, rel, 100 * rel / tol, tol, finite && rel <= tol ? "" : "  <-- FAIL");
-        check(finite && rel <= tol && max_ref > 0, PARAMETER_NAMES[i]);
-        offset += n;
+               d.max_diff, d.max_ref, d.rel, 100 * d.rel / tol, tol, d.finite && d.rel <= tol ? "" : "  <-- FAIL");
+        check(d.finite && d.rel <= tol && d.max_ref > 0, PARAMETER_NAMES[i]);
     }
     bool pad_zero = true;  // wte rows >= V never see a gradient
     for (size_t j = (size_t)V * config.channels; j < (size_t)Vp * config.channels; j++) pad_zero &= grads[j] == 0.0f;
@@ -407,16 +425,8 @@ int main(int argc, char** argv) {
             check(same, "recompute variant bit-identical");
         } else {
             float worst = 0.0f;
-            size_t off = 0;
-            for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-                float max_diff = 0.0f, max_ref = 0.0f;
-                for (size_t j = off; j < off + m.param_sizes[i]; j++) {
-                    max_diff = fmaxf(max_diff, fabsf(g[j] - ref_grads[j]));
-                    max_ref = fmaxf(max_ref, fabsf(ref_grads[j]));
-                }
-                worst = fmaxf(worst, (max_diff / max_ref) / GRAD_TOLERANCE[i].tol);
-                off += m.param_sizes[i];
-            }
+            const std::vector<GradDiff> diffs = grad_diffs(&m, g, ref_grads);
+            for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) worst = fmaxf(worst, diffs[i].rel / GRAD_TOLERANCE[i].tol);
             float ldiff = fabsf(m.mean_loss - ref_loss);
             printf("-r %d -ge %d: loss |diff| %.2e (%.0f%% of threshold), worst gradient at %.0f%% of its threshold\n", v[0], v[1],
                    ldiff, 100 * ldiff / LOSS_TOLERANCE, 100 * worst);
@@ -442,16 +452,8 @@ int main(int argc, char** argv) {
         // the same batch and weights in FP8, against PyTorch
         gpt2_zero_grad(&m);
         gpt2_forward(&m, x.data(), y.data(), B, T);
-        std::vector<floatX> logits8 = device_to_host(m.acts.output, (size_t)N * Vp);
-        float max_diff8 = 0.0f;
-        bool finite8 = true;
-        for (int i = 0; i < N; i++) {
-            for (int j = 0; j < V; j++) {
-                const float ours = __bfloat162float(logits8[(size_t)i * Vp + j]);
-                finite8 &= std::isfinite(ours);
-                max_diff8 = fmaxf(max_diff8, fabsf(ours - ref_logits[(size_t)i * V + j]));
-            }
-        }
+        bool finite8;
+        const float max_diff8 = logits_max_diff(&m, ref_logits, N, V, &finite8);
         gpt2_backward(&m, x.data(), 1);
         gpt2_finish_step(&m);
         const float ldiff8 = fabsf(m.mean_loss - ref_loss);
@@ -460,23 +462,12 @@ int main(int argc, char** argv) {
                100 * ldiff8 / FP8_LOSS_TOLERANCE, FP8_LOSS_TOLERANCE);
         check(finite8 && max_diff8 <= FP8_LOGITS_TOLERANCE, "FP8 logits");
         check(std::isfinite(m.mean_loss) && ldiff8 <= FP8_LOSS_TOLERANCE, "FP8 loss");
-        std::vector<float> g8 = grads_to_host(&m);
-        size_t off = 0;
-        float worst = 0.0f;
+        const std::vector<GradDiff> diffs8 = grad_diffs(&m, grads_to_host(&m), ref_grads);
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-            float max_diff = 0.0f, max_ref = 0.0f;
-            bool finite = true;
-            for (size_t j = off; j < off + m.param_sizes[i]; j++) {
-                finite &= std::isfinite(g8[j]);
-                max_diff = fmaxf(max_diff, fabsf(g8[j] - ref_grads[j]));
-                max_ref = fmaxf(max_ref, fabsf(ref_grads[j]));
-            }
-            const float rel = max_diff / max_ref;
-            printf("FP8 grad %-9s rel %.3e (%3.0f%% of %.3g)%s\n", PARAMETER_NAMES[i], rel, 100 * rel / FP8_GRAD_TOLERANCE,
-                   FP8_GRAD_TOLERANCE, finite && rel <= FP8_GRAD_TOLERANCE ? "" : "  <-- FAIL");
-            worst = fmaxf(worst, rel);
-            check(finite && rel <= FP8_GRAD_TOLERANCE, "FP8 gradient");
-            off += m.param_sizes[i];
+            const GradDiff& d = diffs8[i];
+            printf("FP8 grad %-9s rel %.3e (%3.0f%% of %.3g)%s\n", PARAMETER_NAMES[i], d.rel, 100 * d.rel / FP8_GRAD_TOLERANCE,
+                   FP8_GRAD_TOLERANCE, d.finite && d.rel <= FP8_GRAD_TOLERANCE ? "" : "  <-- FAIL");
+            check(d.finite && d.rel <= FP8_GRAD_TOLERANCE, "FP8 gradient");
         }
         gpt2_free(&m);
         // 10 steps twice: bit-identical; the first (calibration) is bf16's step 0, the rest track bf16's run
