@@ -202,7 +202,11 @@ inline void layernorm_forward_fp8(uint8_t* out8, uint8_t* out8T, float* mean, fl
         exit(EXIT_FAILURE);
     }
     const int smem = kLnFp8Rows * C;
-    cudaCheck(cudaFuncSetAttribute(layernorm_forward_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    static int opted_in = 0;   // above 48 KiB (C > 1536) the kernel opts in, once for the largest C
+    if (smem > opted_in) {
+        cudaCheck(cudaFuncSetAttribute(layernorm_forward_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        opted_in = smem;
+    }
     layernorm_forward_fp8_kernel<<<N / kLnFp8Rows, kLnFp8Warps * 32, smem, stream>>>(out8, out8T, mean, rstd, inp, weight,
                                                                                            bias, N, C, slot);
     cudaCheck(cudaGetLastError());

@@ -117,7 +117,7 @@ std::vector<float> qkv_part(const std::vector<T>& x, const Shape& s, int which) 
 // bf16 dqkv the kernels wrote: each fp32 sum within 2^-8 (1 + 2^-6) of the sum of |dqkv| + 1e-6, and every one
 // written (the buffer is poisoned before the launch). Each term was rounded to bf16 once, by at most 2^-8 of its fp32
 // value, which is up to 2^-8 / (1 - 2^-8) of the rounded |dqkv| the test sums; the kernel's own fp32 sum of 16 terms
-// adds up to 16 * 2^-24 of the sum. The margin 2^-6 covers both (inputs x 8 reached 1.00 of 2^-8 alone).
+// adds up to 16 * 2^-24 of the sum. The margin 2^-6 covers both.
 bool dqkv_sums_check(const std::vector<float>& sums, const std::vector<floatX>& dqkv, const Shape& s) {
     const int groups = ceil_div(s.T, 16), cols = 3 * s.NH * s.HS;
     size_t bad = 0, nonfinite = 0;
