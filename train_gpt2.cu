@@ -593,8 +593,9 @@ Fp8ForwardScratch fp8_forward_scratch(GPT2* model) {
 }
 
 // whether the forward's ln1 and ln2 come out of the layernorm in FP8 (-fp8 with scales, each layer's kept: -r <= 1):
-// row-major into the forward's scratch for the linear after it, transposed into the layer's ln1 / ln2 memory for that
-// linear's dweight in the backward (no bf16 copy, no casts)
+// row-major into the forward's scratch for the linear after it, transposed into the first half of the layer's ln1 /
+// ln2 memory for that linear's dweight in the backward (no bf16 copy, no casts). The second half of ln1's then holds
+// atty transposed, which its forward cast writes beside the row-major copy, for attprojw's gradient.
 bool fp8_layernorms(const GPT2* model, int N) {
     return model->fp8 && model->fp8_updates > 0 && model->recompute < 2 && layernorm_forward_fp8_fits(N, model->config.channels);
 }
@@ -608,10 +609,10 @@ static void fp8_matmul_check(bool ran, const char* what, int m, int n, int k) {
 // (fast accumulation, as Transformer Engine's forward does); the backward's promote into fp32.
 // x8: x already in FP8 (at the slot's scale), from the matmul before. out8 (with gelu_pre): out goes to out8 in FP8
 // instead, at the scale of the next linear's input, with its amax: returns whether it did (cuBLASLt may have no such
-// kernel, and the calibrating step writes bf16).
+// kernel, and the calibrating step writes bf16). x8T_keep: x's cast also writes x transposed there, for the backward.
 bool linear_forward(GPT2* model, int layer, int linear, floatX* out, const floatX* x, const floatX* w, const floatX* bias,
                     const floatX* residual, int N, int K, int OC, floatX* gelu_pre, const uint8_t* x8 = nullptr,
-                    uint8_t* out8 = nullptr) {
+                    uint8_t* out8 = nullptr, uint8_t* x8T_keep = nullptr) {
     if (!model->fp8) {
         matmul_forward(out, x, w, bias, residual, N, K, OC, gelu_pre, main_stream);
         return false;
@@ -619,7 +620,7 @@ bool linear_forward(GPT2* model, int layer, int linear, floatX* out, const float
     Fp8Scale* s = model->fp8_scales + layer * kFp8Slots;
     const bool on = model->fp8_updates > 0;   // else calibrating: the casts only record amax
     const Fp8ForwardScratch scratch = fp8_forward_scratch(model);
-    if (!on || !x8) fp8_cast(on ? scratch.x8 : nullptr, nullptr, x, N, K, s + fp8_x_slot(linear), false, main_stream);
+    if (!on || !x8) fp8_cast(on ? scratch.x8 : nullptr, on ? x8T_keep : nullptr, x, N, K, s + fp8_x_slot(linear), false, main_stream);
     fp8_cast(on ? scratch.w8 : nullptr, nullptr, w, OC, K, s + fp8_w_slot(linear), false, main_stream);
     if (!on) {
         matmul_forward(out, x, w, bias, residual, N, K, OC, gelu_pre, main_stream);
@@ -732,7 +733,10 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         // qkv = ln1 @ qkvw^T + qkvb; attention; x = x + attproj(atty) (the add in the matmul's epilogue); ln2 = layernorm(x)
         linear_forward(model, l, kFp8Qkv, qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, nullptr, N, C, 3 * C, nullptr, ln8);
         attention_forward(atty, lse, qkv, B, T, NH, HS, main_stream, doc_start);
-        linear_forward(model, l, kFp8Attproj, residual2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, residual, N, C, C, nullptr);
+        // with the FP8 layernorms, ln1's memory (2 bytes an element) holds ln1 transposed in FP8, then atty transposed
+        uint8_t* atty8T = ln_fp8 ? reinterpret_cast<uint8_t*>(ln1) + (size_t)N * C : nullptr;
+        linear_forward(model, l, kFp8Attproj, residual2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, residual, N, C, C,
+                       nullptr, nullptr, nullptr, atty8T);
         if (ln_fp8) layernorm_forward_fp8(ln8, reinterpret_cast<uint8_t*>(ln2), a.ln2_mean + l * NA, a.ln2_rstd + l * NA, residual2,
                                           p.ln2w + l * C, p.ln2b + l * C, N, C, ln_slot(l, kFp8Fc), main_stream);
         else layernorm_forward(ln2, a.ln2_mean + l * NA, a.ln2_rstd + l * NA, residual2, p.ln2w + l * C, p.ln2b + l * C, N, C, main_stream);
@@ -869,7 +873,7 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
                            ln2_mean, ln2_rstd, N, C, main_stream, g.attprojb + l * C);
         // attention projection: datty = dresidual @ attprojw (attprojb's gradient summed just above)
         linear_backward(model, l, kFp8Attproj, dbtc, g.attprojw + (size_t)l * C * C, nullptr, scratch, dresidual, atty,
-                        p.attprojw + (size_t)l * C * C, N, C, C);
+                        p.attprojw + (size_t)l * C * C, N, C, C, ln_fp8 ? reinterpret_cast<const uint8_t*>(ln1) + (size_t)N * C : nullptr);
         // attention: dqkv (N, 3C) into dbt4c, from out + lse only. Where it can, the attention also sums dqkv over each
         // 16 tokens: those partials give the qkv bias gradient without another pass over dqkv
         const bool qkvb_summed = attention_backward(dbt4c, model->attention_scratch, dbtc, qkv, atty, lse, B, T, NH, HS, main_stream,
