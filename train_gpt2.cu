@@ -645,22 +645,29 @@ bool linear_forward(GPT2* model, int layer, int linear, floatX* out, const float
 
 // dinp (N, K) = dout (N, OC) @ w; dweight (OC, K) += dout^T @ x; dbias (OC) += dout.sum(0) (dinp and dbias may be
 // null): matmul_backward's contract without its GELU epilogue, in FP8 where -fp8 1 has scales
-// x8T: x already transposed in FP8 (the layernorm wrote it in the forward)
+// x8T: x already transposed in FP8 (the layernorm, or the MLP's DGELU kernel, wrote it). dout8: dout already in FP8,
+// (N, OC) row-major then (OC, N) transposed (the DGELU kernel wrote it; with scales only)
 void linear_backward(GPT2* model, int layer, int linear, floatX* dinp, floatX* dweight, floatX* dbias, float* reduce_scratch,
-                     const floatX* dout, const floatX* x, const floatX* w, int N, int K, int OC, const uint8_t* x8T = nullptr) {
+                     const floatX* dout, const floatX* x, const floatX* w, int N, int K, int OC, const uint8_t* x8T = nullptr,
+                     const uint8_t* dout8_given = nullptr) {
     if (!model->fp8) {
         matmul_backward(dinp, dweight, dbias, reduce_scratch, dout, x, w, N, K, OC, nullptr, main_stream);
         return;
     }
     Fp8Scale* s = model->fp8_scales + layer * kFp8Slots;
     const bool on = model->fp8_updates > 0;
-    Fp8Scratch scratch{reinterpret_cast<uint8_t*>(model->acts.output)};
-    uint8_t *dout8 = on && dinp ? scratch.take((size_t)N * OC) : nullptr, *dout8T = on ? scratch.take((size_t)N * OC) : nullptr;
-    uint8_t* x8T_cast = on && !x8T ? scratch.take((size_t)N * K) : nullptr;
-    uint8_t* w8T = on && dinp ? scratch.take((size_t)OC * K) : nullptr;
     const bool e5m2 = fp8_grads_e5m2(model);
     const cudaDataType_t dout_type = e5m2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
-    fp8_cast(dout8, dout8T, dout, N, OC, s + fp8_dout_slot(linear), e5m2, main_stream);
+    Fp8Scratch scratch{reinterpret_cast<uint8_t*>(model->acts.output)};
+    const uint8_t *dout8 = dout8_given, *dout8T = dout8_given ? dout8_given + (size_t)N * OC : nullptr;
+    if (!dout8_given) {
+        uint8_t *q = on && dinp ? scratch.take((size_t)N * OC) : nullptr, *qT = on ? scratch.take((size_t)N * OC) : nullptr;
+        fp8_cast(q, qT, dout, N, OC, s + fp8_dout_slot(linear), e5m2, main_stream);
+        dout8 = q;
+        dout8T = qT;
+    }
+    uint8_t* x8T_cast = on && !x8T ? scratch.take((size_t)N * K) : nullptr;
+    uint8_t* w8T = on && dinp ? scratch.take((size_t)OC * K) : nullptr;
     if (!on || !x8T) fp8_cast(nullptr, x8T_cast, x, N, K, s + fp8_x_slot(linear), false, main_stream);
     if (!x8T) x8T = x8T_cast;
     if (dinp) fp8_cast(nullptr, w8T, w, OC, K, s + fp8_w_slot(linear), false, main_stream);
@@ -847,14 +854,28 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         }
         // MLP projection: dfch = (dresidual @ fcprojw) * gelu'(fch). On Hopper (-ge 2) one kernel does that, writes the
         // recomputed gelu(fch) for fcprojw's gradient, and sums dfch over each 64 rows for fcb's gradient. fcprojb's
-        // gradient is already summed, by the layernorm backward that wrote dresidual
+        // gradient is already summed, by the layernorm backward that wrote dresidual.
+        // -fp8 with scales and -r >= 1: the kernel writes dfch in FP8 instead, both ways, into dbt4c's memory (fc's dinp
+        // and dweight read it) with its amax, and gelu(fch) transposed into fch_gelu's (fcprojw's gradient; its amax is the
+        // forward's, where the fc matmul wrote it): no casts
         const floatX* fcprojw = p.fcprojw + (size_t)l * C * 4 * C;
+        const bool fp8_outputs = model->fp8 && model->fp8_updates > 0 && model->recompute >= 1;
+        uint8_t* dfch8 = reinterpret_cast<uint8_t*>(dbt4c);   // (N, 4C), then (4C, N)
+        uint8_t* gelu8T = reinterpret_cast<uint8_t*>(fch_gelu);
+        DgeluFp8Out f8 = {};
+        if (fp8_outputs) {
+            Fp8Scale* s = model->fp8_scales + l * kFp8Slots;
+            Fp8Scale *dfch_slot = s + fp8_dout_slot(kFp8Fc), *gelu_slot = s + fp8_x_slot(kFp8Fcproj);
+            f8 = {dfch8, dfch8 + (size_t)N * 4 * C, gelu8T, &dfch_slot->scale, &gelu_slot->scale, &dfch_slot->amax, fp8_grads_e5m2(model)};
+        }
         const bool dgelu_fused = model->gelu_fusion >= 2 &&
-            matmul_backward_dgelu_hopper(dbt4c, model->recompute >= 1 ? fch_gelu : nullptr, scratch, dresidual, fcprojw, fch, N, 4 * C, C, main_stream);
+            matmul_backward_dgelu_hopper(dbt4c, model->recompute >= 1 ? fch_gelu : nullptr, scratch, dresidual, fcprojw, fch, N, 4 * C, C,
+                                         main_stream, fp8_outputs ? &f8 : nullptr);
+        const bool dfch_in_fp8 = dgelu_fused && fp8_outputs;
         if (dgelu_fused) {
             reduce_partials_add(g.fcb + l * 4 * C, nullptr, scratch, matmul_dgelu_partial_rows(N), 4 * C, main_stream);
-            linear_backward(model, l, kFp8Fcproj, nullptr, g.fcprojw + (size_t)l * C * 4 * C, nullptr, scratch, dresidual, fch_gelu,
-                            fcprojw, N, 4 * C, C);
+            linear_backward(model, l, kFp8Fcproj, nullptr, g.fcprojw + (size_t)l * C * 4 * C, nullptr, scratch, dresidual,
+                            fch_gelu, fcprojw, N, 4 * C, C, dfch_in_fp8 ? gelu8T : nullptr);
         } else {
             if (model->recompute >= 1) gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, main_stream);
             if (model->gelu_fusion >= 2) {   // cuBLASLt's DGELU epilogue: bf16 (-fp8 1 takes the Hopper kernel's path above)
@@ -868,7 +889,8 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         }
         // MLP up: dln2 = dfch @ fcw
         linear_backward(model, l, kFp8Fc, dbtc, g.fcw + (size_t)l * 4 * C * C, dgelu_fused ? nullptr : g.fcb + l * 4 * C, scratch,
-                        dbt4c, ln2, p.fcw + (size_t)l * 4 * C * C, N, C, 4 * C, ln_fp8 ? reinterpret_cast<const uint8_t*>(ln2) : nullptr);
+                        dbt4c, ln2, p.fcw + (size_t)l * 4 * C * C, N, C, 4 * C, ln_fp8 ? reinterpret_cast<const uint8_t*>(ln2) : nullptr,
+                        dfch_in_fp8 ? dfch8 : nullptr);
         layernorm_backward(dresidual, g.ln2w + l * C, g.ln2b + l * C, scratch, dbtc, residual2, p.ln2w + l * C,
                            ln2_mean, ln2_rstd, N, C, main_stream, g.attprojb + l * C);
         // attention projection: datty = dresidual @ attprojw (attprojb's gradient summed just above)

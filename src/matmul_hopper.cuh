@@ -24,8 +24,16 @@ memory and leave as one partial row per 64 rows. dev/cuda/RESULTS.md has the des
 and what each cost: 128 x 192 tiles, pre staged by TMA with gelu written over it, gelu stored from registers 4 bytes
 a lane, the epilogue spread over the next tile's k-blocks, two warpgroups sharing each tile, clusters of 2 x 2
 sharing the weight too.
+
+Under -fp8 (kFp8, DgeluFp8Out) the epilogue writes the tensors the FP8 matmuls after it read, instead of bf16 dinp
+and gelu_out: dinp scaled and saturated to FP8 both row-major (fc's dinp reads it) and transposed (fcw's gradient),
+and gelu(pre) transposed in E4M3 (fcprojw's gradient), with dinp's amax (delayed scaling: the scales are the step's,
+src/fp8.cuh; gelu's amax is the forward's, whose fc matmul wrote the same values). Each warp leaves its 16 rows x 128 columns of each in shared memory (the bf16 staging, which this mode
+does not use) and writes them in 16-byte chunks: a row's 128 bytes, or a column's 16 rows. No cast reads dinp back
+and nothing recomputes gelu, 24 bytes a row and column of C fewer than the bf16 outputs and their casts.
 */
 #pragma once
+#include <cuda_fp8.h>
 #include "ptx.cuh"
 #include "gelu.cuh"
 
@@ -42,15 +50,27 @@ struct DgeluTile {
     static constexpr int kSmemBytes = 1024 + kStages * (kStageA + kStageB) + 2 * (kStageOut + kSums) + 8 * kTranspose + 2 * kStages * 8;
 };
 
+// the FP8 outputs (kFp8): dinp8 (N, C) and dinp8T (C, N) = saturate(dinp * *dinp_scale) in E5M2 or E4M3, gelu8T
+// (C, N) = saturate(gelu(pre) * *gelu_scale) in E4M3 (may be null), dinp's amax (unscaled, as float bits) atomically
+// into *dinp_amax. N % 16 == 0.
+struct DgeluFp8Out {
+    uint8_t *dinp8, *dinp8T, *gelu8T;
+    const float *dinp_scale, *gelu_scale;
+    unsigned int* dinp_amax;
+    bool dinp_e5m2;
+};
+
 // map_dout: (OC, N) boxes of 64 x 64; map_weight: (C, OC) boxes of 64 x 64, two a stage; map_dinp: (C, N) boxes of
 // 64 x 64; pre, gelu_out (N, C), gelu_out may be null. The CTAs pair up in clusters of two: pair tile t covers rows
 // 128 (t / (C / 256)) and columns 256 (t % (C / 256)), CTA rank r the 128 columns at + 128 r. Both need the same dout
 // rows, so each loads 64 of them into both (TMA multicast): a quarter less traffic out of L2 per tile than alone.
 // Consumer warpgroup w takes the CTA's tiles w, w + 2, ...
+// kFp8: 0 bf16 outputs; 1, 2: FP8 outputs (f8), dinp in E4M3 (1) or E5M2 (2)
+template <int kFp8>
 __global__ void __launch_bounds__(kDgeluThreads, 1)
 matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const __grid_constant__ CUtensorMap map_weight,
                            const __grid_constant__ CUtensorMap map_dinp, const floatX* pre, floatX* gelu_out, float* bias_partials,
-                           int N, int C, int OC) {
+                           int N, int C, int OC, const DgeluFp8Out f8) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Tile = DgeluTile;
     constexpr int kBN = kDgeluBN;
@@ -110,6 +130,16 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
             mbar_arrive_remote(&empty[s], rank ^ 1);
         }
     };
+    // kFp8: the step's scales, and this thread's amax of dinp
+    const float dinp_scale = kFp8 ? *f8.dinp_scale : 0.0f, gelu_scale = kFp8 && f8.gelu8T ? *f8.gelu_scale : 0.0f;
+    constexpr __nv_fp8_interpretation_t dinp_format = kFp8 == 2 ? __NV_E5M2 : __NV_E4M3;
+    float dinp_amax = 0.0f;
+    // kFp8: this warp's 16 rows x 128 columns in FP8, in the staging bf16 dinp does not use: dinp row-major (row r's
+    // 16-byte chunk c at chunk c ^ (r % 8), so that the quads' pair stores and the rows' chunk reads spread over the
+    // banks), dinp and gelu transposed (column c's 16 rows at 16 c)
+    uint8_t* rows8 = stage_out + warp * 8192;
+    uint8_t* dinp_cols8 = rows8 + 2048;
+    uint8_t* gelu_cols8 = rows8 + 4096;
     int tile_it = cwg;
     for (int t = cluster + cwg * num_clusters; t < num_tiles; t += 2 * num_clusters, tile_it += 2) {
         int m0, n0;
@@ -184,8 +214,24 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                         gelu_and_grad(__bfloat162float(pre2.x), y0, dy0);
                         gelu_and_grad(__bfloat162float(pre2.y), y1, dy1);
                         const float d0 = acc[mh][4 * j + 2 * half] * dy0, d1 = acc[mh][4 * j + 2 * half + 1] * dy1;
-                        *reinterpret_cast<__nv_bfloat162*>(stage_out + at) = __floats2bfloat162_rn(d0, d1);
-                        *pair = __floats2bfloat162_rn(y0, y1);
+                        if constexpr (kFp8) {
+                            const int r = g + 8 * half;   // the warp's row
+                            const __nv_fp8x2_storage_t dq = __nv_cvt_float2_to_fp8x2(make_float2(d0 * dinp_scale, d1 * dinp_scale),
+                                                                                     __NV_SATFINITE, dinp_format);
+                            *reinterpret_cast<__nv_fp8x2_storage_t*>(rows8 + r * 128 + (((c / 16) ^ (r % 8)) * 16) + c % 16) = dq;
+                            dinp_cols8[c * 16 + r] = dq & 0xff;
+                            dinp_cols8[(c + 1) * 16 + r] = dq >> 8;
+                            dinp_amax = fmaxf(dinp_amax, fmaxf(fabsf(d0), fabsf(d1)));
+                            if (f8.gelu8T) {
+                                const __nv_fp8x2_storage_t yq = __nv_cvt_float2_to_fp8x2(make_float2(y0 * gelu_scale, y1 * gelu_scale),
+                                                                                         __NV_SATFINITE, __NV_E4M3);
+                                gelu_cols8[c * 16 + r] = yq & 0xff;
+                                gelu_cols8[(c + 1) * 16 + r] = yq >> 8;
+                            }
+                        } else {
+                            *reinterpret_cast<__nv_bfloat162*>(stage_out + at) = __floats2bfloat162_rn(d0, d1);
+                            *pair = __floats2bfloat162_rn(y0, y1);
+                        }
                         if (row_lo + 8 * half < N) {
                             sum0 += d0;
                             sum1 += d1;
@@ -206,7 +252,7 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                     }
                 }
                 sums[(mh * 4 + warp) * kBN + 32 * q + 8 * (g / 2) + 2 * tq + g % 2] = part[0];
-                if (gelu_out) {
+                if (!kFp8 && gelu_out) {
                     __syncwarp();   // the quad's gelu pairs are in the transpose
                     #pragma unroll
                     for (int half = 0; half < 2; half++)
@@ -215,10 +261,30 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                                 *reinterpret_cast<const uint4*>(transpose + chunk_at(g + 8 * half, tq));
                 }
             }
+            if constexpr (kFp8) {   // the warp's 16 rows: 8 lanes a row's 128 bytes, then a lane a column's 16 rows
+                __syncwarp();
+                const int rows0 = m0 + mh * 64 + warp * 16;
+                if (rows0 < N) {   // N % 16 == 0: the 16 rows are all in or all out
+                    #pragma unroll
+                    for (int it = 0; it < 4; it++) {
+                        const int r = it * 4 + lane / 8, ch = lane % 8;
+                        *reinterpret_cast<uint4*>(f8.dinp8 + (size_t)(rows0 + r) * C + n0 + 16 * ch) =
+                            *reinterpret_cast<const uint4*>(rows8 + r * 128 + ((ch ^ (r % 8)) * 16));
+                    }
+                    #pragma unroll
+                    for (int it = 0; it < 4; it++) {
+                        const int c = it * 32 + lane;
+                        *reinterpret_cast<uint4*>(f8.dinp8T + (size_t)(n0 + c) * N + rows0) = *reinterpret_cast<const uint4*>(dinp_cols8 + 16 * c);
+                        if (f8.gelu8T)
+                            *reinterpret_cast<uint4*>(f8.gelu8T + (size_t)(n0 + c) * N + rows0) = *reinterpret_cast<const uint4*>(gelu_cols8 + 16 * c);
+                    }
+                }
+                __syncwarp();   // read before the next half writes
+            }
         }
         fence_proxy_async();   // the staging's writes are visible to the TMA ...
         named_barrier_sync(1 + cwg, 128);   // ... from every thread of the warpgroup, and so are the sums
-        if (tid == 0) {   // the staging: column block cb of rows 64 mh.. at (cb * 2 + mh) * 8 KB
+        if (!kFp8 && tid == 0) {   // the staging: column block cb of rows 64 mh.. at (cb * 2 + mh) * 8 KB
             for (int cb = 0; cb < kBN / 64; cb++)
                 for (int mh = 0; mh < 2; mh++)
                     tma_store_2d(&map_dinp, stage_out + cb * 16384 + mh * 8192, n0 + 64 * cb, m0 + 64 * mh);
@@ -238,6 +304,11 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
             }
         }
     }
+    if constexpr (kFp8) {
+        #pragma unroll
+        for (int bit = 16; bit >= 1; bit /= 2) dinp_amax = fmaxf(dinp_amax, __shfl_xor_sync(0xffffffffu, dinp_amax, bit));
+        if (lane == 0) atomicMax(f8.dinp_amax, __float_as_uint(dinp_amax));
+    }
     if (tid == 0) bulk_wait<0>();   // every store done before the kernel ends
     cluster_sync();   // no CTA leaves while its peer may still write into its ring or arrive on its barriers
 #endif
@@ -249,11 +320,12 @@ inline bool matmul_dgelu_hopper_supported(int C, int OC) {
 }
 
 // dinp (N, C) = (dout (N, OC) @ weight (OC, C)) * gelu'(pre (N, C)); gelu_out (N, C) = gelu(pre) unless null;
-// bias_partials (matmul_dgelu_partial_rows(N), C) fp32 = dinp's sums over each 64 rows. False (nothing run) where
-// matmul_dgelu_hopper_supported is not.
+// bias_partials (matmul_dgelu_partial_rows(N), C) fp32 = dinp's sums over each 64 rows. f8 (-fp8): dinp and gelu go
+// there in FP8 instead (dinp and gelu_out unused). False (nothing run) where matmul_dgelu_hopper_supported is not.
 bool matmul_backward_dgelu_hopper(floatX* dinp, floatX* gelu_out, float* bias_partials, const floatX* dout, const floatX* weight,
-                                  const floatX* pre, int N, int C, int OC, cudaStream_t stream) {
-    if (!matmul_dgelu_hopper_supported(C, OC)) return false;
+                                  const floatX* pre, int N, int C, int OC, cudaStream_t stream, const DgeluFp8Out* f8 = nullptr) {
+    if (!matmul_dgelu_hopper_supported(C, OC) || (f8 && N % 16 != 0)) return false;
+    if (f8) dinp = reinterpret_cast<floatX*>(f8->dinp8);   // map_dinp is then unused, but encoded over real memory
     NVTX_RANGE_FN();
     const cuuint64_t dims_dout[2] = {(cuuint64_t)OC, (cuuint64_t)N}, dims_weight[2] = {(cuuint64_t)C, (cuuint64_t)OC};
     const cuuint64_t dims_out[2] = {(cuuint64_t)C, (cuuint64_t)N};
@@ -263,8 +335,16 @@ bool matmul_backward_dgelu_hopper(floatX* dinp, floatX* gelu_out, float* bias_pa
     const CUtensorMap map_weight = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, weight, dims_weight, stride_c, box_64);
     const CUtensorMap map_dinp = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dinp, dims_out, stride_c, box_64);
     const int pair_tiles = ceil_div(N, kDgeluBM) * (C / (kDgeluCluster * kDgeluBN));
-    launch_persistent_clusters<matmul_dgelu_hopper_kernel, kDgeluCluster>(std::min(pair_tiles, device_props().multiProcessorCount / kDgeluCluster),
-                                                                          kDgeluThreads, DgeluTile::kSmemBytes, stream, map_dout, map_weight,
-                                                                          map_dinp, pre, gelu_out, bias_partials, N, C, OC);
+    const int clusters = std::min(pair_tiles, device_props().multiProcessorCount / kDgeluCluster);
+    if (f8 && f8->dinp_e5m2)
+        launch_persistent_clusters<matmul_dgelu_hopper_kernel<2>, kDgeluCluster>(clusters, kDgeluThreads, DgeluTile::kSmemBytes, stream, map_dout,
+                                                                                 map_weight, map_dinp, pre, nullptr, bias_partials, N, C, OC, *f8);
+    else if (f8)
+        launch_persistent_clusters<matmul_dgelu_hopper_kernel<1>, kDgeluCluster>(clusters, kDgeluThreads, DgeluTile::kSmemBytes, stream, map_dout,
+                                                                                 map_weight, map_dinp, pre, nullptr, bias_partials, N, C, OC, *f8);
+    else
+        launch_persistent_clusters<matmul_dgelu_hopper_kernel<0>, kDgeluCluster>(clusters, kDgeluThreads, DgeluTile::kSmemBytes, stream, map_dout,
+                                                                                     map_weight, map_dinp, pre, gelu_out, bias_partials, N, C, OC,
+                                                                                     DgeluFp8Out{});
     return true;
 }

@@ -765,6 +765,89 @@ int check_fp8_output(std::mt19937_64& rng) {
     return bad != 0 || !amax_ok;
 }
 
+// src/matmul_hopper.cuh's DGELU kernel with FP8 outputs (training's -fp8 backward) against its bf16 outputs, cast on
+// the host: dinp row-major and transposed, gelu transposed, in both gradient formats, on rows that are not whole
+// 128-row tiles. The bf16 outputs are rounded once more before their cast, so a byte may sit one FP8 step from the
+// fused one's (when that rounding crosses a midpoint: a few percent); the two layouts must agree exactly, the bias
+// partials equal the bf16 run's bit for bit, and dinp's amax matches the bf16 output's to bf16's rounding.
+int check_dgelu_fp8(std::mt19937_64& rng) {
+    int failures = 0;
+    const int M = 1008, N = 768, K = 512;   // rows, columns (the kernel's C), the reduction (its OC)
+    if (!matmul_dgelu_hopper_supported(N, K)) {
+        printf("  dgelu fp8: needs the Hopper kernel (sm_90a): skipped\n");
+        return 0;
+    }
+    std::vector<floatX> h_dout((size_t)M * K), h_w((size_t)K * N), h_pre((size_t)M * N);
+    fill_randn_bf16(h_dout, 1.0f, rng);
+    fill_randn_bf16(h_w, 0.05f, rng);
+    fill_randn_bf16(h_pre, 2.0f, rng);
+    floatX *dout = device_alloc<floatX>(h_dout.size()), *w = device_alloc<floatX>(h_w.size()), *pre = device_alloc<floatX>(h_pre.size());
+    to_device(dout, h_dout);
+    to_device(w, h_w);
+    to_device(pre, h_pre);
+    floatX *dinp = device_alloc<floatX>((size_t)M * N), *gelu = device_alloc<floatX>((size_t)M * N);
+    const size_t partial_floats = (size_t)matmul_dgelu_partial_rows(M) * N;
+    float *partials = device_alloc<float>(partial_floats), *partials8 = device_alloc<float>(partial_floats);
+    uint8_t* q = device_alloc<uint8_t>(3 * (size_t)M * N);   // dinp8, dinp8T, gelu8T
+    Fp8Scale* slots = device_alloc<Fp8Scale>(2);
+    matmul_backward_dgelu_hopper(dinp, gelu, partials, dout, w, pre, M, N, K, 0);
+    cudaCheck(cudaGetLastError());
+    const std::vector<floatX> h_dinp = from_device(dinp, (size_t)M * N), h_gelu = from_device(gelu, (size_t)M * N);
+    const std::vector<float> h_partials = from_device(partials, partial_floats);
+    float dinp_amax = 0.0f, gelu_amax = 0.0f;
+    for (size_t e = 0; e < h_dinp.size(); e++) {
+        dinp_amax = std::max(dinp_amax, std::fabs(__bfloat162float(h_dinp[e])));
+        gelu_amax = std::max(gelu_amax, std::fabs(__bfloat162float(h_gelu[e])));
+    }
+    for (int e5m2 = 0; e5m2 < 2; e5m2++) {
+        Fp8Scale h_slots[2] = {fp8_scale_init(e5m2), fp8_scale_init(false)};
+        h_slots[0].scale = 0.9f * h_slots[0].fmax / dinp_amax;   // as delayed scaling would set them, short of saturation
+        h_slots[1].scale = 0.9f * kFp8MaxE4M3 / gelu_amax;
+        cudaCheck(cudaMemcpy(slots, h_slots, sizeof(h_slots), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemset(q, 0x7f, 3 * (size_t)M * N));   // poison: NaN in both formats, which a saturating cast never writes
+        poison(partials8, partial_floats * 4);
+        const DgeluFp8Out f8 = {q, q + (size_t)M * N, q + 2 * (size_t)M * N, &slots[0].scale, &slots[1].scale, &slots[0].amax, e5m2 == 1};
+        matmul_backward_dgelu_hopper(nullptr, nullptr, partials8, dout, w, pre, M, N, K, 0, &f8);
+        cudaCheck(cudaGetLastError());
+        const std::vector<uint8_t> got = from_device(q, 3 * (size_t)M * N);
+        const std::vector<float> got_partials = from_device(partials8, partial_floats);
+        Fp8Scale after[2];
+        cudaCheck(cudaMemcpy(after, slots, sizeof(after), cudaMemcpyDeviceToHost));
+        // the FP8 step between two bytes of one sign (both formats order their magnitudes as their bits)
+        auto steps = [](uint8_t a, uint8_t b) { return ((a ^ b) & 0x80) && ((a | b) & 0x7f) ? 256 : std::abs((a & 0x7f) - (b & 0x7f)); };
+        auto cast = [](float v, bool fmt_e5m2) {
+            return fmt_e5m2 ? __nv_fp8_e5m2(v).__x : __nv_fp8_e4m3(v).__x;
+        };
+        size_t poisoned = 0, layouts_differ = 0, off_one[2] = {0, 0}, off_more[2] = {0, 0};
+        for (int r = 0; r < M; r++)
+            for (int c = 0; c < N; c++) {
+                const size_t e = (size_t)r * N + c;
+                const uint8_t d8 = got[e], d8T = got[(size_t)M * N + (size_t)c * M + r], g8T = got[2 * (size_t)M * N + (size_t)c * M + r];
+                poisoned += (d8 == 0x7f) + (d8T == 0x7f) + (g8T == 0x7f);
+                layouts_differ += d8 != d8T;
+                const int sd = steps(d8, cast(__bfloat162float(h_dinp[e]) * h_slots[0].scale, e5m2 == 1));
+                const int sg = steps(g8T, cast(__bfloat162float(h_gelu[e]) * h_slots[1].scale, false));
+                off_one[0] += sd == 1; off_more[0] += sd > 1;
+                off_one[1] += sg == 1; off_more[1] += sg > 1;
+            }
+        size_t partials_differ = 0;
+        for (size_t i = 0; i < partial_floats; i++) partials_differ += memcmp(&got_partials[i], &h_partials[i], 4) != 0;
+        const float got_amax = float_from_bits(after[0].amax);
+        const bool amax_ok = std::fabs(got_amax - dinp_amax) <= std::ldexp(dinp_amax, -7);
+        const size_t n = (size_t)M * N;
+        const bool ok = poisoned == 0 && layouts_differ == 0 && off_more[0] == 0 && off_more[1] == 0 && off_one[0] * 20 <= n &&
+                        off_one[1] * 20 <= n && partials_differ == 0 && amax_ok;
+        printf("  dgelu fp8 (dinp %s) M=%d N=%d K=%d: %zu unwritten, layouts differ at %zu; against the bf16 outputs' casts one step "
+               "off dinp %zu / gelu %zu of %zu, further %zu / %zu; partials differ at %zu; amax %.4g (bf16's %.4g) %s\n",
+               e5m2 ? "E5M2" : "E4M3", M, N, K, poisoned, layouts_differ, off_one[0], off_one[1], n, off_more[0], off_more[1],
+               partials_differ, got_amax, dinp_amax, ok ? "ok" : "FAIL");
+        failures += !ok;
+    }
+    for (void* p : {(void*)dout, (void*)w, (void*)pre, (void*)dinp, (void*)gelu, (void*)partials, (void*)partials8, (void*)q, (void*)slots})
+        cudaCheck(cudaFree(p));
+    return failures;
+}
+
 // src/fp8.cuh's layernorm with its output in FP8 (training's ln1 and ln2 under -fp8): against fp64 on the host, each
 // byte within one E4M3 step of the fp64 value's cast (the kernel's fp32 statistics can move a value across a rounding
 // boundary) and nearly all exact; out8T exactly out8 transposed; mean, rstd and the amax within fp32's reach
@@ -832,7 +915,7 @@ int main(int argc, char** argv) {
         if (args.check) for (int m : {1000, 4096}) failures += validate(args, sh, m, rng);
         else failures += validate(args, sh, std::min(M, 4096), rng);
     }
-    if (args.check && args.wants(6)) failures += check_fp8_cast(rng) + check_fp8_output(rng) + check_layernorm_fp8(rng);
+    if (args.check && args.wants(6)) failures += check_fp8_cast(rng) + check_fp8_output(rng) + check_layernorm_fp8(rng) + check_dgelu_fp8(rng);
     if (args.bench && failures == 0) bench(args, M, rng);
     matmul_teardown();
     printf("%s\n", failures ? "FAILED" : "all ok");
