@@ -518,9 +518,10 @@ void gpt2_free(GPT2* model) {
 // the gradients E5M2, or E4M3 with -fp8 2) with per-tensor delayed scaling (src/fp8.cuh); the lm head, the attention,
 // the layernorms' arithmetic and the optimizer stay as they are. An operand is cast just before its matmul into the
 // logits' memory, which no layer reads: the forward writes the logits after the last layer, and the backward has
-// consumed them before the first. ln1 and ln2 come out of their layernorm in FP8 instead (fp8_layernorms), and the fc
-// matmul writes gelu(.) in FP8 for fcproj. The weights are cast per layer each time (6 bytes a parameter a step), so
-// their FP8 copies cost no memory.
+// consumed them before the first. Some producers write FP8 themselves instead: ln1 and ln2 come out of their layernorm
+// in FP8 (fp8_layernorms), the fc matmul writes gelu(.) for fcproj, atty's forward cast keeps its transpose for the
+// backward, and the MLP's DGELU kernel writes dfch and gelu(fch) as the backward's matmuls read them. The weights are
+// cast per layer each time (6 bytes a parameter a step), so their FP8 copies cost no memory.
 
 enum Fp8Linear { kFp8Qkv, kFp8Attproj, kFp8Fc, kFp8Fcproj, kFp8Linears };
 // a layer's slots: the linears' inputs (x), then their weights, then their output gradients
