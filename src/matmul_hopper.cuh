@@ -219,14 +219,14 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                             const __nv_fp8x2_storage_t dq = __nv_cvt_float2_to_fp8x2(make_float2(d0 * dinp_scale, d1 * dinp_scale),
                                                                                      __NV_SATFINITE, dinp_format);
                             *reinterpret_cast<__nv_fp8x2_storage_t*>(rows8 + r * 128 + (((c / 16) ^ (r % 8)) * 16) + c % 16) = dq;
-                            dinp_cols8[c * 16 + r] = dq & 0xff;
-                            dinp_cols8[(c + 1) * 16 + r] = dq >> 8;
+                            dinp_cols8[c * 16 + r] = dq;   // the low byte: column c
+                            dinp_cols8[(c + 1) * 16 + r] = __byte_perm(dq, 0, 0x1);   // the high byte, in one PRMT
                             dinp_amax = fmaxf(dinp_amax, fmaxf(fabsf(d0), fabsf(d1)));
                             if (f8.gelu8T) {
                                 const __nv_fp8x2_storage_t yq = __nv_cvt_float2_to_fp8x2(make_float2(y0 * gelu_scale, y1 * gelu_scale),
                                                                                          __NV_SATFINITE, __NV_E4M3);
-                                gelu_cols8[c * 16 + r] = yq & 0xff;
-                                gelu_cols8[(c + 1) * 16 + r] = yq >> 8;
+                                gelu_cols8[c * 16 + r] = yq;
+                                gelu_cols8[(c + 1) * 16 + r] = __byte_perm(yq, 0, 0x1);
                             }
                         } else {
                             *reinterpret_cast<__nv_bfloat162*>(stage_out + at) = __floats2bfloat162_rn(d0, d1);
