@@ -28,9 +28,10 @@ sharing the weight too.
 Under -fp8 (kFp8, DgeluFp8Out) the epilogue writes the tensors the FP8 matmuls after it read, instead of bf16 dinp
 and gelu_out: dinp scaled and saturated to FP8 both row-major (fc's dinp reads it) and transposed (fcw's gradient),
 and gelu(pre) transposed in E4M3 (fcprojw's gradient), with dinp's amax (delayed scaling: the scales are the step's,
-src/fp8.cuh; gelu's amax is the forward's, whose fc matmul wrote the same values). Each warp leaves its 16 rows x 128 columns of each in shared memory (the bf16 staging, which this mode
-does not use) and writes them in 16-byte chunks: a row's 128 bytes, or a column's 16 rows. No cast reads dinp back
-and nothing recomputes gelu, 24 bytes a row and column of C fewer than the bf16 outputs and their casts.
+src/fp8.cuh; gelu's amax is the forward's, whose fc matmul wrote the same values). The transposed tiles take the bf16
+staging's place, 128 columns x 128 rows of each in the 128-byte swizzle, and leave by TMA store as dinp does in bf16;
+the row-major one leaves each warp's 16 x 32 bytes at a time through its pre transpose, 16 bytes a lane. No cast reads
+dinp back and nothing recomputes gelu: 24 bytes a row and column of C fewer than the bf16 outputs and their casts.
 */
 #pragma once
 #include <cuda_fp8.h>
@@ -69,8 +70,8 @@ struct DgeluFp8Out {
 template <int kFp8>
 __global__ void __launch_bounds__(kDgeluThreads, 1)
 matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const __grid_constant__ CUtensorMap map_weight,
-                           const __grid_constant__ CUtensorMap map_dinp, const floatX* pre, floatX* gelu_out, float* bias_partials,
-                           int N, int C, int OC, const DgeluFp8Out f8) {
+                           const __grid_constant__ CUtensorMap map_dinp, const __grid_constant__ CUtensorMap map_gelu8T,
+                           const floatX* pre, floatX* gelu_out, float* bias_partials, int N, int C, int OC, const DgeluFp8Out f8) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Tile = DgeluTile;
     constexpr int kBN = kDgeluBN;
@@ -134,12 +135,11 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
     const float dinp_scale = kFp8 ? *f8.dinp_scale : 0.0f, gelu_scale = kFp8 && f8.gelu8T ? *f8.gelu_scale : 0.0f;
     constexpr __nv_fp8_interpretation_t dinp_format = kFp8 == 2 ? __NV_E5M2 : __NV_E4M3;
     float dinp_amax = 0.0f;
-    // kFp8: this warp's 16 rows x 128 columns in FP8, in the staging bf16 dinp does not use: dinp row-major (row r's
-    // 16-byte chunk c at chunk c ^ (r % 8), so that the quads' pair stores and the rows' chunk reads spread over the
-    // banks), dinp and gelu transposed (column c's 16 rows at 16 c)
-    uint8_t* rows8 = stage_out + warp * 8192;
-    uint8_t* dinp_cols8 = rows8 + 2048;
-    uint8_t* gelu_cols8 = rows8 + 4096;
+    // kFp8: the tile's dinp and gelu transposed, in the staging: column c's 128 rows at 128 c, its 16-byte chunk k
+    // at k ^ (c % 8) (TMA's 128-byte swizzle, under which a quad's byte stores also spread over the banks)
+    uint8_t* dinp_tile8 = stage_out;
+    uint8_t* gelu_tile8 = stage_out + kDgeluBM * kBN;
+    auto tile8_at = [](int c, int rr) { return c * 128 + (((rr / 16) ^ (c % 8)) * 16) + rr % 16; };
     int tile_it = cwg;
     for (int t = cluster + cwg * num_clusters; t < num_tiles; t += 2 * num_clusters, tile_it += 2) {
         int m0, n0;
@@ -198,6 +198,7 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                     *reinterpret_cast<uint4*>(transpose + chunk_at(g + 8 * half, tq)) = pre8[q][half];
                 __syncwarp();
                 float part[8];   // this lane's two rows summed, at columns 32 q + 8 jj + 2 tq + e: part[2 jj + e]
+                __nv_fp8x2_storage_t dinp_row8[4][2];   // kFp8: this lane's FP8 pairs of dinp, row-major after the loop
                 #pragma unroll
                 for (int jj = 0; jj < 4; jj++) {
                     const int j = 4 * q + jj, c = 8 * j + 2 * tq;   // the tile's column
@@ -215,18 +216,17 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                         gelu_and_grad(__bfloat162float(pre2.y), y1, dy1);
                         const float d0 = acc[mh][4 * j + 2 * half] * dy0, d1 = acc[mh][4 * j + 2 * half + 1] * dy1;
                         if constexpr (kFp8) {
-                            const int r = g + 8 * half;   // the warp's row
                             const __nv_fp8x2_storage_t dq = __nv_cvt_float2_to_fp8x2(make_float2(d0 * dinp_scale, d1 * dinp_scale),
                                                                                      __NV_SATFINITE, dinp_format);
-                            *reinterpret_cast<__nv_fp8x2_storage_t*>(rows8 + r * 128 + (((c / 16) ^ (r % 8)) * 16) + c % 16) = dq;
-                            dinp_cols8[c * 16 + r] = dq;   // the low byte: column c
-                            dinp_cols8[(c + 1) * 16 + r] = __byte_perm(dq, 0, 0x1);   // the high byte, in one PRMT
+                            dinp_row8[jj][half] = dq;
+                            dinp_tile8[tile8_at(c, rr)] = dq;   // the low byte: column c
+                            dinp_tile8[tile8_at(c + 1, rr)] = __byte_perm(dq, 0, 0x1);   // the high byte, in one PRMT
                             dinp_amax = fmaxf(dinp_amax, fmaxf(fabsf(d0), fabsf(d1)));
                             if (f8.gelu8T) {
                                 const __nv_fp8x2_storage_t yq = __nv_cvt_float2_to_fp8x2(make_float2(y0 * gelu_scale, y1 * gelu_scale),
                                                                                          __NV_SATFINITE, __NV_E4M3);
-                                gelu_cols8[c * 16 + r] = yq;
-                                gelu_cols8[(c + 1) * 16 + r] = __byte_perm(yq, 0, 0x1);
+                                gelu_tile8[tile8_at(c, rr)] = yq;
+                                gelu_tile8[tile8_at(c + 1, rr)] = __byte_perm(yq, 0, 0x1);
                             }
                         } else {
                             *reinterpret_cast<__nv_bfloat162*>(stage_out + at) = __floats2bfloat162_rn(d0, d1);
@@ -252,6 +252,25 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                     }
                 }
                 sums[(mh * 4 + warp) * kBN + 32 * q + 8 * (g / 2) + 2 * tq + g % 2] = part[0];
+                if constexpr (kFp8) {
+                    // the warp's 16 rows x 32 bytes of dinp, row-major, through the transpose (its pre is read): row
+                    // r's two 16-byte halves swapped where r / 4 is odd, so that neither the pair stores nor the reads
+                    // meet in a bank; then each lane stores 16 bytes, two lanes a row
+                    __syncwarp();
+                    #pragma unroll
+                    for (int half = 0; half < 2; half++)
+                        #pragma unroll
+                        for (int jj = 0; jj < 4; jj++) {
+                            const int r = g + 8 * half, b = 8 * jj + 2 * tq;
+                            *reinterpret_cast<__nv_fp8x2_storage_t*>(transpose + r * 32 + (((b / 16) ^ ((r / 4) % 2)) * 16) + b % 16) =
+                                dinp_row8[jj][half];
+                        }
+                    __syncwarp();
+                    const int r = lane / 2, h16 = lane % 2, row = m0 + mh * 64 + warp * 16 + r;
+                    if (row < N)
+                        *reinterpret_cast<uint4*>(f8.dinp8 + (size_t)row * C + n0 + 32 * q + 16 * h16) =
+                            *reinterpret_cast<const uint4*>(transpose + r * 32 + ((h16 ^ ((r / 4) % 2)) * 16));
+                }
                 if (!kFp8 && gelu_out) {
                     __syncwarp();   // the quad's gelu pairs are in the transpose
                     #pragma unroll
@@ -261,33 +280,18 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                                 *reinterpret_cast<const uint4*>(transpose + chunk_at(g + 8 * half, tq));
                 }
             }
-            if constexpr (kFp8) {   // the warp's 16 rows: 8 lanes a row's 128 bytes, then a lane a column's 16 rows
-                __syncwarp();
-                const int rows0 = m0 + mh * 64 + warp * 16;
-                if (rows0 < N) {   // N % 16 == 0: the 16 rows are all in or all out
-                    #pragma unroll
-                    for (int it = 0; it < 4; it++) {
-                        const int r = it * 4 + lane / 8, ch = lane % 8;
-                        *reinterpret_cast<uint4*>(f8.dinp8 + (size_t)(rows0 + r) * C + n0 + 16 * ch) =
-                            *reinterpret_cast<const uint4*>(rows8 + r * 128 + ((ch ^ (r % 8)) * 16));
-                    }
-                    #pragma unroll
-                    for (int it = 0; it < 4; it++) {
-                        const int c = it * 32 + lane;
-                        *reinterpret_cast<uint4*>(f8.dinp8T + (size_t)(n0 + c) * N + rows0) = *reinterpret_cast<const uint4*>(dinp_cols8 + 16 * c);
-                        if (f8.gelu8T)
-                            *reinterpret_cast<uint4*>(f8.gelu8T + (size_t)(n0 + c) * N + rows0) = *reinterpret_cast<const uint4*>(gelu_cols8 + 16 * c);
-                    }
-                }
-                __syncwarp();   // read before the next half writes
-            }
         }
         fence_proxy_async();   // the staging's writes are visible to the TMA ...
         named_barrier_sync(1 + cwg, 128);   // ... from every thread of the warpgroup, and so are the sums
-        if (!kFp8 && tid == 0) {   // the staging: column block cb of rows 64 mh.. at (cb * 2 + mh) * 8 KB
-            for (int cb = 0; cb < kBN / 64; cb++)
-                for (int mh = 0; mh < 2; mh++)
-                    tma_store_2d(&map_dinp, stage_out + cb * 16384 + mh * 8192, n0 + 64 * cb, m0 + 64 * mh);
+        if (tid == 0) {
+            if constexpr (kFp8) {   // the transposed tiles: (128 columns, 128 rows) at (n0, m0); rows past N are clipped
+                tma_store_2d(&map_dinp, dinp_tile8, m0, n0);
+                if (f8.gelu8T) tma_store_2d(&map_gelu8T, gelu_tile8, m0, n0);
+            } else {   // the staging: column block cb of rows 64 mh.. at (cb * 2 + mh) * 8 KB
+                for (int cb = 0; cb < kBN / 64; cb++)
+                    for (int mh = 0; mh < 2; mh++)
+                        tma_store_2d(&map_dinp, stage_out + cb * 16384 + mh * 8192, n0 + 64 * cb, m0 + 64 * mh);
+            }
             bulk_commit();
         }
         {   // each 64 rows' sums, its four warps added in order: threads 0-63 the first half, 64-127 the second
@@ -325,7 +329,6 @@ inline bool matmul_dgelu_hopper_supported(int C, int OC) {
 bool matmul_backward_dgelu_hopper(floatX* dinp, floatX* gelu_out, float* bias_partials, const floatX* dout, const floatX* weight,
                                   const floatX* pre, int N, int C, int OC, cudaStream_t stream, const DgeluFp8Out* f8 = nullptr) {
     if (!matmul_dgelu_hopper_supported(C, OC) || (f8 && N % 16 != 0)) return false;
-    if (f8) dinp = reinterpret_cast<floatX*>(f8->dinp8);   // map_dinp is then unused, but encoded over real memory
     NVTX_RANGE_FN();
     const cuuint64_t dims_dout[2] = {(cuuint64_t)OC, (cuuint64_t)N}, dims_weight[2] = {(cuuint64_t)C, (cuuint64_t)OC};
     const cuuint64_t dims_out[2] = {(cuuint64_t)C, (cuuint64_t)N};
@@ -333,18 +336,26 @@ bool matmul_backward_dgelu_hopper(floatX* dinp, floatX* gelu_out, float* bias_pa
     const cuuint32_t box_64[2] = {64, 64};
     const CUtensorMap map_dout = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dout, dims_dout, stride_dout, box_64);
     const CUtensorMap map_weight = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, weight, dims_weight, stride_c, box_64);
-    const CUtensorMap map_dinp = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dinp, dims_out, stride_c, box_64);
+    // -fp8: map_dinp is dinp transposed, (N, C) bytes in boxes of 128 x 128, and map_gelu8T likewise
+    const cuuint64_t dims_t[2] = {(cuuint64_t)N, (cuuint64_t)C}, stride_t[1] = {(cuuint64_t)N};
+    const cuuint32_t box_128[2] = {128, 128};
+    const CUtensorMap map_dinp = f8 ? swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, f8->dinp8T, dims_t, stride_t, box_128)
+                                    : swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dinp, dims_out, stride_c, box_64);
+    const CUtensorMap map_gelu8T = f8 && f8->gelu8T ? swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, f8->gelu8T, dims_t, stride_t, box_128)
+                                                    : map_dinp;
     const int pair_tiles = ceil_div(N, kDgeluBM) * (C / (kDgeluCluster * kDgeluBN));
     const int clusters = std::min(pair_tiles, device_props().multiProcessorCount / kDgeluCluster);
     if (f8 && f8->dinp_e5m2)
         launch_persistent_clusters<matmul_dgelu_hopper_kernel<2>, kDgeluCluster>(clusters, kDgeluThreads, DgeluTile::kSmemBytes, stream, map_dout,
-                                                                                 map_weight, map_dinp, pre, nullptr, bias_partials, N, C, OC, *f8);
+                                                                                 map_weight, map_dinp, map_gelu8T, pre, nullptr, bias_partials, N, C, OC,
+                                                                                 *f8);
     else if (f8)
         launch_persistent_clusters<matmul_dgelu_hopper_kernel<1>, kDgeluCluster>(clusters, kDgeluThreads, DgeluTile::kSmemBytes, stream, map_dout,
-                                                                                 map_weight, map_dinp, pre, nullptr, bias_partials, N, C, OC, *f8);
+                                                                                 map_weight, map_dinp, map_gelu8T, pre, nullptr, bias_partials, N, C, OC,
+                                                                                 *f8);
     else
         launch_persistent_clusters<matmul_dgelu_hopper_kernel<0>, kDgeluCluster>(clusters, kDgeluThreads, DgeluTile::kSmemBytes, stream, map_dout,
-                                                                                     map_weight, map_dinp, pre, gelu_out, bias_partials, N, C, OC,
-                                                                                     DgeluFp8Out{});
+                                                                                     map_weight, map_dinp, map_gelu8T, pre, gelu_out, bias_partials,
+                                                                                     N, C, OC, DgeluFp8Out{});
     return true;
 }
