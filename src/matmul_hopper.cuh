@@ -62,7 +62,8 @@ struct DgeluFp8Out {
 };
 
 // map_dout: (OC, N) boxes of 64 x 64; map_weight: (C, OC) boxes of 64 x 64, two a stage; map_dinp: (C, N) boxes of
-// 64 x 64; pre, gelu_out (N, C), gelu_out may be null. The CTAs pair up in clusters of two: pair tile t covers rows
+// 64 x 64 (kFp8: dinp8T's, (N, C) bytes in boxes of 128 x 128, and map_gelu8T gelu8T's); pre, gelu_out (N, C), gelu_out
+// may be null. The CTAs pair up in clusters of two: pair tile t covers rows
 // 128 (t / (C / 256)) and columns 256 (t % (C / 256)), CTA rank r the 128 columns at + 128 r. Both need the same dout
 // rows, so each loads 64 of them into both (TMA multicast): a quarter less traffic out of L2 per tile than alone.
 // Consumer warpgroup w takes the CTA's tiles w, w + 2, ...
