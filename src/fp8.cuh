@@ -134,10 +134,11 @@ inline void fp8_fold_amax(Fp8Scale* slot, cudaStream_t stream) {
 // after it, out8T (C, N) for that linear's dweight in the backward, mean and rstd as layernorm_forward's, the amax into
 // slot (E4M3); no bf16 output. A CTA normalises 32 rows, each of its 16 warps two, and leaves their FP8 bytes in shared
 // memory, from which each thread writes 32 rows of a column of out8T (a whole 32-byte sector). C % 8 == 0, N % 32 == 0.
+// Three CTAs an SM (40 registers a thread): with two the warps mostly wait on their loads.
 
 constexpr int kLnFp8Rows = 32, kLnFp8Warps = 16;
 
-__global__ void __launch_bounds__(kLnFp8Warps * 32) layernorm_forward_fp8_kernel(uint8_t* out8, uint8_t* out8T, float* mean,
+__global__ void __launch_bounds__(kLnFp8Warps * 32, 3) layernorm_forward_fp8_kernel(uint8_t* out8, uint8_t* out8T, float* mean,
                                                                                  float* rstd, const floatX* inp, const floatX* weight,
                                                                                  const floatX* bias, int N, int C, Fp8Scale* slot) {
     extern __shared__ __align__(16) uint8_t ln_fp8_rows[];   // (kLnFp8Rows, C)
