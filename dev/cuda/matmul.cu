@@ -670,6 +670,9 @@ void bench_fp8_step(const HarnessArgs& args, int M, int C, std::mt19937_64& rng)
 }
 
 static float float_from_bits(unsigned int bits) { float f; memcpy(&f, &bits, sizeof(f)); return f; }
+// how many FP8 steps apart two bytes are (both formats order their magnitudes as their bits; +0 and -0 alike; 256 for
+// nonzero values of opposite signs)
+static int fp8_steps(uint8_t a, uint8_t b) { return ((a ^ b) & 0x80) && ((a | b) & 0x7f) ? 256 : std::abs((a & 0x7f) - (b & 0x7f)); }
 
 // src/fp8.cuh's cast (training's, delayed scaling: the slot's scale given) against the host's conversion of the same
 // products: every byte of q and of qT, and the amax, on shapes that are not whole 64 x 64 tiles; both formats. The
@@ -813,8 +816,6 @@ int check_dgelu_fp8(std::mt19937_64& rng) {
         const std::vector<float> got_partials = from_device(partials8, partial_floats);
         Fp8Scale after[2];
         cudaCheck(cudaMemcpy(after, slots, sizeof(after), cudaMemcpyDeviceToHost));
-        // the FP8 step between two bytes of one sign (both formats order their magnitudes as their bits)
-        auto steps = [](uint8_t a, uint8_t b) { return ((a ^ b) & 0x80) && ((a | b) & 0x7f) ? 256 : std::abs((a & 0x7f) - (b & 0x7f)); };
         auto cast = [](float v, bool fmt_e5m2) {
             return fmt_e5m2 ? __nv_fp8_e5m2(v).__x : __nv_fp8_e4m3(v).__x;
         };
@@ -825,8 +826,8 @@ int check_dgelu_fp8(std::mt19937_64& rng) {
                 const uint8_t d8 = got[e], d8T = got[(size_t)M * N + (size_t)c * M + r], g8T = got[2 * (size_t)M * N + (size_t)c * M + r];
                 poisoned += (d8 == 0x7f) + (d8T == 0x7f) + (g8T == 0x7f);
                 layouts_differ += d8 != d8T;
-                const int sd = steps(d8, cast(__bfloat162float(h_dinp[e]) * h_slots[0].scale, e5m2 == 1));
-                const int sg = steps(g8T, cast(__bfloat162float(h_gelu[e]) * h_slots[1].scale, false));
+                const int sd = fp8_steps(d8, cast(__bfloat162float(h_dinp[e]) * h_slots[0].scale, e5m2 == 1));
+                const int sg = fp8_steps(g8T, cast(__bfloat162float(h_gelu[e]) * h_slots[1].scale, false));
                 off_one[0] += sd == 1; off_more[0] += sd > 1;
                 off_one[1] += sg == 1; off_more[1] += sg > 1;
             }
@@ -883,8 +884,7 @@ int check_layernorm_fp8(std::mt19937_64& rng, int N, int C) {
             const double y = (__bfloat162float(hx[(size_t)n * C + c]) - m) * r * __bfloat162float(hw[c]) + __bfloat162float(hb[c]);
             amax = std::max(amax, std::fabs(y));
             const uint8_t want = __nv_fp8_e4m3((float)(y * slot.scale)).__x, have = got[(size_t)n * C + c];
-            const bool both_zero = (want & 0x7f) == 0 && (have & 0x7f) == 0;   // +0 and -0 alike
-            const int steps = both_zero ? 0 : std::abs((int)(want & 0x7f) - (int)(have & 0x7f)) + ((want ^ have) & 0x80 ? 256 : 0);
+            const int steps = fp8_steps(want, have);
             off_one += steps == 1;
             off_more += steps > 1;
             not_transposed += gotT[(size_t)c * N + n] != have;
