@@ -719,10 +719,14 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, B, T, C, main_stream);
     const bool ln_fp8 = fp8_layernorms(model, N);
     uint8_t* ln8 = ln_fp8 ? fp8_forward_scratch(model).x8 : nullptr;   // a layernorm's FP8 output, row-major
-    auto ln_slot = [&](int l, int linear) { return model->fp8_scales + l * kFp8Slots + fp8_x_slot(linear); };
-    if (ln_fp8) layernorm_forward_fp8(ln8, reinterpret_cast<uint8_t*>(a.ln1), a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, N, C,
-                                      ln_slot(0, kFp8Qkv), main_stream);
-    else layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, N, C, main_stream);
+    // a layernorm in front of layer l's `linear`: with ln_fp8, FP8 out (row-major into ln8, transposed into out's memory)
+    // at that linear's input scale
+    auto layernorm = [&](floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* w, const floatX* b, int l, int linear) {
+        if (ln_fp8) layernorm_forward_fp8(ln8, reinterpret_cast<uint8_t*>(out), mean, rstd, inp, w, b, N, C,
+                                          model->fp8_scales + l * kFp8Slots + fp8_x_slot(linear), main_stream);
+        else layernorm_forward(out, mean, rstd, inp, w, b, N, C, main_stream);
+    };
+    layernorm(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, 0, kFp8Qkv);
     floatX* residual = a.encoded;
     for (int l = 0; l < L; l++) {
         NvtxRange layer_range("forward layer", l);
@@ -745,9 +749,7 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         uint8_t* atty8T = ln_fp8 ? reinterpret_cast<uint8_t*>(ln1) + (size_t)N * C : nullptr;
         linear_forward(model, l, kFp8Attproj, residual2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, residual, N, C, C,
                        nullptr, nullptr, nullptr, atty8T);
-        if (ln_fp8) layernorm_forward_fp8(ln8, reinterpret_cast<uint8_t*>(ln2), a.ln2_mean + l * NA, a.ln2_rstd + l * NA, residual2,
-                                          p.ln2w + l * C, p.ln2b + l * C, N, C, ln_slot(l, kFp8Fc), main_stream);
-        else layernorm_forward(ln2, a.ln2_mean + l * NA, a.ln2_rstd + l * NA, residual2, p.ln2w + l * C, p.ln2b + l * C, N, C, main_stream);
+        layernorm(ln2, a.ln2_mean + l * NA, a.ln2_rstd + l * NA, residual2, p.ln2w + l * C, p.ln2b + l * C, l, kFp8Fc);
         // MLP: fch = ln2 @ fcw^T + fcb; x = x + gelu(fch) @ fcprojw^T + fcprojb
         // -fp8 1 with the GELU in the epilogue and recomputed for the backward (-r >= 1): the fc matmul writes gelu(fch)
         // in FP8 for fcproj directly, no bf16 copy
@@ -765,11 +767,8 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         // the next layernorm: the next layer's ln1, or lnf after the last layer
         if (l + 1 < L) {
             size_t next_ln_off = model->recompute >= 2 ? 0 : (l + 1) * NA * C;
-            if (ln_fp8) layernorm_forward_fp8(ln8, reinterpret_cast<uint8_t*>(a.ln1 + next_ln_off), a.ln1_mean + (l + 1) * NA,
-                                              a.ln1_rstd + (l + 1) * NA, residual3, p.ln1w + (l + 1) * C, p.ln1b + (l + 1) * C, N, C,
-                                              ln_slot(l + 1, kFp8Qkv), main_stream);
-            else layernorm_forward(a.ln1 + next_ln_off, a.ln1_mean + (l + 1) * NA, a.ln1_rstd + (l + 1) * NA, residual3,
-                                   p.ln1w + (l + 1) * C, p.ln1b + (l + 1) * C, N, C, main_stream);
+            layernorm(a.ln1 + next_ln_off, a.ln1_mean + (l + 1) * NA, a.ln1_rstd + (l + 1) * NA, residual3, p.ln1w + (l + 1) * C,
+                      p.ln1b + (l + 1) * C, l + 1, kFp8Qkv);
         } else {
             layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual3, p.lnfw, p.lnfb, N, C, main_stream);
         }
