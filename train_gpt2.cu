@@ -855,18 +855,27 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         // MLP projection: dfch = (dresidual @ fcprojw) * gelu'(fch). On Hopper (-ge 2) one kernel does that, writes the
         // recomputed gelu(fch) for fcprojw's gradient, and sums dfch over each 64 rows for fcb's gradient. fcprojb's
         // gradient is already summed, by the layernorm backward that wrote dresidual.
-        // -fp8 with scales and -r >= 1: the kernel writes dfch in FP8 instead, both ways, into dbt4c's memory (fc's dinp
-        // and dweight read it) with its amax, and gelu(fch) transposed into fch_gelu's (fcprojw's gradient; its amax is the
-        // forward's, where the fc matmul wrote it): no casts
+        // -fp8 with scales and -r >= 1: the kernel multiplies FP8 operands (dresidual both ways in the gradient format,
+        // whose transpose fcprojw's gradient reads too, and fcprojw transposed, cast into the casts' scratch), and writes
+        // dfch in FP8 instead, both ways, into dbt4c's memory (fc's dinp and dweight read it) with its amax, and gelu(fch)
+        // transposed into fch_gelu's (fcprojw's gradient; its amax is the forward's, where the fc matmul wrote it)
         const floatX* fcprojw = p.fcprojw + (size_t)l * C * 4 * C;
         const bool fp8_outputs = model->fp8 && model->fp8_updates > 0 && model->recompute >= 1;
         uint8_t* dfch8 = reinterpret_cast<uint8_t*>(dbt4c);   // (N, 4C), then (4C, N)
         uint8_t* gelu8T = reinterpret_cast<uint8_t*>(fch_gelu);
+        uint8_t* dres8 = nullptr;   // dresidual in FP8, (N, C) then (C, N)
         DgeluFp8Out f8 = {};
         if (fp8_outputs) {
             Fp8Scale* s = model->fp8_scales + l * kFp8Slots;
             Fp8Scale *dfch_slot = s + fp8_dout_slot(kFp8Fc), *gelu_slot = s + fp8_x_slot(kFp8Fcproj);
-            f8 = {dfch8, dfch8 + (size_t)N * 4 * C, gelu8T, &dfch_slot->scale, &gelu_slot->scale, &dfch_slot->amax, fp8_grads_e5m2(model)};
+            Fp8Scale *dres_slot = s + fp8_dout_slot(kFp8Fcproj), *w_slot = s + fp8_w_slot(kFp8Fcproj);
+            Fp8Scratch casts{reinterpret_cast<uint8_t*>(model->acts.output)};
+            dres8 = casts.take(2 * (size_t)N * C);
+            uint8_t* fcprojw8T = casts.take((size_t)4 * C * C);
+            fp8_cast(dres8, dres8 + (size_t)N * C, dresidual, N, C, dres_slot, fp8_grads_e5m2(model), main_stream);
+            fp8_cast(nullptr, fcprojw8T, fcprojw, C, 4 * C, w_slot, false, main_stream);
+            f8 = {dfch8, dfch8 + (size_t)N * 4 * C, gelu8T, &dfch_slot->scale, &gelu_slot->scale, &dfch_slot->amax, fp8_grads_e5m2(model),
+                  dres8, fcprojw8T, &dres_slot->scale_inv, &w_slot->scale_inv};
         }
         const bool dgelu_fused = model->gelu_fusion >= 2 &&
             matmul_backward_dgelu_hopper(dbt4c, model->recompute >= 1 ? fch_gelu : nullptr, scratch, dresidual, fcprojw, fch, N, 4 * C, C,
@@ -875,7 +884,7 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         if (dgelu_fused) {
             reduce_partials_add(g.fcb + l * 4 * C, nullptr, scratch, matmul_dgelu_partial_rows(N), 4 * C, main_stream);
             linear_backward(model, l, kFp8Fcproj, nullptr, g.fcprojw + (size_t)l * C * 4 * C, nullptr, scratch, dresidual,
-                            fch_gelu, fcprojw, N, 4 * C, C, dfch_in_fp8 ? gelu8T : nullptr);
+                            fch_gelu, fcprojw, N, 4 * C, C, dfch_in_fp8 ? gelu8T : nullptr, dfch_in_fp8 ? dres8 : nullptr);
         } else {
             if (model->recompute >= 1) gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, main_stream);
             if (model->gelu_fusion >= 2) {   // cuBLASLt's DGELU epilogue: bf16 (-fp8 1 takes the Hopper kernel's path above)

@@ -7,7 +7,8 @@ and W (OC, K) as they lie; the backward's dinp = dout @ W reduces over OC and dW
 it reads W, x and dout transposed. One cast writes a tensor row-major, transposed, or both, in one pass over the bf16.
 Where a tensor's producer can write it in FP8 itself, no cast runs: the layernorm before qkv and fc writes both layouts
 (layernorm_forward_fp8), the fc matmul writes gelu(.) for fcproj (matmul_fp8 with an FP8 D), and on Hopper the MLP's
-DGELU kernel writes dfch both ways and gelu(fch) transposed (src/matmul_hopper.cuh, DgeluFp8Out).
+DGELU kernel, itself on FP8 operands, writes dfch both ways and gelu(fch) transposed (src/matmul_hopper.cuh,
+DgeluFp8Out).
 
 Delayed scaling (Transformer Engine's recipe). A tensor's scale in a step is fmax / (the largest amax of its last
 kFp8History steps): it is known before the tensor is cast, so the cast needs one pass and records the tensor's amax as

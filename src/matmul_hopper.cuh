@@ -25,7 +25,11 @@ and what each cost: 128 x 192 tiles, pre staged by TMA with gelu written over it
 a lane, the epilogue spread over the next tile's k-blocks, two warpgroups sharing each tile, clusters of 2 x 2
 sharing the weight too.
 
-Under -fp8 (kFp8, DgeluFp8Out) the epilogue writes the tensors the FP8 matmuls after it read, instead of bf16 dinp
+Under -fp8 (kFp8, DgeluFp8Out) the GEMM itself runs on FP8: dout in E5M2 (or E4M3) and the weight's transpose in
+E4M3, both K-major as FP8 wgmma takes them, 128 of K a stage (the same 16 KB as bf16's 64), the product scaled back
+by their scales in the epilogue. The tensor cores accumulate it alone, without promoting partial sums into fp32
+(cuBLASLt's split accumulation, which the other backward matmuls use): a second accumulator does not fit beside the
+tile's 128 and the prefetched pre, and over K = C the losses stay bf16's (dev/cuda/RESULTS.md). The epilogue writes the tensors the FP8 matmuls after it read, instead of bf16 dinp
 and gelu_out: dinp scaled and saturated to FP8 both row-major (fc's dinp reads it) and transposed (fcw's gradient),
 and gelu(pre) transposed in E4M3 (fcprojw's gradient), with dinp's amax (delayed scaling: the scales are the step's,
 src/fp8.cuh; gelu's amax is the forward's, whose fc matmul wrote the same values). The transposed tiles take the bf16
@@ -54,16 +58,21 @@ struct DgeluTile {
 // the FP8 outputs (kFp8): dinp8 (N, C) and dinp8T (C, N) = saturate(dinp * *dinp_scale) in E5M2 or E4M3, gelu8T
 // (C, N) = saturate(gelu(pre) * *gelu_scale) in E4M3 (may be null), dinp's amax (unscaled, as float bits) atomically
 // into *dinp_amax. N % 16 == 0.
+// The FP8 operands: dout8 (N, OC) and weight8T (C, OC), in the gradient format (dinp's) and E4M3, with their
+// inverse scales.
 struct DgeluFp8Out {
     uint8_t *dinp8, *dinp8T, *gelu8T;
     const float *dinp_scale, *gelu_scale;
     unsigned int* dinp_amax;
     bool dinp_e5m2;
+    const uint8_t *dout8, *weight8T;
+    const float *dout_scale_inv, *weight_scale_inv;
 };
 
 // map_dout: (OC, N) boxes of 64 x 64; map_weight: (C, OC) boxes of 64 x 64, two a stage; map_dinp: (C, N) boxes of
 // 64 x 64 (kFp8: dinp8T's, (N, C) bytes in boxes of 128 x 128, and map_gelu8T gelu8T's); pre, gelu_out (N, C), gelu_out
-// may be null. The CTAs pair up in clusters of two: pair tile t covers rows
+// may be null. kFp8: map_dout is dout8's, (OC, N) bytes in boxes of 128 x 64, map_weight weight8T's, (OC, C) bytes in
+// boxes of 128 x 128 (one a stage), and the stages past OC read as zeros. The CTAs pair up in clusters of two: pair tile t covers rows
 // 128 (t / (C / 256)) and columns 256 (t % (C / 256)), CTA rank r the 128 columns at + 128 r. Both need the same dout
 // rows, so each loads 64 of them into both (TMA multicast): a quarter less traffic out of L2 per tile than alone.
 // Consumer warpgroup w takes the CTA's tiles w, w + 2, ...
@@ -92,7 +101,8 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
     }
     cluster_sync();   // the peer's barriers exist before anything reaches them
     const int rank = cluster_cta_rank(), cluster = blockIdx.x / kDgeluCluster, num_clusters = gridDim.x / kDgeluCluster;
-    const int n_pairs = C / (kDgeluCluster * kBN), num_tiles = ceil_div(N, kDgeluBM) * n_pairs, k_blocks = OC / kDgeluBK;
+    constexpr int kBK = kFp8 ? 2 * kDgeluBK : kDgeluBK;   // K a stage: 128 bytes of each row either way
+    const int n_pairs = C / (kDgeluCluster * kBN), num_tiles = ceil_div(N, kDgeluBM) * n_pairs, k_blocks = ceil_div(OC, kBK);
     auto tile_origin = [&](int t, int& m0, int& n0) { m0 = (t / n_pairs) * kDgeluBM; n0 = ((t % n_pairs) * kDgeluCluster + rank) * kBN; };
     const int wg = threadIdx.x / 128;
     if (wg == 0) {   // ---- producer: one thread loads the ring, tile after tile
@@ -106,9 +116,13 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                     const int s = it % Tile::kStages;
                     mbar_wait(&empty[s], ((it / Tile::kStages) & 1) ^ 1);   // a fresh barrier passes parity 1 at once
                     mbar_arrive_expect_tx(&full[s], Tile::kStageA + Tile::kStageB);   // the peer's half of dout included
-                    tma_load_2d_multicast(tiles_a + s * Tile::kStageA + rank * 8192, &map_dout, &full[s], 0x3, kb * kDgeluBK, m0 + 64 * rank);
-                    for (int blk = 0; blk < kBN / 64; blk++)
-                        tma_load_2d(tiles_b + s * Tile::kStageB + blk * 8192, &map_weight, &full[s], n0 + 64 * blk, kb * kDgeluBK);
+                    tma_load_2d_multicast(tiles_a + s * Tile::kStageA + rank * 8192, &map_dout, &full[s], 0x3, kb * kBK, m0 + 64 * rank);
+                    if constexpr (kFp8) {   // the weight's transpose: 128 rows (the tile's columns) of 128 k
+                        tma_load_2d(tiles_b + s * Tile::kStageB, &map_weight, &full[s], kb * kBK, n0);
+                    } else {
+                        for (int blk = 0; blk < kBN / 64; blk++)
+                            tma_load_2d(tiles_b + s * Tile::kStageB + blk * 8192, &map_weight, &full[s], n0 + 64 * blk, kb * kBK);
+                    }
                 }
             }
         }
@@ -134,6 +148,7 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
     };
     // kFp8: the step's scales, and this thread's amax of dinp
     const float dinp_scale = kFp8 ? *f8.dinp_scale : 0.0f, gelu_scale = kFp8 && f8.gelu8T ? *f8.gelu_scale : 0.0f;
+    const float operand_scale = kFp8 ? *f8.dout_scale_inv * *f8.weight_scale_inv : 1.0f;   // the FP8 product's
     constexpr __nv_fp8_interpretation_t dinp_format = kFp8 == 2 ? __NV_E5M2 : __NV_E4M3;
     float dinp_amax = 0.0f;
     // kFp8: the tile's dinp and gelu transposed, in the staging: column c's 128 rows at 128 c, its 16-byte chunk k
@@ -170,10 +185,16 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
             const uint8_t* b = tiles_b + s * Tile::kStageB;
             wgmma_fence();
             #pragma unroll
-            for (int ks = 0; ks < kDgeluBK / 16; ks++) {   // A: k16 step ks at +32 bytes of each row; B: at +16 rows
-                const uint64_t desc_b = wgmma_desc(b + ks * 16 * 128, 8192);
-                wgmma_ss_m64n128k16_b<1>(acc[0], wgmma_desc(a + 32 * ks), desc_b);
-                wgmma_ss_m64n128k16_b<1>(acc[1], wgmma_desc(a + 64 * 128 + 32 * ks), desc_b);
+            for (int ks = 0; ks < 4; ks++) {   // A: k step ks at +32 bytes of each row; B: at +16 rows (bf16), +32 bytes (FP8)
+                if constexpr (kFp8) {
+                    const uint64_t desc_b = wgmma_desc(b + 32 * ks);
+                    wgmma_ss_m64n128k32_fp8<kFp8 == 2>(acc[0], wgmma_desc(a + 32 * ks), desc_b);
+                    wgmma_ss_m64n128k32_fp8<kFp8 == 2>(acc[1], wgmma_desc(a + 64 * 128 + 32 * ks), desc_b);
+                } else {
+                    const uint64_t desc_b = wgmma_desc(b + ks * 16 * 128, 8192);
+                    wgmma_ss_m64n128k16_b<1>(acc[0], wgmma_desc(a + 32 * ks), desc_b);
+                    wgmma_ss_m64n128k16_b<1>(acc[1], wgmma_desc(a + 64 * 128 + 32 * ks), desc_b);
+                }
             }
             wgmma_commit();
             wgmma_wait<1>();   // the previous stage's wgmmas are done: release it
@@ -215,7 +236,10 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                         float y0, y1, dy0, dy1;
                         gelu_and_grad(__bfloat162float(pre2.x), y0, dy0);
                         gelu_and_grad(__bfloat162float(pre2.y), y1, dy1);
-                        const float d0 = acc[mh][4 * j + 2 * half] * dy0, d1 = acc[mh][4 * j + 2 * half + 1] * dy1;
+                        float d0 = acc[mh][4 * j + 2 * half], d1 = acc[mh][4 * j + 2 * half + 1];
+                        if constexpr (kFp8) { d0 *= operand_scale; d1 *= operand_scale; }
+                        d0 *= dy0;
+                        d1 *= dy1;
                         if constexpr (kFp8) {
                             const __nv_fp8x2_storage_t dq = __nv_cvt_float2_to_fp8x2(make_float2(d0 * dinp_scale, d1 * dinp_scale),
                                                                                      __NV_SATFINITE, dinp_format);
@@ -325,24 +349,29 @@ inline bool matmul_dgelu_hopper_supported(int C, int OC) {
 }
 
 // dinp (N, C) = (dout (N, OC) @ weight (OC, C)) * gelu'(pre (N, C)); gelu_out (N, C) = gelu(pre) unless null;
-// bias_partials (matmul_dgelu_partial_rows(N), C) fp32 = dinp's sums over each 64 rows. f8 (-fp8): dinp and gelu go
-// there in FP8 instead (dinp and gelu_out unused). False (nothing run) where matmul_dgelu_hopper_supported is not.
+// bias_partials (matmul_dgelu_partial_rows(N), C) fp32 = dinp's sums over each 64 rows. f8 (-fp8): the product of
+// its FP8 operands instead (dout and weight unused), dinp and gelu there in FP8 (dinp and gelu_out unused). False (nothing run) where matmul_dgelu_hopper_supported is not.
 bool matmul_backward_dgelu_hopper(floatX* dinp, floatX* gelu_out, float* bias_partials, const floatX* dout, const floatX* weight,
                                   const floatX* pre, int N, int C, int OC, cudaStream_t stream, const DgeluFp8Out* f8 = nullptr) {
-    if (!matmul_dgelu_hopper_supported(C, OC) || (f8 && N % 16 != 0)) return false;
+    if (f8 ? !(C % (kDgeluCluster * kDgeluBN) == 0 && OC % 16 == 0 && N % 16 == 0 && hopper_path_available())
+           : !matmul_dgelu_hopper_supported(C, OC))
+        return false;
     NVTX_RANGE_FN();
     const cuuint64_t dims_dout[2] = {(cuuint64_t)OC, (cuuint64_t)N}, dims_weight[2] = {(cuuint64_t)C, (cuuint64_t)OC};
     const cuuint64_t dims_out[2] = {(cuuint64_t)C, (cuuint64_t)N};
     const cuuint64_t stride_dout[1] = {(cuuint64_t)OC * 2}, stride_c[1] = {(cuuint64_t)C * 2};
     const cuuint32_t box_64[2] = {64, 64};
-    const CUtensorMap map_dout = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dout, dims_dout, stride_dout, box_64);
-    const CUtensorMap map_weight = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, weight, dims_weight, stride_c, box_64);
+    const cuuint64_t dims_weight8[2] = {(cuuint64_t)OC, (cuuint64_t)C}, stride_oc8[1] = {(cuuint64_t)OC};
+    const cuuint32_t box_128x64[2] = {128, 64}, box_128x128[2] = {128, 128};
+    const CUtensorMap map_dout = f8 ? swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, f8->dout8, dims_dout, stride_oc8, box_128x64)
+                                    : swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dout, dims_dout, stride_dout, box_64);
+    const CUtensorMap map_weight = f8 ? swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, f8->weight8T, dims_weight8, stride_oc8, box_128x128)
+                                      : swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, weight, dims_weight, stride_c, box_64);
     // -fp8: map_dinp is dinp transposed, (N, C) bytes in boxes of 128 x 128, and map_gelu8T likewise
     const cuuint64_t dims_t[2] = {(cuuint64_t)N, (cuuint64_t)C}, stride_t[1] = {(cuuint64_t)N};
-    const cuuint32_t box_128[2] = {128, 128};
-    const CUtensorMap map_dinp = f8 ? swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, f8->dinp8T, dims_t, stride_t, box_128)
+    const CUtensorMap map_dinp = f8 ? swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, f8->dinp8T, dims_t, stride_t, box_128x128)
                                     : swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dinp, dims_out, stride_c, box_64);
-    const CUtensorMap map_gelu8T = f8 && f8->gelu8T ? swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, f8->gelu8T, dims_t, stride_t, box_128)
+    const CUtensorMap map_gelu8T = f8 && f8->gelu8T ? swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, f8->gelu8T, dims_t, stride_t, box_128x128)
                                                     : map_dinp;
     const int pair_tiles = ceil_div(N, kDgeluBM) * (C / (kDgeluCluster * kDgeluBN));
     const int clusters = std::min(pair_tiles, device_props().multiProcessorCount / kDgeluCluster);

@@ -322,6 +322,19 @@ __device__ __forceinline__ void wgmma_ss_m64n128k16_b(float (&d)[64], uint64_t d
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64_NAMES ", %64, %65, p, 1, 1, 0, %67;\n}\n"
                  : WGMMA_D64 : "l"(desc_a), "l"(desc_b), "n"(1), "n"(kTransB));
 }
+// d (m64 x n128, fp32) += A (64 x 32, FP8, smem, K-major) * B (32 x 128, E4M3, smem, K-major: 128 rows of 32 k), A E5M2
+// (kE5M2) or E4M3: FP8 operands are K-major only, and 32 of them fill a k step's 32 bytes (the Hopper GEMM's -fp8 mode)
+template <bool kE5M2>
+__device__ __forceinline__ void wgmma_ss_m64n128k32_fp8(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+    if constexpr (kE5M2)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e4m3 " WGMMA_D64_NAMES ", %64, %65, p, 1, 1;\n}\n"
+                     : WGMMA_D64 : "l"(desc_a), "l"(desc_b), "n"(1));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " WGMMA_D64_NAMES ", %64, %65, p, 1, 1;\n}\n"
+                     : WGMMA_D64 : "l"(desc_a), "l"(desc_b), "n"(1));
+}
 // d (m64 x n64, fp32) += A (64 x 16, 16-bit registers) * B (16 x 64, smem descriptor, MN-major: transposed)
 #define WGMMA_RS_N64_TEXT(T) "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" \
     "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " " WGMMA_D32_NAMES ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
