@@ -663,7 +663,19 @@ void bench_fp8_step(const HarnessArgs& args, int M, int C, std::mt19937_64& rng)
     printf("| the layer's 12 with the casts | | %.4f | %.4f | %.4f | %.2f | %.2f |\n", total[0], total[1] + casts, total[2] + casts,
            total[0] / (total[1] + casts), total[0] / (total[2] + casts));
     printf("RESULT matmul_fp8_layer bf16_ms=%.4f fp8_ms=%.4f fp8_fast_ms=%.4f casts_ms=%.4f\n", total[0], total[1], total[2], casts);
-    for (void* p : {(void*)slot, (void*)q, (void*)qT}) cudaCheck(cudaFree(p));
+    // the layernorm before qkv and fc: bf16 out (the bf16 step's) against FP8 out both ways (-fp8's); each reads x
+    // (M, C) bf16 and writes 2 bytes an element
+    float* stats = device_alloc<float>(2 * (size_t)M);
+    if (layernorm_forward_fp8_fits(M, C)) {
+        const double ln16 = time_kernel([&](int) { layernorm_forward(out, stats, stats + M, x, w, bias, M, C, 0); }, args.repeats, 0).median_ms;
+        const double ln8 = time_kernel([&](int) { layernorm_forward_fp8(q, qT, stats, stats + M, x, w, bias, M, C, slot, 0); },
+                                       args.repeats, 0).median_ms;
+        const double bytes = 4.0 * M * C;
+        printf("| layernorm | %.0f MB | %.4f (%.0f GB/s) | %.4f (%.0f GB/s) | | %.2f | |\n", bytes / 1e6, ln16, bytes / ln16 / 1e6, ln8,
+               bytes / ln8 / 1e6, ln16 / ln8);
+        printf("RESULT layernorm_fp8 M=%d C=%d bf16_ms=%.4f fp8_ms=%.4f\n", M, C, ln16, ln8);
+    }
+    for (void* p : {(void*)slot, (void*)q, (void*)qT, (void*)stats}) cudaCheck(cudaFree(p));
     for (void* p : {(void*)x, (void*)dout, (void*)out, (void*)aux, (void*)w, (void*)dw, (void*)bias, (void*)x8, (void*)w8, (void*)dout8,
                     (void*)scales, (void*)amax})
         cudaCheck(cudaFree(p));
