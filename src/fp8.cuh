@@ -23,7 +23,7 @@ Formats. Activations and weights are E4M3 (3 mantissa bits, up to 448). Gradient
 #include <cuda_fp8.h>
 #include "cuda_utils.cuh"
 #include "matmul.cuh"
-#include "layernorm.cuh"   // LN_EPS
+#include "layernorm.cuh"   // LN_EPS, bf16_at
 
 // One tensor's scaling state. cuBLASLt reads scale_inv (an operand's), scale (an FP8 output's) and writes
 // matmul_amax through pointers that must be 16-byte aligned: each starts 16 bytes of the struct (an array of them
@@ -134,12 +134,14 @@ inline void fp8_fold_amax(Fp8Scale* slot, cudaStream_t stream) {
 // the layernorm with its output in FP8 (the forward's ln1 and ln2 under -fp8): out8 (N, C) row-major for the linear
 // after it, out8T (C, N) for that linear's dweight in the backward, mean and rstd as layernorm_forward's, the amax into
 // slot (E4M3); no bf16 output. A CTA normalises 32 rows, each of its 16 warps two, and leaves their FP8 bytes in shared
-// memory, from which each thread writes 32 rows of a column of out8T (a whole 32-byte sector). C % 8 == 0, N % 32 == 0.
-// Three CTAs an SM (40 registers a thread): with two the warps mostly wait on their loads.
+// memory, from which each thread writes 32 rows of a column of out8T (a whole 32-byte sector). C % 8 == 0, N % 32 == 0,
+// C <= 2048. A warp reads its row from memory once and keeps it in registers, up to 8 16-byte chunks a lane, for the
+// mean, the variance and the output: read again, the rows miss the L1 that the CTAs' shared memory leaves, and the
+// kernel waits on those reads.
 
-constexpr int kLnFp8Rows = 32, kLnFp8Warps = 16;
+constexpr int kLnFp8Rows = 32, kLnFp8Warps = 16, kLnFp8Chunks = 8;
 
-__global__ void __launch_bounds__(kLnFp8Warps * 32, 3) layernorm_forward_fp8_kernel(uint8_t* out8, uint8_t* out8T, float* mean,
+__global__ void __launch_bounds__(kLnFp8Warps * 32, 2) layernorm_forward_fp8_kernel(uint8_t* out8, uint8_t* out8T, float* mean,
                                                                                  float* rstd, const floatX* inp, const floatX* weight,
                                                                                  const floatX* bias, int N, int C, Fp8Scale* slot) {
     extern __shared__ __align__(16) uint8_t ln_fp8_rows[];   // (kLnFp8Rows, C)
@@ -150,26 +152,33 @@ __global__ void __launch_bounds__(kLnFp8Warps * 32, 3) layernorm_forward_fp8_ker
     for (int r = warp; r < kLnFp8Rows; r += kLnFp8Warps) {
         const int row = row0 + r;
         const floatX* x = inp + (size_t)row * C;
+        uint4 v[kLnFp8Chunks];   // chunk i at channel (lane + 32 i) * 8, where < C; packed: an x128 takes a register a bf16
+        #pragma unroll
+        for (int i = 0; i < kLnFp8Chunks; i++)
+            if ((lane + 32 * i) * X128_SIZE < C) v[i] = __ldcs(reinterpret_cast<const uint4*>(x + (lane + 32 * i) * X128_SIZE));
         float sum = 0.0f;
-        for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
-            const x128 v = load128(x + c);
-            for (int k = 0; k < X128_SIZE; k++) sum += v.f(k);
-        }
+        #pragma unroll
+        for (int i = 0; i < kLnFp8Chunks; i++)
+            if ((lane + 32 * i) * X128_SIZE < C)
+                for (int k = 0; k < X128_SIZE; k++) sum += bf16_at(v[i], k);
         const float m = warp_reduce_sum(sum) / C;
         float var = 0.0f;
-        for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
-            const x128 v = load128(x + c);
-            for (int k = 0; k < X128_SIZE; k++) { const float d = v.f(k) - m; var += d * d; }
-        }
+        #pragma unroll
+        for (int i = 0; i < kLnFp8Chunks; i++)
+            if ((lane + 32 * i) * X128_SIZE < C)
+                for (int k = 0; k < X128_SIZE; k++) { const float d = bf16_at(v[i], k) - m; var += d * d; }
         const float s = rsqrtf(warp_reduce_sum(var) / C + LN_EPS);
-        for (int c = lane * X128_SIZE; c < C; c += 32 * X128_SIZE) {
-            const x128 v = load128cs(x + c), w = load128(weight + c), b = load128(bias + c);
+        #pragma unroll
+        for (int i = 0; i < kLnFp8Chunks; i++) {
+            const int c = (lane + 32 * i) * X128_SIZE;
+            if (c >= C) break;
+            const x128 w = load128(weight + c), b = load128(bias + c);
             uint16_t pairs[4];
-            for (int i = 0; i < 4; i++) {
-                const float y0 = (v.f(2 * i) - m) * s * w.f(2 * i) + b.f(2 * i);
-                const float y1 = (v.f(2 * i + 1) - m) * s * w.f(2 * i + 1) + b.f(2 * i + 1);
+            for (int e = 0; e < 4; e++) {
+                const float y0 = (bf16_at(v[i], 2 * e) - m) * s * w.f(2 * e) + b.f(2 * e);
+                const float y1 = (bf16_at(v[i], 2 * e + 1) - m) * s * w.f(2 * e + 1) + b.f(2 * e + 1);
                 amax = fmaxf(amax, fmaxf(fabsf(y0), fabsf(y1)));
-                pairs[i] = __nv_cvt_float2_to_fp8x2(make_float2(y0 * scale, y1 * scale), __NV_SATFINITE, __NV_E4M3);
+                pairs[e] = __nv_cvt_float2_to_fp8x2(make_float2(y0 * scale, y1 * scale), __NV_SATFINITE, __NV_E4M3);
             }
             const uint2 packed = *reinterpret_cast<const uint2*>(pairs);
             *reinterpret_cast<uint2*>(out8 + (size_t)row * C + c) = packed;
@@ -194,14 +203,15 @@ __global__ void __launch_bounds__(kLnFp8Warps * 32, 3) layernorm_forward_fp8_ker
     }
 }
 
-inline bool layernorm_forward_fp8_fits(int N, int C) { return N % kLnFp8Rows == 0 && C % 8 == 0 && kLnFp8Rows * C <= 227 * 1024; }
+inline bool layernorm_forward_fp8_fits(int N, int C) { return N % kLnFp8Rows == 0 && C % 8 == 0 && C <= kLnFp8Chunks * 32 * X128_SIZE; }
 
 // mean, rstd (N) are required; out8, out8T 16-byte aligned
 inline void layernorm_forward_fp8(uint8_t* out8, uint8_t* out8T, float* mean, float* rstd, const floatX* inp, const floatX* weight,
                                   const floatX* bias, int N, int C, Fp8Scale* slot, cudaStream_t stream) {
     NVTX_RANGE_FN();
     if (!layernorm_forward_fp8_fits(N, C)) {
-        fprintf(stderr, "layernorm_forward_fp8: needs N %% %d == 0 and C %% 8 == 0 (N=%d C=%d)\n", kLnFp8Rows, N, C);
+        fprintf(stderr, "layernorm_forward_fp8: needs N %% %d == 0, C %% 8 == 0 and C <= %d (N=%d C=%d)\n", kLnFp8Rows,
+                kLnFp8Chunks * 32 * X128_SIZE, N, C);
         exit(EXIT_FAILURE);
     }
     const int smem = kLnFp8Rows * C;
