@@ -520,8 +520,9 @@ void gpt2_free(GPT2* model) {
 // logits' memory, which no layer reads: the forward writes the logits after the last layer, and the backward has
 // consumed them before the first. Some producers write FP8 themselves instead: ln1 and ln2 come out of their layernorm
 // in FP8 (fp8_layernorms), the fc matmul writes gelu(.) for fcproj, atty's forward cast keeps its transpose for the
-// backward, and the MLP's DGELU kernel writes dfch and gelu(fch) as the backward's matmuls read them. The weights are
-// cast per layer each time (6 bytes a parameter a step), so their FP8 copies cost no memory.
+// backward, the MLP's DGELU kernel writes dfch and gelu(fch) and the attention's backward dqkv as the backward's
+// matmuls read them. The weights are cast per layer each time (6 bytes a parameter a step), so their FP8 copies cost
+// no memory.
 
 enum Fp8Linear { kFp8Qkv, kFp8Attproj, kFp8Fc, kFp8Fcproj, kFp8Linears };
 // a layer's slots: the linears' inputs (x), then their weights, then their output gradients
@@ -647,7 +648,7 @@ bool linear_forward(GPT2* model, int layer, int linear, floatX* out, const float
 // dinp (N, K) = dout (N, OC) @ w; dweight (OC, K) += dout^T @ x; dbias (OC) += dout.sum(0) (dinp and dbias may be
 // null): matmul_backward's contract without its GELU epilogue, in FP8 where -fp8 1 has scales
 // x8T: x already transposed in FP8 (the layernorm, or the MLP's DGELU kernel, wrote it). dout8: dout already in FP8,
-// (N, OC) row-major then (OC, N) transposed (the DGELU kernel wrote it; with scales only)
+// (N, OC) row-major then (OC, N) transposed (the attention's backward or the DGELU kernel wrote it; with scales only)
 void linear_backward(GPT2* model, int layer, int linear, floatX* dinp, floatX* dweight, floatX* dbias, float* reduce_scratch,
                      const floatX* dout, const floatX* x, const floatX* w, int N, int K, int OC, const uint8_t* x8T = nullptr,
                      const uint8_t* dout8_given = nullptr) {
@@ -906,13 +907,22 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         linear_backward(model, l, kFp8Attproj, dbtc, g.attprojw + (size_t)l * C * C, nullptr, scratch, dresidual, atty,
                         p.attprojw + (size_t)l * C * C, N, C, C, ln_fp8 ? reinterpret_cast<const uint8_t*>(ln1) + (size_t)N * C : nullptr);
         // attention: dqkv (N, 3C) into dbt4c, from out + lse only. Where it can, the attention also sums dqkv over each
-        // 16 tokens: those partials give the qkv bias gradient without another pass over dqkv
+        // 16 tokens: those partials give the qkv bias gradient without another pass over dqkv. -fp8 with scales, where
+        // it can: dqkv comes out in FP8 instead, both ways, into dbt4c's memory (the qkv linear's backward reads it so,
+        // with no cast), its amax into the qkv linear's gradient slot
+        const bool dqkv_fp8 = model->fp8 && model->fp8_updates > 0 && attention_backward_writes_dqkv8(T, HS, model->document_masking);
+        uint8_t* dqkv8 = reinterpret_cast<uint8_t*>(dbt4c);   // (N, 3C), then (3C, N)
+        Fp8Scale* dqkv_slot = model->fp8 ? model->fp8_scales + l * kFp8Slots + fp8_dout_slot(kFp8Qkv) : nullptr;
+        const AttentionDqkvFp8 dqkv8_out = {dqkv8, dqkv_fp8 ? &dqkv_slot->scale : nullptr, dqkv_fp8 ? &dqkv_slot->amax : nullptr,
+                                            fp8_grads_e5m2(model)};
         const bool qkvb_summed = attention_backward(dbt4c, model->attention_scratch, dbtc, qkv, atty, lse, B, T, NH, HS, main_stream,
-                                                    model->document_masking ? model->doc_start : nullptr, scratch);
+                                                    model->document_masking ? model->doc_start : nullptr, scratch,
+                                                    dqkv_fp8 ? &dqkv8_out : nullptr);
         if (qkvb_summed) reduce_partials_add(g.qkvb + l * 3 * C, nullptr, scratch, B * ceil_div(T, 16), 3 * C, main_stream);
         // qkv: dln1 = dqkv @ qkvw
         linear_backward(model, l, kFp8Qkv, dbtc, g.qkvw + (size_t)l * 3 * C * C, qkvb_summed ? nullptr : g.qkvb + l * 3 * C, scratch,
-                        dbt4c, ln1, p.qkvw + (size_t)l * 3 * C * C, N, C, 3 * C, ln_fp8 ? reinterpret_cast<const uint8_t*>(ln1) : nullptr);
+                        dbt4c, ln1, p.qkvw + (size_t)l * 3 * C * C, N, C, 3 * C, ln_fp8 ? reinterpret_cast<const uint8_t*>(ln1) : nullptr,
+                        dqkv_fp8 ? dqkv8 : nullptr);
         layernorm_backward(dresidual, g.ln1w + l * C, g.ln1b + l * C, scratch, dbtc, residual, p.ln1w + l * C,
                            ln1_mean, ln1_rstd, N, C, main_stream, l > 0 ? g.fcprojb + (l - 1) * C : nullptr);
     }

@@ -269,6 +269,15 @@ void attention_dropout_mask(uint8_t* mask, const AttentionForwardParams& p, cuda
 // ============================================================================
 // backward (src/attention_backward.cu)
 
+// GPT-2's dqkv in FP8 (train_gpt2.cu's -fp8): the QKV projection's backward matmuls read it so, row-major for dinp and
+// transposed for dweight. q = saturate(bf16(dqkv) * *scale), bf16's value cast as src/fp8.cuh's cast would cast it.
+struct AttentionDqkvFp8 {
+    uint8_t* q;              // (B * T, 3 * NH * HS) row-major, then at + B * T * 3 * NH * HS its transpose (3 * NH * HS, B * T)
+    const float* scale;
+    unsigned int* amax;      // atomically: the largest |bf16(dqkv)| as float bits (non-negative floats order as their bits)
+    bool e5m2;               // E5M2, else E4M3
+};
+
 // The forward's call (q, k, v, out, lse, shape, causal, scale) plus dout and the three gradients, each with its
 // strides (dq like q, dk and dv like k and v; they may be one fused buffer as in GPT-2)
 struct AttentionBackwardParams {
@@ -291,6 +300,8 @@ struct AttentionBackwardParams {
                                   // QKV column order, so its column sums are the QKV projection's bias gradient
     void* dbias2 = nullptr;       // optional: d loss / d bias2, as dbias
     bool fp16 = false;            // the forward's: every floatX tensor here (q .. dv, dout, dgate) IEEE fp16, else bf16
+    AttentionDqkvFp8 dqkv8 = {};  // optional (q set), GPT-2's kernels only, beside dqkv_sums (attention_backward_writes_dqkv8):
+                                  // dq, dk, dv go there in FP8 instead of to dq, dk, dv
 };
 
 // GPT-2: dqkv (B, T, 3, NH, HS) from dout (B, T, NH, HS)
@@ -315,6 +326,9 @@ const char* attention_backward_path_name(int HS);
 // Whether GPT-2's backward writes AttentionBackwardParams::dqkv_sums at this shape: on the deterministic Hopper split
 // (not with the atomic or ordered dQ, not with document masking)
 bool attention_backward_sums_dqkv(int T, int HS, bool document_masking);
+// Whether GPT-2's backward can write dqkv in FP8 (AttentionBackwardParams::dqkv8) at this shape: where it sums dqkv,
+// with T % 16 == 0 (a warp's 16 rows of the transpose are one store)
+bool attention_backward_writes_dqkv8(int T, int HS, bool document_masking);
 // nullptr if the call runs on this GPU, else the reason it does not
 const char* attention_backward_unsupported_reason(const AttentionBackwardParams& p);
 
@@ -326,9 +340,10 @@ void attention_backward(const AttentionBackwardParams& p, cudaStream_t stream);
 // GPT-2: dqkv (B, T, 3, NH, HS) from dout (B, T, NH, HS); scratch: attention_backward_scratch_bytes(B, T, NH, HS)
 // (doc_start: the forward's document masking). dqkv_sums (optional, (B * ceil(T / 16), 3 * NH * HS) fp32): where
 // attention_backward_sums_dqkv, dqkv's sums over each 16 tokens (the QKV bias gradient's partials) go there too;
-// returns whether they did.
+// returns whether they did. dqkv8 (optional, only where attention_backward_writes_dqkv8, with dqkv_sums): dqkv goes
+// there in FP8 instead of to dqkv.
 bool attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
                         const float* lse, int B, int T, int NH, int HS, cudaStream_t stream, const int* doc_start = nullptr,
-                        float* dqkv_sums = nullptr);
+                        float* dqkv_sums = nullptr, const AttentionDqkvFp8* dqkv8 = nullptr);
 // GPT-2's family (attention_self_causal) on the kernels compiled for it (dev/cuda/attention_backward's variant 0)
 void attention_backward_self_causal_path(const AttentionBackwardParams& p, cudaStream_t stream);

@@ -149,6 +149,10 @@ bool attention_backward_sums_dqkv(int T, int HS, bool document_masking) {
            !document_masking;
 }
 
+bool attention_backward_writes_dqkv8(int T, int HS, bool document_masking) {
+    return attention_backward_sums_dqkv(T, HS, document_masking) && T % 16 == 0;
+}
+
 const char* attention_backward_unsupported_reason(const AttentionBackwardParams& p) {
     AttentionForwardParams f{p.q, p.k, p.v, nullptr, nullptr, p.q_st, p.k_st, p.v_st, p.o_st, p.B, p.T, p.Tk, p.NH, p.NH_kv, p.HS, p.causal, p.scale, p.x};
     f.x.gated_out = p.dgate, f.fp16 = p.fp16;   // the backward's gating output (same checks: 16-byte aligned)
@@ -162,6 +166,9 @@ const char* attention_backward_unsupported_reason(const AttentionBackwardParams&
     if (p.dqkv_sums && !(attention_self_causal(p) && !attention_has_extras(p.x) && attention_backward_sums_dqkv(p.T, p.HS, false)))
         return "dqkv_sums is written only by GPT-2's causal self-attention on the deterministic Hopper split (attention_backward_sums_dqkv)";
     if ((uintptr_t)p.dqkv_sums % 8) return "dqkv_sums must be 8-byte aligned";
+    if (p.dqkv8.q && !(p.dqkv_sums && attention_backward_writes_dqkv8(p.T, p.HS, false) && !p.fp16))
+        return "dqkv8 is written only beside dqkv_sums, in bf16, with T % 16 == 0 (attention_backward_writes_dqkv8)";
+    if ((uintptr_t)p.dqkv8.q % 16 || (size_t)p.B * p.T * 3 * p.NH * p.HS % 16) return "dqkv8 must be 16-byte aligned, and so its transpose";
     for (const void* ptr : {(const void*)p.out, (const void*)p.dout, (const void*)p.dq, (const void*)p.dk, (const void*)p.dv})
         if ((uintptr_t)ptr % 16) return "O, dO, dQ, dK and dV must be 16-byte aligned";
     return nullptr;
@@ -183,11 +190,14 @@ void attention_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
 // GPT-2's call: document masking on the mma.sync split's kExtras copies
 bool attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
                         const float* lse, int B, int T, int NH, int HS, cudaStream_t stream, const int* doc_start,
-                        float* dqkv_sums) {
+                        float* dqkv_sums, const AttentionDqkvFp8* dqkv8) {
     if (const char* why = attention_unsupported_reason(B, T, NH, HS)) attention_exit_unsupported("backward", B, T, T, NH, NH, HS, why);
     AttentionBackwardParams p = fused_qkv_backward_params(dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS);
+    if (dqkv8 && !(dqkv_sums && !doc_start && attention_backward_writes_dqkv8(T, HS, false)))
+        attention_exit_unsupported("backward", B, T, T, NH, NH, HS, "dqkv8 needs dqkv_sums and attention_backward_writes_dqkv8");
     if (!doc_start) {
         if (attention_backward_sums_dqkv(T, HS, false)) p.dqkv_sums = dqkv_sums;
+        if (dqkv8) p.dqkv8 = *dqkv8;
         attention_backward_self_causal_path(p, stream);
         return p.dqkv_sums != nullptr;
     }

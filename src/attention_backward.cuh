@@ -36,6 +36,7 @@ order, deterministic (attention_backward_ordered_dq). dev/cuda/RESULTS.md has th
 The fused and atomic kernels serve causal self-attention without GQA (GPT-2's family); every other call runs the split.
 */
 #pragma once
+#include <cuda_fp8.h>
 #include "attention_forward.cuh"
 
 
@@ -1316,6 +1317,49 @@ __device__ __forceinline__ void store_dqkv_sums(const AttentionBackwardParams& p
     }
 }
 
+// p.dqkv8: this warp's 16 rows of `stage` (bf16, swizzle<HS>, from row warp_row0; tokens t0 .. t0 + 15 of sequence b)
+// in FP8 into columns col0 .. col0 + HS - 1 of dqkv8, row-major (8 bytes a lane's chunk) and transposed (16 bytes, the
+// 16 tokens, a column), and their amax. T % 16 == 0: the 16 rows are all before T or all past it.
+template <int HS>
+__device__ __forceinline__ void store_dqkv8(const AttentionBackwardParams& p, const uint8_t* stage, int warp_row0, int b, int t0, int col0) {
+    if (t0 >= p.T) return;
+    constexpr int kDT = HS / 8;
+    const int lane = threadIdx.x % 32;
+    const AttentionDqkvFp8& f = p.dqkv8;
+    const __nv_fp8_interpretation_t format = f.e5m2 ? __NV_E5M2 : __NV_E4M3;
+    const float scale = *f.scale;
+    const size_t columns = (size_t)3 * p.NH * HS, tokens = (size_t)p.B * p.T, n0 = (size_t)b * p.T + t0;
+    auto lo = [](uint32_t w) { return __uint_as_float(w << 16); };
+    auto hi = [](uint32_t w) { return __uint_as_float(w & 0xffff0000u); };
+    float amax = 0.0f;
+    for (int c = lane; c < 16 * kDT; c += 32) {   // row-major: chunk ch of row r
+        const int r = c / kDT, ch = c % kDT;
+        const uint4 v = *reinterpret_cast<const uint4*>(stage + swizzle<HS>(warp_row0 + r, ch));
+        const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+        uint16_t pairs[4];
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            amax = fmaxf(amax, fmaxf(fabsf(lo(words[i])), fabsf(hi(words[i]))));
+            pairs[i] = __nv_cvt_float2_to_fp8x2(make_float2(lo(words[i]) * scale, hi(words[i]) * scale), __NV_SATFINITE, format);
+        }
+        *reinterpret_cast<uint2*>(f.q + (n0 + r) * columns + col0 + ch * 8) = *reinterpret_cast<const uint2*>(pairs);
+    }
+    #pragma unroll
+    for (int d = lane; d < HS; d += 32) {   // transposed: column d's 16 rows
+        uint16_t pairs[8];
+        #pragma unroll
+        for (int r = 0; r < 16; r += 2) {
+            const uint16_t* at = reinterpret_cast<const uint16_t*>(stage + swizzle<HS>(warp_row0 + r, d / 8) + 2 * (d % 8));
+            const uint16_t* at1 = reinterpret_cast<const uint16_t*>(stage + swizzle<HS>(warp_row0 + r + 1, d / 8) + 2 * (d % 8));
+            pairs[r / 2] = __nv_cvt_float2_to_fp8x2(make_float2(lo(*at) * scale, lo(*at1) * scale), __NV_SATFINITE, format);
+        }
+        *reinterpret_cast<uint4*>(f.q + tokens * columns + (col0 + d) * tokens + n0) = *reinterpret_cast<const uint4*>(pairs);
+    }
+    #pragma unroll
+    for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    if (lane == 0) atomicMax(f.amax, __float_as_uint(amax));
+}
+
 // dK *= scale; dK, dV -> bf16, staged in this warp's own 16 rows of dk_stage / dv_stage (swizzle<HS>: 256-byte rows at
 // HS 128, not the column blocks; each warp reads back only what it wrote), then 16-byte stores into dk, dv
 // (packed sequences: row0 = the sequence's first row of dK, dV, rows = its keys; rows 0: p.Tk)
@@ -1342,9 +1386,10 @@ __device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardPara
     floatX* dk_gl = p.dk + b * p.dk_st.batch + h * p.dk_st.head;   // h: the key/value head
     floatX* dv_gl = p.dv + b * p.dv_st.batch + h * p.dv_st.head;
     const int Tk = rows ? rows : p.Tk;
+    const bool to_bf16 = kGeneral || kHalf || !p.dqkv8.q;   // else to dqkv8 (below)
     for (int c = lane; c < 16 * kDT; c += 32) {
         const int row = warp_row0 + c / kDT, ch = c % kDT, t = n_start + row;
-        if (t < Tk && head_chunk_stored<HS, kGeneral>(p.HS, ch)) {
+        if (to_bf16 && t < Tk && head_chunk_stored<HS, kGeneral>(p.HS, ch)) {
             *reinterpret_cast<uint4*>(dk_gl + (row0 + t) * p.dk_st.row + ch * 8) = *reinterpret_cast<const uint4*>(dk_stage + swizzle<HS>(row, ch));
             *reinterpret_cast<uint4*>(dv_gl + (row0 + t) * p.dv_st.row + ch * 8) = *reinterpret_cast<const uint4*>(dv_stage + swizzle<HS>(row, ch));
         }
@@ -1353,6 +1398,12 @@ __device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardPara
         if (p.dqkv_sums) {
             store_dqkv_sums<HS>(p, dk_acc, scale, b, n_start + warp_row0, (p.NH + h) * HS);
             store_dqkv_sums<HS>(p, dv_acc, 1.0f, b, n_start + warp_row0, (2 * p.NH + h) * HS);
+        }
+        if constexpr (!kHalf) {
+            if (p.dqkv8.q) {
+                store_dqkv8<HS>(p, dk_stage, warp_row0, b, n_start + warp_row0, (p.NH + h) * HS);
+                store_dqkv8<HS>(p, dv_stage, warp_row0, b, n_start + warp_row0, (2 * p.NH + h) * HS);
+            }
         }
     }
 }
@@ -1506,13 +1557,17 @@ __device__ __forceinline__ void dq_hopper_epilogue(const AttentionBackwardParams
     }
     __syncwarp();
     floatX* dq_gl = p.dq + b * p.dq_st.batch + h * p.dq_st.head;
+    const bool to_bf16 = kGeneral || kHalf || !p.dqkv8.q;   // else to dqkv8 (below)
     for (int c = lane; c < 16 * kDT; c += 32) {
         const int row = warp_row0 + c / kDT, ch = c % kDT;
-        if (m_start + row < T && head_chunk_stored<HS, kGeneral>(p.HS, ch))
+        if (to_bf16 && m_start + row < T && head_chunk_stored<HS, kGeneral>(p.HS, ch))
             *reinterpret_cast<uint4*>(dq_gl + (row0 + m_start + row) * p.dq_st.row + ch * 8) = *reinterpret_cast<const uint4*>(stage + swizzle<HS>(row, ch));
     }
     if constexpr (!kGeneral) {
         if (p.dqkv_sums) store_dqkv_sums<HS>(p, dq_acc, scale, b, m_start + warp_row0, h * HS);
+        if constexpr (!kHalf) {
+            if (p.dqkv8.q) store_dqkv8<HS>(p, stage, warp_row0, b, m_start + warp_row0, h * HS);
+        }
     }
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

@@ -8,7 +8,7 @@ it reads W, x and dout transposed. One cast writes a tensor row-major, transpose
 Where a tensor's producer can write it in FP8 itself, no cast runs: the layernorm before qkv and fc writes both layouts
 (layernorm_forward_fp8), the fc matmul writes gelu(.) for fcproj (matmul_fp8 with an FP8 D), and on Hopper the MLP's
 DGELU kernel, itself on FP8 operands, writes dfch both ways and gelu(fch) transposed (src/matmul_hopper.cuh,
-DgeluFp8Out).
+DgeluFp8Out), and the attention's backward writes dqkv both ways (src/attention.cuh, AttentionDqkvFp8).
 
 Delayed scaling (Transformer Engine's recipe). A tensor's scale in a step is fmax / (the largest amax of its last
 kFp8History steps): it is known before the tensor is cast, so the cast needs one pass and records the tensor's amax as

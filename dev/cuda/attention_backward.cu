@@ -143,6 +143,55 @@ bool dqkv_sums_check(const std::vector<float>& sums, const std::vector<floatX>& 
     return ok;
 }
 
+// AttentionBackwardParams::dqkv8 (training's -fp8): the same launch writing dqkv in FP8, E5M2 and E4M3, instead of
+// bf16. Every byte of both layouts equals the host's cast of the bf16 dqkv the plain launch wrote (bf16_dqkv) times the
+// scale, the amax equals the largest |bf16 dqkv| exactly, and the bf16 buffer is left as poisoned. The scale puts the
+// largest value at 2x the format's reach, so the cast saturates too.
+bool dqkv8_check(const BackwardVariant& v, int cfg, const Buffers& buf, float* d_sums, const std::vector<floatX>& bf16_dqkv,
+                 const Shape& s, cudaStream_t stream) {
+    const size_t n_qkv = bf16_dqkv.size(), tokens = (size_t)s.B * s.T, cols = 3 * (size_t)s.NH * s.HS;
+    float amax = 0.0f;
+    for (floatX x : bf16_dqkv) amax = std::max(amax, std::fabs(__bfloat162float(x)));
+    uint8_t* d_q = device_alloc<uint8_t>(2 * n_qkv);
+    float* d_scale = device_alloc<float>(1);
+    unsigned int* d_amax = device_alloc<unsigned int>(1);
+    bool ok = true;
+    for (int e5m2 = 0; e5m2 < 2; e5m2++) {
+        const float scale = 2.0f * (e5m2 ? 57344.0f : 448.0f) / amax;
+        to_device(d_scale, std::vector<float>{scale});
+        cudaCheck(cudaMemset(d_amax, 0, 4));
+        poison(buf.dqkv, n_qkv * 2); poison(d_q, 2 * n_qkv);
+        AttentionBackwardParams p = buf.params(s);
+        p.dqkv_sums = d_sums;
+        p.dqkv8 = {d_q, d_scale, d_amax, e5m2 == 1};
+        v.launch(p, cfg, stream);
+        cudaCheck(cudaGetLastError());
+        cudaCheck(cudaStreamSynchronize(stream));
+        const std::vector<uint8_t> q = from_device(d_q, 2 * n_qkv);
+        const std::vector<floatX> left = from_device(buf.dqkv, n_qkv);
+        const unsigned int got_amax = from_device(d_amax, 1)[0];
+        size_t row_major = 0, transposed = 0, saturated = 0, bf16_written = 0;
+        for (size_t n = 0; n < tokens; n++)
+            for (size_t c = 0; c < cols; c++) {
+                const float x = __bfloat162float(bf16_dqkv[n * cols + c]) * scale;
+                const uint8_t want = e5m2 ? __nv_fp8_e5m2(x).__x : __nv_fp8_e4m3(x).__x;
+                row_major += q[n * cols + c] != want;
+                transposed += q[n_qkv + c * tokens + n] != want;
+                saturated += std::fabs(x) > (e5m2 ? 57344.0f : 448.0f);
+            }
+        for (floatX x : left) { uint16_t bits; memcpy(&bits, &x, 2); bf16_written += bits != 0xFFFF; }
+        unsigned int want_amax;
+        memcpy(&want_amax, &amax, 4);
+        const bool this_ok = row_major == 0 && transposed == 0 && bf16_written == 0 && got_amax == want_amax;
+        printf("  dqkv in %s (%zu saturated): %zu row-major and %zu transposed bytes off the host's cast, %zu bf16 elements "
+               "written, amax %s %s\n", e5m2 ? "E5M2" : "E4M3", saturated, row_major, transposed, bf16_written,
+               got_amax == want_amax ? "exact" : "off", this_ok ? "ok" : "FAIL");
+        ok = ok && this_ok;
+    }
+    cudaCheck(cudaFree(d_q)); cudaCheck(cudaFree(d_scale)); cudaCheck(cudaFree(d_amax));
+    return ok;
+}
+
 struct Row { int variant; std::string config; Shape s; float scale; bool ok; float ms_med, ms_min; };
 
 int main(int argc, char** argv) {
@@ -225,6 +274,7 @@ int main(int argc, char** argv) {
                     }
                     if (sums) {   // each 16-token sum against the same sum of the bf16 dqkv written (within its rounding)
                         ok = dqkv_sums_check(from_device(d_sums, n_sums), runs[1], s) && ok;
+                        if (attention_backward_writes_dqkv8(s.T, s.HS, false)) ok = dqkv8_check(*v, cfg, buf, d_sums, runs[1], s, stream) && ok;
                         cudaCheck(cudaFree(d_sums));
                     }
                     const bool identical = memcmp(runs[0].data(), runs[1].data(), n_qkv * 2) == 0;
@@ -295,6 +345,26 @@ int main(int argc, char** argv) {
                 printf("RESULT attention_backward %d cfg=%s B=%d NH=%d T=%d HS=%d ms_med=%.4f ms_min=%.4f tflops=%.1f speedup_vs_%d=%.2f fwd_bwd_tflops=%.1f\n",
                        r.variant, r.config.c_str(), s.B, s.NH, s.T, s.HS, r.ms_med, r.ms_min, tflops, kBaselineVariant,
                        baseline_ms > 0 ? baseline_ms / r.ms_med : 0.0, fb_tflops);
+            }
+            if (args.wants(0) && attention_backward_sums_dqkv(s.T, s.HS, false) && attention_backward_writes_dqkv8(s.T, s.HS, false)) {
+                // training's call: the shipped path with the dqkv sums, writing dqkv in bf16 or (-fp8) in E5M2
+                const size_t n_sums = (size_t)s.B * ceil_div(s.T, 16) * 3 * s.NH * s.HS;
+                float *d_sums = device_alloc<float>(n_sums), *d_scale = device_alloc<float>(1);
+                uint8_t* d_q = device_alloc<uint8_t>(2 * n_qkv);
+                unsigned int* d_amax = device_alloc<unsigned int>(1);
+                to_device(d_scale, std::vector<float>{1.0f});
+                for (int fp8 = 0; fp8 < 2; fp8++) {
+                    Timing tm = time_kernel([&](int i) {
+                        AttentionBackwardParams p = sets[i % sets.size()].params(s);
+                        p.dqkv_sums = d_sums;
+                        if (fp8) p.dqkv8 = {d_q, d_scale, d_amax, true};
+                        kVariants[0].launch(p, 0, stream);
+                    }, args.repeats, stream);
+                    printf("RESULT attention_backward 0 cfg=src+sums%s B=%d NH=%d T=%d HS=%d ms_med=%.4f ms_min=%.4f tflops=%.1f\n",
+                           fp8 ? "+fp8" : "", s.B, s.NH, s.T, s.HS, tm.median_ms, tm.min_ms,
+                           2.5 * fwd_flops / (tm.median_ms * 1e-3) / 1e12);
+                }
+                cudaCheck(cudaFree(d_sums)); cudaCheck(cudaFree(d_scale)); cudaCheck(cudaFree(d_q)); cudaCheck(cudaFree(d_amax));
             }
             for (size_t i = 1; i < sets.size(); i++) sets[i].free_all();
         }
