@@ -1318,42 +1318,49 @@ __device__ __forceinline__ void store_dqkv_sums(const AttentionBackwardParams& p
 }
 
 // p.dqkv8: this warp's 16 rows of `stage` (bf16, swizzle<HS>, from row warp_row0; tokens t0 .. t0 + 15 of sequence b)
-// in FP8 into columns col0 .. col0 + HS - 1 of dqkv8, row-major (8 bytes a lane's chunk) and transposed (16 bytes, the
-// 16 tokens, a column), and their amax. T % 16 == 0: the 16 rows are all before T or all past it.
+// in FP8 into columns col0 .. col0 + HS - 1 of dqkv8, row-major and transposed, and their amax. A lane takes 4 rows of
+// a 16-byte chunk (8 columns): it writes the 4 rows' 8 bytes each, and, after a 4 x 4 byte transpose in registers,
+// each column's 4 bytes, which the chunk's 4 lanes lay side by side (16 bytes of the column's row of the transpose).
+// T % 16 == 0: the 16 rows are all before T or all past it.
 template <int HS>
 __device__ __forceinline__ void store_dqkv8(const AttentionBackwardParams& p, const uint8_t* stage, int warp_row0, int b, int t0, int col0) {
     if (t0 >= p.T) return;
     constexpr int kDT = HS / 8;
-    const int lane = threadIdx.x % 32;
+    const int lane = threadIdx.x % 32, quarter = lane / 8;   // rows 4 quarter .. + 3
     const AttentionDqkvFp8& f = p.dqkv8;
     const __nv_fp8_interpretation_t format = f.e5m2 ? __NV_E5M2 : __NV_E4M3;
     const float scale = *f.scale;
-    const size_t columns = (size_t)3 * p.NH * HS, tokens = (size_t)p.B * p.T, n0 = (size_t)b * p.T + t0;
-    auto lo = [](uint32_t w) { return __uint_as_float(w << 16); };
-    auto hi = [](uint32_t w) { return __uint_as_float(w & 0xffff0000u); };
+    const size_t columns = (size_t)3 * p.NH * HS, tokens = (size_t)p.B * p.T, n0 = (size_t)b * p.T + t0 + 4 * quarter;
     float amax = 0.0f;
-    for (int c = lane; c < 16 * kDT; c += 32) {   // row-major: chunk ch of row r
-        const int r = c / kDT, ch = c % kDT;
-        const uint4 v = *reinterpret_cast<const uint4*>(stage + swizzle<HS>(warp_row0 + r, ch));
-        const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-        uint16_t pairs[4];
+    #pragma unroll
+    for (int ch = lane % 8; ch < kDT; ch += 8) {
+        uint32_t bytes[4][2];   // row i's 8 bytes, columns 0-3 then 4-7
         #pragma unroll
         for (int i = 0; i < 4; i++) {
-            amax = fmaxf(amax, fmaxf(fabsf(lo(words[i])), fabsf(hi(words[i]))));
-            pairs[i] = __nv_cvt_float2_to_fp8x2(make_float2(lo(words[i]) * scale, hi(words[i]) * scale), __NV_SATFINITE, format);
+            const uint4 v = *reinterpret_cast<const uint4*>(stage + swizzle<HS>(warp_row0 + 4 * quarter + i, ch));
+            const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+            uint32_t pairs[4];
+            #pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float lo = __uint_as_float(words[k] << 16), hi = __uint_as_float(words[k] & 0xffff0000u);
+                amax = fmaxf(amax, fmaxf(fabsf(lo), fabsf(hi)));
+                pairs[k] = __nv_cvt_float2_to_fp8x2(make_float2(lo * scale, hi * scale), __NV_SATFINITE, format);
+            }
+            bytes[i][0] = pairs[0] | pairs[1] << 16;
+            bytes[i][1] = pairs[2] | pairs[3] << 16;
+            *reinterpret_cast<uint2*>(f.q + (n0 + i) * columns + col0 + ch * 8) = make_uint2(bytes[i][0], bytes[i][1]);
         }
-        *reinterpret_cast<uint2*>(f.q + (n0 + r) * columns + col0 + ch * 8) = *reinterpret_cast<const uint2*>(pairs);
-    }
-    #pragma unroll
-    for (int d = lane; d < HS; d += 32) {   // transposed: column d's 16 rows
-        uint16_t pairs[8];
         #pragma unroll
-        for (int r = 0; r < 16; r += 2) {
-            const uint16_t* at = reinterpret_cast<const uint16_t*>(stage + swizzle<HS>(warp_row0 + r, d / 8) + 2 * (d % 8));
-            const uint16_t* at1 = reinterpret_cast<const uint16_t*>(stage + swizzle<HS>(warp_row0 + r + 1, d / 8) + 2 * (d % 8));
-            pairs[r / 2] = __nv_cvt_float2_to_fp8x2(make_float2(lo(*at) * scale, lo(*at1) * scale), __NV_SATFINITE, format);
+        for (int h = 0; h < 2; h++) {   // columns 4 h .. 4 h + 3: rows' words -> columns' words
+            // rows 0, 1 interleaved (columns 0, 1, then 2, 3), rows 2, 3 likewise; then each column's four
+            const uint32_t r01_lo = __byte_perm(bytes[0][h], bytes[1][h], 0x5140), r01_hi = __byte_perm(bytes[0][h], bytes[1][h], 0x7362);
+            const uint32_t r23_lo = __byte_perm(bytes[2][h], bytes[3][h], 0x5140), r23_hi = __byte_perm(bytes[2][h], bytes[3][h], 0x7362);
+            const uint32_t column[4] = {__byte_perm(r01_lo, r23_lo, 0x5410), __byte_perm(r01_lo, r23_lo, 0x7632),
+                                        __byte_perm(r01_hi, r23_hi, 0x5410), __byte_perm(r01_hi, r23_hi, 0x7632)};
+            #pragma unroll
+            for (int j = 0; j < 4; j++)
+                *reinterpret_cast<uint32_t*>(f.q + tokens * columns + (col0 + ch * 8 + 4 * h + j) * tokens + n0) = column[j];
         }
-        *reinterpret_cast<uint4*>(f.q + tokens * columns + (col0 + d) * tokens + n0) = *reinterpret_cast<const uint4*>(pairs);
     }
     #pragma unroll
     for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
