@@ -29,7 +29,8 @@ Under -fp8 (kFp8, DgeluFp8Out) the GEMM itself runs on FP8: dout in E5M2 (or E4M
 E4M3, both K-major as FP8 wgmma takes them, 128 of K a stage (the same 16 KB as bf16's 64), the product scaled back
 by their scales in the epilogue. The tensor cores accumulate it alone, without promoting partial sums into fp32
 (cuBLASLt's split accumulation, which the other backward matmuls use): a second accumulator does not fit beside the
-tile's 128 and the prefetched pre, and over K = C the losses stay bf16's (dev/cuda/RESULTS.md). The epilogue writes the tensors the FP8 matmuls after it read, instead of bf16 dinp
+tile's 128 and the prefetched pre, and dev/cuda/matmul.cu finds the result within an FP8 step of fp64's on the
+dequantised operands. The epilogue writes the tensors the FP8 matmuls after it read, instead of bf16 dinp
 and gelu_out: dinp scaled and saturated to FP8 both row-major (fc's dinp reads it) and transposed (fcw's gradient),
 and gelu(pre) transposed in E4M3 (fcprojw's gradient), with dinp's amax (delayed scaling: the scales are the step's,
 src/fp8.cuh; gelu's amax is the forward's, whose fc matmul wrote the same values). The transposed tiles take the bf16

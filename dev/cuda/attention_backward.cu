@@ -30,7 +30,8 @@ P, dP, dS and the outputs to bf16 and takes P from its own bf16 forward, as PyTo
 
 Inputs: qkv (B, T, 3, NH, HS) bf16 randn * scale, dout (B, T, NH, HS) bf16 randn; out and lse come from the GPU
 reference forward. Output dqkv (B, T, 3, NH, HS) bf16. RESULT lines also give fwd+bwd TFLOP/s with the shipped
-forward timed in the same run (fwd+bwd FLOPs = 3.5 * fwd; bwd FLOPs = 2.5 * 4*B*NH*T*T*HS/2).
+forward timed in the same run (fwd+bwd FLOPs = 3.5 * fwd; bwd FLOPs = 2.5 * 4*B*NH*T*T*HS/2). Variant 0, where it
+sums dqkv for GPT-2's bias gradient, is also checked and timed writing dqkv in FP8 (training's -fp8, dqkv8_check).
 */
 #include "dev/cuda/common.h"
 #include "src/attention_backward.cuh"   // the shipped kernels, which variants 3 and up run with other tiles
