@@ -912,9 +912,11 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         // with no cast), its amax into the qkv linear's gradient slot
         const bool dqkv_fp8 = model->fp8 && model->fp8_updates > 0 && attention_backward_writes_dqkv8(T, HS, model->document_masking);
         uint8_t* dqkv8 = reinterpret_cast<uint8_t*>(dbt4c);   // (N, 3C), then (3C, N)
-        Fp8Scale* dqkv_slot = model->fp8 ? model->fp8_scales + l * kFp8Slots + fp8_dout_slot(kFp8Qkv) : nullptr;
-        const AttentionDqkvFp8 dqkv8_out = {dqkv8, dqkv_fp8 ? &dqkv_slot->scale : nullptr, dqkv_fp8 ? &dqkv_slot->amax : nullptr,
-                                            fp8_grads_e5m2(model)};
+        AttentionDqkvFp8 dqkv8_out = {};
+        if (dqkv_fp8) {
+            Fp8Scale* slot = model->fp8_scales + l * kFp8Slots + fp8_dout_slot(kFp8Qkv);
+            dqkv8_out = {dqkv8, &slot->scale, &slot->amax, fp8_grads_e5m2(model)};
+        }
         const bool qkvb_summed = attention_backward(dbt4c, model->attention_scratch, dbtc, qkv, atty, lse, B, T, NH, HS, main_stream,
                                                     model->document_masking ? model->doc_start : nullptr, scratch,
                                                     dqkv_fp8 ? &dqkv8_out : nullptr);

@@ -39,6 +39,7 @@ the row-major one leaves each warp's 16 x 32 bytes at a time through its pre tra
 dinp back and nothing recomputes gelu: 24 bytes a row and column of C fewer than the bf16 outputs and their casts.
 */
 #pragma once
+#include <type_traits>
 #include <cuda_fp8.h>
 #include "ptx.cuh"
 #include "gelu.cuh"
@@ -345,18 +346,18 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
 }
 
 inline int matmul_dgelu_partial_rows(int N) { return ceil_div(N, kDgeluPartialRows); }
-inline bool matmul_dgelu_hopper_supported(int C, int OC) {
-    return C % (kDgeluCluster * kDgeluBN) == 0 && OC % kDgeluBK == 0 && hopper_path_available();
+// fp8: on FP8 operands, whose stages past OC read as zeros (N % 16 == 0 besides)
+inline bool matmul_dgelu_hopper_supported(int C, int OC, bool fp8 = false) {
+    return C % (kDgeluCluster * kDgeluBN) == 0 && OC % (fp8 ? 16 : kDgeluBK) == 0 && hopper_path_available();
 }
 
 // dinp (N, C) = (dout (N, OC) @ weight (OC, C)) * gelu'(pre (N, C)); gelu_out (N, C) = gelu(pre) unless null;
 // bias_partials (matmul_dgelu_partial_rows(N), C) fp32 = dinp's sums over each 64 rows. f8 (-fp8): the product of
-// its FP8 operands instead (dout and weight unused), dinp and gelu there in FP8 (dinp and gelu_out unused). False (nothing run) where matmul_dgelu_hopper_supported is not.
+// its FP8 operands instead (dout and weight unused), dinp and gelu there in FP8 (dinp and gelu_out unused). False
+// (nothing run) where matmul_dgelu_hopper_supported is not.
 bool matmul_backward_dgelu_hopper(floatX* dinp, floatX* gelu_out, float* bias_partials, const floatX* dout, const floatX* weight,
                                   const floatX* pre, int N, int C, int OC, cudaStream_t stream, const DgeluFp8Out* f8 = nullptr) {
-    if (f8 ? !(C % (kDgeluCluster * kDgeluBN) == 0 && OC % 16 == 0 && N % 16 == 0 && hopper_path_available())
-           : !matmul_dgelu_hopper_supported(C, OC))
-        return false;
+    if (!matmul_dgelu_hopper_supported(C, OC, f8) || (f8 && N % 16 != 0)) return false;
     NVTX_RANGE_FN();
     const cuuint64_t dims_dout[2] = {(cuuint64_t)OC, (cuuint64_t)N}, dims_weight[2] = {(cuuint64_t)C, (cuuint64_t)OC};
     const cuuint64_t dims_out[2] = {(cuuint64_t)C, (cuuint64_t)N};
@@ -376,17 +377,13 @@ bool matmul_backward_dgelu_hopper(floatX* dinp, floatX* gelu_out, float* bias_pa
                                                     : map_dinp;
     const int pair_tiles = ceil_div(N, kDgeluBM) * (C / (kDgeluCluster * kDgeluBN));
     const int clusters = std::min(pair_tiles, device_props().multiProcessorCount / kDgeluCluster);
-    if (f8 && f8->dinp_e5m2)
-        launch_persistent_clusters<matmul_dgelu_hopper_kernel<2>, kDgeluCluster>(clusters, kDgeluThreads, DgeluTile::kSmemBytes, stream, map_dout,
-                                                                                 map_weight, map_dinp, map_gelu8T, pre, nullptr, bias_partials, N, C, OC,
-                                                                                 *f8);
-    else if (f8)
-        launch_persistent_clusters<matmul_dgelu_hopper_kernel<1>, kDgeluCluster>(clusters, kDgeluThreads, DgeluTile::kSmemBytes, stream, map_dout,
-                                                                                 map_weight, map_dinp, map_gelu8T, pre, nullptr, bias_partials, N, C, OC,
-                                                                                 *f8);
-    else
-        launch_persistent_clusters<matmul_dgelu_hopper_kernel<0>, kDgeluCluster>(clusters, kDgeluThreads, DgeluTile::kSmemBytes, stream, map_dout,
-                                                                                     map_weight, map_dinp, map_gelu8T, pre, gelu_out, bias_partials,
-                                                                                     N, C, OC, DgeluFp8Out{});
+    auto launch = [&](auto mode) {   // mode: the kernel's kFp8
+        launch_persistent_clusters<matmul_dgelu_hopper_kernel<decltype(mode)::value>, kDgeluCluster>(
+            clusters, kDgeluThreads, DgeluTile::kSmemBytes, stream, map_dout, map_weight, map_dinp, map_gelu8T, pre, f8 ? nullptr : gelu_out,
+            bias_partials, N, C, OC, f8 ? *f8 : DgeluFp8Out{});
+    };
+    if (!f8) launch(std::integral_constant<int, 0>{});
+    else if (f8->dinp_e5m2) launch(std::integral_constant<int, 2>{});
+    else launch(std::integral_constant<int, 1>{});
     return true;
 }
