@@ -2504,7 +2504,7 @@ void attention_backward_split(const AttentionBackwardParams& p, cudaStream_t str
 // kBias (general): with a bf16 bias (attention_hopper_bias_fits), and dBias from the dQ kernel's dS where p.dbias is set
 // kVarlen (general): packed sequences with their totals (attention_hopper_packed_fits), on the round-robin schedule
 // order (kBias): the dQ kernel's ordered dBias (DbiasOrder), its accumulators zeroed
-// kMods (general, no bias tiles or packs): with the score modifiers (softcap, ALiBi), on the round-robin schedule
+// kMods (general, no bias tiles or packs): with the score modifiers (softcap, ALiBi), claimed at HS 96 / 128
 template <int HS, int kKVWG, int kKVBlockM, int kQWG, int kQBlockN, int kStages, bool kGeneral = false, bool kBias = false,
           bool kVarlen = false, bool kMods = false, bool kHalf = false>
 void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaStream_t stream, const DbiasOrder& order = {}) {
@@ -2530,12 +2530,18 @@ void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaSt
     if constexpr (kVarlen) {
         launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, true, false, true, false, kHalf>(q, stream, early, false, t.keys);
         launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, true, false, true, false, kHalf>(q, stream, early, t.queries);
-    } else if (!kMods && claimed_schedule(p.T, 4096, /*even_items=*/!p.causal)) {
+    } else if constexpr (kMods) {
+        // one copy each: claimed at HS 96 / 128, where long causal calls balance only so; round-robin at HS 64, whose
+        // small calls (nanoGPT's, with dropout) lose more to the claims than they gain
+        constexpr bool kClaimed = HS > 64;
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, kClaimed, kGeneral, kBias, false, true, kHalf>(q, stream, early);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, kClaimed, kGeneral, kBias, false, true, kHalf>(q, stream, early, nullptr, order);
+    } else if (claimed_schedule(p.T, 4096, /*even_items=*/!p.causal)) {
         launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, true, kGeneral, kBias, false, false, kHalf>(q, stream, early);
         launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, true, kGeneral, kBias, false, false, kHalf>(q, stream, early, nullptr, order);
     } else {
-        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, kGeneral, kBias, false, kMods, kHalf>(q, stream, early);
-        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, kGeneral, kBias, false, kMods, kHalf>(q, stream, early, nullptr, order);
+        launch_attention_backward_dkdv_hopper_ws<HS, kKVWG, kKVBlockM, kStages, false, false, kGeneral, kBias, false, false, kHalf>(q, stream, early);
+        launch_attention_backward_dq_hopper_ws<HS, kQWG, kQBlockN, kStages, false, kGeneral, kBias, false, false, kHalf>(q, stream, early, nullptr, order);
     }
 }
 
@@ -2550,14 +2556,14 @@ void launch_attention_backward_dkdv256_hopper_ws(const AttentionBackwardParams& 
         dim3(std::min(num_items, device_props().multiProcessorCount)), Tile::kThreads, Tile::kSmemBytes, stream, early_start, p, maps,
         persistent_section_heads(p.B * p.NH_kv, p.T * (p.NH / p.NH_kv), 256));
 }
-// kMods: with the score modifiers (softcap, ALiBi), on the round-robin schedule
+// kMods: with the score modifiers (softcap, ALiBi), on the claimed schedule
 template <int kStages, bool kMods = false, bool kHalf = false>
 void attention_backward_split_hopper_ws_256(const AttentionBackwardParams& p, cudaStream_t stream) {
     launch_attention_backward_preprocess<256, false, kHalf>(p, /*zero_dq=*/false, stream);
     const bool early = backward_early_start();
-    if constexpr (kMods) {
-        launch_attention_backward_dkdv256_hopper_ws<kStages, false, true, kHalf>(p, stream, early);
-        launch_attention_backward_dq_hopper_ws<256, 1, 64, kStages, false, true, false, false, true, kHalf>(p, stream, early);
+    if constexpr (kMods) {   // one copy, claimed
+        launch_attention_backward_dkdv256_hopper_ws<kStages, true, true, kHalf>(p, stream, early);
+        launch_attention_backward_dq_hopper_ws<256, 1, 64, kStages, true, true, false, false, true, kHalf>(p, stream, early);
     } else if (claimed_schedule(p.T, 1024, /*even_items=*/!p.causal)) {
         launch_attention_backward_dkdv256_hopper_ws<kStages, true, false, kHalf>(p, stream, early);
         launch_attention_backward_dq_hopper_ws<256, 1, 64, kStages, true, true, false, false, false, kHalf>(p, stream, early);
