@@ -74,9 +74,9 @@ void forward_general(const AttentionForwardParams& p, cudaStream_t stream) {
         else launch_attention_forward<256, 1, 4, 32, true, true, kHalf>(k, stream);
     }
     else if (hopper && mods) {
-        // the general tiles below, HS 64's three warpgroups from the same size on (without dropout, whose keep bits
-        // the three-warpgroup copy does not follow); HS 96-256 claim their items whether causal or not (one copy each:
-        // where the items are even, claiming them costs what the round-robin walk does)
+        // the general tiles below, HS 64's three warpgroups from the same size on, except with dropout (which the
+        // three-warpgroup copy gets wrong: the cause is not found); HS 96-256 claim their items whether causal or not
+        // (one copy each: where the items are even, claiming them costs what the round-robin walk does)
         if (HS <= 64 && !dropout && (long)p.B * p.NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true, 1, false, true, false, false, true, kHalf>(k, stream);
         else if (HS <= 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, false, false, true, kHalf>(k, stream);
         else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, true, true, false, false, true, kHalf>(k, stream);
