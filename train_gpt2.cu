@@ -861,7 +861,8 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         // dfch in FP8 instead, both ways, into dbt4c's memory (fc's dinp and dweight read it) with its amax, and gelu(fch)
         // transposed into fch_gelu's (fcprojw's gradient; its amax is the forward's, where the fc matmul wrote it)
         const floatX* fcprojw = p.fcprojw + (size_t)l * C * 4 * C;
-        const bool fp8_outputs = model->fp8 && model->fp8_updates > 0 && model->recompute >= 1;
+        const bool fp8_outputs = model->fp8 && model->fp8_updates > 0 && model->recompute >= 1 && model->gelu_fusion >= 2 &&
+                                 matmul_dgelu_hopper_supported(N, 4 * C, C, /*fp8=*/true);   // else the casts below would be for nothing
         uint8_t* dfch8 = reinterpret_cast<uint8_t*>(dbt4c);   // (N, 4C), then (4C, N)
         uint8_t* gelu8T = reinterpret_cast<uint8_t*>(fch_gelu);
         uint8_t* dres8 = nullptr;   // dresidual in FP8, (N, C) then (C, N)
@@ -881,11 +882,10 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         const bool dgelu_fused = model->gelu_fusion >= 2 &&
             matmul_backward_dgelu_hopper(dbt4c, model->recompute >= 1 ? fch_gelu : nullptr, scratch, dresidual, fcprojw, fch, N, 4 * C, C,
                                          main_stream, fp8_outputs ? &f8 : nullptr);
-        const bool dfch_in_fp8 = dgelu_fused && fp8_outputs;
         if (dgelu_fused) {
             reduce_partials_add(g.fcb + l * 4 * C, nullptr, scratch, matmul_dgelu_partial_rows(N), 4 * C, main_stream);
             linear_backward(model, l, kFp8Fcproj, nullptr, g.fcprojw + (size_t)l * C * 4 * C, nullptr, scratch, dresidual,
-                            fch_gelu, fcprojw, N, 4 * C, C, dfch_in_fp8 ? gelu8T : nullptr, dfch_in_fp8 ? dres8 : nullptr);
+                            fch_gelu, fcprojw, N, 4 * C, C, fp8_outputs ? gelu8T : nullptr, fp8_outputs ? dres8 : nullptr);
         } else {
             if (model->recompute >= 1) gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, main_stream);
             if (model->gelu_fusion >= 2) {   // cuBLASLt's DGELU epilogue: bf16 (-fp8 1 takes the Hopper kernel's path above)
@@ -900,7 +900,7 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         // MLP up: dln2 = dfch @ fcw
         linear_backward(model, l, kFp8Fc, dbtc, g.fcw + (size_t)l * 4 * C * C, dgelu_fused ? nullptr : g.fcb + l * 4 * C, scratch,
                         dbt4c, ln2, p.fcw + (size_t)l * 4 * C * C, N, C, 4 * C, ln_fp8 ? reinterpret_cast<const uint8_t*>(ln2) : nullptr,
-                        dfch_in_fp8 ? dfch8 : nullptr);
+                        fp8_outputs ? dfch8 : nullptr);
         layernorm_backward(dresidual, g.ln2w + l * C, g.ln2b + l * C, scratch, dbtc, residual2, p.ln2w + l * C,
                            ln2_mean, ln2_rstd, N, C, main_stream, g.attprojb + l * C);
         // attention projection: datty = dresidual @ attprojw (attprojb's gradient summed just above)

@@ -346,9 +346,9 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
 }
 
 inline int matmul_dgelu_partial_rows(int N) { return ceil_div(N, kDgeluPartialRows); }
-// fp8: on FP8 operands, whose stages past OC read as zeros (N % 16 == 0 besides)
-inline bool matmul_dgelu_hopper_supported(int C, int OC, bool fp8 = false) {
-    return C % (kDgeluCluster * kDgeluBN) == 0 && OC % (fp8 ? 16 : kDgeluBK) == 0 && hopper_path_available();
+// fp8: on FP8 operands, whose stages past OC read as zeros, and N % 16 == 0 (FP8 dinp's transposed rows)
+inline bool matmul_dgelu_hopper_supported(int N, int C, int OC, bool fp8 = false) {
+    return C % (kDgeluCluster * kDgeluBN) == 0 && OC % (fp8 ? 16 : kDgeluBK) == 0 && (!fp8 || N % 16 == 0) && hopper_path_available();
 }
 
 // dinp (N, C) = (dout (N, OC) @ weight (OC, C)) * gelu'(pre (N, C)); gelu_out (N, C) = gelu(pre) unless null;
@@ -357,7 +357,7 @@ inline bool matmul_dgelu_hopper_supported(int C, int OC, bool fp8 = false) {
 // (nothing run) where matmul_dgelu_hopper_supported is not.
 bool matmul_backward_dgelu_hopper(floatX* dinp, floatX* gelu_out, float* bias_partials, const floatX* dout, const floatX* weight,
                                   const floatX* pre, int N, int C, int OC, cudaStream_t stream, const DgeluFp8Out* f8 = nullptr) {
-    if (!matmul_dgelu_hopper_supported(C, OC, f8) || (f8 && N % 16 != 0)) return false;
+    if (!matmul_dgelu_hopper_supported(N, C, OC, f8)) return false;
     NVTX_RANGE_FN();
     const cuuint64_t dims_dout[2] = {(cuuint64_t)OC, (cuuint64_t)N}, dims_weight[2] = {(cuuint64_t)C, (cuuint64_t)OC};
     const cuuint64_t dims_out[2] = {(cuuint64_t)C, (cuuint64_t)N};

@@ -518,7 +518,7 @@ int validate(const HarnessArgs& args, const MatmulShape& sh, int M, std::mt19937
             extra = strfmt("; gelu worst %.2f; bias grad worst %.2f", gelu_worst, bias_worst);
             bad += gelu_bad + bias_bad;
         }
-        if (dgelu && variant == 0 && matmul_dgelu_hopper_supported(N, K)) {
+        if (dgelu && variant == 0 && matmul_dgelu_hopper_supported(M, N, K)) {
             // the partials: every one written; the 64-row groups inside the sampled first and last 64 rows against fp64
             std::vector<float> colsum = from_device(m.colsum, partial_rows * N);
             size_t nonfinite = 0, sum_bad = 0;
@@ -685,6 +685,8 @@ static float float_from_bits(unsigned int bits) { float f; memcpy(&f, &bits, siz
 // how many FP8 steps apart two bytes are (both formats order their magnitudes as their bits; +0 and -0 alike; 256 for
 // nonzero values of opposite signs)
 static int fp8_steps(uint8_t a, uint8_t b) { return ((a ^ b) & 0x80) && ((a | b) & 0x7f) ? 256 : std::abs((a & 0x7f) - (b & 0x7f)); }
+// v's FP8 byte (round to nearest, saturating as the kernels' casts), E5M2 or E4M3
+static uint8_t fp8_byte(double v, bool e5m2) { return e5m2 ? __nv_fp8_e5m2((float)v).__x : __nv_fp8_e4m3((float)v).__x; }
 
 // src/fp8.cuh's cast (training's, delayed scaling: the slot's scale given) against the host's conversion of the same
 // products: every byte of q and of qT, and the amax, on shapes that are not whole 64 x 64 tiles; both formats. The
@@ -716,7 +718,7 @@ int check_fp8_cast(std::mt19937_64& rng) {
                 for (int k = 0; k < K; k++) {
                     const float v = __bfloat162float(h[(size_t)m * K + k]);
                     amax = std::max(amax, std::fabs(v));
-                    const uint8_t want = e5m2 ? __nv_fp8_e5m2(v * slot.scale).__x : __nv_fp8_e4m3(v * slot.scale).__x;
+                    const uint8_t want = fp8_byte(v * slot.scale, e5m2);
                     bad += got[(size_t)m * K + k] != want;
                     bad += gotT[(size_t)k * M + m] != want;
                 }
@@ -803,7 +805,6 @@ int check_dgelu_fp8(std::mt19937_64& rng) {
     float dout_max = 0.0f, w_max = 0.0f;
     for (floatX v : h_dout) dout_max = std::max(dout_max, std::fabs(__bfloat162float(v)));
     for (floatX v : h_w) w_max = std::max(w_max, std::fabs(__bfloat162float(v)));
-    auto cast = [](double v, bool e5m2) { return e5m2 ? __nv_fp8_e5m2((float)v).__x : __nv_fp8_e4m3((float)v).__x; };
     auto value = [](uint8_t byte, bool e5m2) {
         if (e5m2) { __nv_fp8_e5m2 v; v.__x = byte; return (double)(float)v; }
         __nv_fp8_e4m3 v; v.__x = byte; return (double)(float)v;
@@ -821,13 +822,13 @@ int check_dgelu_fp8(std::mt19937_64& rng) {
         std::vector<uint8_t> h_dout8((size_t)M * K), h_w8T((size_t)N * K);
         std::vector<double> dq((size_t)M * K), wq((size_t)N * K);   // the operands' values, dequantised
         for (size_t e = 0; e < h_dout8.size(); e++) {
-            h_dout8[e] = cast(__bfloat162float(h_dout[e]) * dout_scale, e5m2);
+            h_dout8[e] = fp8_byte(__bfloat162float(h_dout[e]) * dout_scale, e5m2);
             dq[e] = value(h_dout8[e], e5m2) / dout_scale;
         }
         for (int k = 0; k < K; k++)
             for (int n = 0; n < N; n++) {
                 const size_t e = (size_t)n * K + k;
-                h_w8T[e] = cast(__bfloat162float(h_w[(size_t)k * N + n]) * w_scale, false);
+                h_w8T[e] = fp8_byte(__bfloat162float(h_w[(size_t)k * N + n]) * w_scale, false);
                 wq[e] = value(h_w8T[e], false) / w_scale;
             }
         to_device(dout8, h_dout8);
@@ -872,7 +873,7 @@ int check_dgelu_fp8(std::mt19937_64& rng) {
                 const uint8_t d8 = got[e], d8T = got[(size_t)M * N + (size_t)c * M + r], g8T = got[2 * (size_t)M * N + (size_t)c * M + r];
                 poisoned += (d8 == 0x7f) + (d8T == 0x7f) + (g8T == 0x7f);
                 layouts_differ += d8 != d8T;
-                const int sd = fp8_steps(d8, cast(ref_d[e] * h_slots[0].scale, e5m2 == 1)), sg = fp8_steps(g8T, cast(ref_y[e] * h_slots[1].scale, false));
+                const int sd = fp8_steps(d8, fp8_byte(ref_d[e] * h_slots[0].scale, e5m2 == 1)), sg = fp8_steps(g8T, fp8_byte(ref_y[e] * h_slots[1].scale, false));
                 const bool within_sum = std::fabs(value(d8, e5m2 == 1) / h_slots[0].scale - ref_d[e]) <= std::ldexp(ref_slack[e], -8);
                 off_one[0] += sd == 1;
                 cancelled += sd > 1 && within_sum;
