@@ -196,6 +196,7 @@ struct AttentionTuning {
     int schedule = kByShape;   // the persistent Hopper kernels' schedule
     bool pdl = true;           // programmatic dependent launch of the Hopper backward's kernels
     int dbias_slots = 0;       // the ordered dBias's accumulator slots (DbiasOrder); 0: by shape
+    int section_heads = 0;     // heads per section of the persistent walks (persistent_section_heads); 0: by shape
 };
 AttentionTuning& attention_tuning();
 

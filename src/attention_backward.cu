@@ -104,6 +104,7 @@ template void backward_general<true>(const AttentionBackwardParams& p, cudaStrea
 #else
 extern template void backward_self_causal<true>(const AttentionBackwardParams& p, cudaStream_t stream);
 extern template void backward_general<true>(const AttentionBackwardParams& p, cudaStream_t stream);
+ATTENTION_BACKWARD_SHARED_LAUNCHERS(ATTENTION_LAUNCHER_INSTANCE)   // the dev harnesses' copies (attention_backward.cuh)
 
 bool& attention_backward_nondeterministic() {
     static bool flag = [] { const char* e = getenv("FLASHGPT_ATTN_NONDETERMINISTIC"); return e && e[0] == '1'; }();

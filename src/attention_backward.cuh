@@ -1462,7 +1462,14 @@ __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBl
     constexpr int kNT = kBlockN / 8;      // n8 column groups of S (keys)
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     wgmma_wait<1>();   // S is ready; dP may still be running
-    if (mods && mods->any()) apply_score_mods_frag(s, *mods, m_start + warp_row0, n_block * kBlockN, lane);   // softcap, ALiBi
+    float lse2[2] = {row_lse2[0], row_lse2[1]};   // less the row term of one-sided ALiBi (apply_score_mods_frag)
+    if (mods && mods->any()) {   // softcap, ALiBi
+        float shift[2];
+        apply_score_mods_frag(s, *mods, m_start + warp_row0, n_block * kBlockN, lane,
+                              mods->dist_sign(diag, m_start + warp_row0, 16, n_block * kBlockN, kBlockN), shift);
+        lse2[0] -= shift[0] * scale_log2;
+        lse2[1] -= shift[1] * scale_log2;
+    }
     if constexpr (kBias) add_bias_tile_smem<kNT, kBlockM>(s, bias.tile, bias.rows, warp_row0 + g, tq, bias.inv_scale);
     if (kBias && bias.key_bias) add_key_bias_frag<kNT>(s, bias.key_bias, n_block * kBlockN, tq, bias.inv_scale);
     // the window's left side (key < row + lo), only where this warp reaches it
@@ -1475,7 +1482,7 @@ __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBl
     for (int i = 0; i < kNT; i++)
         #pragma unroll
         for (int e = 0; e < 4; e++) {
-            float x = s[4 * i + e] * scale_log2 - row_lse2[e / 2];
+            float x = s[4 * i + e] * scale_log2 - lse2[e / 2];
             const int key = n_block * kBlockN + i * 8 + 2 * tq + (e % 2);
             if (need_mask && (key > m_start + warp_row0 + g + 8 * (e / 2) + diag || key >= Tk)) x = -INFINITY;
             s[4 * i + e] = fast_exp2(x);
@@ -2617,3 +2624,21 @@ template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem>
 inline bool attention_backward_fused_fits() {
     return (size_t)BackwardFusedTile<HS, kMT, kWarpsQ, kDkDvSmem>::kSmemBytes <= device_props().sharedMemPerBlockOptin;
 }
+
+// ----------------------------------------------------------------------------
+// The shipped launchers the dev harnesses also run (dev/cuda/attention_backward's variants 3, 4, 6, 7 and 8 at src's
+// tiles, bf16): compiled once, by src/attention_backward.cu's bf16 object, and linked from build/attention.a elsewhere
+// (as the forward's, ATTENTION_FORWARD_SHARED_LAUNCHERS)
+#define ATTENTION_BACKWARD_SHARED_LAUNCHERS(X) \
+    X((const AttentionBackwardParams&, cudaStream_t), attention_backward_atomic<64, 4, 64>) \
+    X((const AttentionBackwardParams&, cudaStream_t), attention_backward_atomic<128, 4, 64>) \
+    X((const AttentionBackwardParams&, cudaStream_t), attention_backward_fused<64, 2, 2, false>) \
+    X((const AttentionBackwardParams&, cudaStream_t), attention_backward_fused<128, 2, 2, true>) \
+    X((const AttentionBackwardParams&, cudaStream_t), attention_backward_split_wide<64, 2, 2, false, 4, 1, 64>) \
+    X((const AttentionBackwardParams&, cudaStream_t), attention_backward_split_wide<128, 2, 2, true, 4, 1, 32>) \
+    X((const AttentionBackwardParams&, cudaStream_t), attention_backward_split<64, 4, 1, 32, 4, 1, 64>) \
+    X((const AttentionBackwardParams&, cudaStream_t), attention_backward_split<128, 4, 1, 32, 4, 1, 32>) \
+    X((const AttentionBackwardParams&, cudaStream_t, const DbiasOrder&), attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2>) \
+    X((const AttentionBackwardParams&, cudaStream_t, const DbiasOrder&), attention_backward_split_hopper_ws<128, 2, 64, 2, 96, 2>) \
+    X((const AttentionBackwardParams&, cudaStream_t, bool), attention_backward_atomic_hopper_ws<128, 2>)
+ATTENTION_BACKWARD_SHARED_LAUNCHERS(ATTENTION_EXTERN_LAUNCHER)

@@ -129,6 +129,7 @@ template void decode_by_head_dim<true>(const AttentionForwardParams& p, const At
 extern template void forward_self_causal<true>(const AttentionForwardParams& p, cudaStream_t stream);
 extern template void forward_general<true>(const AttentionForwardParams& p, cudaStream_t stream);
 extern template void decode_by_head_dim<true>(const AttentionForwardParams& p, const AttentionKVCache& kv, cudaStream_t stream);
+ATTENTION_FORWARD_SHARED_LAUNCHERS(ATTENTION_LAUNCHER_INSTANCE)   // the dev harnesses' copies (attention_forward.cuh)
 
 AttentionTuning& attention_tuning() { static AttentionTuning t; return t; }
 

@@ -446,27 +446,31 @@ __device__ __forceinline__ void mask_tile(float (&s)[kNT * 4], int lim0, int key
 }
 
 // online softmax, as in the mma.sync kernel: new row max (quad shuffles), P = exp2(s * c - m * c) in place,
-// row_sum rescaled by alpha[half] = exp2((m_old - m_new) * c) plus this tile's sum; the caller rescales O by alpha
-template <int kNT>
+// row_sum rescaled by alpha[half] = exp2((m_old - m_new) * c) plus this tile's sum; the caller rescales O by alpha.
+// kShift: the scores of row half are s + shift[half], a row term the score modifiers left out (one-sided ALiBi)
+template <int kNT, bool kShift = false>
 __device__ __forceinline__ void online_softmax_tile(float (&s)[kNT * 4], float (&row_max)[2], float (&row_sum)[2],
-                                                    float (&alpha)[2], float scale_log2) {
+                                                    float (&alpha)[2], float scale_log2, const float* shift = nullptr) {
     #pragma unroll
     for (int half = 0; half < 2; half++) {
-        float mx = row_max[half];
+        float mx = kShift ? -INFINITY : row_max[half];
         #pragma unroll
         for (int i = 0; i < kNT; i++) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * half], s[4 * i + 2 * half + 1]));
+        if constexpr (kShift) mx = fmaxf(row_max[half], mx + shift[half]);   // this thread's part of the row, shifted
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
         // a row with no visible key yet keeps max -inf: use 0 so exp2 sees -inf - 0, not -inf - -inf = NaN
         const float m_scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;
         alpha[half] = fast_exp2(row_max[half] * scale_log2 - m_scaled);
         row_max[half] = mx;
+        const float offset = kShift ? shift[half] * scale_log2 - m_scaled : 0.0f;
         float sum = 0.0f;
         #pragma unroll
         for (int i = 0; i < kNT; i++)
             #pragma unroll
             for (int e = 2 * half; e < 2 * half + 2; e++) {
-                s[4 * i + e] = fast_exp2(s[4 * i + e] * scale_log2 - m_scaled);
+                if constexpr (kShift) s[4 * i + e] = fast_exp2(s[4 * i + e] * scale_log2 + offset);
+                else s[4 * i + e] = fast_exp2(s[4 * i + e] * scale_log2 - m_scaled);
                 sum += s[4 * i + e];
             }
         row_sum[half] = row_sum[half] * alpha[half] + sum;
@@ -734,6 +738,7 @@ struct HopperWsTile {
 // 64 MB of operands the heads are cut into sections whose operands fit in 16 MB, and a section's items (rank-major,
 // longest first) run together. One section = the plain order, which is faster below 64 MB.
 inline int persistent_section_heads(int num_bh, int T, int HS) {
+    if (attention_tuning().section_heads > 0) return std::min(attention_tuning().section_heads, num_bh);
     const long head_bytes = (long)T * HS * 4;
     return num_bh * head_bytes > (64l << 20) ? (int)std::max(1l, (16l << 20) / head_bytes) : num_bh;
 }
@@ -1131,7 +1136,9 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
             const ScoreMods mods = score_mods(p.x, b, h, Tile::kVarlen ? rows : walk.T, item_Tk, NH);
             auto softmax = [&](int j) {   // on tile j (loop order): P_j (fp32) in s, row statistics, alpha
                 const int key0 = (n_top - j) * kBlockN;
-                if constexpr (Tile::kMods) apply_score_mods_frag(s, mods, m_start + warp_row0, key0, lane);   // softcap, ALiBi
+                float shift[2];   // kMods: the row term of one-sided ALiBi (apply_score_mods_frag)
+                if constexpr (Tile::kMods)   // softcap, ALiBi
+                    apply_score_mods_frag(s, mods, m_start + warp_row0, key0, lane, mods.dist_sign(item_diag, m_start + warp_row0, 16, key0, kBlockN), shift);
                 if constexpr (Tile::kBias) {   // its bias tile and key bias (loaded with K tile j), then handed back
                     const int it = kv_iter + j, bslot = it % Tile::kBiasStages;
                     mbar_wait(&sm.bias_full[bslot], (it / Tile::kBiasStages) & 1);
@@ -1144,7 +1151,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
                 if (key0 + kBlockN - 1 > (kKeyBound ? min(m_start + warp_row0 + item_diag, item_Tk - 1) : m_start + warp_row0 + item_diag) ||
                     (kKeyBound && key0 < m_start + warp_row0 + 15 + item_lo))
                     mask_tile<kNT, kKeyBound>(s, m_start + warp_row0 + item_diag, key0, item_Tk, g, tq, m_start + warp_row0 + item_lo);
-                online_softmax_tile<kNT>(s, row_max, row_sum, alpha, scale_log2);
+                online_softmax_tile<kNT, Tile::kMods>(s, row_max, row_sum, alpha, scale_log2, shift);
                 if constexpr (Tile::kMods && HS <= 128) {   // dropout: P V over the kept probabilities (the row sums keep them all)
                     if (p.x.dropout_p > 0.0f) {
                         uint32_t keep[(kNT + 7) / 8];
@@ -1975,3 +1982,18 @@ inline void attention_exit_unsupported(const char* what, int B, int T, int Tk, i
 
 // the forward runs on wgmma wherever the binary carries sm_90a code for this GPU (every head dim)
 inline bool attention_forward_uses_hopper(int /*HS*/) { return hopper_path_available(); }
+
+// ----------------------------------------------------------------------------
+// The shipped launchers the dev harnesses also run (dev/cuda/attention_forward's variants 3 and 5 at src's tiles, bf16):
+// compiled once, by src/attention_forward.cu's bf16 object, and linked from build/attention.a by every other file that
+// includes this header, which then does not compile their kernels again. X(parameter list, launcher).
+#define ATTENTION_FORWARD_SHARED_LAUNCHERS(X) \
+    X((const AttentionForwardParams&, cudaStream_t), launch_attention_forward<64, 2, 4, 64>) \
+    X((const AttentionForwardParams&, cudaStream_t), launch_attention_forward<128, 2, 4, 48>) \
+    X((const AttentionForwardParams&, cudaStream_t), launch_attention_forward_hopper_ws<64, 3, 128, 3, true>) \
+    X((const AttentionForwardParams&, cudaStream_t), launch_attention_forward_hopper_ws<64, 2, 128, 3, true>) \
+    X((const AttentionForwardParams&, cudaStream_t), launch_attention_forward_hopper_ws<128, 2, 128, 2, true>) \
+    X((const AttentionForwardParams&, cudaStream_t), launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 2>)
+#define ATTENTION_EXTERN_LAUNCHER(params, ...) extern template void __VA_ARGS__ params;
+#define ATTENTION_LAUNCHER_INSTANCE(params, ...) template void __VA_ARGS__ params;
+ATTENTION_FORWARD_SHARED_LAUNCHERS(ATTENTION_EXTERN_LAUNCHER)

@@ -81,6 +81,13 @@ struct ScoreMods {
         const float tc = fminf(fmaxf(t, -1.0f), 1.0f);
         return 1.0f - tc * tc;
     }
+    // the sign that the distances row + diag0 - key of rows row0 .. row0 + rows - 1 and keys key0 .. key0 + keys - 1 share
+    // where visible (hi: the band's right side, attention_band; at or left of the diagonal every visible key has
+    // distance >= 0, the masked ones not counting), 0 where they differ
+    __device__ __forceinline__ float dist_sign(int hi, int row0, int rows, int key0, int keys) const {
+        if (hi <= diag0 || row0 + diag0 >= key0 + keys - 1) return 1.0f;
+        return row0 + rows - 1 + diag0 <= key0 ? -1.0f : 0.0f;
+    }
     // the same from the modified score s (S units, softcap then ALiBi applied), where a kernel still holds it
     __device__ __forceinline__ float grad_from_score(float s, float dist) const {
         const float t = fminf(fmaxf((s + slope * fabsf(dist)) * x.softcap_in, -1.0f), 1.0f);
@@ -132,6 +139,29 @@ __device__ __forceinline__ void apply_score_mods_frag(float (&s)[N], const Score
         #pragma unroll
         for (int i = 0; i < N; i++) s[i] -= m.slope * fabsf(d0 + (float)(8 * ((i % 4) / 2) - 8 * (i / 4) - i % 2));
     }
+}
+// The same where ALiBi's distances on the warp's tile share one sign (sign, ScoreMods::dist_sign; 0: they differ, the
+// form above): -slope |d| = -slope sign (d0 + 8 half - (8 (i / 4) + i % 2)) splits into a key term, one FFMA a score,
+// and a row term left out of s and returned in shift[half] (0 without ALiBi), for the softmax to add to its row maxima
+// and exponents (online_softmax_tile's kShift) or the backward to take from its lse2: one operation a score instead of
+// two
+template <int N>
+__device__ __forceinline__ void apply_score_mods_frag(float (&s)[N], const ScoreMods& m, int row0, int key0, int lane, float sign,
+                                                      float (&shift)[2]) {
+    shift[0] = shift[1] = 0.0f;
+    if (m.slope == 0.0f || sign == 0.0f) {
+        apply_score_mods_frag(s, m, row0, key0, lane);
+        return;
+    }
+    if (m.x.softcap_in != 0.0f) {
+        #pragma unroll
+        for (int i = 0; i < N; i++) s[i] = m.cap(s[i]);
+    }
+    const float slope = m.slope * sign, d0 = m.dist0(row0 + lane / 4, key0 + 2 * (lane % 4));
+    shift[0] = -slope * d0;
+    shift[1] = -slope * (d0 + 8.0f);
+    #pragma unroll
+    for (int i = 0; i < N; i++) s[i] = fmaf(slope, (float)(8 * (i / 4) + i % 2), s[i]);
 }
 
 // ----------------------------------------------------------------------------

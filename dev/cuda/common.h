@@ -16,6 +16,7 @@ Command line shared by the dev binaries:
   ./attention_forward N|N,M,..|all [--check] [--no-bench] [-b B] [-t T] [-n NH] [-d HS] [--scale S]
                             [--seed S] [--repeats R] [--shapes bench] [--cfg NAME,NAME..] [--first-config]
                             [--sync-each] [--trace] [--schedule static|dynamic] [--pdl 0|1]
+                            [--section-heads N]
   N|N,M|all  one variant, a comma list of variants, or every variant
   --check    validate on the acceptance validation set (7 shapes x input scale 1 and 8), no timing
   --no-bench validate the given shape only
@@ -30,6 +31,8 @@ Command line shared by the dev binaries:
   --schedule static|dynamic  force the persistent Hopper kernels' round-robin or claimed schedule (A/B runs;
              by default src picks by T, see claimed_schedule)
   --pdl 0|1  programmatic dependent launch of the Hopper backward's kernels off / on (default on)
+  --section-heads N  the persistent Hopper kernels' heads per section (A/B runs; by default src picks by the
+             operands' size, see persistent_section_heads)
 */
 #pragma once
 #include <algorithm>
@@ -107,7 +110,7 @@ inline std::vector<std::string> split_commas(const std::string& list) {
 
 inline HarnessArgs parse_harness_args(int argc, char** argv) {
     HarnessArgs a;
-    if (argc < 2) { fprintf(stderr, "usage: %s N|all [--check] [--no-bench] [-b B] [-t T] [-n NH] [-d HS] [--scale S] [--seed S] [--repeats R] [--shapes bench] [--cfg NAME,..] [--first-config] [--sync-each] [--trace] [--schedule static|dynamic] [--pdl 0|1]\n", argv[0]); exit(EXIT_FAILURE); }
+    if (argc < 2) { fprintf(stderr, "usage: %s N|all [--check] [--no-bench] [-b B] [-t T] [-n NH] [-d HS] [--scale S] [--seed S] [--repeats R] [--shapes bench] [--cfg NAME,..] [--first-config] [--sync-each] [--trace] [--schedule static|dynamic] [--pdl 0|1] [--section-heads N]\n", argv[0]); exit(EXIT_FAILURE); }
     if (strcmp(argv[1], "all") != 0)
         for (const std::string& v : split_commas(argv[1])) a.variants.push_back(atoi(v.c_str()));
     for (int i = 2; i < argc; i++) {
@@ -131,6 +134,7 @@ inline HarnessArgs parse_harness_args(int argc, char** argv) {
             attention_tuning().schedule = v == "static" ? AttentionTuning::kRoundRobin : AttentionTuning::kClaimed;
         }
         else if (f == "--pdl") attention_tuning().pdl = atoi(next()) != 0;
+        else if (f == "--section-heads") attention_tuning().section_heads = atoi(next());
 #endif
         else if (f == "--sync-each") timing_sync_each() = true;
         else if (f == "--trace") timing_trace() = true;
