@@ -99,7 +99,8 @@ $(GPT2_PROGRAMS): build/gpt2_programs
 
 dev: $(DEV_CUDA)
 
-# the harnesses compile their own variants (while the attention compiles) and link the shipped attention
+# the harnesses compile their own variants (while the attention compiles) and link the shipped attention, src's tiles
+# among them (ATTENTION_*_SHARED_LAUNCHERS)
 build/dev/%.o: dev/cuda/%.cu $(wildcard dev/cuda/*.h) $(wildcard src/*.cuh src/*.h) $(wildcard dev/cuda/forward_variants/*.cuh dev/cuda/backward_variants/*.cuh)
 	@mkdir -p build/dev
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
