@@ -9,7 +9,7 @@
 #                             generation and a 20-step d12 run.
 #   make test-all             the same, but every attention variant on every config
 #   make GPU_ARCH=90a ...     build for one arch (default: the GPU found by nvidia-smi, else "80 90a")
-#   make regs                 ptxas register/smem report for the attention's kernels (src/attention_forward.cu, _backward.cu)
+#   make regs                 ptxas register/smem report for the attention's kernels (src/attention_*.cu)
 #   make lib                  libflashgpt_attention.so: the attention behind a C interface (src/attention_capi.h), for
 #                             python/flashgpt_attention.py; not part of `all`, built by `make test` where a GPU is present
 #
@@ -56,7 +56,8 @@ NCCL_LDLIBS := $(if $(NCCL_HEADER),$(if $(NCCL_HOME),$(NCCL_HOME_LIB),-lnccl))
 TRAIN_DEPS := train_gpt2.cu $(wildcard src/*.cuh src/*.h)
 # the attention, compiled once (forward and backward in parallel) into one archive that every program links
 ATTENTION := build/attention.a
-ATTENTION_OBJS := build/attention_forward.o build/attention_backward.o build/attention_forward_fp16.o build/attention_backward_fp16.o
+ATTENTION_OBJS := build/attention_forward.o build/attention_backward.o build/attention_backward_general.o build/attention_forward_fp16.o \
+                  build/attention_backward_fp16.o build/attention_backward_general_fp16.o
 ATTENTION_HEADERS := src/attention.cuh src/attention_modifiers.cuh src/attention_forward.cuh src/attention_backward.cuh src/common.cuh src/ptx.cuh
 GPT2_PROGRAMS := train_gpt2cu test_gpt2cu generate_gpt2cu profile_gpt2cu
 DEV_CUDA := dev/cuda/attention_forward dev/cuda/attention_backward dev/cuda/attention_general dev/cuda/matmul_algos dev/cuda/fused_classifier dev/cuda/layernorm dev/cuda/matmul
@@ -69,8 +70,9 @@ TEST_LIB := $(if $(DETECTED_CC),lib)
 .PHONY: all dev lib test test-all regs clean
 
 # the longest compiles first, so that make -j keeps every core busy to the end
-all: build/attention_backward.o build/attention_backward_fp16.o build/dev/attention_backward.o build/attention_forward.o \
-     build/attention_forward_fp16.o build/dev/attention_forward.o build/gpt2_programs.o \
+all: build/attention_forward_fp16.o build/attention_forward.o build/dev/attention_backward.o build/attention_backward_general.o \
+     build/attention_backward_general_fp16.o build/dev/attention_forward.o build/gpt2_programs.o build/attention_backward.o \
+     build/attention_backward_fp16.o \
      $(GPT2_PROGRAMS) dev $(CPU_TESTS)
 
 # train_gpt2cu, test_gpt2cu, generate_gpt2cu (text generation with the KV cache) and profile_gpt2cu are one build,
@@ -125,6 +127,8 @@ regs:
 	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -c src/attention_backward.cu -o /dev/null
 	$(NVCC) $(NVCC_FLAGS) -DATTENTION_FP16=1 -Xptxas=-v -c src/attention_forward.cu -o /dev/null
 	$(NVCC) $(NVCC_FLAGS) -DATTENTION_FP16=1 -Xptxas=-v -c src/attention_backward.cu -o /dev/null
+	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -c src/attention_backward_general.cu -o /dev/null
+	$(NVCC) $(NVCC_FLAGS) -DATTENTION_FP16=1 -Xptxas=-v -c src/attention_backward_general.cu -o /dev/null
 
 test: all $(TEST_LIB)
 	@bash scripts/run_tests.sh

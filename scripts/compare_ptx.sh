@@ -38,9 +38,9 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-SHIPPED=train_gpt2.cu+src/attention_forward.cu+src/attention_backward.cu
+SHIPPED=train_gpt2.cu+src/attention_forward.cu+src/attention_backward.cu+src/attention_backward_general.cu
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=($SHIPPED)
-[ $DEV = 1 ] && TARGETS+=(dev/cuda/attention_forward.cu dev/cuda/attention_backward.cu dev/cuda/attention_general.cu+src/attention_forward.cu+src/attention_backward.cu)
+[ $DEV = 1 ] && TARGETS+=(dev/cuda/attention_forward.cu dev/cuda/attention_backward.cu dev/cuda/attention_general.cu+src/attention_forward.cu+src/attention_backward.cu+src/attention_backward_general.cu)
 ARCHS=(sm_80 sm_90a)
 NVCC=${NVCC:-nvcc}
 FLAGS=(-DGIT_COMMIT=\"x\" -O3 --use_fast_math -std=c++17 -DNDEBUG -lineinfo -I. -Isrc)

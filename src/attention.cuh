@@ -48,8 +48,9 @@ AttentionKVCache: paged caches, the in-place append with the rotary embedding, l
 
 Files: this header is the interface (parameters and the calls); src/attention_modifiers.cuh the mask and score
 modifiers the general kernels compose (the band, ScoreMods); the kernels compile once, in src/attention_forward.cu
-(forward and decoding dispatch, over the kernels of src/attention_forward.cuh) and src/attention_backward.cu (over
-src/attention_backward.cuh), into build/attention.a, which every program that includes this header links (make builds
+(forward and decoding dispatch, over the kernels of src/attention_forward.cuh), src/attention_backward.cu and
+src/attention_backward_general.cu (GPT-2's family's and the general backward dispatch, over src/attention_backward.cuh),
+into build/attention.a, which every program that includes this header links (make builds
 it; libflashgpt_attention.so carries it too). The dev harnesses include the kernel headers only for the variants they
 own.
 */
@@ -268,7 +269,7 @@ void attention_forward_self_causal_path(const AttentionForwardParams& p, cudaStr
 void attention_dropout_mask(uint8_t* mask, const AttentionForwardParams& p, cudaStream_t stream);
 
 // ============================================================================
-// backward (src/attention_backward.cu)
+// backward (src/attention_backward.cu; the general calls' dispatch in src/attention_backward_general.cu)
 
 // GPT-2's dqkv in FP8 (train_gpt2.cu's -fp8): the QKV projection's backward matmuls read it so, row-major for dinp and
 // transposed for dweight. q = saturate(bf16(dqkv) * *scale), bf16's value cast as src/fp8.cuh's cast would cast it.

@@ -1,8 +1,8 @@
 /*
 flashgpt attention, the backward's kernels (the forward's are in src/attention_forward.cuh, whose helpers these share):
 the preprocess, the mma.sync split, atomic and fused kernels (sm_80+), the warp-specialised wgmma/TMA split and atomic
-kernels (sm_90a), the dBias reductions, and their launchers. src/attention_backward.cu instantiates what its dispatch
-reaches; dev/cuda/attention_backward.cu's variants include this header to run the same kernels with other tiles.
+kernels (sm_90a), the dBias reductions, and their launchers. src/attention_backward.cu and _general.cu instantiate what
+their dispatch reaches; dev/cuda/attention_backward.cu's variants include this header to run the same kernels with other tiles.
 */
 /*
 Backward: dq, dk, dv from dout, the forward's out and lse, and q, k, v (the forward's layouts and strides).
@@ -287,9 +287,8 @@ struct BackwardKVTile {
     static constexpr int kSmemBytes = 2 * kKVBytes + kDsBytes + 2 * kStageBytes;
 };
 
-template <int HS, int kNWarps, int kMT, int kBlockM, bool kAtomicDq, bool kExtras = false, bool kHalf = false>
-__global__ void __launch_bounds__(kNWarps * 32)
-attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
+template <int HS, int kNWarps, int kMT, int kBlockM, bool kAtomicDq, bool kExtras, bool kHalf>
+__device__ __forceinline__ void attention_backward_dkdv_tiles(const AttentionBackwardParams& p) {
     using Tile = BackwardKVTile<HS, kNWarps, kMT, kBlockM, kAtomicDq>;
     constexpr int kBlockN = Tile::kBlockN, kThreads = Tile::kThreads;
     constexpr int kQT = kBlockM / 8;      // n8 tiles of S^T (queries)
@@ -502,6 +501,12 @@ attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
                                           p.dk_st.row, p.dv + b * p.dv_st.batch + h_kv * p.dv_st.head + seq.k0 * p.dv_st.row, p.dv_st.row,
                                           p.scale, kExtras && p.x.cu_seqlens_k ? Tk : p.Tk, n_start, warp_row0, col0, lane, head_chunks);
 }
+template <int HS, int kNWarps, int kMT, int kBlockM, bool kAtomicDq, bool kExtras = false, bool kHalf = false>
+__global__ void __launch_bounds__(kNWarps * 32)
+attention_backward_dkdv_kernel(const AttentionBackwardParams p) {
+    if constexpr (kCompilingSm90a && !kExtras && (kHalf || (HS != 64 && HS != 128))) __trap();   // unreached (kCompilingSm90a)
+    else attention_backward_dkdv_tiles<HS, kNWarps, kMT, kBlockM, kAtomicDq, kExtras, kHalf>(p);
+}
 
 // ----------------------------------------------------------------------------
 // dQ kernel (split path): the forward's layout. One CTA per (query block, b, h), each warp owns 16 * kMT query
@@ -518,9 +523,8 @@ struct BackwardQTile {
     static constexpr int kSmemBytes = 2 * kBlockM * HS * 2 + 2 * 2 * kTileBytes;
 };
 
-template <int HS, int kNWarps, int kMT, int kBlockN, bool kExtras = false, bool kHalf = false>
-__global__ void __launch_bounds__(kNWarps * 32)
-attention_backward_dq_kernel(const AttentionBackwardParams p) {
+template <int HS, int kNWarps, int kMT, int kBlockN, bool kExtras, bool kHalf>
+__device__ __forceinline__ void attention_backward_dq_tiles(const AttentionBackwardParams& p) {
     using Tile = BackwardQTile<HS, kNWarps, kMT, kBlockN>;
     constexpr int kBlockM = Tile::kBlockM, kThreads = Tile::kThreads;
     constexpr int kKS = HS / 16;          // k16 steps of S = Q K^T, dP = dO V^T
@@ -740,6 +744,12 @@ attention_backward_dq_kernel(const AttentionBackwardParams p) {
                 *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
     }
 }
+template <int HS, int kNWarps, int kMT, int kBlockN, bool kExtras = false, bool kHalf = false>
+__global__ void __launch_bounds__(kNWarps * 32)
+attention_backward_dq_kernel(const AttentionBackwardParams p) {
+    if constexpr (kCompilingSm90a && !kExtras && (kHalf || (HS != 64 && HS != 128))) __trap();   // unreached (kCompilingSm90a)
+    else attention_backward_dq_tiles<HS, kNWarps, kMT, kBlockN, kExtras, kHalf>(p);
+}
 
 // ----------------------------------------------------------------------------
 // dbias: the dq kernel's dS (B, NH, T, Tk) summed over the bias's broadcast dimensions (its zero strides), one thread
@@ -884,8 +894,8 @@ struct BackwardFusedTile {
     static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_80 / sm_90 CTA may have");
 };
 
-template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem, bool kDq, bool kHalf = false>
-__global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const AttentionBackwardParams p) {
+template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem, bool kDq, bool kHalf>
+__device__ __forceinline__ void attention_backward_fused_tiles(const AttentionBackwardParams& p) {
     using Tile = BackwardFusedTile<HS, kMT, kWarpsQ, kDkDvSmem>;
     constexpr int kBlockN = Tile::kBlockN, kBlockM = Tile::kBlockM, kThreads = Tile::kThreads;
     constexpr int kWarpQ = Tile::kWarpQ, kWarpsK = Tile::kWarpsK;
@@ -1127,6 +1137,11 @@ __global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const 
     backward_store_dk_dv<kHalf, HS, kMT, kDT>(dk_acc, dv_acc, k_smem, v_smem, p.dk + b * p.dk_st.batch + h * p.dk_st.head, p.dk_st.row,
                                        p.dv + b * p.dv_st.batch + h * p.dv_st.head, p.dv_st.row, p.scale, T, n_start, warp_row0,
                                        acc_col0, lane);
+}
+template <int HS, int kMT, int kWarpsQ, bool kDkDvSmem, bool kDq, bool kHalf = false>
+__global__ void __launch_bounds__(256, 1) attention_backward_fused_kernel(const AttentionBackwardParams p) {
+    if constexpr (kCompilingSm90a && kHalf) __trap();   // unreached (kCompilingSm90a)
+    else attention_backward_fused_tiles<HS, kMT, kWarpsQ, kDkDvSmem, kDq, kHalf>(p);
 }
 
 // ----------------------------------------------------------------------------
