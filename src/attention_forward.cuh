@@ -150,19 +150,20 @@ struct ForwardTile {
     static constexpr int kSmemBytes = kBlockM * HS * 2 + 2 * 2 * kTileBytes;
 };
 
-// kGeneral false: causal self-attention without GQA only (Tk = T, the diagonal 0: constants to the compiler);
-// kExtras (general only): the AttentionExtras (bias, per-sequence lengths, packed rows, gating, document masking) and
-// head dims 8 / 16, in their own copy so that the calls without them keep their registers
 // kCompilingSm90a: true in the sm_90a device pass only. Where sm_90a code runs, the dispatch sends every call without
 // extras to the wgmma kernels, so no call reaches the mma.sync copies without extras there in fp16, nor the general
-// ones (the forward's kGeneral; the backward's head dims other than 64 and 128); the dev harnesses run only bf16 copies
-// of GPT-2's family on Hopper. The kernels' sm_90a bodies of those copies are a trap, which the build does not compile.
+// ones (the forward's kGeneral; the backward's head dims other than 64 and 128), and the dev harnesses run only bf16
+// copies of GPT-2's family there. Those copies' sm_90a bodies are a trap, so that the build does not compile them for
+// sm_90a (a call that reached one would fail loudly, not run wrong).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 constexpr bool kCompilingSm90a = true;
 #else
 constexpr bool kCompilingSm90a = false;
 #endif
 
+// kGeneral false: causal self-attention without GQA only (Tk = T, the diagonal 0: constants to the compiler);
+// kExtras (general only): the AttentionExtras (bias, per-sequence lengths, packed rows, gating, document masking) and
+// head dims 8 / 16, in their own copy so that the calls without them keep their registers
 template <int HS, int kWarpTilesM, int kNWarps, int kBlockN, bool kGeneral, bool kExtras, bool kHalf>
 __device__ __forceinline__ void attention_forward_tiles(const AttentionForwardParams& p) {
     using Tile = ForwardTile<HS, kWarpTilesM, kNWarps, kBlockN>;
