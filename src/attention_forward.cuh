@@ -1037,7 +1037,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
         // Ping-pong turn order: consumer c waits on barrier 1 + c and then lets consumer c + 1 go. Consumer 0 takes
         // the very first turn without waiting and the last consumer skips its very last hand-over, so every
         // bar.arrive meets a bar.sync and no barrier is left half-arrived when the CTA exits.
-        bool first_turn = true;
+        [[maybe_unused]] bool first_turn = true;
         auto turn_begin = [&]() {
             if constexpr (kPingPong) {
                 if (!(cwg == 0 && first_turn)) named_barrier_sync(1 + cwg, 256);
