@@ -50,9 +50,8 @@ Files: this header is the interface (parameters and the calls); src/attention_mo
 modifiers the general kernels compose (the band, ScoreMods); the kernels compile once, in src/attention_forward.cu
 (forward and decoding dispatch, over the kernels of src/attention_forward.cuh), src/attention_backward.cu and
 src/attention_backward_general.cu (GPT-2's family's and the general backward dispatch, over src/attention_backward.cuh),
-into build/attention.a, which every program that includes this header links (make builds
-it; libflashgpt_attention.so carries it too). The dev harnesses include the kernel headers only for the variants they
-own.
+into build/attention.a, which every program that includes this header links (make builds it; libflashgpt_attention.so
+carries it too). The dev harnesses include the kernel headers only for the variants they own.
 */
 #pragma once
 #include <cmath>
