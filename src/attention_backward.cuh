@@ -1480,8 +1480,7 @@ __device__ __forceinline__ void dq_p_ds(float (&s)[kBlockN / 2], float (&dp)[kBl
     float lse2[2] = {row_lse2[0], row_lse2[1]};   // less the row term of one-sided ALiBi (apply_score_mods_frag)
     if (mods && mods->any()) {   // softcap, ALiBi
         float shift[2];
-        apply_score_mods_frag(s, *mods, m_start + warp_row0, n_block * kBlockN, lane,
-                              mods->dist_sign(diag, m_start + warp_row0, 16, n_block * kBlockN, kBlockN), shift);
+        apply_score_mods_frag(s, *mods, m_start + warp_row0, n_block * kBlockN, lane, diag, shift);
         lse2[0] -= shift[0] * scale_log2;
         lse2[1] -= shift[1] * scale_log2;
     }

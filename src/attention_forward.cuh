@@ -1154,7 +1154,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
                 const int key0 = (n_top - j) * kBlockN;
                 float shift[2];   // kMods: the row term of one-sided ALiBi (apply_score_mods_frag)
                 if constexpr (Tile::kMods)   // softcap, ALiBi
-                    apply_score_mods_frag(s, mods, m_start + warp_row0, key0, lane, mods.dist_sign(item_diag, m_start + warp_row0, 16, key0, kBlockN), shift);
+                    apply_score_mods_frag(s, mods, m_start + warp_row0, key0, lane, item_diag, shift);
                 if constexpr (Tile::kBias) {   // its bias tile and key bias (loaded with K tile j), then handed back
                     const int it = kv_iter + j, bslot = it % Tile::kBiasStages;
                     mbar_wait(&sm.bias_full[bslot], (it / Tile::kBiasStages) & 1);

@@ -127,41 +127,31 @@ __device__ __forceinline__ void apply_score_mods(float (&s)[kMT][kNT][4], const 
     }
 }
 // the same on one thread's part of a wgmma accumulator of S (s[4i + e]: row row0 + g + 8 (e / 2), key key0 + 8i + 2tq
-// + e % 2)
+// + e % 2; the warp's 16 rows, 2N keys; hi: the band's right side, attention_band). Where ALiBi's visible distances on
+// the tile share one sign (ScoreMods::dist_sign), -slope |d| = -slope sign (d0 + 8 half - (8 (i / 4) + i % 2)) splits
+// into a key term, one FFMA a score, and a row term left out of s and returned in shift[half] (else 0), for the softmax
+// to add to its row maxima and exponents (online_softmax_tile's kShift) or the backward to take from its lse2; where
+// the signs differ, -slope |d| as it is (an FADD and an FFMA a score)
 template <int N>
-__device__ __forceinline__ void apply_score_mods_frag(float (&s)[N], const ScoreMods& m, int row0, int key0, int lane) {
+__device__ __forceinline__ void apply_score_mods_frag(float (&s)[N], const ScoreMods& m, int row0, int key0, int lane, int hi,
+                                                      float (&shift)[2]) {
+    shift[0] = shift[1] = 0.0f;
     if (m.x.softcap_in != 0.0f) {
         #pragma unroll
         for (int i = 0; i < N; i++) s[i] = m.cap(s[i]);
     }
-    if (m.slope != 0.0f) {
-        const float d0 = m.dist0(row0 + lane / 4, key0 + 2 * (lane % 4));
+    if (m.slope == 0.0f) return;
+    const float d0 = m.dist0(row0 + lane / 4, key0 + 2 * (lane % 4)), sign = m.dist_sign(hi, row0, 16, key0, 2 * N);
+    if (sign != 0.0f) {
+        const float slope = m.slope * sign;
+        shift[0] = -slope * d0;
+        shift[1] = -slope * (d0 + 8.0f);
+        #pragma unroll
+        for (int i = 0; i < N; i++) s[i] = fmaf(slope, (float)(8 * (i / 4) + i % 2), s[i]);
+    } else {
         #pragma unroll
         for (int i = 0; i < N; i++) s[i] -= m.slope * fabsf(d0 + (float)(8 * ((i % 4) / 2) - 8 * (i / 4) - i % 2));
     }
-}
-// The same where ALiBi's distances on the warp's tile share one sign (sign, ScoreMods::dist_sign; 0: they differ, the
-// form above): -slope |d| = -slope sign (d0 + 8 half - (8 (i / 4) + i % 2)) splits into a key term, one FFMA a score,
-// and a row term left out of s and returned in shift[half] (0 without ALiBi), for the softmax to add to its row maxima
-// and exponents (online_softmax_tile's kShift) or the backward to take from its lse2: one operation a score instead of
-// two
-template <int N>
-__device__ __forceinline__ void apply_score_mods_frag(float (&s)[N], const ScoreMods& m, int row0, int key0, int lane, float sign,
-                                                      float (&shift)[2]) {
-    shift[0] = shift[1] = 0.0f;
-    if (m.slope == 0.0f || sign == 0.0f) {
-        apply_score_mods_frag(s, m, row0, key0, lane);
-        return;
-    }
-    if (m.x.softcap_in != 0.0f) {
-        #pragma unroll
-        for (int i = 0; i < N; i++) s[i] = m.cap(s[i]);
-    }
-    const float slope = m.slope * sign, d0 = m.dist0(row0 + lane / 4, key0 + 2 * (lane % 4));
-    shift[0] = -slope * d0;
-    shift[1] = -slope * (d0 + 8.0f);
-    #pragma unroll
-    for (int i = 0; i < N; i++) s[i] = fmaf(slope, (float)(8 * (i / 4) + i % 2), s[i]);
 }
 
 // ----------------------------------------------------------------------------
