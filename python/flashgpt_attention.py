@@ -398,7 +398,7 @@ class FlashAttentionFunction(torch.autograd.Function):
 
 class _Plan:
     __slots__ = ("device", "args", "describe", "layout", "out_sizes", "lse_shape", "strides", "grads",
-                 "scratch_bytes", "dout", "no_extras", "no_extras2")
+                 "scratch_bytes", "dout", "given_grads", "no_extras", "no_extras2")
 
     def __init__(self, q, k, v, causal, scale, layout):
         B, T, H, D = _sizes(q, layout)
@@ -418,6 +418,7 @@ class _Plan:
         self.strides = tuple(_c_strides(x, layout) for x in (q, k, v, out))
         self.scratch_bytes = {}  # the modifiers' scratch key -> the backward's scratch, asked at the first backward
         self.dout = {}  # dout's strides -> its ctypes strides, or None where the kernels can't read it in place
+        self.given_grads = {}  # the compiled op's gradients' strides -> _given_grad_strides
         # the _ex calls' extras arguments for a call without them (modifiers only)
         self.no_extras = tuple(_extras(None, None, None, None, None, layout, q, k))
         self.no_extras2 = tuple(_extras2(None, None))
@@ -452,13 +453,15 @@ def _grad_buffer(plan, x, which):
     return _empty_bthd(x, _sizes(x, plan.layout), plan.layout), strides
 
 
-def _plain_forward(q, k, v, plan, mods=None):
+def _plain_forward(q, k, v, plan, mods=None, out=None, lse=None):
     """out and lse of a planned call (autograd's forward, or the whole call where no gradient is wanted); mods (see
-    _mods), where given, the window and modifiers, through the _ex call"""
-    out = torch.empty(plan.out_sizes, dtype=q.dtype, device=q.device)
-    if plan.layout == "bhtd":
-        out = out.transpose(1, 2)
-    lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=q.device)
+    _mods), where given, the window and modifiers, through the _ex call. out and lse, where given (the compiled op's),
+    have the memory this allocates: out (B, T, H, D), lse (B, H, T), 16-byte aligned."""
+    if out is None:
+        out = torch.empty(plan.out_sizes, dtype=q.dtype, device=q.device)
+        if plan.layout == "bhtd":
+            out = out.transpose(1, 2)
+        lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=q.device)
     qs, ks, vs, os_ = plan.strides
     ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), qs, ks, vs, os_)
     if mods is None:
@@ -471,8 +474,24 @@ def _plain_forward(q, k, v, plan, mods=None):
     return out, lse
 
 
-def _plain_backward(dout, q, k, v, out, lse, plan, mods=None):
-    """dq, dk, dv of a planned call (mods as _plain_forward's)"""
+def _given_grad_strides(plan, grads, grads_bthd):
+    """the ctypes strides of gradients the caller allocated (the compiled op's; grads_bthd as the op's), None where
+    the kernels can't write them in place (their addresses are the caller's to check)"""
+    key = (grads_bthd,) + tuple(g.stride() for g in grads)
+    strides = plan.given_grads.get(key)
+    if strides is None:
+        layouts = tuple("bthd" if grads_bthd >> i & 1 else plan.layout for i in range(3))
+        fits = all(g.stride(-1) == 1 and all(s > 0 and s % 8 == 0 for s in _strides(g, layout))
+                   for g, layout in zip(grads, layouts))
+        strides = plan.given_grads[key] = (tuple(_c_strides(g, layout) for g, layout in zip(grads, layouts)) if fits
+                                           else ())
+    return strides or None
+
+
+def _plain_backward(dout, q, k, v, out, lse, plan, mods=None, grads=None, scratch=None, grads_bthd=0):
+    """dq, dk, dv of a planned call (mods as _plain_forward's). grads and scratch, where given (the compiled op's),
+    are written in place: grads that _given_grad_strides takes, 16-byte aligned, and the scratch this would
+    allocate."""
     lib = _library()
     key = dout.stride()
     if key not in plan.dout:
@@ -481,7 +500,10 @@ def _plain_backward(dout, q, k, v, out, lse, plan, mods=None):
     if do_st is None or dout.data_ptr() % 16:
         dout = dout.clone(memory_format=torch.contiguous_format)
         do_st = _c_strides(dout, plan.layout)
-    (dq, dq_st), (dk, dk_st), (dv, dv_st) = (_grad_buffer(plan, x, i) for i, x in enumerate((q, k, v)))
+    if grads is None:
+        (dq, dq_st), (dk, dk_st), (dv, dv_st) = (_grad_buffer(plan, x, i) for i, x in enumerate((q, k, v)))
+    else:
+        (dq, dk, dv), (dq_st, dk_st, dv_st) = grads, _given_grad_strides(plan, grads, grads_bthd)
     mod_args = None if mods is None else _mods(mods)
     # the scratch depends on the window and modifiers, not on the alibi slopes' address or the dropout's seed
     scratch_key = None if mods is None else (mods[0], mods[1], mods[2], mods[3] is None, mods[4], mods[5])
@@ -493,7 +515,8 @@ def _plain_backward(dout, q, k, v, out, lse, plan, mods=None):
             scratch_bytes = lib.flashgpt_attention_backward_scratch_bytes_ex(*plan.args[:7], *plan.no_extras, None,
                                                                              *plan.no_extras2, None, *mod_args[:6])
         plan.scratch_bytes[scratch_key] = scratch_bytes
-    scratch = torch.empty(max(scratch_bytes, 16), dtype=torch.uint8, device=q.device)
+    if scratch is None or scratch.numel() < scratch_bytes:   # (the compiled op's is short where shapes are symbolic)
+        scratch = torch.empty(max(scratch_bytes, 16), dtype=torch.uint8, device=q.device)
     qs, ks, vs, os_ = plan.strides
     ptrs = (dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), dout.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
             out.data_ptr(), lse.data_ptr(), dq_st, dk_st, dv_st, do_st, qs, ks, vs, os_)
@@ -526,14 +549,31 @@ class PlainAttentionFunction(torch.autograd.Function):
 
 
 # ----------------------------------------------------------------------------
-# torch.compile: under it a call without the extras (window, softcap, ALiBi and dropout allowed) runs as the custom ops
-# flashgpt::attention / flashgpt::attention_backward, which the compiler keeps whole (no graph break at the ctypes
-# call) and whose shapes it reads from their fake implementations. Eager calls never go through them (a custom op's
-# dispatch costs more than the call). The ops run FlashAttentionFunction's two halves with a stand-in for autograd's
-# context; the dropout seed is a CPU tensor (drawn in the graph), read back inside the op.
+# torch.compile: under it a call without the extras (window, softcap, ALiBi and dropout allowed) runs as
+# _CompiledAttention, an autograd.Function that Dynamo traces: its forward and backward allocate their outputs in the
+# graph (Inductor's allocations, planned and cheap) and hand them to the custom ops flashgpt::attention and
+# flashgpt::attention_backward, which write them in place. The compiler keeps each op whole (no graph break at the
+# ctypes call). The ops carry no autograd formula of their own, so the compiled graph reaches their Python bodies
+# through the dispatcher without a Python autograd kernel on the way. Eager calls never go through them (a custom op's
+# dispatch costs more than the call). The dropout seed is a CPU tensor (drawn in the graph), read back inside the op.
+
+_OP_SCHEMAS = {
+    "attention": "(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale, str layout, "
+                 "int window_left, int window_right, float softcap, Tensor? alibi_slopes, float dropout_p, "
+                 "Tensor dropout_seed) -> ()",
+    "attention_backward": "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor(a!) dq, "
+                          "Tensor(b!) dk, Tensor(c!) dv, int grads_bthd, Tensor(d!) scratch, bool causal, float scale, "
+                          "str layout, int window_left, int window_right, float softcap, Tensor? alibi_slopes, "
+                          "float dropout_p, Tensor dropout_seed) -> ()",
+}
+# The ops take and write whole tensors, never views (a view the compiler would copy back into its base): out is
+# (B, T, H, D) memory whatever the layout (the caller views it as (B, H, T, D) for "bhtd"), and bit i of grads_bthd
+# says that gradient i (dq, dk, dv) is such a (B, T, H, D) tensor rather than one of its input's shape.
+
 
 class _OpContext:
-    """what FlashAttentionFunction's forward and backward read and write of autograd's context"""
+    """what FlashAttentionFunction's forward and backward read and write of autograd's context (the ops' general
+    path)"""
     needs_input_grad = (True, True, True) + (False,) * 13
 
     def save_for_backward(self, *tensors):
@@ -555,94 +595,124 @@ def _mods_or_none(mods):
     return None if (left, right) == (-1, -1) and not softcap and alibi is None and not dropout_p else mods
 
 
-def _op_plan(q, k, v, causal, scale, layout):
-    """the plan of the ops' call where the kernels read q, k, v in place (else the general path, which copies)"""
+def _as_layout(out_bthd, layout):
+    return out_bthd.transpose(1, 2) if layout == "bhtd" else out_bthd
+
+
+def _op_forward(q, k, v, out, lse, causal, scale, layout, window_left, window_right, softcap, alibi_slopes, dropout_p,
+                dropout_seed):
+    mods = _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, dropout_seed)
     plan = _plain_plan(q, k, v, causal, scale, layout)
-    return plan if plan is not None and (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16 == 0 else None
+    if plan is not None and (q.data_ptr() | k.data_ptr() | v.data_ptr() | out.data_ptr()) % 16 == 0:
+        _plain_forward(q, k, v, plan, _mods_or_none(mods), out, lse)   # (the plan's out strides are out's memory)
+        return
+    T, Tk = _sizes(q, layout)[1], _sizes(k, layout)[1]   # the general path (it copies what the kernels can't read)
+    o, l = FlashAttentionFunction.forward(_OpContext(), q, k, v, None, None, None, None, causal, scale, layout, None,
+                                          None, None, T, Tk, mods)
+    _as_layout(out, layout).copy_(o)
+    lse.copy_(l)
 
 
-def _op_context(q, k, causal, scale, layout, mods):
+def _op_backward(dout, q, k, v, out, lse, dq, dk, dv, grads_bthd, scratch, causal, scale, layout, window_left,
+                 window_right, softcap, alibi_slopes, dropout_p, dropout_seed):
+    mods = _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, dropout_seed)
+    plan = _plain_plan(q, k, v, causal, scale, layout)
+    grads = (dq, dk, dv)
+    if (plan is not None and _given_grad_strides(plan, grads, grads_bthd) is not None
+            and (q.data_ptr() | k.data_ptr() | v.data_ptr() | out.data_ptr() | dq.data_ptr() | dk.data_ptr()
+                 | dv.data_ptr()) % 16 == 0):
+        _plain_backward(dout, q, k, v, out, lse, plan, _mods_or_none(mods), grads, scratch, grads_bthd)
+        return
     ctx = _OpContext()
     B, T, H, D = _sizes(q, layout)
     _, Tk, H_kv, _ = _sizes(k, layout)
     ctx.causal, ctx.scale, ctx.layout, ctx.sizes, ctx.mods = causal, scale, layout, (B, T, Tk, H, H_kv, D), mods
-    return ctx
+    ctx.saved_tensors = (q, k, v, _as_layout(out, layout), lse) + (None,) * 7
+    for i, (g, x) in enumerate(zip(grads, FlashAttentionFunction.backward(ctx, dout, None)[:3])):
+        (_as_layout(g, layout) if grads_bthd >> i & 1 else g).copy_(x)
 
 
-_OP_SCHEMAS = {
-    "attention": "(Tensor q, Tensor k, Tensor v, bool causal, float scale, str layout, int window_left, "
-                 "int window_right, float softcap, Tensor? alibi_slopes, float dropout_p, Tensor dropout_seed) "
-                 "-> (Tensor, Tensor)",
-    "attention_backward": "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, bool causal, "
-                          "float scale, str layout, int window_left, int window_right, float softcap, "
-                          "Tensor? alibi_slopes, float dropout_p, Tensor dropout_seed) -> (Tensor, Tensor, Tensor)",
-}
+def _backward_scratch_bytes(B, T, Tk, H, H_kv, D, causal, window_left, window_right, softcap, alibi, alibi_batch,
+                            dropout_p):
+    """the backward's scratch in bytes (a host call; under torch.compile a constant of the graph)"""
+    lib, shape = _library(), (B, T, Tk, H, H_kv, D, int(causal))
+    if (window_left, window_right) == (-1, -1) and not softcap and not alibi and not dropout_p:
+        return lib.flashgpt_attention_backward_scratch_bytes(*shape)
+    no_extras = (None, None, 0, None, None, None, 0, 0, None, None)
+    return lib.flashgpt_attention_backward_scratch_bytes_ex(*shape, *no_extras, None, None, None, 0, None, 0, None,
+                                                            window_left, window_right, softcap,
+                                                            1 if alibi else None, alibi_batch, dropout_p)
 
 
-def _op_forward(q, k, v, causal, scale, layout, window_left, window_right, softcap, alibi_slopes, dropout_p,
-                dropout_seed):
-    mods = _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, dropout_seed)
-    plan = _op_plan(q, k, v, causal, scale, layout)
-    if plan is not None:
-        return _plain_forward(q, k, v, plan, _mods_or_none(mods))
-    T, Tk = _sizes(q, layout)[1], _sizes(k, layout)[1]
-    return FlashAttentionFunction.forward(_OpContext(), q, k, v, None, None, None, None, causal, scale, layout, None,
-                                          None, None, T, Tk, mods)
+if hasattr(torch, "compiler") and hasattr(torch.compiler, "assume_constant_result"):
+    _backward_scratch_bytes = torch.compiler.assume_constant_result(_backward_scratch_bytes)
 
 
-def _op_backward(dout, q, k, v, out, lse, causal, scale, layout, window_left, window_right, softcap, alibi_slopes,
-                 dropout_p, dropout_seed):
-    mods = _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, dropout_seed)
-    plan = _op_plan(q, k, v, causal, scale, layout)
-    if plan is not None:
-        return _plain_backward(dout, q, k, v, out, lse, plan, _mods_or_none(mods))
-    ctx = _op_context(q, k, causal, scale, layout, mods)
-    ctx.saved_tensors = (q, k, v, out, lse) + (None,) * 7
-    return FlashAttentionFunction.backward(ctx, dout, None)[:3]
+def _grad_memory(x, layout):
+    """an empty gradient for x in the memory _empty_grad chooses, as a whole tensor (x's shape and strides, or (B, T,
+    H, D)), and whether it is the latter in a "bhtd" call; without reading an address (Dynamo traces it)"""
+    if x.is_contiguous() or x.transpose(1, 2).is_contiguous():
+        strides = _strides(x, layout)
+        if all(s > 0 and s % 8 == 0 for s in strides):
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device), False
+    return x.new_empty(_sizes(x, layout)), layout == "bhtd"
+
+
+class _CompiledAttention(torch.autograd.Function):
+    """flash_attention under torch.compile (see above): the outputs allocated here, written by the ops"""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, layout, left, right, softcap, alibi_slopes, dropout_p, seed):
+        B, T, H, D = _sizes(q, layout)
+        out = q.new_empty((B, T, H, D))
+        lse = q.new_empty((B, H, T), dtype=torch.float32)
+        torch.ops.flashgpt.attention(q, k, v, out, lse, causal, scale, layout, left, right, softcap, alibi_slopes,
+                                     dropout_p, seed)
+        if alibi_slopes is None:
+            ctx.save_for_backward(q, k, v, out, lse, seed)
+        else:
+            ctx.save_for_backward(q, k, v, out, lse, seed, alibi_slopes)
+        ctx.args = (causal, scale, layout, left, right, softcap, dropout_p)
+        ctx.mark_non_differentiable(lse)
+        return _as_layout(out, layout), lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, lse, seed = ctx.saved_tensors[:6]
+        alibi_slopes = ctx.saved_tensors[6] if len(ctx.saved_tensors) > 6 else None
+        causal, scale, layout, left, right, softcap, dropout_p = ctx.args
+        B, T, H, D = _sizes(q, layout)
+        _, Tk, H_kv, _ = _sizes(k, layout)
+        alibi_batch = 0 if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes.shape[1]
+        scratch_bytes = 16   # symbolic shapes: the op allocates its own
+        if all(isinstance(n, int) for n in (B, T, Tk, H, H_kv, D, alibi_batch)):
+            scratch_bytes = _backward_scratch_bytes(B, T, Tk, H, H_kv, D, causal, left, right, softcap,
+                                                    alibi_slopes is not None, alibi_batch, dropout_p)
+        scratch = torch.empty(max(scratch_bytes, 16), dtype=torch.uint8, device=q.device)
+        (dq, dq_bthd), (dk, dk_bthd), (dv, dv_bthd) = (_grad_memory(x, layout) for x in (q, k, v))
+        grads_bthd = int(dq_bthd) | int(dk_bthd) << 1 | int(dv_bthd) << 2
+        torch.ops.flashgpt.attention_backward(dout, q, k, v, out, lse, dq, dk, dv, grads_bthd, scratch, causal, scale,
+                                              layout, left, right, softcap, alibi_slopes, dropout_p, seed)
+        return tuple(_as_layout(g, layout) if bthd else g
+                     for g, bthd in ((dq, dq_bthd), (dk, dk_bthd), (dv, dv_bthd))) + (None,) * 9
 
 
 def _register_compile_ops():
-    """flashgpt::attention and flashgpt::attention_backward, with their fake implementations and autograd formula.
-    They are defined through torch.library.Library (define / impl) rather than torch.library.custom_op, whose
-    per-call checks and wrappers cost more host time than the call itself; the compiled graph calls them each step."""
+    """flashgpt::attention and flashgpt::attention_backward with their fake implementations (they write their
+    outputs' memory and return nothing). They are defined through torch.library.Library (define / impl) rather than
+    torch.library.custom_op, whose per-call checks and wrappers cost more host time than the call itself."""
     library = torch.library.Library("flashgpt", "DEF")
     for name, schema in _OP_SCHEMAS.items():
         library.define(name + schema)
     library.impl("attention", _op_forward, "CUDA")
     library.impl("attention_backward", _op_backward, "CUDA")
-
-    def attention_fake(q, k, v, causal, scale, layout, window_left, window_right, softcap, alibi_slopes, dropout_p,
-                       dropout_seed):
-        B, T, H, _ = _sizes(q, layout)
-        return _empty_out(q, layout), q.new_empty((B, H, T), dtype=torch.float32)
-
-    def attention_backward_fake(dout, q, k, v, out, lse, causal, scale, layout, window_left, window_right, softcap,
-                                alibi_slopes, dropout_p, dropout_seed):
-        return _empty_grad(q, layout), _empty_grad(k, layout), _empty_grad(v, layout)
-
-    torch.library.register_fake("flashgpt::attention", attention_fake, lib=library)
-    torch.library.register_fake("flashgpt::attention_backward", attention_backward_fake, lib=library)
-    attention, attention_backward = torch.ops.flashgpt.attention.default, torch.ops.flashgpt.attention_backward.default
-
-    def setup_context(ctx, inputs, output):
-        q, k, v, causal, scale, layout, left, right, softcap, alibi_slopes, dropout_p, dropout_seed = inputs
-        ctx.save_for_backward(q, k, v, output[0], output[1], alibi_slopes, dropout_seed)
-        ctx.args = (causal, scale, layout, left, right, softcap, dropout_p)
-
-    def backward(ctx, dout, _dlse):
-        q, k, v, out, lse, alibi_slopes, dropout_seed = ctx.saved_tensors
-        causal, scale, layout, left, right, softcap, dropout_p = ctx.args
-        dq, dk, dv = attention_backward(dout, q, k, v, out, lse, causal, scale, layout, left, right, softcap, alibi_slopes,
-                                        dropout_p, dropout_seed)
-        return (dq, dk, dv) + (None,) * 9
-
-    torch.library.register_autograd("flashgpt::attention", backward, setup_context=setup_context, lib=library)
-    return library, attention
+    torch.library.register_fake("flashgpt::attention", lambda *args: None, lib=library)
+    torch.library.register_fake("flashgpt::attention_backward", lambda *args: None, lib=library)
+    return library
 
 
 # (the Library object must live as long as the ops: it unregisters them when collected)
-_op_library, _compiled_attention = (_register_compile_ops() if hasattr(getattr(torch, "library", None), "register_autograd")
-                                    else (None, None))
+_op_library = _register_compile_ops() if hasattr(getattr(torch, "library", None), "register_fake") else None
 
 
 # ----------------------------------------------------------------------------
@@ -708,9 +778,9 @@ def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, 
     window = (int(window_size[0]), int(window_size[1]))
     if window[0] < -1 or window[1] < -1:
         raise ValueError(f"window_size entries must be -1 (unbounded) or at least 0, not {tuple(window_size)}")
-    if (_compiled_attention is not None and _compiling() and bias is None and key_lengths is None and cu_seqlens_q is None
+    if (_op_library is not None and _compiling() and bias is None and key_lengths is None and cu_seqlens_q is None
             and cu_seqlens_k is None and cu_seqlens is None and gate is None and bias2 is None and key_mask is None
-            and layout in LAYOUTS):   # torch.compile tracing: the custom op (see _register_compile_ops)
+            and layout in LAYOUTS):   # torch.compile tracing: _CompiledAttention and its ops (see above it)
         if scale is None:
             scale = 1.0 / math.sqrt(q.shape[3])
         if alibi_slopes is not None:
@@ -722,8 +792,8 @@ def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, 
             seed = torch.tensor(dropout_seed, dtype=torch.int64)
         else:
             seed = torch.randint(0, 2 ** 62, (), dtype=torch.int64)
-        out, lse = _compiled_attention(q, k, v, bool(causal), float(scale), layout, window[0], window[1], float(softcap),
-                                       alibi_slopes, float(dropout_p), seed)
+        out, lse = _CompiledAttention.apply(q, k, v, bool(causal), float(scale), layout, window[0], window[1],
+                                            float(softcap), alibi_slopes, float(dropout_p), seed)
         return (out, lse) if return_lse else out
     if (bias is None and key_lengths is None and cu_seqlens_q is None and cu_seqlens_k is None and cu_seqlens is None
             and gate is None and bias2 is None and key_mask is None and max_seqlen is None and max_seqlen_q is None

@@ -5,8 +5,8 @@ where torch or a CUDA GPU is missing.
 
   make lib && python3 tests/test_python_attention.py [--inductor]
 
-The torch.compile block traces with AOTAutograd and runs the graph eagerly (backend "aot_eager": the custom op's fake
-implementation, autograd formula and runtime, and no graph break); --inductor (make test-all) compiles it with
+The torch.compile block traces with AOTAutograd and runs the graph eagerly (backend "aot_eager": the autograd.Function
+Dynamo traces, the custom ops' fake implementations and runtime, and no graph break); --inductor (make test-all) compiles it with
 Inductor too, which costs a minute of code generation.
 
 Each case compares our out, dq, dk and dv with SDPA on the same bf16 inputs, by FlashAttention's rule:
@@ -326,7 +326,7 @@ COMPILE_BACKEND = "inductor" if "--inductor" in sys.argv[1:] else "aot_eager"
 
 
 def compiled_drop_in():
-    """nanoGPT's attention block under torch.compile(fullgraph=True): flash_attention runs as the custom op (no graph
+    """nanoGPT's attention block under torch.compile(fullgraph=True): flash_attention runs as the custom ops (no graph
     break), with the eager call's out and gradients; with dropout, the same seed gives the same loss"""
     B, T, C, n_head = 4, 256, 384, 6
     torch.manual_seed(2)
@@ -400,7 +400,7 @@ def main():
     varlen_case([40, 100, 9], [60, 100, 9], 2, 2, 64, causal=True, gated=True)
     run("unsupported calls raise FlashAttentionError with the library's reason", unsupported_calls)
     run("nanoGPT CausalSelfAttention: flash_attention in place of SDPA, loss and gradients", nanogpt_drop_in)
-    run("nanoGPT CausalSelfAttention under torch.compile(fullgraph=True): the custom op, eager's results", compiled_drop_in)
+    run("nanoGPT CausalSelfAttention under torch.compile(fullgraph=True): the custom ops, eager's results", compiled_drop_in)
     n_pass = sum(s == "PASS" for s, _ in results)
     print(f"python attention tests: {n_pass} passed, {len(results) - n_pass} failed")
     return 0 if n_pass == len(results) else 1
