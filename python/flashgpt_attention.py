@@ -555,12 +555,12 @@ class PlainAttentionFunction(torch.autograd.Function):
 # flashgpt::attention_backward, which write them in place. The compiler keeps each op whole (no graph break at the
 # ctypes call). The ops carry no autograd formula of their own, so the compiled graph reaches their Python bodies
 # through the dispatcher without a Python autograd kernel on the way. Eager calls never go through them (a custom op's
-# dispatch costs more than the call). The dropout seed is a CPU tensor (drawn in the graph), read back inside the op.
+# dispatch costs more than the call).
 
 _OP_SCHEMAS = {
     "attention": "(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale, str layout, "
                  "int window_left, int window_right, float softcap, Tensor? alibi_slopes, float dropout_p, "
-                 "Tensor dropout_seed) -> ()",
+                 "int? dropout_seed) -> Tensor",
     "attention_backward": "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor(a!) dq, "
                           "Tensor(b!) dk, Tensor(c!) dv, int grads_bthd, Tensor(d!) scratch, bool causal, float scale, "
                           "str layout, int window_left, int window_right, float softcap, Tensor? alibi_slopes, "
@@ -569,6 +569,9 @@ _OP_SCHEMAS = {
 # The ops take and write whole tensors, never views (a view the compiler would copy back into its base): out is
 # (B, T, H, D) memory whatever the layout (the caller views it as (B, H, T, D) for "bhtd"), and bit i of grads_bthd
 # says that gradient i (dq, dk, dv) is such a (B, T, H, D) tensor rather than one of its input's shape.
+# The forward draws the dropout seed itself where the caller gives none (from PyTorch's CPU generator, as eager calls
+# do: torch.manual_seed repeats it) and returns the seed it used, a CPU int64 scalar, for the backward. A seed drawn
+# in the graph instead would be a CPU tensor op, which Inductor compiles with the host's C++ compiler.
 
 
 class _OpContext:
@@ -583,10 +586,9 @@ class _OpContext:
         pass
 
 
-def _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, dropout_seed):
+def _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, seed):
     alibi_batch = 0 if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes.shape[1]
-    seed = int(dropout_seed.item()) if dropout_p else 0
-    return (window_left, window_right, softcap, alibi_slopes, alibi_batch, dropout_p, seed, 0)
+    return (window_left, window_right, softcap, alibi_slopes, alibi_batch, dropout_p, seed if dropout_p else 0, 0)
 
 
 def _mods_or_none(mods):
@@ -601,21 +603,24 @@ def _as_layout(out_bthd, layout):
 
 def _op_forward(q, k, v, out, lse, causal, scale, layout, window_left, window_right, softcap, alibi_slopes, dropout_p,
                 dropout_seed):
-    mods = _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, dropout_seed)
+    seed = (new_dropout_seed() if dropout_seed is None else dropout_seed) if dropout_p else 0
+    mods = _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, seed)
     plan = _plain_plan(q, k, v, causal, scale, layout)
     if plan is not None and (q.data_ptr() | k.data_ptr() | v.data_ptr() | out.data_ptr()) % 16 == 0:
         _plain_forward(q, k, v, plan, _mods_or_none(mods), out, lse)   # (the plan's out strides are out's memory)
-        return
-    T, Tk = _sizes(q, layout)[1], _sizes(k, layout)[1]   # the general path (it copies what the kernels can't read)
-    o, l = FlashAttentionFunction.forward(_OpContext(), q, k, v, None, None, None, None, causal, scale, layout, None,
-                                          None, None, T, Tk, mods)
-    _as_layout(out, layout).copy_(o)
-    lse.copy_(l)
+    else:   # the general path (it copies what the kernels can't read)
+        T, Tk = _sizes(q, layout)[1], _sizes(k, layout)[1]
+        o, l = FlashAttentionFunction.forward(_OpContext(), q, k, v, None, None, None, None, causal, scale, layout,
+                                              None, None, None, T, Tk, mods)
+        _as_layout(out, layout).copy_(o)
+        lse.copy_(l)
+    return torch.tensor(seed, dtype=torch.int64)
 
 
 def _op_backward(dout, q, k, v, out, lse, dq, dk, dv, grads_bthd, scratch, causal, scale, layout, window_left,
                  window_right, softcap, alibi_slopes, dropout_p, dropout_seed):
-    mods = _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, dropout_seed)
+    mods = _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p,
+                    int(dropout_seed.item()) if dropout_p else 0)
     plan = _plain_plan(q, k, v, causal, scale, layout)
     grads = (dq, dk, dv)
     if (plan is not None and _given_grad_strides(plan, grads, grads_bthd) is not None
@@ -662,12 +667,12 @@ class _CompiledAttention(torch.autograd.Function):
     """flash_attention under torch.compile (see above): the outputs allocated here, written by the ops"""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, layout, left, right, softcap, alibi_slopes, dropout_p, seed):
+    def forward(ctx, q, k, v, causal, scale, layout, left, right, softcap, alibi_slopes, dropout_p, dropout_seed):
         B, T, H, D = _sizes(q, layout)
         out = q.new_empty((B, T, H, D))
         lse = q.new_empty((B, H, T), dtype=torch.float32)
-        torch.ops.flashgpt.attention(q, k, v, out, lse, causal, scale, layout, left, right, softcap, alibi_slopes,
-                                     dropout_p, seed)
+        seed = torch.ops.flashgpt.attention(q, k, v, out, lse, causal, scale, layout, left, right, softcap, alibi_slopes,
+                                            dropout_p, dropout_seed)
         if alibi_slopes is None:
             ctx.save_for_backward(q, k, v, out, lse, seed)
         else:
@@ -702,11 +707,11 @@ def _register_compile_ops():
     outputs' memory and return nothing). They are defined through torch.library.Library (define / impl) rather than
     torch.library.custom_op, whose per-call checks and wrappers cost more host time than the call itself."""
     library = torch.library.Library("flashgpt", "DEF")
-    for name, schema in _OP_SCHEMAS.items():
-        library.define(name + schema)
+    for name, schema in _OP_SCHEMAS.items():   # (the forward draws a seed: the compiler must neither merge nor drop it)
+        library.define(name + schema, tags=(torch.Tag.nondeterministic_seeded,) if name == "attention" else ())
     library.impl("attention", _op_forward, "CUDA")
     library.impl("attention_backward", _op_backward, "CUDA")
-    torch.library.register_fake("flashgpt::attention", lambda *args: None, lib=library)
+    torch.library.register_fake("flashgpt::attention", lambda *args: torch.empty((), dtype=torch.int64), lib=library)
     torch.library.register_fake("flashgpt::attention_backward", lambda *args: None, lib=library)
     return library
 
@@ -785,13 +790,9 @@ def flash_attention(q, k, v, causal=True, scale=None, layout="bhtd", bias=None, 
             scale = 1.0 / math.sqrt(q.shape[3])
         if alibi_slopes is not None:
             alibi_slopes = alibi_slopes.to(device=q.device, dtype=torch.float32).contiguous()
-        # the dropout seed, a CPU tensor drawn in the graph (an int drawn here would break it)
-        if not dropout_p:
-            seed = torch.zeros((), dtype=torch.int64)
-        elif dropout_seed is not None:
-            seed = torch.tensor(dropout_seed, dtype=torch.int64)
-        else:
-            seed = torch.randint(0, 2 ** 62, (), dtype=torch.int64)
+        # the dropout seed: the caller's, else None and the op draws one each call (an int drawn here would be a
+        # constant of the graph)
+        seed = None if dropout_seed is None or not dropout_p else int(dropout_seed)
         out, lse = _CompiledAttention.apply(q, k, v, bool(causal), float(scale), layout, window[0], window[1],
                                             float(softcap), alibi_slopes, float(dropout_p), seed)
         return (out, lse) if return_lse else out
