@@ -55,7 +55,7 @@ def _attention(q, k, v, softmax_scale, causal, mods, return_attn_probs, packed=N
     """q (B, T, H, D) or packed (total, H, D) with packed = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
     mods = (window_size, softcap, alibi_slopes, dropout_p)"""
     window_size, softcap, alibi_slopes, dropout_p = mods
-    # the seed, where S_dmask needs it again; else flash_attention draws it (as a tensor under torch.compile)
+    # the seed, where S_dmask needs it again; else flash_attention draws it (under torch.compile, its op at each call)
     seed = _fg.new_dropout_seed() if dropout_p and return_attn_probs else None
     D = q.shape[-1]
     scale = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
