@@ -703,9 +703,9 @@ class _CompiledAttention(torch.autograd.Function):
 
 
 def _register_compile_ops():
-    """flashgpt::attention and flashgpt::attention_backward with their fake implementations (they write their
-    outputs' memory and return nothing). They are defined through torch.library.Library (define / impl) rather than
-    torch.library.custom_op, whose per-call checks and wrappers cost more host time than the call itself."""
+    """flashgpt::attention and flashgpt::attention_backward with their fake implementations (they write the memory
+    they are given; the forward returns its seed). They are defined through torch.library.Library (define / impl)
+    rather than torch.library.custom_op, whose per-call checks and wrappers cost more host time than the call itself."""
     library = torch.library.Library("flashgpt", "DEF")
     for name, schema in _OP_SCHEMAS.items():   # (the forward draws a seed: the compiler must neither merge nor drop it)
         library.define(name + schema, tags=(torch.Tag.nondeterministic_seeded,) if name == "attention" else ())
