@@ -213,17 +213,28 @@ def _empty_out(q, layout):
     return _empty_bthd(q, _sizes(q, layout), layout)
 
 
+def _as_layout(x_bthd, layout):
+    """a (B, T, H, D) tensor as the layout shapes it"""
+    return x_bthd.transpose(1, 2) if layout == "bhtd" else x_bthd
+
+
+def _grad_memory(x, layout):
+    """an empty gradient for x (not packed): dense x, one with x's strides (a leaf's .grad takes it without a copy);
+    else (B, T, H, D) memory, so the gradient of a view into nanoGPT's fused qkv, (B, T, H, D) transposed, goes back to
+    (B, T, C) without a copy. Returned as a whole tensor (x's shape and strides, or (B, T, H, D)), with whether it is
+    the latter in a "bhtd" call; no address is read (Dynamo traces it), a fresh tensor's being aligned."""
+    if x.is_contiguous() or x.transpose(1, 2).is_contiguous():
+        if all(s > 0 and s % 8 == 0 for s in _strides(x, layout)):
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device), False
+    return x.new_empty(_sizes(x, layout)), layout == "bhtd"
+
+
 def _empty_grad(x, layout):
-    """dense x: a gradient with x's strides (a leaf's .grad takes it without a copy); else (B, T, H, D) memory, so the
-    gradient of a view into nanoGPT's fused qkv, (B, T, H, D) transposed, goes back to (B, T, C) without a copy.
-    Packed: contiguous zeros, as out."""
+    """an empty gradient for x, shaped as x (_grad_memory's memory); packed: contiguous zeros, as out"""
     if layout == "thd":
         return torch.zeros(x.shape, dtype=x.dtype, device=x.device)
-    if x.is_contiguous() or x.transpose(1, 2).is_contiguous():
-        g = torch.empty_like(x)
-        if _usable(g, layout):
-            return g
-    return _empty_bthd(x, _sizes(x, layout), layout)
+    g, bthd = _grad_memory(x, layout)
+    return _as_layout(g, layout) if bthd else g
 
 
 def _c_strides(x, layout):
@@ -408,7 +419,7 @@ class _Plan:
         self.describe = _describe(B, T, Tk, H, H_kv, D, causal, layout, None, None, None)
         self.out_sizes, self.lse_shape = (B, T, H, D), (B, H, T)
         out = _empty_bthd(q, (B, T, H, D), layout)
-        # each gradient's memory, as _empty_grad chooses it: x's own strides where x is dense (a leaf's .grad takes
+        # each gradient's memory, as _grad_memory chooses it: x's own strides where x is dense (a leaf's .grad takes
         # it without a copy), else (B, T, H, D) memory; (like x, its ctypes strides)
         self.grads = []
         for x in (q, k, v):
@@ -488,10 +499,9 @@ def _given_grad_strides(plan, grads, grads_bthd):
     return strides or None
 
 
-def _plain_backward(dout, q, k, v, out, lse, plan, mods=None, grads=None, scratch=None, grads_bthd=0):
-    """dq, dk, dv of a planned call (mods as _plain_forward's). grads and scratch, where given (the compiled op's),
-    are written in place: grads that _given_grad_strides takes, 16-byte aligned, and the scratch this would
-    allocate."""
+def _plain_backward(dout, q, k, v, out, lse, plan, mods=None, grads=None):
+    """dq, dk, dv of a planned call (mods as _plain_forward's). grads, where given (the compiled op's), are written in
+    place: ((dq, its ctypes strides), (dk, ..), (dv, ..)), 16-byte aligned."""
     lib = _library()
     key = dout.stride()
     if key not in plan.dout:
@@ -501,9 +511,8 @@ def _plain_backward(dout, q, k, v, out, lse, plan, mods=None, grads=None, scratc
         dout = dout.clone(memory_format=torch.contiguous_format)
         do_st = _c_strides(dout, plan.layout)
     if grads is None:
-        (dq, dq_st), (dk, dk_st), (dv, dv_st) = (_grad_buffer(plan, x, i) for i, x in enumerate((q, k, v)))
-    else:
-        (dq, dk, dv), (dq_st, dk_st, dv_st) = grads, _given_grad_strides(plan, grads, grads_bthd)
+        grads = (_grad_buffer(plan, x, i) for i, x in enumerate((q, k, v)))
+    (dq, dq_st), (dk, dk_st), (dv, dv_st) = grads
     mod_args = None if mods is None else _mods(mods)
     # the scratch depends on the window and modifiers, not on the alibi slopes' address or the dropout's seed
     scratch_key = None if mods is None else (mods[0], mods[1], mods[2], mods[3] is None, mods[4], mods[5])
@@ -515,8 +524,7 @@ def _plain_backward(dout, q, k, v, out, lse, plan, mods=None, grads=None, scratc
             scratch_bytes = lib.flashgpt_attention_backward_scratch_bytes_ex(*plan.args[:7], *plan.no_extras, None,
                                                                              *plan.no_extras2, None, *mod_args[:6])
         plan.scratch_bytes[scratch_key] = scratch_bytes
-    if scratch is None or scratch.numel() < scratch_bytes:   # (the compiled op's is short where shapes are symbolic)
-        scratch = torch.empty(max(scratch_bytes, 16), dtype=torch.uint8, device=q.device)
+    scratch = torch.empty(max(scratch_bytes, 16), dtype=torch.uint8, device=q.device)
     qs, ks, vs, os_ = plan.strides
     ptrs = (dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), dout.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
             out.data_ptr(), lse.data_ptr(), dq_st, dk_st, dv_st, do_st, qs, ks, vs, os_)
@@ -552,19 +560,20 @@ class PlainAttentionFunction(torch.autograd.Function):
 # torch.compile: under it a call without the extras (window, softcap, ALiBi and dropout allowed) runs as
 # _CompiledAttention, an autograd.Function that Dynamo traces: its forward and backward allocate their outputs in the
 # graph (Inductor's allocations, planned and cheap) and hand them to the custom ops flashgpt::attention and
-# flashgpt::attention_backward, which write them in place. The compiler keeps each op whole (no graph break at the
-# ctypes call). The ops carry no autograd formula of their own, so the compiled graph reaches their Python bodies
-# through the dispatcher without a Python autograd kernel on the way. Eager calls never go through them (a custom op's
-# dispatch costs more than the call).
+# flashgpt::attention_backward, which write them in place (the backward's scratch the op allocates: its size is the
+# library's, which a graph with symbolic sizes could not hold as a constant). The compiler keeps each op whole (no
+# graph break at the ctypes call). The ops carry no autograd formula of their own, so the compiled graph reaches their
+# Python bodies through the dispatcher without a Python autograd kernel on the way. Eager calls never go through them
+# (a custom op's dispatch costs more than the call).
 
 _OP_SCHEMAS = {
     "attention": "(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale, str layout, "
                  "int window_left, int window_right, float softcap, Tensor? alibi_slopes, float dropout_p, "
                  "int? dropout_seed) -> Tensor",
     "attention_backward": "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor(a!) dq, "
-                          "Tensor(b!) dk, Tensor(c!) dv, int grads_bthd, Tensor(d!) scratch, bool causal, float scale, "
-                          "str layout, int window_left, int window_right, float softcap, Tensor? alibi_slopes, "
-                          "float dropout_p, Tensor dropout_seed) -> ()",
+                          "Tensor(b!) dk, Tensor(c!) dv, int grads_bthd, bool causal, float scale, str layout, "
+                          "int window_left, int window_right, float softcap, Tensor? alibi_slopes, float dropout_p, "
+                          "Tensor dropout_seed) -> ()",
 }
 # The ops take and write whole tensors, never views (a view the compiler would copy back into its base): out is
 # (B, T, H, D) memory whatever the layout (the caller views it as (B, H, T, D) for "bhtd"), and bit i of grads_bthd
@@ -597,10 +606,6 @@ def _mods_or_none(mods):
     return None if (left, right) == (-1, -1) and not softcap and alibi is None and not dropout_p else mods
 
 
-def _as_layout(out_bthd, layout):
-    return out_bthd.transpose(1, 2) if layout == "bhtd" else out_bthd
-
-
 def _op_forward(q, k, v, out, lse, causal, scale, layout, window_left, window_right, softcap, alibi_slopes, dropout_p,
                 dropout_seed):
     seed = (new_dropout_seed() if dropout_seed is None else dropout_seed) if dropout_p else 0
@@ -617,16 +622,16 @@ def _op_forward(q, k, v, out, lse, causal, scale, layout, window_left, window_ri
     return torch.tensor(seed, dtype=torch.int64)
 
 
-def _op_backward(dout, q, k, v, out, lse, dq, dk, dv, grads_bthd, scratch, causal, scale, layout, window_left,
-                 window_right, softcap, alibi_slopes, dropout_p, dropout_seed):
+def _op_backward(dout, q, k, v, out, lse, dq, dk, dv, grads_bthd, causal, scale, layout, window_left, window_right,
+                 softcap, alibi_slopes, dropout_p, dropout_seed):
     mods = _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p,
                     int(dropout_seed.item()) if dropout_p else 0)
     plan = _plain_plan(q, k, v, causal, scale, layout)
     grads = (dq, dk, dv)
-    if (plan is not None and _given_grad_strides(plan, grads, grads_bthd) is not None
-            and (q.data_ptr() | k.data_ptr() | v.data_ptr() | out.data_ptr() | dq.data_ptr() | dk.data_ptr()
-                 | dv.data_ptr()) % 16 == 0):
-        _plain_backward(dout, q, k, v, out, lse, plan, _mods_or_none(mods), grads, scratch, grads_bthd)
+    strides = None if plan is None else _given_grad_strides(plan, grads, grads_bthd)
+    if (strides is not None and (q.data_ptr() | k.data_ptr() | v.data_ptr() | out.data_ptr() | dq.data_ptr()
+                                 | dk.data_ptr() | dv.data_ptr()) % 16 == 0):
+        _plain_backward(dout, q, k, v, out, lse, plan, _mods_or_none(mods), tuple(zip(grads, strides)))
         return
     ctx = _OpContext()
     B, T, H, D = _sizes(q, layout)
@@ -637,32 +642,6 @@ def _op_backward(dout, q, k, v, out, lse, dq, dk, dv, grads_bthd, scratch, causa
         (_as_layout(g, layout) if grads_bthd >> i & 1 else g).copy_(x)
 
 
-def _backward_scratch_bytes(B, T, Tk, H, H_kv, D, causal, window_left, window_right, softcap, alibi, alibi_batch,
-                            dropout_p):
-    """the backward's scratch in bytes (a host call; under torch.compile a constant of the graph)"""
-    lib, shape = _library(), (B, T, Tk, H, H_kv, D, int(causal))
-    if (window_left, window_right) == (-1, -1) and not softcap and not alibi and not dropout_p:
-        return lib.flashgpt_attention_backward_scratch_bytes(*shape)
-    no_extras = (None, None, 0, None, None, None, 0, 0, None, None)
-    return lib.flashgpt_attention_backward_scratch_bytes_ex(*shape, *no_extras, None, None, None, 0, None, 0, None,
-                                                            window_left, window_right, softcap,
-                                                            1 if alibi else None, alibi_batch, dropout_p)
-
-
-if hasattr(torch, "compiler") and hasattr(torch.compiler, "assume_constant_result"):
-    _backward_scratch_bytes = torch.compiler.assume_constant_result(_backward_scratch_bytes)
-
-
-def _grad_memory(x, layout):
-    """an empty gradient for x in the memory _empty_grad chooses, as a whole tensor (x's shape and strides, or (B, T,
-    H, D)), and whether it is the latter in a "bhtd" call; without reading an address (Dynamo traces it)"""
-    if x.is_contiguous() or x.transpose(1, 2).is_contiguous():
-        strides = _strides(x, layout)
-        if all(s > 0 and s % 8 == 0 for s in strides):
-            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device), False
-    return x.new_empty(_sizes(x, layout)), layout == "bhtd"
-
-
 class _CompiledAttention(torch.autograd.Function):
     """flash_attention under torch.compile (see above): the outputs allocated here, written by the ops"""
 
@@ -671,8 +650,8 @@ class _CompiledAttention(torch.autograd.Function):
         B, T, H, D = _sizes(q, layout)
         out = q.new_empty((B, T, H, D))
         lse = q.new_empty((B, H, T), dtype=torch.float32)
-        seed = torch.ops.flashgpt.attention(q, k, v, out, lse, causal, scale, layout, left, right, softcap, alibi_slopes,
-                                            dropout_p, dropout_seed)
+        seed = torch.ops.flashgpt.attention(q, k, v, out, lse, causal, scale, layout, left, right, softcap,
+                                            alibi_slopes, dropout_p, dropout_seed)
         if alibi_slopes is None:
             ctx.save_for_backward(q, k, v, out, lse, seed)
         else:
@@ -686,20 +665,14 @@ class _CompiledAttention(torch.autograd.Function):
         q, k, v, out, lse, seed = ctx.saved_tensors[:6]
         alibi_slopes = ctx.saved_tensors[6] if len(ctx.saved_tensors) > 6 else None
         causal, scale, layout, left, right, softcap, dropout_p = ctx.args
-        B, T, H, D = _sizes(q, layout)
-        _, Tk, H_kv, _ = _sizes(k, layout)
-        alibi_batch = 0 if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes.shape[1]
-        scratch_bytes = 16   # symbolic shapes: the op allocates its own
-        if all(isinstance(n, int) for n in (B, T, Tk, H, H_kv, D, alibi_batch)):
-            scratch_bytes = _backward_scratch_bytes(B, T, Tk, H, H_kv, D, causal, left, right, softcap,
-                                                    alibi_slopes is not None, alibi_batch, dropout_p)
-        scratch = torch.empty(max(scratch_bytes, 16), dtype=torch.uint8, device=q.device)
-        (dq, dq_bthd), (dk, dk_bthd), (dv, dv_bthd) = (_grad_memory(x, layout) for x in (q, k, v))
+        # (no generator expression here: PyTorch 2.15's Dynamo fails on one unpacked in a traced backward)
+        (dq, dq_bthd), (dk, dk_bthd) = _grad_memory(q, layout), _grad_memory(k, layout)
+        dv, dv_bthd = _grad_memory(v, layout)
         grads_bthd = int(dq_bthd) | int(dk_bthd) << 1 | int(dv_bthd) << 2
-        torch.ops.flashgpt.attention_backward(dout, q, k, v, out, lse, dq, dk, dv, grads_bthd, scratch, causal, scale,
-                                              layout, left, right, softcap, alibi_slopes, dropout_p, seed)
-        return tuple(_as_layout(g, layout) if bthd else g
-                     for g, bthd in ((dq, dq_bthd), (dk, dk_bthd), (dv, dv_bthd))) + (None,) * 9
+        torch.ops.flashgpt.attention_backward(dout, q, k, v, out, lse, dq, dk, dv, grads_bthd, causal, scale, layout,
+                                              left, right, softcap, alibi_slopes, dropout_p, seed)
+        return (_as_layout(dq, layout) if dq_bthd else dq, _as_layout(dk, layout) if dk_bthd else dk,
+                _as_layout(dv, layout) if dv_bthd else dv) + (None,) * 9
 
 
 def _register_compile_ops():

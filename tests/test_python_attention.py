@@ -327,7 +327,8 @@ COMPILE_BACKEND = "inductor" if "--inductor" in sys.argv[1:] else "aot_eager"
 
 def compiled_drop_in():
     """nanoGPT's attention block under torch.compile(fullgraph=True): flash_attention runs as the custom ops (no graph
-    break), with the eager call's out and gradients; with dropout, the same seed gives the same loss"""
+    break), with the eager call's out and gradients, with static and with symbolic sizes (dynamic=True); with
+    dropout, the same seed gives the same loss"""
     B, T, C, n_head = 4, 256, 384, 6
     torch.manual_seed(2)
     model = CausalSelfAttention(C, n_head, lambda q, k, v: fa.flash_attention(q, k, v, causal=True)).cuda().bfloat16()
@@ -340,12 +341,13 @@ def compiled_drop_in():
         return y.detach(), xi.grad, m.c_attn.weight.grad
 
     eager = run_model(copy.deepcopy(model))
-    compiled_model = copy.deepcopy(model)
-    compiled = run_model(torch.compile(compiled_model, fullgraph=True, backend=COMPILE_BACKEND))
-    for name, a, b in zip(("out", "x.grad", "c_attn.weight.grad"), eager, compiled):   # (the compiled linears round
-        err = ((a.float() - b.float()).norm() / a.float().norm()).item()                 # apart from eager's)
-        print(f"  compiled ({COMPILE_BACKEND}) {name}: |compiled - eager| / |eager| {err:.2e}")
-        check(err < 2e-2, f"compiled {name} differs from eager's")
+    for dynamic in (False, True):
+        compiled_model = copy.deepcopy(model)
+        compiled = run_model(torch.compile(compiled_model, fullgraph=True, backend=COMPILE_BACKEND, dynamic=dynamic))
+        for name, a, b in zip(("out", "x.grad", "c_attn.weight.grad"), eager, compiled):   # (the compiled linears
+            err = ((a.float() - b.float()).norm() / a.float().norm()).item()                 # round apart from eager's)
+            print(f"  compiled ({COMPILE_BACKEND}, dynamic={dynamic}) {name}: |compiled - eager| / |eager| {err:.2e}")
+            check(err < 2e-2, f"compiled (dynamic={dynamic}) {name} differs from eager's")
     drop = copy.deepcopy(model)
     drop.attention = lambda q, k, v: fa.flash_attention(q, k, v, causal=True, dropout_p=0.2)
     step = torch.compile(drop, fullgraph=True, backend=COMPILE_BACKEND)
