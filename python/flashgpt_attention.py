@@ -69,8 +69,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB_NAME = "libflashgpt_attention.so"
 LAYOUTS = ("bhtd", "bthd")
 DTYPES = (torch.bfloat16, torch.float16)   # q, k, v, out and the gate: one of these, all alike
-# the version of src/attention_capi.h's signatures this module calls (flashgpt_attention_abi): 7, the KV-cache call
-ABI = 7
+# the version of src/attention_capi.h's signatures this module calls (flashgpt_attention_abi): 8, the plain calls' struct
+ABI = 8
 
 
 class FlashAttentionError(RuntimeError):
@@ -107,8 +107,8 @@ def _library():
             abi = lib.flashgpt_attention_abi()
         if abi < ABI:
             raise FlashAttentionError(f"{path} predates this module's interface (its ABI {abi or 'unnumbered'}, this "
-                                      f"module needs {ABI}: the KV-cache call): rebuild it with `make lib` in "
-                                      f"{REPO_ROOT}")
+                                      f"module needs {ABI}: the plain calls' FlashgptAttentionCall): rebuild it with "
+                                      f"`make lib` in {REPO_ROOT}")
         ptr, strides, i32 = ctypes.c_void_p, ctypes.POINTER(ctypes.c_longlong), ctypes.c_int
         shape = [i32] * 7  # B, T, Tk, NH, NH_kv, HS, causal
         # bias, bias_strides, bias_fp32, seqlens_k, cu_seqlens_q, cu_seqlens_k, total_q, total_k, gate, gate_strides
@@ -130,12 +130,10 @@ def _library():
                                                        [ptr, ptr] + extras2 + [ptr] + window + dropout +
                                                        [i32, ptr, ctypes.c_size_t, ptr])
         lib.flashgpt_attention_backward_ex.restype = ctypes.c_char_p
-        # the plain calls (no extras): the fast path's
-        lib.flashgpt_attention_forward.argtypes = [ptr] * 5 + [strides] * 4 + shape + [ctypes.c_float, i32, ptr]
-        lib.flashgpt_attention_forward.restype = ctypes.c_char_p
-        lib.flashgpt_attention_backward.argtypes = ([ptr] * 9 + [strides] * 8 + shape + [ctypes.c_float, i32, ptr,
-                                                    ctypes.c_size_t, ptr])  # ..., fp16, scratch, scratch_bytes, stream
-        lib.flashgpt_attention_backward.restype = ctypes.c_char_p
+        # the plain calls (no extras; the window and modifiers kept), a _Call's address each: the plan's path
+        for call in (lib.flashgpt_attention_forward, lib.flashgpt_attention_backward):
+            call.argtypes = [ptr]
+            call.restype = ctypes.c_char_p
         lib.flashgpt_attention_backward_scratch_bytes.argtypes = shape
         lib.flashgpt_attention_backward_scratch_bytes.restype = ctypes.c_size_t
         lib.flashgpt_attention_dropout_mask.argtypes = [ptr] + [i32] * 4 + [ptr, ptr] + dropout + [ptr]
@@ -294,6 +292,56 @@ def _call(device, fn, *args):
 _NO_MODS = (-1, -1, 0.0, None, 0, 0.0, 0, 0)   # no window, softcap, ALiBi or dropout
 
 
+class _Call(ctypes.Structure):
+    """src/attention_capi.h's FlashgptAttentionCall, the plain calls' arguments: the tensors' pointers in one array
+    (q, k, v, out, lse, dout, dq, dk, dv) and their strides in another (q, k, v, out, dout, dq, dk, dv), so that a
+    call sets each with one slice"""
+    _fields_ = [("tensors", ctypes.c_void_p * 9), ("scratch", ctypes.c_void_p), ("scratch_bytes", ctypes.c_size_t),
+                ("stream", ctypes.c_void_p), ("alibi_slopes", ctypes.c_void_p), ("alibi_batch", ctypes.c_longlong),
+                ("dropout_seed", ctypes.c_ulonglong), ("dropout_offset", ctypes.c_ulonglong),
+                ("strides", (ctypes.c_longlong * 3) * 8)] + \
+               [(name, ctypes.c_int) for name in ("B", "T", "Tk", "NH", "NH_kv", "HS", "causal", "fp16")] + \
+               [("scale", ctypes.c_float), ("window_left", ctypes.c_int), ("window_right", ctypes.c_int),
+                ("softcap", ctypes.c_float), ("dropout_p", ctypes.c_float)]
+
+
+assert (ctypes.sizeof(_Call), _Call.strides.offset, _Call.B.offset) == (376, 128, 320), "_Call is FlashgptAttentionCall"
+
+
+def _call_planned(device, fn, call):
+    """fn(call) on device (as _call), call's stream set to the device's current one"""
+    if torch.cuda.current_device() == device.index:
+        call.stream = _raw_stream(device.index)
+        return fn(ctypes.addressof(call))
+    with torch.cuda.device(device):
+        call.stream = _raw_stream(device.index)
+        return fn(ctypes.addressof(call))
+
+
+# The planned backward's scratch: one buffer per (device, stream), grown as needed and reused by every planned call on
+# that stream, whose kernels run in stream order, so no call sees another's use of it. A scratch above
+# _SCRATCH_KEPT_BYTES (long sequences' fp32 dQ sums) is allocated for its call alone, as the general path's is.
+_SCRATCH_KEPT_BYTES = 16 << 20
+_scratch = {}
+
+
+def _planned_scratch(device, nbytes):
+    if nbytes > _SCRATCH_KEPT_BYTES:
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+    key = (device.index, _raw_stream(device.index))
+    buf = _scratch.get(key)
+    if buf is None or buf.numel() < nbytes:
+        buf = _scratch[key] = torch.empty(max(nbytes, 16), dtype=torch.uint8, device=device)
+    return buf
+
+
+def _set_mods(call, mods):
+    """the window and modifiers of mods (see _mods) into call"""
+    (call.window_left, call.window_right, call.softcap, alibi, call.alibi_batch, call.dropout_p, call.dropout_seed,
+     call.dropout_offset) = mods
+    call.alibi_slopes = _ptr(alibi)
+
+
 def _mods(mods):
     """(window_left, window_right, softcap, alibi_slopes, alibi_batch, dropout_p, dropout_seed, dropout_offset) as the
     library's arguments"""
@@ -408,8 +456,8 @@ class FlashAttentionFunction(torch.autograd.Function):
 # each way (a training loop calls the same shapes every step)
 
 class _Plan:
-    __slots__ = ("device", "args", "describe", "layout", "out_sizes", "lse_shape", "strides", "grads",
-                 "scratch_bytes", "dout", "given_grads", "no_extras", "no_extras2")
+    __slots__ = ("device", "args", "describe", "layout", "out_sizes", "lse_shape", "call", "grads", "scratch_bytes",
+                 "dout", "given_grads", "no_extras", "no_extras2")
 
     def __init__(self, q, k, v, causal, scale, layout):
         B, T, H, D = _sizes(q, layout)
@@ -426,7 +474,11 @@ class _Plan:
             like = x.is_contiguous() or x.transpose(1, 2).is_contiguous()
             g = x if like else _empty_bthd(x, _sizes(x, layout), layout)
             self.grads.append((like, _c_strides(g, layout)))
-        self.strides = tuple(_c_strides(x, layout) for x in (q, k, v, out))
+        # the plain calls' arguments but the pointers (and the window and modifiers, where a call has them)
+        self.call = _Call(B=B, T=T, Tk=Tk, NH=H, NH_kv=H_kv, HS=D, causal=int(causal), fp16=int(q.dtype == torch.float16),
+                          scale=scale, window_left=-1, window_right=-1)
+        for i, x in enumerate((q, k, v, out)):
+            self.call.strides[i][:] = _strides(x, layout)
         self.scratch_bytes = {}  # the modifiers' scratch key -> the backward's scratch, asked at the first backward
         self.dout = {}  # dout's strides -> its ctypes strides, or None where the kernels can't read it in place
         self.given_grads = {}  # the compiled op's gradients' strides -> _given_grad_strides
@@ -466,20 +518,18 @@ def _grad_buffer(plan, x, which):
 
 def _plain_forward(q, k, v, plan, mods=None, out=None, lse=None):
     """out and lse of a planned call (autograd's forward, or the whole call where no gradient is wanted); mods (see
-    _mods), where given, the window and modifiers, through the _ex call. out and lse, where given (the compiled op's),
-    have the memory this allocates: out (B, T, H, D), lse (B, H, T), 16-byte aligned."""
+    _mods), where given, the window and modifiers. out and lse, where given (the compiled op's), have the memory this
+    allocates: out (B, T, H, D), lse (B, H, T), 16-byte aligned."""
     if out is None:
         out = torch.empty(plan.out_sizes, dtype=q.dtype, device=q.device)
         if plan.layout == "bhtd":
             out = out.transpose(1, 2)
         lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=q.device)
-    qs, ks, vs, os_ = plan.strides
-    ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), qs, ks, vs, os_)
-    if mods is None:
-        err = _call(plan.device, _library().flashgpt_attention_forward, *ptrs, *plan.args)
-    else:
-        err = _call(plan.device, _library().flashgpt_attention_forward_ex, *ptrs, *plan.args[:8], *plan.no_extras, None,
-                    *plan.no_extras2, *_mods(mods), plan.args[8])
+    call = _Call.from_buffer_copy(plan.call)
+    call.tensors[:5] = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())
+    if mods is not None:
+        _set_mods(call, mods)
+    err = _call_planned(plan.device, _library().flashgpt_attention_forward, call)
     if err:
         raise FlashAttentionError(f"flashgpt attention forward ({plan.describe}): {err.decode()}")
     return out, lse
@@ -513,7 +563,6 @@ def _plain_backward(dout, q, k, v, out, lse, plan, mods=None, grads=None):
     if grads is None:
         grads = (_grad_buffer(plan, x, i) for i, x in enumerate((q, k, v)))
     (dq, dq_st), (dk, dk_st), (dv, dv_st) = grads
-    mod_args = None if mods is None else _mods(mods)
     # the scratch depends on the window and modifiers, not on the alibi slopes' address or the dropout's seed
     scratch_key = None if mods is None else (mods[0], mods[1], mods[2], mods[3] is None, mods[4], mods[5])
     scratch_bytes = plan.scratch_bytes.get(scratch_key)
@@ -522,17 +571,18 @@ def _plain_backward(dout, q, k, v, out, lse, plan, mods=None, grads=None):
             scratch_bytes = lib.flashgpt_attention_backward_scratch_bytes(*plan.args[:7])
         else:
             scratch_bytes = lib.flashgpt_attention_backward_scratch_bytes_ex(*plan.args[:7], *plan.no_extras, None,
-                                                                             *plan.no_extras2, None, *mod_args[:6])
+                                                                             *plan.no_extras2, None, *_mods(mods)[:6])
         plan.scratch_bytes[scratch_key] = scratch_bytes
-    scratch = torch.empty(max(scratch_bytes, 16), dtype=torch.uint8, device=q.device)
-    qs, ks, vs, os_ = plan.strides
-    ptrs = (dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), dout.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
-            out.data_ptr(), lse.data_ptr(), dq_st, dk_st, dv_st, do_st, qs, ks, vs, os_)
-    if mods is None:
-        err = _call(plan.device, lib.flashgpt_attention_backward, *ptrs, *plan.args, scratch.data_ptr(), scratch_bytes)
-    else:   # after the extras: dgate, dbias, the second extras, dbias2, the modifiers, fp16, the scratch
-        err = _call(plan.device, lib.flashgpt_attention_backward_ex, *ptrs, *plan.args[:8], *plan.no_extras, None, None,
-                    *plan.no_extras2, None, *mod_args, plan.args[8], scratch.data_ptr(), scratch_bytes)
+    scratch = _planned_scratch(plan.device, scratch_bytes)
+    call = _Call.from_buffer_copy(plan.call)
+    call.tensors[:] = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), dout.data_ptr(),
+                       dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
+    strides = call.strides
+    strides[4], strides[5], strides[6], strides[7] = do_st, dq_st, dk_st, dv_st
+    call.scratch, call.scratch_bytes = scratch.data_ptr(), scratch_bytes
+    if mods is not None:
+        _set_mods(call, mods)
+    err = _call_planned(plan.device, lib.flashgpt_attention_backward, call)
     if err:
         raise FlashAttentionError(f"flashgpt attention backward ({plan.describe}): {err.decode()}")
     return dq, dk, dv
@@ -608,7 +658,14 @@ def _mods_or_none(mods):
 
 def _op_forward(q, k, v, out, lse, causal, scale, layout, window_left, window_right, softcap, alibi_slopes, dropout_p,
                 dropout_seed):
-    seed = (new_dropout_seed() if dropout_seed is None else dropout_seed) if dropout_p else 0
+    # the seed as the op returns it, a 0-d int64 CPU tensor, made once (torch.scalar_tensor costs less than torch.tensor)
+    if not dropout_p:
+        seed, seed_tensor = 0, torch.scalar_tensor(0, dtype=torch.int64)
+    elif dropout_seed is None:
+        seed_tensor = _draw_dropout_seed()
+        seed = int(seed_tensor)
+    else:
+        seed, seed_tensor = dropout_seed, torch.scalar_tensor(dropout_seed, dtype=torch.int64)
     mods = _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, seed)
     plan = _plain_plan(q, k, v, causal, scale, layout)
     if plan is not None and (q.data_ptr() | k.data_ptr() | v.data_ptr() | out.data_ptr()) % 16 == 0:
@@ -619,7 +676,7 @@ def _op_forward(q, k, v, out, lse, causal, scale, layout, window_left, window_ri
                                               None, None, None, T, Tk, mods)
         _as_layout(out, layout).copy_(o)
         lse.copy_(l)
-    return torch.tensor(seed, dtype=torch.int64)
+    return seed_tensor
 
 
 def _op_backward(dout, q, k, v, out, lse, dq, dk, dv, grads_bthd, causal, scale, layout, window_left, window_right,
@@ -866,9 +923,15 @@ def _call_mods(window, softcap, alibi_slopes, dropout_p, dropout_seed, B, H, dev
                           int(dropout_seed or 0), 0))
 
 
+def _draw_dropout_seed():
+    """a dropout seed from PyTorch's CPU generator (no device synchronisation; torch.manual_seed repeats it), as a
+    0-d int64 CPU tensor"""
+    return torch.randint(0, 2 ** 62, (), dtype=torch.int64)
+
+
 def new_dropout_seed():
-    """a dropout seed from PyTorch's CPU generator (no device synchronisation; torch.manual_seed repeats it)"""
-    return int(torch.randint(0, 2 ** 62, (), dtype=torch.int64))
+    """a dropout seed from PyTorch's CPU generator, as an int (see _draw_dropout_seed)"""
+    return int(_draw_dropout_seed())
 
 
 def dropout_mask(B, H, T, Tk, dropout_p, dropout_seed, device, cu_seqlens_q=None, cu_seqlens_k=None, dropout_offset=0):

@@ -8,11 +8,15 @@ a foreign caller gets wrong (null pointers, a small scratch, another device), an
 letting attention_forward / attention_backward exit the process. After the launches it returns cudaGetLastError's
 message, if any. CUDA failures inside src/attention.cuh's own cudaCheck calls (a failed launch, say) still exit, as
 they do in train_gpt2cu. The calls without _ex are the _ex calls with every extra (biases, key mask, key lengths,
-packed sequences, gate, dbias) off.
+packed sequences, gate, dbias) off, their arguments read from a FlashgptAttentionCall.
 */
 #include "attention_capi.h"
 #include <mutex>
 #include "attention.cuh"
+
+// python/flashgpt_attention.py's _Call mirrors this layout byte for byte
+static_assert(sizeof(FlashgptAttentionCall) == 376 && offsetof(FlashgptAttentionCall, q_strides) == 128 &&
+              offsetof(FlashgptAttentionCall, B) == 320, "FlashgptAttentionCall's layout changed: change _Call with it");
 
 #ifndef GIT_COMMIT
 #define GIT_COMMIT "unknown"
@@ -149,14 +153,13 @@ const char* flashgpt_attention_forward_ex(const void* q, const void* k, const vo
     return launch_problem();
 }
 
-const char* flashgpt_attention_forward(const void* q, const void* k, const void* v, void* out, float* lse,
-                                       const long long* q_strides, const long long* k_strides,
-                                       const long long* v_strides, const long long* o_strides,
-                                       int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
-                                       int fp16, void* stream) {
-    return flashgpt_attention_forward_ex(q, k, v, out, lse, q_strides, k_strides, v_strides, o_strides, B, T, Tk, NH, NH_kv,
-                                         HS, causal, scale, nullptr, nullptr, 0, nullptr, nullptr, nullptr, 0, 0, nullptr,
-                                         nullptr, nullptr, nullptr, nullptr, 0, nullptr, 0, -1, -1, 0.0f, nullptr, 0, 0.0f, 0, 0, fp16, stream);
+const char* flashgpt_attention_forward(const FlashgptAttentionCall* c) {
+    if (!c) return "the call's arguments must not be null";
+    return flashgpt_attention_forward_ex(c->q, c->k, c->v, c->out, c->lse, c->q_strides, c->k_strides, c->v_strides, c->o_strides,
+                                         c->B, c->T, c->Tk, c->NH, c->NH_kv, c->HS, c->causal, c->scale, nullptr, nullptr, 0,
+                                         nullptr, nullptr, nullptr, 0, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr, 0,
+                                         c->window_left, c->window_right, c->softcap, c->alibi_slopes, c->alibi_batch,
+                                         c->dropout_p, c->dropout_seed, c->dropout_offset, c->fp16, c->stream);
 }
 
 const char* flashgpt_attention_kvcache(const void* q, void* k_cache, void* v_cache, void* out, float* lse,
@@ -279,18 +282,15 @@ const char* flashgpt_attention_backward_ex(void* dq, void* dk, void* dv, const v
     return launch_problem();
 }
 
-const char* flashgpt_attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q,
-                                        const void* k, const void* v, const void* out, const float* lse,
-                                        const long long* dq_strides, const long long* dk_strides,
-                                        const long long* dv_strides, const long long* do_strides,
-                                        const long long* q_strides, const long long* k_strides,
-                                        const long long* v_strides, const long long* o_strides,
-                                        int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
-                                        int fp16, void* scratch, size_t scratch_bytes, void* stream) {
-    return flashgpt_attention_backward_ex(dq, dk, dv, dout, q, k, v, out, lse, dq_strides, dk_strides, dv_strides, do_strides,
-                                          q_strides, k_strides, v_strides, o_strides, B, T, Tk, NH, NH_kv, HS, causal, scale,
-                                          nullptr, nullptr, 0, nullptr, nullptr, nullptr, 0, 0, nullptr, nullptr, nullptr, nullptr,
-                                          nullptr, nullptr, 0, nullptr, 0, nullptr, -1, -1, 0.0f, nullptr, 0, 0.0f, 0, 0, fp16, scratch, scratch_bytes, stream);
+const char* flashgpt_attention_backward(const FlashgptAttentionCall* c) {
+    if (!c) return "the call's arguments must not be null";
+    return flashgpt_attention_backward_ex(c->dq, c->dk, c->dv, c->dout, c->q, c->k, c->v, c->out, c->lse, c->dq_strides,
+                                          c->dk_strides, c->dv_strides, c->do_strides, c->q_strides, c->k_strides, c->v_strides,
+                                          c->o_strides, c->B, c->T, c->Tk, c->NH, c->NH_kv, c->HS, c->causal, c->scale, nullptr,
+                                          nullptr, 0, nullptr, nullptr, nullptr, 0, 0, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                          nullptr, 0, nullptr, 0, nullptr, c->window_left, c->window_right, c->softcap,
+                                          c->alibi_slopes, c->alibi_batch, c->dropout_p, c->dropout_seed, c->dropout_offset,
+                                          c->fp16, c->scratch, c->scratch_bytes, c->stream);
 }
 
 const char* flashgpt_attention_dropout_mask(unsigned char* mask, int B, int NH, int T, int Tk, const int* cu_seqlens_q,

@@ -13,8 +13,8 @@ and every pointer 16-byte aligned.
   scale: softmax(scale * Q K^T), usually 1 / sqrt(HS)
   stream: a cudaStream_t (nullptr: the legacy default stream)
 
-The _ex calls take src/attention.cuh's optional extras (AttentionExtras) too; every pointer null: none, as the calls
-without _ex (which are the _ex calls with them all null):
+The _ex calls take src/attention.cuh's optional extras (AttentionExtras) too, every pointer null: none. The calls
+without _ex (FlashgptAttentionCall, below) take the window, softcap, ALiBi and dropout of them, and no other:
 
   bias (B, NH, T, Tk) bf16, or fp32 where bias_fp32: softmax(scale * Q K^T + bias). Element (b, h, i, j) lives at
        bias[b * s[0] + i * s[1] + h * s[2] + j] with bias_strides s (batch, row = query, head) in elements, the key dim
@@ -57,7 +57,7 @@ Each sequence b runs with its own lengths T_b, Tk_b, the causal diagonal aligned
 (key j <= i + Tk_b - T_b); a row that sees no key (all its keys masked) gets 0 and no gradient.
 
 flashgpt_attention_abi() says which version of these signatures the library has, FLASHGPT_ATTENTION_ABI when it was
-built from this header (7: flashgpt_attention_kvcache; 6: every call takes fp16, the _ex calls dropout; 5: the window, softcap and ALiBi; 4: bias2 and the key mask; 3: the packed totals; 2: the gate arguments), so
+built from this header (8: the plain calls take a FlashgptAttentionCall; 7: flashgpt_attention_kvcache; 6: every call takes fp16, the _ex calls dropout; 5: the window, softcap and ALiBi; 4: bias2 and the key mask; 3: the packed totals; 2: the gate arguments), so
 a caller can refuse a library built from another.
 
 The calls return nullptr on success, else a message that says why: a call src/attention.cuh does not support (its
@@ -77,28 +77,37 @@ use one device per process (the first one used): the kernels' one-time setup is 
 extern "C" {
 #endif
 
-// out and lse from q, k, v
-FLASHGPT_API const char* flashgpt_attention_forward(const void* q, const void* k, const void* v, void* out, float* lse,
-                                                    const long long* q_strides, const long long* k_strides,
-                                                    const long long* v_strides, const long long* o_strides,
-                                                    int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
-                                                    int fp16, void* stream);
+// The plain calls: the _ex calls below without their extras (biases, key mask, key lengths, packed sequences, gate),
+// the window, softcap, ALiBi and dropout kept, with their arguments in one struct. A binding that repeats a shape fills
+// one struct per shape and sets only the pointers (and the seed) a call, so it converts one argument, not 30 to 50.
+// Fields as the _ex calls' arguments of the same names. The forward reads q .. lse, writes out and lse; the backward
+// reads every tensor and overwrites dq (like q), dk and dv (like k and v; with GQA summed over each group of query
+// heads), from dout (like out) and the forward's q, k, v, out and lse. Pointers a call does not read may be null.
+typedef struct FlashgptAttentionCall {
+    const void* q; const void* k; const void* v; void* out; float* lse;
+    const void* dout; void* dq; void* dk; void* dv;
+    void* scratch;            // the backward's device scratch, 16-byte aligned, scratch_bytes of it, at least
+    size_t scratch_bytes;     // flashgpt_attention_backward_scratch_bytes(_ex) with the call's window and modifiers
+    void* stream;
+    const float* alibi_slopes; long long alibi_batch;
+    unsigned long long dropout_seed, dropout_offset;
+    long long q_strides[3], k_strides[3], v_strides[3], o_strides[3];
+    long long do_strides[3], dq_strides[3], dk_strides[3], dv_strides[3];
+    int B, T, Tk, NH, NH_kv, HS, causal, fp16;
+    float scale;
+    int window_left, window_right;   // -1, -1: no window
+    float softcap, dropout_p;        // 0: none
+} FlashgptAttentionCall;
 
-// bytes of device scratch flashgpt_attention_backward needs for this shape (0: the shape is refused, or no device;
-// the backward then says why)
+// out and lse from q, k, v
+FLASHGPT_API const char* flashgpt_attention_forward(const FlashgptAttentionCall* call);
+
+// bytes of device scratch flashgpt_attention_backward needs for this shape without a window or modifiers (0: the
+// shape is refused, or no device; the backward then says why); with them, flashgpt_attention_backward_scratch_bytes_ex
 FLASHGPT_API size_t flashgpt_attention_backward_scratch_bytes(int B, int T, int Tk, int NH, int NH_kv, int HS, int causal);
 
-// dq (like q), dk and dv (like k and v; with GQA summed over each group of query heads) from dout (like out) and the
-// forward's q, k, v, out and lse; all three gradients are overwritten. scratch: scratch_bytes >=
-// flashgpt_attention_backward_scratch_bytes() bytes of device memory, 16-byte aligned.
-FLASHGPT_API const char* flashgpt_attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q,
-                                                     const void* k, const void* v, const void* out, const float* lse,
-                                                     const long long* dq_strides, const long long* dk_strides,
-                                                     const long long* dv_strides, const long long* do_strides,
-                                                     const long long* q_strides, const long long* k_strides,
-                                                     const long long* v_strides, const long long* o_strides,
-                                                     int B, int T, int Tk, int NH, int NH_kv, int HS, int causal, float scale,
-                                                     int fp16, void* scratch, size_t scratch_bytes, void* stream);
+// dq, dk, dv (see above)
+FLASHGPT_API const char* flashgpt_attention_backward(const FlashgptAttentionCall* call);
 
 // flashgpt_attention_forward with the extras above
 FLASHGPT_API const char* flashgpt_attention_forward_ex(const void* q, const void* k, const void* v, void* out, float* lse,
@@ -183,7 +192,7 @@ FLASHGPT_API const char* flashgpt_attention_version(void);
 
 // the version of these signatures the library was built with, FLASHGPT_ATTENTION_ABI; a library without this call
 // predates the gate arguments of the _ex calls
-#define FLASHGPT_ATTENTION_ABI 7
+#define FLASHGPT_ATTENTION_ABI 8
 FLASHGPT_API int flashgpt_attention_abi(void);
 
 #ifdef __cplusplus
