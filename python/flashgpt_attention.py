@@ -216,14 +216,24 @@ def _as_layout(x_bthd, layout):
     return x_bthd.transpose(1, 2) if layout == "bhtd" else x_bthd
 
 
-def _grad_memory(x, layout):
-    """an empty gradient for x (not packed): dense x, one with x's strides (a leaf's .grad takes it without a copy);
-    else (B, T, H, D) memory, so the gradient of a view into nanoGPT's fused qkv, (B, T, H, D) transposed, goes back to
-    (B, T, C) without a copy. Returned as a whole tensor (x's shape and strides, or (B, T, H, D)), with whether it is
-    the latter in a "bhtd" call; no address is read (Dynamo traces it), a fresh tensor's being aligned."""
+def _grad_strides(x, layout):
+    """the strides of x's gradient in _grad_memory: x's own where x is dense (a leaf's .grad takes it without a copy),
+    else None: (B, T, H, D) memory, so the gradient of a view into nanoGPT's fused qkv, (B, T, H, D) transposed, goes
+    back to (B, T, C) without a copy"""
     if x.is_contiguous() or x.transpose(1, 2).is_contiguous():
         if all(s > 0 and s % 8 == 0 for s in _strides(x, layout)):
-            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device), False
+            return x.stride()
+    return None
+
+
+def _grad_memory(x, layout, strides):
+    """an empty gradient for x (not packed) with _grad_strides(x, layout)'s strides: a whole tensor (x's shape and
+    strides, or (B, T, H, D)), with whether it is the latter in a "bhtd" call. Reads no stride of x: the compiled
+    backward calls it with strides taken in the forward, since Dynamo traces a backward that reads a tensor's strides
+    with its incoming gradients made contiguous (a copy each). No address is read either, a fresh tensor's being
+    aligned."""
+    if strides is not None:
+        return torch.empty_strided(x.shape, strides, dtype=x.dtype, device=x.device), False
     return x.new_empty(_sizes(x, layout)), layout == "bhtd"
 
 
@@ -231,7 +241,7 @@ def _empty_grad(x, layout):
     """an empty gradient for x, shaped as x (_grad_memory's memory); packed: contiguous zeros, as out"""
     if layout == "thd":
         return torch.zeros(x.shape, dtype=x.dtype, device=x.device)
-    g, bthd = _grad_memory(x, layout)
+    g, bthd = _grad_memory(x, layout, _grad_strides(x, layout))
     return _as_layout(g, layout) if bthd else g
 
 
@@ -714,6 +724,8 @@ class _CompiledAttention(torch.autograd.Function):
         else:
             ctx.save_for_backward(q, k, v, out, lse, seed, alibi_slopes)
         ctx.args = (causal, scale, layout, left, right, softcap, dropout_p)
+        # the gradients' strides, read here: the backward must read no tensor's strides (see _grad_memory)
+        ctx.grad_strides = (_grad_strides(q, layout), _grad_strides(k, layout), _grad_strides(v, layout))
         ctx.mark_non_differentiable(lse)
         return _as_layout(out, layout), lse
 
@@ -723,8 +735,9 @@ class _CompiledAttention(torch.autograd.Function):
         alibi_slopes = ctx.saved_tensors[6] if len(ctx.saved_tensors) > 6 else None
         causal, scale, layout, left, right, softcap, dropout_p = ctx.args
         # (no generator expression here: PyTorch 2.15's Dynamo fails on one unpacked in a traced backward)
-        (dq, dq_bthd), (dk, dk_bthd) = _grad_memory(q, layout), _grad_memory(k, layout)
-        dv, dv_bthd = _grad_memory(v, layout)
+        dq_strides, dk_strides, dv_strides = ctx.grad_strides
+        (dq, dq_bthd), (dk, dk_bthd) = _grad_memory(q, layout, dq_strides), _grad_memory(k, layout, dk_strides)
+        dv, dv_bthd = _grad_memory(v, layout, dv_strides)
         grads_bthd = int(dq_bthd) | int(dk_bthd) << 1 | int(dv_bthd) << 2
         torch.ops.flashgpt.attention_backward(dout, q, k, v, out, lse, dq, dk, dv, grads_bthd, causal, scale, layout,
                                               left, right, softcap, alibi_slopes, dropout_p, seed)
