@@ -330,14 +330,16 @@ def _call_planned(device, fn, call):
 
 # The planned backward's scratch: one buffer per (device, stream), grown as needed and reused by every planned call on
 # that stream, whose kernels run in stream order, so no call sees another's use of it. A scratch above
-# _SCRATCH_KEPT_BYTES (long sequences' fp32 dQ sums) is allocated for its call alone, as the general path's is.
+# _SCRATCH_KEPT_BYTES (long sequences' fp32 dQ sums) is allocated for its call alone, as the general path's is, and so
+# is one while the stream is captured into a CUDA graph (the graph's memory pool then owns it: a kept buffer could be
+# replaced, and freed, while a graph still wrote to it).
 _SCRATCH_KEPT_BYTES = 16 << 20
 _scratch = {}
 
 
 def _planned_scratch(device, nbytes):
-    if nbytes > _SCRATCH_KEPT_BYTES:
-        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+    if nbytes > _SCRATCH_KEPT_BYTES or torch.cuda.is_current_stream_capturing():
+        return torch.empty(max(nbytes, 16), dtype=torch.uint8, device=device)
     key = (device.index, _raw_stream(device.index))
     buf = _scratch.get(key)
     if buf is None or buf.numel() < nbytes:
