@@ -315,7 +315,7 @@ class _Call(ctypes.Structure):
                 ("softcap", ctypes.c_float), ("dropout_p", ctypes.c_float)]
 
 
-assert (ctypes.sizeof(_Call), _Call.strides.offset, _Call.B.offset) == (376, 128, 320), "_Call is FlashgptAttentionCall"
+assert (ctypes.sizeof(_Call), _Call.strides.offset, _Call.B.offset) == (376, 128, 320), "_Call's layout is C's"
 
 
 def _call_planned(device, fn, call):
@@ -487,8 +487,8 @@ class _Plan:
             g = x if like else _empty_bthd(x, _sizes(x, layout), layout)
             self.grads.append((like, _c_strides(g, layout)))
         # the plain calls' arguments but the pointers (and the window and modifiers, where a call has them)
-        self.call = _Call(B=B, T=T, Tk=Tk, NH=H, NH_kv=H_kv, HS=D, causal=int(causal), fp16=int(q.dtype == torch.float16),
-                          scale=scale, window_left=-1, window_right=-1)
+        self.call = _Call(B=B, T=T, Tk=Tk, NH=H, NH_kv=H_kv, HS=D, causal=int(causal),
+                          fp16=int(q.dtype == torch.float16), scale=scale, window_left=-1, window_right=-1)
         for i, x in enumerate((q, k, v, out)):
             self.call.strides[i][:] = _strides(x, layout)
         self.scratch_bytes = {}  # the modifiers' scratch key -> the backward's scratch, asked at the first backward
