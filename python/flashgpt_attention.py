@@ -69,7 +69,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB_NAME = "libflashgpt_attention.so"
 LAYOUTS = ("bhtd", "bthd")
 DTYPES = (torch.bfloat16, torch.float16)   # q, k, v, out and the gate: one of these, all alike
-# the version of src/attention_capi.h's signatures this module calls (flashgpt_attention_abi): 8, the plain calls' struct
+# the version of src/attention_capi.h's signatures this module calls (flashgpt_attention_abi; 8: the plain calls' struct)
 ABI = 8
 
 
@@ -670,7 +670,7 @@ def _mods_or_none(mods):
 
 def _op_forward(q, k, v, out, lse, causal, scale, layout, window_left, window_right, softcap, alibi_slopes, dropout_p,
                 dropout_seed):
-    # the seed as the op returns it, a 0-d int64 CPU tensor, made once (torch.scalar_tensor costs less than torch.tensor)
+    # the seed as the op returns it, a 0-d int64 CPU tensor made once (torch.scalar_tensor costs less than torch.tensor)
     if not dropout_p:
         seed, seed_tensor = 0, torch.scalar_tensor(0, dtype=torch.int64)
     elif dropout_seed is None:
