@@ -32,7 +32,7 @@ endif
 GPU_ARCH ?= $(if $(DETECTED_CC),$(DETECTED_CC),80 90a)
 GENCODE := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 # nvcc compiles an object's archs side by side (--threads 0) on 8 cores or more; on fewer, make's jobs already fill
-# the cores, and each object's second arch only contends with them (`make -j2 all`, 2 cores, both archs: 175 s, not 200)
+# the cores, and each object's second arch only contends with them (more CPU time in all, and a longer build)
 NVCC_THREADS := $(if $(filter-out 1 2 3 4 5 6 7,$(NPROC)),0,1)
 
 GIT_COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null)
