@@ -319,13 +319,11 @@ assert (ctypes.sizeof(_Call), _Call.strides.offset, _Call.B.offset) == (376, 128
 
 
 def _call_planned(device, fn, call):
-    """fn(call) on device (as _call), call's stream set to the device's current one"""
-    if torch.cuda.current_device() == device.index:
-        call.stream = _raw_stream(device.index)
+    """fn(call) through _call: call's stream set to the device's current one"""
+    def with_stream(stream):
+        call.stream = stream
         return fn(ctypes.addressof(call))
-    with torch.cuda.device(device):
-        call.stream = _raw_stream(device.index)
-        return fn(ctypes.addressof(call))
+    return _call(device, with_stream)
 
 
 # The planned backward's scratch: one buffer per (device, stream), grown as needed and reused by every planned call on
@@ -348,10 +346,9 @@ def _planned_scratch(device, nbytes):
 
 
 def _set_mods(call, mods):
-    """the window and modifiers of mods (see _mods) into call"""
-    (call.window_left, call.window_right, call.softcap, alibi, call.alibi_batch, call.dropout_p, call.dropout_seed,
-     call.dropout_offset) = mods
-    call.alibi_slopes = _ptr(alibi)
+    """the window and modifiers of mods, as _mods gives them to the library, into call"""
+    (call.window_left, call.window_right, call.softcap, call.alibi_slopes, call.alibi_batch, call.dropout_p,
+     call.dropout_seed, call.dropout_offset) = _mods(mods)
 
 
 def _mods(mods):
@@ -480,12 +477,12 @@ class _Plan:
         self.out_sizes, self.lse_shape = (B, T, H, D), (B, H, T)
         out = _empty_bthd(q, (B, T, H, D), layout)
         # each gradient's memory, as _grad_memory chooses it: x's own strides where x is dense (a leaf's .grad takes
-        # it without a copy), else (B, T, H, D) memory; (like x, its ctypes strides)
+        # it without a copy), else (B, T, H, D) memory; (_grad_strides, its ctypes strides)
         self.grads = []
         for x in (q, k, v):
-            like = x.is_contiguous() or x.transpose(1, 2).is_contiguous()
-            g = x if like else _empty_bthd(x, _sizes(x, layout), layout)
-            self.grads.append((like, _c_strides(g, layout)))
+            strides = _grad_strides(x, layout)
+            g = x if strides is not None else _empty_bthd(x, _sizes(x, layout), layout)
+            self.grads.append((strides, _c_strides(g, layout)))
         # the plain calls' arguments but the pointers (and the window and modifiers, where a call has them)
         self.call = _Call(B=B, T=T, Tk=Tk, NH=H, NH_kv=H_kv, HS=D, causal=int(causal),
                           fp16=int(q.dtype == torch.float16), scale=scale, window_left=-1, window_right=-1)
@@ -522,10 +519,9 @@ def _plain_plan(q, k, v, causal, scale, layout):
 
 
 def _grad_buffer(plan, x, which):
-    like, strides = plan.grads[which]
-    if like:
-        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device), strides
-    return _empty_bthd(x, _sizes(x, plan.layout), plan.layout), strides
+    strides, c_strides = plan.grads[which]
+    g, bthd = _grad_memory(x, plan.layout, strides)
+    return (_as_layout(g, plan.layout) if bthd else g), c_strides
 
 
 def _plain_forward(q, k, v, plan, mods=None, out=None, lse=None):
