@@ -62,6 +62,7 @@ streams at once (its persistent schedule keeps one counter per kernel).
 import ctypes
 import math
 import os
+import struct
 
 import torch
 
@@ -284,16 +285,21 @@ except AttributeError:  # pragma: no cover
     def _compiling():
         return False
 
-try:  # the current stream's handle without building a torch.cuda.Stream (what SDPA's C++ call reads)
+try:  # the current stream's handle without building a torch.cuda.Stream (what SDPA's C++ call reads), and the
+    # current device without torch.cuda.current_device's Python layer (a call with CUDA tensors has initialised CUDA)
     _raw_stream = torch._C._cuda_getCurrentRawStream
+    _current_device = torch._C._cuda_getDevice
+    _stream_capturing = torch._C._cuda_isCurrentStreamCapturing
 except AttributeError:  # pragma: no cover
     def _raw_stream(index):
         return torch.cuda.current_stream(index).cuda_stream
+    _current_device = torch.cuda.current_device
+    _stream_capturing = torch.cuda.is_current_stream_capturing
 
 
 def _call(device, fn, *args):
     """fn(*args, stream) on device (switching only where the current device differs), on its current stream"""
-    if torch.cuda.current_device() == device.index:
+    if _current_device() == device.index:
         return fn(*args, _raw_stream(device.index))
     with torch.cuda.device(device):
         return fn(*args, _raw_stream(device.index))
@@ -317,13 +323,30 @@ class _Call(ctypes.Structure):
 
 assert (ctypes.sizeof(_Call), _Call.strides.offset, _Call.B.offset) == (376, 128, 320), "_Call's layout is C's"
 
+# A plan's calls go to the library as bytes: the head, _Call's fields up to its strides (the 9 tensors' addresses, the
+# scratch, the stream, the ALiBi slopes and the dropout's seed), packed for each call, and the tail, the rest (strides,
+# shape, scale, window and modifiers), which the plan keeps per modifier set (_call_tail). One pack and one
+# concatenation a call: filling a _Call field by field costs several times that.
+_CALL_HEAD = struct.Struct("=13Qq2Q")
+assert _CALL_HEAD.size == _Call.strides.offset, "_CALL_HEAD is _Call's head"
 
-def _call_planned(device, fn, call):
-    """fn(call) through _call: call's stream set to the device's current one"""
-    def with_stream(stream):
-        call.stream = stream
-        return fn(ctypes.addressof(call))
-    return _call(device, with_stream)
+
+def _call_tail(plan, mods, strides=None):
+    """the bytes of plan's call past the head: mods' window, softcap and dropout_p (see _mods) where given, and the
+    backward's dout, dq, dk and dv strides (ctypes) where given"""
+    call = _Call.from_buffer_copy(plan.call)
+    if mods is not None:
+        (call.window_left, call.window_right, call.softcap, _, _, call.dropout_p, _, _) = _mods(mods)
+    if strides is not None:
+        call.strides[4], call.strides[5], call.strides[6], call.strides[7] = strides
+    return bytes(call)[_CALL_HEAD.size:]
+
+
+def _mods_head(mods):
+    """the head's ALiBi slopes, their batch stride, the dropout's seed and offset (0 without modifiers)"""
+    if mods is None:
+        return 0, 0, 0, 0
+    return (0 if mods[3] is None else mods[3].data_ptr()), mods[4], mods[6], mods[7]
 
 
 # The planned backward's scratch: one buffer per (device, stream), grown as needed and reused by every planned call on
@@ -335,20 +358,14 @@ _SCRATCH_KEPT_BYTES = 16 << 20
 _scratch = {}
 
 
-def _planned_scratch(device, nbytes):
-    if nbytes > _SCRATCH_KEPT_BYTES or torch.cuda.is_current_stream_capturing():
+def _planned_scratch(device, nbytes, stream):
+    if nbytes > _SCRATCH_KEPT_BYTES or _stream_capturing():
         return torch.empty(max(nbytes, 16), dtype=torch.uint8, device=device)
-    key = (device.index, _raw_stream(device.index))
+    key = (device.index, stream)
     buf = _scratch.get(key)
     if buf is None or buf.numel() < nbytes:
         buf = _scratch[key] = torch.empty(max(nbytes, 16), dtype=torch.uint8, device=device)
     return buf
-
-
-def _set_mods(call, mods):
-    """the window and modifiers of mods, as _mods gives them to the library, into call"""
-    (call.window_left, call.window_right, call.softcap, call.alibi_slopes, call.alibi_batch, call.dropout_p,
-     call.dropout_seed, call.dropout_offset) = _mods(mods)
 
 
 def _mods(mods):
@@ -461,12 +478,12 @@ class FlashAttentionFunction(torch.autograd.Function):
 # ----------------------------------------------------------------------------
 # the plain call's fast path: a call with none of the extras whose q, k and v the kernels read in place is planned once
 # per (shapes, strides, dtypes, causal, scale, layout, device) -- its sizes, the ctypes strides of every tensor, the
-# gradients' memory, the backward's scratch size -- and then costs a dict lookup, the allocations and one library call
-# each way (a training loop calls the same shapes every step)
+# gradients' memory, the backward's scratch size, the calls' tails -- and then costs a dict lookup, the allocations
+# and one library call each way (a training loop calls the same shapes every step)
 
 class _Plan:
     __slots__ = ("device", "args", "describe", "layout", "out_sizes", "lse_shape", "call", "grads", "scratch_bytes",
-                 "dout", "given_grads", "no_extras", "no_extras2")
+                 "dout", "given_grads", "tails", "no_extras", "no_extras2")
 
     def __init__(self, q, k, v, causal, scale, layout):
         B, T, H, D = _sizes(q, layout)
@@ -491,6 +508,9 @@ class _Plan:
         self.scratch_bytes = {}  # the modifiers' scratch key -> the backward's scratch, asked at the first backward
         self.dout = {}  # dout's strides -> its ctypes strides, or None where the kernels can't read it in place
         self.given_grads = {}  # the compiled op's gradients' strides -> _given_grad_strides
+        # _call_tail's bytes: the forward's by (window, softcap, dropout_p); the backward's by those, dout's strides
+        # and the gradients' (None: the plan's own; else the compiled op's given_grads key)
+        self.tails = {}
         # the _ex calls' extras arguments for a call without them (modifiers only)
         self.no_extras = tuple(_extras(None, None, None, None, None, layout, q, k))
         self.no_extras2 = tuple(_extras2(None, None))
@@ -501,8 +521,8 @@ _plans = {}
 
 def _plain_plan(q, k, v, causal, scale, layout):
     """the plan of a plain call, or None where the call takes the general path (which checks and copies)"""
-    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, q.device,
-           k.device, v.device, causal, scale, layout)
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, q.get_device(),
+           k.get_device(), v.get_device(), causal, scale, layout)
     plan = _plans.get(key)
     if plan is None:
         if layout not in LAYOUTS or any(not isinstance(x, torch.Tensor) or x.dim() != 4 or x.dtype not in DTYPES
@@ -533,43 +553,55 @@ def _plain_forward(q, k, v, plan, mods=None, out=None, lse=None):
         if plan.layout == "bhtd":
             out = out.transpose(1, 2)
         lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=q.device)
-    call = _Call.from_buffer_copy(plan.call)
-    call.tensors[:5] = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())
-    if mods is not None:
-        _set_mods(call, mods)
-    err = _call_planned(plan.device, _library().flashgpt_attention_forward, call)
+    index = plan.device.index
+    if _current_device() != index:
+        with torch.cuda.device(index):
+            return _plain_forward(q, k, v, plan, mods, out, lse)
+    tail_key = None if mods is None else (mods[0], mods[1], mods[2], mods[5])
+    tail = plan.tails.get(tail_key)
+    if tail is None:
+        tail = plan.tails[tail_key] = _call_tail(plan, mods)
+    call = _CALL_HEAD.pack(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), 0, 0, 0, 0, 0, 0,
+                           _raw_stream(index), *_mods_head(mods)) + tail
+    err = _library().flashgpt_attention_forward(call)
     if err:
         raise FlashAttentionError(f"flashgpt attention forward ({plan.describe}): {err.decode()}")
     return out, lse
 
 
-def _given_grad_strides(plan, grads, grads_bthd):
-    """the ctypes strides of gradients the caller allocated (the compiled op's; grads_bthd as the op's), None where
-    the kernels can't write them in place (their addresses are the caller's to check)"""
-    key = (grads_bthd,) + tuple(g.stride() for g in grads)
+def _given_grad_strides(plan, dq, dk, dv, grads_bthd):
+    """(key, the ctypes strides) of gradients the caller allocated (the compiled op's; grads_bthd as the op's), the
+    strides None where the kernels can't write them in place (their addresses are the caller's to check); the key
+    names them in plan.tails"""
+    key = (grads_bthd, dq.stride(), dk.stride(), dv.stride())
     strides = plan.given_grads.get(key)
     if strides is None:
+        grads = (dq, dk, dv)
         layouts = tuple("bthd" if grads_bthd >> i & 1 else plan.layout for i in range(3))
         fits = all(g.stride(-1) == 1 and all(s > 0 and s % 8 == 0 for s in _strides(g, layout))
                    for g, layout in zip(grads, layouts))
         strides = plan.given_grads[key] = (tuple(_c_strides(g, layout) for g, layout in zip(grads, layouts)) if fits
                                            else ())
-    return strides or None
+    return key, strides or None
 
 
-def _plain_backward(dout, q, k, v, out, lse, plan, mods=None, grads=None):
+def _plain_backward(dout, q, k, v, out, lse, plan, mods=None, grads=None, grads_key=None):
     """dq, dk, dv of a planned call (mods as _plain_forward's). grads, where given (the compiled op's), are written in
-    place: ((dq, its ctypes strides), (dk, ..), (dv, ..)), 16-byte aligned."""
+    place: ((dq, its ctypes strides), (dk, ..), (dv, ..)), 16-byte aligned, grads_key their _given_grad_strides key."""
+    index = plan.device.index
+    if _current_device() != index:
+        with torch.cuda.device(index):
+            return _plain_backward(dout, q, k, v, out, lse, plan, mods, grads, grads_key)
     lib = _library()
-    key = dout.stride()
-    if key not in plan.dout:
-        plan.dout[key] = _c_strides(dout, plan.layout) if _usable(dout, plan.layout) else None
-    do_st = plan.dout[key]
+    do_key = dout.stride()
+    if do_key not in plan.dout:
+        plan.dout[do_key] = _c_strides(dout, plan.layout) if _usable(dout, plan.layout) else None
+    do_st = plan.dout[do_key]
     if do_st is None or dout.data_ptr() % 16:
         dout = dout.clone(memory_format=torch.contiguous_format)
-        do_st = _c_strides(dout, plan.layout)
+        do_key, do_st = dout.stride(), _c_strides(dout, plan.layout)
     if grads is None:
-        grads = (_grad_buffer(plan, x, i) for i, x in enumerate((q, k, v)))
+        grads, grads_key = tuple(_grad_buffer(plan, x, i) for i, x in enumerate((q, k, v))), None
     (dq, dq_st), (dk, dk_st), (dv, dv_st) = grads
     # the scratch depends on the window and modifiers, not on the alibi slopes' address or the dropout's seed
     scratch_key = None if mods is None else (mods[0], mods[1], mods[2], mods[3] is None, mods[4], mods[5])
@@ -581,16 +613,16 @@ def _plain_backward(dout, q, k, v, out, lse, plan, mods=None, grads=None):
             scratch_bytes = lib.flashgpt_attention_backward_scratch_bytes_ex(*plan.args[:7], *plan.no_extras, None,
                                                                              *plan.no_extras2, None, *_mods(mods)[:6])
         plan.scratch_bytes[scratch_key] = scratch_bytes
-    scratch = _planned_scratch(plan.device, scratch_bytes)
-    call = _Call.from_buffer_copy(plan.call)
-    call.tensors[:] = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), dout.data_ptr(),
-                       dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
-    strides = call.strides
-    strides[4], strides[5], strides[6], strides[7] = do_st, dq_st, dk_st, dv_st
-    call.scratch, call.scratch_bytes = scratch.data_ptr(), scratch_bytes
-    if mods is not None:
-        _set_mods(call, mods)
-    err = _call_planned(plan.device, lib.flashgpt_attention_backward, call)
+    stream = _raw_stream(index)
+    scratch = _planned_scratch(plan.device, scratch_bytes, stream)
+    tail_key = (None if mods is None else (mods[0], mods[1], mods[2], mods[5]), do_key, grads_key)
+    tail = plan.tails.get(tail_key)
+    if tail is None:
+        tail = plan.tails[tail_key] = _call_tail(plan, mods, (do_st, dq_st, dk_st, dv_st))
+    call = _CALL_HEAD.pack(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), dout.data_ptr(),
+                           dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), scratch.data_ptr(), scratch_bytes, stream,
+                           *_mods_head(mods)) + tail
+    err = lib.flashgpt_attention_backward(call)
     if err:
         raise FlashAttentionError(f"flashgpt attention backward ({plan.describe}): {err.decode()}")
     return dq, dk, dv
@@ -654,6 +686,9 @@ class _OpContext:
 
 
 def _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, seed):
+    """the ops' window and modifiers as _mods takes them, None where there are none (the plan's plain calls)"""
+    if window_left == -1 and window_right == -1 and not softcap and alibi_slopes is None and not dropout_p:
+        return None
     alibi_batch = 0 if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes.shape[1]
     return (window_left, window_right, softcap, alibi_slopes, alibi_batch, dropout_p, seed if dropout_p else 0, 0)
 
@@ -677,11 +712,11 @@ def _op_forward(q, k, v, out, lse, causal, scale, layout, window_left, window_ri
     mods = _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, seed)
     plan = _plain_plan(q, k, v, causal, scale, layout)
     if plan is not None and (q.data_ptr() | k.data_ptr() | v.data_ptr() | out.data_ptr()) % 16 == 0:
-        _plain_forward(q, k, v, plan, _mods_or_none(mods), out, lse)   # (the plan's out strides are out's memory)
+        _plain_forward(q, k, v, plan, mods, out, lse)   # (the plan's out strides are out's memory)
     else:   # the general path (it copies what the kernels can't read)
         T, Tk = _sizes(q, layout)[1], _sizes(k, layout)[1]
         o, l = FlashAttentionFunction.forward(_OpContext(), q, k, v, None, None, None, None, causal, scale, layout,
-                                              None, None, None, T, Tk, mods)
+                                              None, None, None, T, Tk, mods or _NO_MODS)
         _as_layout(out, layout).copy_(o)
         lse.copy_(l)
     return seed_tensor
@@ -690,20 +725,22 @@ def _op_forward(q, k, v, out, lse, causal, scale, layout, window_left, window_ri
 def _op_backward(dout, q, k, v, out, lse, dq, dk, dv, grads_bthd, causal, scale, layout, window_left, window_right,
                  softcap, alibi_slopes, dropout_p, dropout_seed):
     mods = _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p,
-                    int(dropout_seed.item()) if dropout_p else 0)
+                    dropout_seed.item() if dropout_p else 0)
     plan = _plain_plan(q, k, v, causal, scale, layout)
-    grads = (dq, dk, dv)
-    strides = None if plan is None else _given_grad_strides(plan, grads, grads_bthd)
-    if (strides is not None and (q.data_ptr() | k.data_ptr() | v.data_ptr() | out.data_ptr() | dq.data_ptr()
-                                 | dk.data_ptr() | dv.data_ptr()) % 16 == 0):
-        _plain_backward(dout, q, k, v, out, lse, plan, _mods_or_none(mods), tuple(zip(grads, strides)))
-        return
+    if plan is not None:
+        grads_key, strides = _given_grad_strides(plan, dq, dk, dv, grads_bthd)
+        if (strides is not None and (q.data_ptr() | k.data_ptr() | v.data_ptr() | out.data_ptr() | dq.data_ptr()
+                                     | dk.data_ptr() | dv.data_ptr()) % 16 == 0):
+            _plain_backward(dout, q, k, v, out, lse, plan, mods,
+                            ((dq, strides[0]), (dk, strides[1]), (dv, strides[2])), grads_key)
+            return
     ctx = _OpContext()
     B, T, H, D = _sizes(q, layout)
     _, Tk, H_kv, _ = _sizes(k, layout)
-    ctx.causal, ctx.scale, ctx.layout, ctx.sizes, ctx.mods = causal, scale, layout, (B, T, Tk, H, H_kv, D), mods
+    ctx.causal, ctx.scale, ctx.layout, ctx.sizes = causal, scale, layout, (B, T, Tk, H, H_kv, D)
+    ctx.mods = mods or _NO_MODS
     ctx.saved_tensors = (q, k, v, _as_layout(out, layout), lse) + (None,) * 7
-    for i, (g, x) in enumerate(zip(grads, FlashAttentionFunction.backward(ctx, dout, None)[:3])):
+    for i, (g, x) in enumerate(zip((dq, dk, dv), FlashAttentionFunction.backward(ctx, dout, None)[:3])):
         (_as_layout(g, layout) if grads_bthd >> i & 1 else g).copy_(x)
 
 
