@@ -131,7 +131,7 @@ def _library():
                                                        [ptr, ptr] + extras2 + [ptr] + window + dropout +
                                                        [i32, ptr, ctypes.c_size_t, ptr])
         lib.flashgpt_attention_backward_ex.restype = ctypes.c_char_p
-        # the plain calls (no extras; the window and modifiers kept), a _Call's address each: the plan's path
+        # the plain calls (no extras; the window and modifiers kept), a FlashgptAttentionCall's bytes each: the plan's path
         for call in (lib.flashgpt_attention_forward, lib.flashgpt_attention_backward):
             call.argtypes = [ptr]
             call.restype = ctypes.c_char_p
