@@ -328,6 +328,7 @@ assert (ctypes.sizeof(_Call), _Call.strides.offset, _Call.B.offset) == (376, 128
 # shape, scale, window and modifiers), which the plan keeps per modifier set (_call_tail). One pack and one
 # concatenation a call: filling a _Call field by field costs several times that.
 _CALL_HEAD = struct.Struct("=13Qq2Q")
+_U64 = (1 << 64) - 1
 assert _CALL_HEAD.size == _Call.strides.offset, "_CALL_HEAD is _Call's head"
 
 
@@ -343,10 +344,11 @@ def _call_tail(plan, mods, strides=None):
 
 
 def _mods_head(mods):
-    """the head's ALiBi slopes, their batch stride, the dropout's seed and offset (0 without modifiers)"""
+    """the head's ALiBi slopes, their batch stride, the dropout's seed and offset (0 without modifiers; the seed and
+    offset taken modulo 2^64, as C's unsigned long long takes them)"""
     if mods is None:
         return 0, 0, 0, 0
-    return (0 if mods[3] is None else mods[3].data_ptr()), mods[4], mods[6], mods[7]
+    return (0 if mods[3] is None else mods[3].data_ptr()), mods[4], mods[6] & _U64, mods[7] & _U64
 
 
 # The planned backward's scratch: one buffer per (device, stream), grown as needed and reused by every planned call on

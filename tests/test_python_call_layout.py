@@ -137,7 +137,8 @@ def run(torch, fa, recorded, recorded_floats):
     mod_sets = {"none": None, "window 128/0": (128, 0, 0.0, None, 0, 0.0, 0, 0), "window 64/16": (64, 16, 0.0, None, 0, 0.0, 0, 0), "window 128/32": (128, 32, 0.0, None, 0, 0.0, 0, 0),
                 "softcap 30": (-1, -1, 30.0, None, 0, 0.0, 0, 0), "alibi (H)": (-1, -1, 0.0, alibi_h, 0, 0.0, 0, 0),
                 "alibi (B, H)": (-1, -1, 0.0, alibi_bh, 6, 0.0, 0, 0), "dropout 0.2": (-1, -1, 0.0, None, 0, 0.2, 2 ** 61 + 5, 0),
-                "window, alibi, dropout": (256, 0, 0.0, alibi_h, 0, 0.1, 12345, 0)}
+                "window, alibi, dropout": (256, 0, 0.0, alibi_h, 0, 0.1, 12345, 0),
+                "dropout, a negative seed": (-1, -1, 0.0, None, 0, 0.2, -5, 0)}
     planned = fa._plain_plan   # (CPU tensors are never planned: the ops' bodies get the test's plan)
     shapes = [("bhtd", torch.bfloat16, 2, 96, 96, 6, 6, 64, True),     # nanoGPT's views of a fused qkv
               ("bthd", torch.float16, 2, 40, 72, 6, 2, 128, False),  # cross, GQA
