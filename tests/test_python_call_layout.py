@@ -126,10 +126,11 @@ def run(torch, fa, recorded, recorded_floats):
         fields["scale"], fields["softcap"], fields["dropout_p"] = (round(recorded_floats[i], 6) for i in range(3))
         return fields
 
+    problems = []   # of the current shape and modifier set: one PASS / FAIL line each
+
     def compare(name, want):
         have = got()
-        wrong = [f"{k} {have[k]} (want {v})" for k, v in want.items() if have[k] != v]
-        check(name, not wrong, "; ".join(wrong))
+        problems.extend(f"{name}: {k} {have[k]} (want {v})" for k, v in want.items() if have[k] != v)
 
     alibi_h = torch.rand(6)
     alibi_bh = torch.rand(2, 6)
@@ -147,6 +148,7 @@ def run(torch, fa, recorded, recorded_floats):
         tag = f"{layout} {str(dtype)[6:]} B={B} T={T} Tk={Tk} H={H}/{H_kv} D={D} causal={int(causal)}"
         plan = None   # one plan for the shape, as the module keeps it: its calls' tails for every modifier set
         for mods_name, mods in mod_sets.items():
+            problems.clear()
             for repeat in range(2):   # the second call reads the plan's kept tails, with other tensors
                 if layout == "bhtd":
                     qkv = torch.randn(B, T, (H + 2 * H_kv) * D, dtype=dtype)
@@ -168,7 +170,7 @@ def run(torch, fa, recorded, recorded_floats):
                           "q_strides": layout_strides(q, layout), "k_strides": layout_strides(k, layout),
                           "v_strides": layout_strides(v, layout), "q": q.data_ptr(), "k": k.data_ptr(),
                           "v": v.data_ptr()}
-                name = f"{tag}, {mods_name}, call {repeat + 1}"
+                name = f"call {repeat + 1}"
                 # the plan's forward (eager), then its backward with the gradients it allocates
                 out, lse = fa._plain_forward(q, k, v, plan, mods)
                 compare(f"forward {name}", dict(common, out=out.data_ptr(), lse=lse.data_ptr(), dout=0, dq=0, dk=0, dv=0, scratch=0, scratch_bytes=0,
@@ -181,7 +183,8 @@ def run(torch, fa, recorded, recorded_floats):
                                 dq_strides=layout_strides(dq, layout), dk_strides=layout_strides(dk, layout),
                                 dv_strides=layout_strides(dv, layout))
                 compare(f"backward {name}", backward)
-                check(f"backward {name}: a scratch", got()["scratch"] != 0)
+                if got()["scratch"] == 0:
+                    problems.append(f"backward {name}: no scratch")
                 # the compiled ops' bodies: out (B, T, H, D) memory, the gradients (B, T, H, D) (grads_bthd 7)
                 fa._plain_plan = lambda *args: plan
                 out_mem = torch.empty(B, T, H, D, dtype=dtype)
@@ -203,6 +206,8 @@ def run(torch, fa, recorded, recorded_floats):
                                                     dk_strides=layout_strides(grads[1], "bthd"),
                                                     dv_strides=layout_strides(grads[2], "bthd")))
                 fa._plain_plan = planned
+            check(f"{tag}, {mods_name}: forward, backward, the ops' forward and backward, twice", not problems,
+                  "; ".join(problems[:6]))
 
 
 if __name__ == "__main__":
