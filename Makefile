@@ -35,8 +35,15 @@ GENCODE := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 # the cores, and each object's second arch only contends with them (more CPU time in all, and a longer build)
 NVCC_THREADS := $(if $(filter-out 1 2 3 4 5 6 7,$(NPROC)),0,1)
 
+# the dev harnesses run on the GPU at hand, so they build for GPU_ARCH where there is one; with none (a build that
+# only checks that they compile, as CI's) for its last arch alone
+DEV_GPU_ARCH ?= $(if $(DETECTED_CC),$(GPU_ARCH),$(lastword $(GPU_ARCH)))
+DEV_GENCODE := $(foreach a,$(DEV_GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+
 GIT_COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null)
-NVCC_FLAGS := -DGIT_COMMIT=\"$(GIT_COMMIT)\" -O3 --use_fast_math -std=c++17 --threads=$(NVCC_THREADS) -DNDEBUG -lineinfo -Xptxas=--warn-on-spills $(GENCODE) -I. -Isrc
+NVCC_COMMON_FLAGS := -DGIT_COMMIT=\"$(GIT_COMMIT)\" -O3 --use_fast_math -std=c++17 --threads=$(NVCC_THREADS) -DNDEBUG -lineinfo -Xptxas=--warn-on-spills -I. -Isrc
+NVCC_FLAGS := $(NVCC_COMMON_FLAGS) $(GENCODE)
+DEV_NVCC_FLAGS := $(NVCC_COMMON_FLAGS) $(DEV_GENCODE)
 NVCC_LDLIBS := -lcublas -lcublasLt
 CXX_FLAGS := -O2 -std=c++17 -Wall -I. -Isrc
 
@@ -109,11 +116,11 @@ dev: $(DEV_CUDA)
 # among them (ATTENTION_*_SHARED_LAUNCHERS)
 build/dev/%.o: dev/cuda/%.cu $(wildcard dev/cuda/*.h) $(wildcard src/*.cuh src/*.h) $(wildcard dev/cuda/forward_variants/*.cuh dev/cuda/backward_variants/*.cuh)
 	@mkdir -p build/dev
-	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+	$(NVCC) $(DEV_NVCC_FLAGS) -c $< -o $@
 
 .PRECIOUS: build/dev/%.o
 dev/cuda/%: build/dev/%.o $(ATTENTION)
-	$(NVCC) $(NVCC_FLAGS) $< $(ATTENTION) $(NVCC_LDLIBS) -o $@
+	$(NVCC) $(DEV_NVCC_FLAGS) $< $(ATTENTION) $(NVCC_LDLIBS) -o $@
 
 # shared library: symbols hidden except the C interface's (FLASHGPT_API), the static cudart's too (--exclude-libs);
 # --no-undefined makes a missing symbol a link error here rather than a load error in Python

@@ -2641,9 +2641,20 @@ inline bool attention_backward_fused_fits() {
 
 // ----------------------------------------------------------------------------
 // The shipped launchers the dev harnesses also run (dev/cuda/attention_backward's variants 3, 4, 6, 7 and 8 at src's
-// tiles, bf16): compiled once, by src/attention_backward.cu's bf16 object, and linked from build/attention.a elsewhere
-// (as the forward's, ATTENTION_FORWARD_SHARED_LAUNCHERS)
+// tiles, bf16), and the kernels' launchers that the harness's other tiles share with them (a split whose dK/dV or dQ
+// half is src's): compiled once, by src/attention_backward.cu's bf16 object, and linked from build/attention.a
+// elsewhere (as the forward's, ATTENTION_FORWARD_SHARED_LAUNCHERS)
 #define ATTENTION_BACKWARD_SHARED_LAUNCHERS(X) \
+    X((const AttentionBackwardParams&, bool, cudaStream_t), launch_attention_backward_preprocess<64>) \
+    X((const AttentionBackwardParams&, bool, cudaStream_t), launch_attention_backward_preprocess<128>) \
+    X((const AttentionBackwardParams&, cudaStream_t), launch_attention_backward_postprocess<64>) \
+    X((const AttentionBackwardParams&, cudaStream_t), launch_attention_backward_postprocess<128>) \
+    X((const AttentionBackwardParams&, cudaStream_t), launch_attention_backward_dq<64, 4, 1, 64>) \
+    X((const AttentionBackwardParams&, cudaStream_t), launch_attention_backward_dq<128, 4, 1, 32>) \
+    X((const AttentionBackwardParams&, cudaStream_t, bool, bool, const int*), launch_attention_backward_dkdv_hopper_ws<128, 2, 64, 2>) \
+    X((const AttentionBackwardParams&, cudaStream_t, bool, bool, const int*), launch_attention_backward_dkdv_hopper_ws<128, 2, 64, 2, false, true>) \
+    X((const AttentionBackwardParams&, cudaStream_t, bool, const int*, const DbiasOrder&), launch_attention_backward_dq_hopper_ws<64, 2, 128, 2>) \
+    X((const AttentionBackwardParams&, cudaStream_t, bool, const int*, const DbiasOrder&), launch_attention_backward_dq_hopper_ws<64, 2, 128, 2, true>) \
     X((const AttentionBackwardParams&, cudaStream_t), attention_backward_atomic<64, 4, 64>) \
     X((const AttentionBackwardParams&, cudaStream_t), attention_backward_atomic<128, 4, 64>) \
     X((const AttentionBackwardParams&, cudaStream_t), attention_backward_fused<64, 2, 2, false>) \
