@@ -135,9 +135,11 @@ def run(torch, fa, recorded, recorded_floats):
     alibi_h = torch.rand(6)
     alibi_bh = torch.rand(2, 6)
     # (window_left, window_right, softcap, alibi_slopes, alibi_batch, dropout_p, dropout_seed, dropout_offset): _mods
-    mod_sets = {"none": None, "window 128/0": (128, 0, 0.0, None, 0, 0.0, 0, 0), "window 64/16": (64, 16, 0.0, None, 0, 0.0, 0, 0), "window 128/32": (128, 32, 0.0, None, 0, 0.0, 0, 0),
+    mod_sets = {"none": None, "window 128/0": (128, 0, 0.0, None, 0, 0.0, 0, 0),
+                "window 64/16": (64, 16, 0.0, None, 0, 0.0, 0, 0), "window 128/32": (128, 32, 0.0, None, 0, 0.0, 0, 0),
                 "softcap 30": (-1, -1, 30.0, None, 0, 0.0, 0, 0), "alibi (H)": (-1, -1, 0.0, alibi_h, 0, 0.0, 0, 0),
-                "alibi (B, H)": (-1, -1, 0.0, alibi_bh, 6, 0.0, 0, 0), "dropout 0.2": (-1, -1, 0.0, None, 0, 0.2, 2 ** 61 + 5, 0),
+                "alibi (B, H)": (-1, -1, 0.0, alibi_bh, 6, 0.0, 0, 0),
+                "dropout 0.2": (-1, -1, 0.0, None, 0, 0.2, 2 ** 61 + 5, 0),
                 "window, alibi, dropout": (256, 0, 0.0, alibi_h, 0, 0.1, 12345, 0),
                 "dropout, a negative seed": (-1, -1, 0.0, None, 0, 0.2, -5, 0)}
     planned = fa._plain_plan   # (CPU tensors are never planned: the ops' bodies get the test's plan)
@@ -173,12 +175,13 @@ def run(torch, fa, recorded, recorded_floats):
                 name = f"call {repeat + 1}"
                 # the plan's forward (eager), then its backward with the gradients it allocates
                 out, lse = fa._plain_forward(q, k, v, plan, mods)
-                compare(f"forward {name}", dict(common, out=out.data_ptr(), lse=lse.data_ptr(), dout=0, dq=0, dk=0, dv=0, scratch=0, scratch_bytes=0,
-                                                o_strides=layout_strides(out, layout), do_strides=[0] * 3,
+                compare(f"forward {name}", dict(common, out=out.data_ptr(), lse=lse.data_ptr(), dout=0, dq=0, dk=0, dv=0,
+                                                scratch=0, scratch_bytes=0, o_strides=layout_strides(out, layout),
+                                                do_strides=[0] * 3,
                                                 dq_strides=[0] * 3, dk_strides=[0] * 3, dv_strides=[0] * 3))
                 dq, dk, dv = fa._plain_backward(dout, q, k, v, out, lse, plan, mods)
-                backward = dict(common, out=out.data_ptr(), lse=lse.data_ptr(), dout=dout.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(),
-                                dv=dv.data_ptr(), scratch_bytes=4096 if mods is None else 8192,
+                backward = dict(common, out=out.data_ptr(), lse=lse.data_ptr(), dout=dout.data_ptr(), dq=dq.data_ptr(),
+                                dk=dk.data_ptr(), dv=dv.data_ptr(), scratch_bytes=4096 if mods is None else 8192,
                                 o_strides=layout_strides(out, layout), do_strides=layout_strides(dout, layout),
                                 dq_strides=layout_strides(dq, layout), dk_strides=layout_strides(dk, layout),
                                 dv_strides=layout_strides(dv, layout))
@@ -198,7 +201,8 @@ def run(torch, fa, recorded, recorded_floats):
                 grads = [torch.empty(B, n, h, D, dtype=dtype) for n, h in ((T, H), (Tk, H_kv), (Tk, H_kv))]
                 fa._op_backward(dout, q, k, v, out_mem, lse_op, *grads, 7, causal, 0.125, layout, left, right, softcap,
                                 alibi, dropout_p, seed_op)
-                compare(f"op backward {name}", dict(common, out=out_mem.data_ptr(), lse=lse_op.data_ptr(), dout=dout.data_ptr(), dq=grads[0].data_ptr(),
+                compare(f"op backward {name}", dict(common, out=out_mem.data_ptr(), lse=lse_op.data_ptr(),
+                                                    dout=dout.data_ptr(), dq=grads[0].data_ptr(),
                                                     dk=grads[1].data_ptr(), dv=grads[2].data_ptr(),
                                                     o_strides=layout_strides(out_view, layout), dropout_seed=want_seed,
                                                     do_strides=layout_strides(dout, layout),
