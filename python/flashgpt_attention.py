@@ -310,8 +310,8 @@ _NO_MODS = (-1, -1, 0.0, None, 0, 0.0, 0, 0)   # no window, softcap, ALiBi or dr
 
 class _Call(ctypes.Structure):
     """src/attention_capi.h's FlashgptAttentionCall, the plain calls' arguments: the tensors' pointers in one array
-    (q, k, v, out, lse, dout, dq, dk, dv) and their strides in another (q, k, v, out, dout, dq, dk, dv), so that a
-    call sets each with one slice"""
+    (q, k, v, out, lse, dout, dq, dk, dv) and their strides in another (q, k, v, out, dout, dq, dk, dv). A plan keeps
+    one as its template, from which it makes the tails of its calls' bytes (_call_tail)"""
     _fields_ = [("tensors", ctypes.c_void_p * 9), ("scratch", ctypes.c_void_p), ("scratch_bytes", ctypes.c_size_t),
                 ("stream", ctypes.c_void_p), ("alibi_slopes", ctypes.c_void_p), ("alibi_batch", ctypes.c_longlong),
                 ("dropout_seed", ctypes.c_ulonglong), ("dropout_offset", ctypes.c_ulonglong),
