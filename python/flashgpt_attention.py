@@ -688,11 +688,10 @@ class _OpContext:
 
 
 def _op_mods(window_left, window_right, softcap, alibi_slopes, dropout_p, seed):
-    """the ops' window and modifiers as _mods takes them, None where there are none (the plan's plain calls)"""
-    if window_left == -1 and window_right == -1 and not softcap and alibi_slopes is None and not dropout_p:
-        return None
+    """the ops' window and modifiers as _mods takes them, None where there are none (_mods_or_none)"""
     alibi_batch = 0 if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes.shape[1]
-    return (window_left, window_right, softcap, alibi_slopes, alibi_batch, dropout_p, seed if dropout_p else 0, 0)
+    return _mods_or_none((window_left, window_right, softcap, alibi_slopes, alibi_batch, dropout_p,
+                          seed if dropout_p else 0, 0))
 
 
 def _mods_or_none(mods):
