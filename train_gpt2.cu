@@ -520,9 +520,10 @@ void gpt2_free(GPT2* model) {
 // logits' memory, which no layer reads: the forward writes the logits after the last layer, and the backward has
 // consumed them before the first. Some producers write FP8 themselves instead: ln1 and ln2 come out of their layernorm
 // in FP8 (fp8_layernorms), the fc matmul writes gelu(.) for fcproj, atty's forward cast keeps its transpose for the
-// backward, the MLP's DGELU kernel writes dfch and gelu(fch) and the attention's backward dqkv as the backward's
-// matmuls read them. The weights are cast per layer each time (6 bytes a parameter a step), so their FP8 copies cost
-// no memory.
+// backward, the MLP's DGELU kernel writes dfch and gelu(fch), the attention's backward dqkv, and the layernorms'
+// backward dresidual (the projections' dout; fp8_transpose adds its transpose) as the backward's matmuls read them. A layer's four weights are cast in
+// one launch as the layer starts, in the forward and again in the backward (6 bytes a parameter a step), so their FP8
+// copies cost no memory.
 
 enum Fp8Linear { kFp8Qkv, kFp8Attproj, kFp8Fc, kFp8Fcproj, kFp8Linears };
 // a layer's slots: the linears' inputs (x), then their weights, then their output gradients
@@ -536,8 +537,22 @@ size_t gpt2_fp8_state_bytes(const GPT2* model) {
     return slots * sizeof(Fp8Scale) + slots * kFp8History * sizeof(float);
 }
 
-// the casts' scratch at the largest linear: the backward's dout both ways, x transposed and W transposed
-size_t gpt2_fp8_scratch_bytes(size_t N, size_t C) { return 3 * N * 4 * C + 4 * C * C + 4 * 256; }
+// The logits' memory under -fp8: the casts of one linear (at the largest: the backward's dout both ways and x
+// transposed), then a layer's four weights (row-major in the forward, transposed in the backward; fp8_weight_offset),
+// then dresidual in FP8 both ways, from the layernorm backward that wrote it to the projection's matmuls that read it.
+inline size_t fp8_aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
+size_t gpt2_fp8_scratch_bytes(size_t N, size_t C) { return fp8_aligned(3 * N * 4 * C) + fp8_aligned(12 * C * C) + 2 * N * C; }
+struct Fp8Regions { uint8_t *casts, *weights, *dresidual8; };
+Fp8Regions fp8_regions(GPT2* model) {
+    const size_t N = (size_t)model->B * model->T, C = model->config.channels;
+    uint8_t* base = reinterpret_cast<uint8_t*>(model->acts.output);
+    return {base, base + fp8_aligned(3 * N * 4 * C), base + fp8_aligned(3 * N * 4 * C) + fp8_aligned(12 * C * C)};
+}
+// a linear's weight in the weights' region: qkv (3C, C), attproj (C, C), fc (4C, C), fcproj (C, 4C)
+inline size_t fp8_weight_offset(int linear, size_t C) {
+    const size_t offsets[kFp8Linears] = {0, 3 * C * C, 4 * C * C, 8 * C * C};
+    return offsets[linear];
+}
 
 inline bool fp8_grads_e5m2(const GPT2* model) { return model->fp8 == 1; }
 
@@ -577,21 +592,37 @@ void gpt2_fp8_update_scales(GPT2* model) {
     model->fp8_updates++;
 }
 
-// bump allocation in the logits' memory, 256-byte aligned
+// bump allocation in the casts' region, 256-byte aligned
 struct Fp8Scratch {
     uint8_t* next;
-    uint8_t* take(size_t bytes) { uint8_t* p = next; next += (bytes + 255) / 256 * 256; return p; }
+    uint8_t* take(size_t bytes) { uint8_t* p = next; next += fp8_aligned(bytes); return p; }
 };
-// the forward's: the linear's x and w, then the next linear's x where this one writes it in FP8 (the MLP's GELU)
-struct Fp8ForwardScratch { uint8_t *x8, *w8, *next_x8; };
+// the forward's: the linear's x, then the next linear's x where this one writes it in FP8 (the MLP's GELU)
+struct Fp8ForwardScratch { uint8_t *x8, *next_x8; };
 Fp8ForwardScratch fp8_forward_scratch(GPT2* model) {
     const size_t N = (size_t)model->B * model->T, C = model->config.channels;
-    Fp8Scratch scratch{reinterpret_cast<uint8_t*>(model->acts.output)};
+    Fp8Scratch scratch{fp8_regions(model).casts};
     Fp8ForwardScratch f;
     f.x8 = scratch.take(N * 4 * C);
-    f.w8 = scratch.take(4 * C * C);
     f.next_x8 = scratch.take(N * 4 * C);
     return f;
+}
+
+// layer l's four weights in FP8 (E4M3) into the weights' region, in one launch: row-major for the forward's matmuls,
+// transposed for the backward's dinp. The calibrating step records their amax only.
+void fp8_cast_weights(GPT2* model, int l, bool transposed) {
+    const size_t C = model->config.channels;
+    const ParameterTensors& p = model->params;
+    const bool on = model->fp8_updates > 0;
+    const floatX* w[kFp8Linears] = {p.qkvw + l * 3 * C * C, p.attprojw + l * C * C, p.fcw + l * 4 * C * C, p.fcprojw + l * 4 * C * C};
+    const int out_ch[kFp8Linears] = {(int)(3 * C), (int)C, (int)(4 * C), (int)C}, in_ch[kFp8Linears] = {(int)C, (int)C, (int)C, (int)(4 * C)};
+    Fp8CastJobs jobs = {};
+    for (int i = 0; i < kFp8Linears; i++) {
+        uint8_t* dst = on ? fp8_regions(model).weights + fp8_weight_offset(i, C) : nullptr;
+        jobs.job[i] = {transposed ? nullptr : dst, transposed ? dst : nullptr, w[i], out_ch[i], in_ch[i],
+                       model->fp8_scales + l * kFp8Slots + fp8_w_slot(i)};
+    }
+    fp8_cast_batch(jobs, kFp8Linears, /*e5m2=*/false, main_stream);
 }
 
 // whether the forward's ln1 and ln2 come out of the layernorm in FP8 (-fp8 with scales, each layer's kept: -r <= 1):
@@ -612,6 +643,7 @@ static void fp8_matmul_check(bool ran, const char* what, int m, int n, int k) {
 // x8: x already in FP8 (at the slot's scale), from the matmul before. out8 (with gelu_pre): out goes to out8 in FP8
 // instead, at the scale of the next linear's input, with its amax: returns whether it did (cuBLASLt may have no such
 // kernel, and the calibrating step writes bf16). x8T_keep: x's cast also writes x transposed there, for the backward.
+// The layer's weights are in FP8 already (fp8_cast_weights).
 bool linear_forward(GPT2* model, int layer, int linear, floatX* out, const floatX* x, const floatX* w, const floatX* bias,
                     const floatX* residual, int N, int K, int OC, floatX* gelu_pre, const uint8_t* x8 = nullptr,
                     uint8_t* out8 = nullptr, uint8_t* x8T_keep = nullptr) {
@@ -623,7 +655,7 @@ bool linear_forward(GPT2* model, int layer, int linear, floatX* out, const float
     const bool on = model->fp8_updates > 0;   // else calibrating: the casts only record amax
     const Fp8ForwardScratch scratch = fp8_forward_scratch(model);
     if (!on || !x8) fp8_cast(on ? scratch.x8 : nullptr, on ? x8T_keep : nullptr, x, N, K, s + fp8_x_slot(linear), false, main_stream);
-    fp8_cast(on ? scratch.w8 : nullptr, nullptr, w, OC, K, s + fp8_w_slot(linear), false, main_stream);
+    const uint8_t* w8 = fp8_regions(model).weights + fp8_weight_offset(linear, model->config.channels);
     if (!on) {
         matmul_forward(out, x, w, bias, residual, N, K, OC, gelu_pre, main_stream);
         return false;
@@ -634,13 +666,13 @@ bool linear_forward(GPT2* model, int layer, int linear, floatX* out, const float
     // column-major out^T (OC, N) = (w8 as (K, OC))^T (x8 as (K, N))
     if (out8) {
         Fp8Scale* next = s + fp8_x_slot(linear + 1);
-        if (matmul_fp8(out8, scratch.w8, CUDA_R_8F_E4M3, x8, CUDA_R_8F_E4M3, w_scale, x_scale, residual, bias, gelu_pre, OC, N, K,
+        if (matmul_fp8(out8, w8, CUDA_R_8F_E4M3, x8, CUDA_R_8F_E4M3, w_scale, x_scale, residual, bias, gelu_pre, OC, N, K,
                        true, main_stream, CUDA_R_8F_E4M3, &next->scale, &next->matmul_amax)) {
             fp8_fold_amax(next, main_stream);
             return true;
         }
     }
-    fp8_matmul_check(matmul_fp8(out, scratch.w8, CUDA_R_8F_E4M3, x8, CUDA_R_8F_E4M3, w_scale, x_scale, residual, bias, gelu_pre,
+    fp8_matmul_check(matmul_fp8(out, w8, CUDA_R_8F_E4M3, x8, CUDA_R_8F_E4M3, w_scale, x_scale, residual, bias, gelu_pre,
                                 OC, N, K, true, main_stream), "forward", OC, N, K);
     return false;
 }
@@ -648,7 +680,8 @@ bool linear_forward(GPT2* model, int layer, int linear, floatX* out, const float
 // dinp (N, K) = dout (N, OC) @ w; dweight (OC, K) += dout^T @ x; dbias (OC) += dout.sum(0) (dinp and dbias may be
 // null): matmul_backward's contract without its GELU epilogue, in FP8 where -fp8 1 has scales
 // x8T: x already transposed in FP8 (the layernorm, or the MLP's DGELU kernel, wrote it). dout8: dout already in FP8,
-// (N, OC) row-major then (OC, N) transposed (the attention's backward or the DGELU kernel wrote it; with scales only)
+// (N, OC) row-major then (OC, N) transposed (the attention's backward, the DGELU kernel or the layernorm's backward
+// wrote it; with scales only). The layer's weights are in FP8 already, transposed (fp8_cast_weights).
 void linear_backward(GPT2* model, int layer, int linear, floatX* dinp, floatX* dweight, floatX* dbias, float* reduce_scratch,
                      const floatX* dout, const floatX* x, const floatX* w, int N, int K, int OC, const uint8_t* x8T = nullptr,
                      const uint8_t* dout8_given = nullptr) {
@@ -660,7 +693,7 @@ void linear_backward(GPT2* model, int layer, int linear, floatX* dinp, floatX* d
     const bool on = model->fp8_updates > 0;
     const bool e5m2 = fp8_grads_e5m2(model);
     const cudaDataType_t dout_type = e5m2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
-    Fp8Scratch scratch{reinterpret_cast<uint8_t*>(model->acts.output)};
+    Fp8Scratch scratch{fp8_regions(model).casts};
     const uint8_t *dout8 = dout8_given, *dout8T = dout8_given ? dout8_given + (size_t)N * OC : nullptr;
     if (!dout8_given) {
         uint8_t *q = on && dinp ? scratch.take((size_t)N * OC) : nullptr, *qT = on ? scratch.take((size_t)N * OC) : nullptr;
@@ -669,10 +702,9 @@ void linear_backward(GPT2* model, int layer, int linear, floatX* dinp, floatX* d
         dout8T = qT;
     }
     uint8_t* x8T_cast = on && !x8T ? scratch.take((size_t)N * K) : nullptr;
-    uint8_t* w8T = on && dinp ? scratch.take((size_t)OC * K) : nullptr;
+    const uint8_t* w8T = fp8_regions(model).weights + fp8_weight_offset(linear, model->config.channels);
     if (!on || !x8T) fp8_cast(nullptr, x8T_cast, x, N, K, s + fp8_x_slot(linear), false, main_stream);
     if (!x8T) x8T = x8T_cast;
-    if (dinp) fp8_cast(nullptr, w8T, w, OC, K, s + fp8_w_slot(linear), false, main_stream);
     if (!on) {
         matmul_backward(dinp, dweight, dbias, reduce_scratch, dout, x, w, N, K, OC, nullptr, main_stream);
         return;
@@ -742,6 +774,7 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         floatX* fch = a.fch + l * NA * 4 * C;          // (N, 4C)
         floatX* fch_gelu = a.fch_gelu + gelu_off;      // (N, 4C)
         floatX* residual3 = a.residual3 + l * NA * C;  // (N, C)
+        if (model->fp8) fp8_cast_weights(model, l, /*transposed=*/false);
 
         // qkv = ln1 @ qkvw^T + qkvb; attention; x = x + attproj(atty) (the add in the matmul's epilogue); ln2 = layernorm(x)
         linear_forward(model, l, kFp8Qkv, qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, nullptr, N, C, 3 * C, nullptr, ln8);
@@ -806,6 +839,18 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
     ActivationTensors a = model->acts;
     float* scratch = model->reduce_scratch;
     const bool ln_fp8 = fp8_layernorms(model, N);   // as the forward: ln1 and ln2 hold their FP8 transposes
+    // -fp8 with scales: each layernorm backward writes dresidual in FP8 too, at the scale of the dout of the projection
+    // before it (layer l's attproj, or layer l's fcproj after layer l + 1's ln1 and after lnf), and fp8_transpose
+    // adds its transpose: the projection's matmuls read both, and no cast reads dresidual back
+    const bool dres_fp8 = model->fp8 && model->fp8_updates > 0;
+    uint8_t* dres8 = dres_fp8 ? fp8_regions(model).dresidual8 : nullptr;   // (N, C), then (C, N)
+    LnBackwardFp8 dres8_out;
+    auto dres8_for = [&](int l, int linear) -> const LnBackwardFp8* {
+        Fp8Scale* slot = model->fp8_scales + l * kFp8Slots + fp8_dout_slot(linear);
+        dres8_out = {dres8, &slot->scale, &slot->amax, fp8_grads_e5m2(model)};
+        return dres_fp8 ? &dres8_out : nullptr;
+    };
+    auto dres8_transpose = [&](const LnBackwardFp8* f8) { if (f8) fp8_transpose(dres8 + NA * C, dres8, N, C, main_stream); };
 
     // token buckets for the deterministic dwte backward, built on the host while the GPU works
     model->num_buckets = build_token_buckets(model->bucket_host, model->bucket_counts, inputs, N, V);
@@ -824,8 +869,10 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
     matmul_backward(model->dbtc, g.wte, nullptr, scratch, a.output, a.lnf, p.wte, N, C, Vp, nullptr, main_stream);
     cudaCheck(cudaMemsetAsync(model->dresidual, 0, NA * C * sizeof(floatX), main_stream));
     // the residual stream's gradient: the last layer's fcproj takes it as dout, so its bias gradient is summed here
+    const LnBackwardFp8* lnf_dres8 = dres8_for(L - 1, kFp8Fcproj);
     layernorm_backward(model->dresidual, g.lnfw, g.lnfb, scratch, model->dbtc, a.residual3 + (L - 1) * NA * C, p.lnfw,
-                       a.lnf_mean, a.lnf_rstd, N, C, main_stream, g.fcprojb + (L - 1) * C);
+                       a.lnf_mean, a.lnf_rstd, N, C, main_stream, g.fcprojb + (L - 1) * C, lnf_dres8);
+    dres8_transpose(lnf_dres8);
 
     for (int l = L - 1; l >= 0; l--) {
         NvtxRange layer_range("backward layer", l);
@@ -847,6 +894,7 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         floatX* dresidual = model->dresidual;  // (N, C) gradient w.r.t. the residual stream, accumulated
         floatX* dbtc = model->dbtc;
         floatX* dbt4c = model->dbt4c;
+        if (model->fp8) fp8_cast_weights(model, l, /*transposed=*/true);
 
         // recompute what was not kept (deterministic: the same kernels on the same inputs)
         if (model->recompute >= 2) {
@@ -857,25 +905,20 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         // recomputed gelu(fch) for fcprojw's gradient, and sums dfch over each 64 rows for fcb's gradient. fcprojb's
         // gradient is already summed, by the layernorm backward that wrote dresidual.
         // -fp8 with scales and -r >= 1: the kernel multiplies FP8 operands (dresidual both ways in the gradient format,
-        // whose transpose fcprojw's gradient reads too, and fcprojw transposed, cast into the casts' scratch), and writes
+        // whose transpose fcprojw's gradient reads too, and fcprojw transposed, both cast already), and writes
         // dfch in FP8 instead, both ways, into dbt4c's memory (fc's dinp and dweight read it) with its amax, and gelu(fch)
         // transposed into fch_gelu's (fcprojw's gradient; its amax is the forward's, where the fc matmul wrote it)
         const floatX* fcprojw = p.fcprojw + (size_t)l * C * 4 * C;
-        const bool fp8_outputs = model->fp8 && model->fp8_updates > 0 && model->recompute >= 1 && model->gelu_fusion >= 2 &&
+        const bool fp8_outputs = dres_fp8 && model->recompute >= 1 && model->gelu_fusion >= 2 &&
                                  matmul_dgelu_hopper_supported(N, 4 * C, C, /*fp8=*/true);   // else the casts below would be for nothing
         uint8_t* dfch8 = reinterpret_cast<uint8_t*>(dbt4c);   // (N, 4C), then (4C, N)
         uint8_t* gelu8T = reinterpret_cast<uint8_t*>(fch_gelu);
-        uint8_t* dres8 = nullptr;   // dresidual in FP8, (N, C) then (C, N)
         DgeluFp8Out f8 = {};
         if (fp8_outputs) {
             Fp8Scale* s = model->fp8_scales + l * kFp8Slots;
             Fp8Scale *dfch_slot = s + fp8_dout_slot(kFp8Fc), *gelu_slot = s + fp8_x_slot(kFp8Fcproj);
             Fp8Scale *dres_slot = s + fp8_dout_slot(kFp8Fcproj), *w_slot = s + fp8_w_slot(kFp8Fcproj);
-            Fp8Scratch casts{reinterpret_cast<uint8_t*>(model->acts.output)};
-            dres8 = casts.take(2 * (size_t)N * C);
-            uint8_t* fcprojw8T = casts.take((size_t)4 * C * C);
-            fp8_cast(dres8, dres8 + (size_t)N * C, dresidual, N, C, dres_slot, fp8_grads_e5m2(model), main_stream);
-            fp8_cast(nullptr, fcprojw8T, fcprojw, C, 4 * C, w_slot, false, main_stream);
+            const uint8_t* fcprojw8T = fp8_regions(model).weights + fp8_weight_offset(kFp8Fcproj, C);
             f8 = {dfch8, dfch8 + (size_t)N * 4 * C, gelu8T, &dfch_slot->scale, &gelu_slot->scale, &dfch_slot->amax, fp8_grads_e5m2(model),
                   dres8, fcprojw8T, &dres_slot->scale_inv, &w_slot->scale_inv};
         }
@@ -885,7 +928,7 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         if (dgelu_fused) {
             reduce_partials_add(g.fcb + l * 4 * C, nullptr, scratch, matmul_dgelu_partial_rows(N), 4 * C, main_stream);
             linear_backward(model, l, kFp8Fcproj, nullptr, g.fcprojw + (size_t)l * C * 4 * C, nullptr, scratch, dresidual,
-                            fch_gelu, fcprojw, N, 4 * C, C, fp8_outputs ? gelu8T : nullptr, fp8_outputs ? dres8 : nullptr);
+                            fch_gelu, fcprojw, N, 4 * C, C, fp8_outputs ? gelu8T : nullptr, dres8);
         } else {
             if (model->recompute >= 1) gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, main_stream);
             if (model->gelu_fusion >= 2) {   // cuBLASLt's DGELU epilogue: bf16 (-fp8 1 takes the Hopper kernel's path above)
@@ -893,7 +936,7 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
                                 N, 4 * C, C, fch, main_stream);
             } else {
                 linear_backward(model, l, kFp8Fcproj, dbt4c, g.fcprojw + (size_t)l * C * 4 * C, nullptr, scratch, dresidual,
-                                fch_gelu, fcprojw, N, 4 * C, C);
+                                fch_gelu, fcprojw, N, 4 * C, C, nullptr, dres8);
                 gelu_backward_inplace(dbt4c, fch, (size_t)N * 4 * C, main_stream);
             }
         }
@@ -901,11 +944,14 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         linear_backward(model, l, kFp8Fc, dbtc, g.fcw + (size_t)l * 4 * C * C, dgelu_fused ? nullptr : g.fcb + l * 4 * C, scratch,
                         dbt4c, ln2, p.fcw + (size_t)l * 4 * C * C, N, C, 4 * C, ln_fp8 ? reinterpret_cast<const uint8_t*>(ln2) : nullptr,
                         fp8_outputs ? dfch8 : nullptr);
+        const LnBackwardFp8* ln2_dres8 = dres8_for(l, kFp8Attproj);
         layernorm_backward(dresidual, g.ln2w + l * C, g.ln2b + l * C, scratch, dbtc, residual2, p.ln2w + l * C,
-                           ln2_mean, ln2_rstd, N, C, main_stream, g.attprojb + l * C);
+                           ln2_mean, ln2_rstd, N, C, main_stream, g.attprojb + l * C, ln2_dres8);
+        dres8_transpose(ln2_dres8);
         // attention projection: datty = dresidual @ attprojw (attprojb's gradient summed just above)
         linear_backward(model, l, kFp8Attproj, dbtc, g.attprojw + (size_t)l * C * C, nullptr, scratch, dresidual, atty,
-                        p.attprojw + (size_t)l * C * C, N, C, C, ln_fp8 ? reinterpret_cast<const uint8_t*>(ln1) + (size_t)N * C : nullptr);
+                        p.attprojw + (size_t)l * C * C, N, C, C, ln_fp8 ? reinterpret_cast<const uint8_t*>(ln1) + (size_t)N * C : nullptr,
+                        dres8);
         // attention: dqkv (N, 3C) into dbt4c, from out + lse only. Where it can, the attention also sums dqkv over each
         // 16 tokens: those partials give the qkv bias gradient without another pass over dqkv. -fp8 with scales, where
         // it can: dqkv comes out in FP8 instead, both ways, into dbt4c's memory (the qkv linear's backward reads it so,
@@ -925,8 +971,10 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         linear_backward(model, l, kFp8Qkv, dbtc, g.qkvw + (size_t)l * 3 * C * C, qkvb_summed ? nullptr : g.qkvb + l * 3 * C, scratch,
                         dbt4c, ln1, p.qkvw + (size_t)l * 3 * C * C, N, C, 3 * C, ln_fp8 ? reinterpret_cast<const uint8_t*>(ln1) : nullptr,
                         dqkv_fp8 ? dqkv8 : nullptr);
+        const LnBackwardFp8* ln1_dres8 = l > 0 ? dres8_for(l - 1, kFp8Fcproj) : nullptr;
         layernorm_backward(dresidual, g.ln1w + l * C, g.ln1b + l * C, scratch, dbtc, residual, p.ln1w + l * C,
-                           ln1_mean, ln1_rstd, N, C, main_stream, l > 0 ? g.fcprojb + (l - 1) * C : nullptr);
+                           ln1_mean, ln1_rstd, N, C, main_stream, l > 0 ? g.fcprojb + (l - 1) * C : nullptr, ln1_dres8);
+        dres8_transpose(ln1_dres8);
     }
     encoder_backward(g.wte, g.wpe, model->dresidual, model->buckets, model->num_buckets, B, T, C, main_stream);
 }

@@ -55,16 +55,32 @@ inline Fp8Scale fp8_scale_init(bool e5m2) {
 // two rows, writes their 8 bytes of q, and leaves them in shared memory, from which each thread gathers 16 rows of one
 // column, 16 bytes of qT. The CTAs stay resident over the tiles, so each adds its amax once: one atomic a CTA, not a
 // warp's per tile, which serialised on the one address. K % 8 == 0 and M % 16 == 0 (FP8 leading dimensions).
+// One launch casts up to kFp8CastJobs tensors of one format (a layer's four weights): blockIdx.y picks the tensor,
+// so each launch pays its latency once for all of them.
 
 constexpr int kFp8CastTile = 64;
 constexpr int kFp8CastStride = kFp8CastTile + 2;   // the tile's row stride in bytes: the column gathers spread over the banks
+constexpr int kFp8CastJobs = 4;
+
+struct Fp8CastJob {
+    uint8_t *q, *qT;
+    const floatX* x;
+    int M, K;
+    Fp8Scale* slot;
+};
+struct Fp8CastJobs { Fp8CastJob job[kFp8CastJobs]; };
 
 template <bool kE5M2>
-__global__ void __launch_bounds__(256) fp8_cast_kernel(uint8_t* q, uint8_t* qT, const floatX* x, int M, int K, Fp8Scale* slot) {
+__global__ void __launch_bounds__(256) fp8_cast_kernel(const __grid_constant__ Fp8CastJobs jobs) {
     __shared__ __align__(16) uint8_t tile[kFp8CastTile * kFp8CastStride];
     __shared__ float warp_amax[8];
-    const float scale = slot->scale;
+    const Fp8CastJob& job = jobs.job[blockIdx.y];
+    uint8_t *q = job.q, *qT = job.qT;
+    const floatX* x = job.x;
+    const int M = job.M, K = job.K;
+    const float scale = job.slot->scale;
     const int tiles_k = ceil_div(K, kFp8CastTile), tiles = tiles_k * ceil_div(M, kFp8CastTile);
+    if (blockIdx.x >= tiles) return;   // a smaller tensor of the launch: the whole CTA leaves, its amax adds nothing
     float amax = 0.0f;
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         const int m0 = (t / tiles_k) * kFp8CastTile, k0 = (t % tiles_k) * kFp8CastTile;
@@ -105,21 +121,90 @@ __global__ void __launch_bounds__(256) fp8_cast_kernel(uint8_t* q, uint8_t* qT, 
     __syncthreads();
     if (threadIdx.x == 0) {
         for (int w = 1; w < 8; w++) amax = fmaxf(amax, warp_amax[w]);
-        atomicMax(&slot->amax, __float_as_uint(amax));
+        atomicMax(&job.slot->amax, __float_as_uint(amax));
     }
 }
 
-// e5m2: the format (the slot's fmax must be its); q and qT 16-byte aligned
-inline void fp8_cast(uint8_t* q, uint8_t* qT, const floatX* x, int M, int K, Fp8Scale* slot, bool e5m2, cudaStream_t stream) {
+// the first `count` jobs, all of one format: e5m2 (every slot's fmax must be its); q and qT 16-byte aligned
+inline void fp8_cast_batch(const Fp8CastJobs& jobs, int count, bool e5m2, cudaStream_t stream) {
     NVTX_RANGE_FN();
-    if (K % 8 != 0 || M % 16 != 0) {
-        fprintf(stderr, "fp8_cast: needs K %% 8 == 0 and M %% 16 == 0 (M=%d K=%d)\n", M, K);
+    int most_tiles = 0;
+    for (int i = 0; i < count; i++) {
+        const Fp8CastJob& j = jobs.job[i];
+        if (j.K % 8 != 0 || j.M % 16 != 0) {
+            fprintf(stderr, "fp8_cast: needs K %% 8 == 0 and M %% 16 == 0 (M=%d K=%d)\n", j.M, j.K);
+            exit(EXIT_FAILURE);
+        }
+        most_tiles = std::max(most_tiles, ceil_div(j.K, kFp8CastTile) * ceil_div(j.M, kFp8CastTile));
+    }
+    // 8 CTAs of 256 threads fill an SM; a batch's CTAs share that over its tensors
+    const int blocks = std::min(most_tiles, std::max(1, device_props().multiProcessorCount * 8 / count));
+    const dim3 grid(blocks, count);
+    if (e5m2) fp8_cast_kernel<true><<<grid, 256, 0, stream>>>(jobs);
+    else fp8_cast_kernel<false><<<grid, 256, 0, stream>>>(jobs);
+    cudaCheck(cudaGetLastError());
+}
+
+// one tensor: e5m2 the format (the slot's fmax must be its); q and qT 16-byte aligned
+inline void fp8_cast(uint8_t* q, uint8_t* qT, const floatX* x, int M, int K, Fp8Scale* slot, bool e5m2, cudaStream_t stream) {
+    Fp8CastJobs jobs = {};
+    jobs.job[0] = {q, qT, x, M, K, slot};
+    fp8_cast_batch(jobs, 1, e5m2, stream);
+}
+
+// the transpose of an FP8 tensor: q (M, K) -> qT (K, M), for a producer that writes q itself (the layernorm backward's
+// dresidual). A CTA takes 128 x 64 byte tiles in turn: each thread loads two 16-byte pieces of rows into shared memory
+// (rows 68 bytes apart: the gathers below meet no bank twice), then half the threads each gather 4 columns of 16 rows
+// a word a row, transpose them 4 x 4 bytes at a time in registers, and store 16 bytes of each column.
+// K % 16 == 0 and M % 16 == 0.
+constexpr int kFp8TransposeRows = 128, kFp8TransposeCols = 64, kFp8TransposeStride = kFp8TransposeCols + 4;
+
+__global__ void __launch_bounds__(256) fp8_transpose_kernel(uint8_t* qT, const uint8_t* q, int M, int K) {
+    __shared__ __align__(16) uint8_t tile[kFp8TransposeRows * kFp8TransposeStride];
+    const int tiles_k = ceil_div(K, kFp8TransposeCols), tiles = tiles_k * ceil_div(M, kFp8TransposeRows);
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const int m0 = (t / tiles_k) * kFp8TransposeRows, k0 = (t % tiles_k) * kFp8TransposeCols;
+        uint4 v[2];
+        for (int j = 0; j < 2; j++) {   // both loads in flight before either lands in shared memory
+            const int c = threadIdx.x + j * 256, m = m0 + c / 4, k = k0 + (c % 4) * 16;
+            v[j] = m < M && k < K ? __ldcs(reinterpret_cast<const uint4*>(q + (size_t)m * K + k)) : make_uint4(0, 0, 0, 0);
+        }
+        for (int j = 0; j < 2; j++) {
+            const int c = threadIdx.x + j * 256;
+            uint32_t* dst = reinterpret_cast<uint32_t*>(tile + (c / 4) * kFp8TransposeStride + (c % 4) * 16);
+            dst[0] = v[j].x; dst[1] = v[j].y; dst[2] = v[j].z; dst[3] = v[j].w;
+        }
+        __syncthreads();
+        if (threadIdx.x < 128) {   // columns 4 (t % 16) .. + 3 of rows 16 (t / 16) .. + 15
+            const int cq = threadIdx.x % 16, r0 = (threadIdx.x / 16) * 16, k = k0 + 4 * cq, m = m0 + r0;
+            uint4 column[4];
+            uint32_t* words = reinterpret_cast<uint32_t*>(column);
+            for (int g = 0; g < 4; g++) {
+                uint32_t w[4];
+                for (int r = 0; r < 4; r++) w[r] = *reinterpret_cast<const uint32_t*>(tile + (r0 + 4 * g + r) * kFp8TransposeStride + 4 * cq);
+                const uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), lo23 = __byte_perm(w[2], w[3], 0x5140);
+                const uint32_t hi01 = __byte_perm(w[0], w[1], 0x7362), hi23 = __byte_perm(w[2], w[3], 0x7362);
+                words[0 * 4 + g] = __byte_perm(lo01, lo23, 0x5410);   // column k: byte 0 of rows 4g .. 4g + 3
+                words[1 * 4 + g] = __byte_perm(lo01, lo23, 0x7632);
+                words[2 * 4 + g] = __byte_perm(hi01, hi23, 0x5410);
+                words[3 * 4 + g] = __byte_perm(hi01, hi23, 0x7632);
+            }
+            if (m < M && k < K)
+                for (int j = 0; j < 4; j++) *reinterpret_cast<uint4*>(qT + (size_t)(k + j) * M + m) = column[j];
+        }
+        __syncthreads();   // read before the next tile overwrites it
+    }
+}
+
+// qT and q 16-byte aligned
+inline void fp8_transpose(uint8_t* qT, const uint8_t* q, int M, int K, cudaStream_t stream) {
+    NVTX_RANGE_FN();
+    if (K % 16 != 0 || M % 16 != 0) {
+        fprintf(stderr, "fp8_transpose: needs K %% 16 == 0 and M %% 16 == 0 (M=%d K=%d)\n", M, K);
         exit(EXIT_FAILURE);
     }
-    const int tiles = ceil_div(K, kFp8CastTile) * ceil_div(M, kFp8CastTile);
-    const int blocks = std::min(tiles, device_props().multiProcessorCount * 8);   // 8 CTAs of 256 threads fill an SM
-    if (e5m2) fp8_cast_kernel<true><<<blocks, 256, 0, stream>>>(q, qT, x, M, K, slot);
-    else fp8_cast_kernel<false><<<blocks, 256, 0, stream>>>(q, qT, x, M, K, slot);
+    const int tiles = ceil_div(K, kFp8TransposeCols) * ceil_div(M, kFp8TransposeRows);
+    fp8_transpose_kernel<<<std::min(tiles, device_props().multiProcessorCount * 8), 256, 0, stream>>>(qT, q, M, K);
     cudaCheck(cudaGetLastError());
 }
 

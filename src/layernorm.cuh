@@ -7,6 +7,8 @@ backward: dinp += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),  dno
           optionally dsum += sum over rows of dinp as written: dinp is the residual stream's gradient, the dout of
           the projection (attproj, fcproj) before this layernorm in the backward, so dsum is that projection's bias
           gradient, summed here instead of in another pass over dinp
+          optionally (-fp8) dinp as written, in FP8 with its amax: that projection's dout as its FP8 matmuls read it
+          (LnBackwardFp8), without a cast reading dinp back
 The weight/bias gradients are column sums over B*T rows. To stay deterministic without atomics,
 each warp accumulates its rows in its own slice of shared memory, the block adds the warp
 slices in order into a per-block partial, and a second kernel adds the partials in order.
@@ -14,6 +16,7 @@ dev/cuda/layernorm.cu validates these kernels against fp64 and times them agains
 */
 #pragma once
 #include "cuda_utils.cuh"
+#include <cuda_fp8.h>
 #include "ptx.cuh"   // named_barrier_sync
 
 #define LN_EPS 1e-5f
@@ -90,10 +93,21 @@ __device__ __forceinline__ float bf16_at(const uint4& r, int e) {
 // warps of a row add their parts of the row means in shared memory, in order. The weight's chunks stay in registers
 // across rows. Parts wider than LN_BWD_SEGMENT (C above 2048) go through in segments, and the second pass then reads
 // each segment's row and weight again.
-template <int kSplit>   // ln_bwd_split(C)
+// -fp8: dinp as written (the bf16 values), times *scale and saturated to FP8, row-major into q (N, C), its amax
+// (before the scale, as float bits) atomically into *amax; e5m2 the format (else E4M3). src/fp8.cuh's fp8_transpose
+// then writes the transpose the dweight matmul reads.
+struct LnBackwardFp8 {
+    uint8_t* q;
+    const float* scale;
+    unsigned int* amax;
+    bool e5m2;
+};
+
+// kFp8 (1: E4M3, 2: E5M2): also dinp in FP8 (LnBackwardFp8), 8 bytes a lane beside each 16 of bf16
+template <int kSplit, int kFp8 = 0>   // ln_bwd_split(C)
 __global__ void __launch_bounds__(LN_BWD_WARPS * 32, 5)   // 96 registers: the three sums leave room for 5-6 blocks an SM
 layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp, const floatX* weight,
-                          const float* mean, const float* rstd, int N, int C, int sums) {
+                          const float* mean, const float* rstd, int N, int C, int sums, const LnBackwardFp8 f8) {
     static_assert(kSplit == 1 || kSplit == 2, "the row parts' barriers are for one or two warps a row");
     constexpr int kChunks = LN_BWD_CHUNKS, split = kSplit, rows_per_block = LN_BWD_WARPS / kSplit;
     extern __shared__ float ln_bwd_smem[];
@@ -104,6 +118,9 @@ layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, con
     float* db_acc = dw_acc + width;
     float* dsum_acc = db_acc + width;   // only with sums == 3
     float2* row_parts = reinterpret_cast<float2*>(ln_bwd_smem + (size_t)LN_BWD_WARPS * sums * width);   // [2][LN_BWD_WARPS]
+    __shared__ float warp_amax8[LN_BWD_WARPS];   // kFp8
+    [[maybe_unused]] const float scale8 = kFp8 ? *f8.scale : 0.0f;
+    [[maybe_unused]] float amax8 = 0.0f;
     const int slot_stride = width / X128_SIZE;   // between channel c + k and c + k + 1 of one chunk
     for (int c = lane; c < sums * width; c += 32) dw_acc[c] = 0.0f;  // each warp zeroes its own slice
     __syncwarp();
@@ -182,10 +199,28 @@ layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, con
                 store128(dinp + off + c, di);
                 if (sums == 3)   // the bf16 values just written, as a pass over dinp would read them
                     for (int e = 0; e < X128_SIZE; e++) dsum_acc[slot(c, e)] += di.f(e);
+                if constexpr (kFp8) {   // the same values in FP8, as a cast of dinp would write them
+                    uint16_t pairs[4];
+                    for (int e = 0; e < 4; e++) {
+                        const float a = di.f(2 * e), b = di.f(2 * e + 1);
+                        amax8 = fmaxf(amax8, fmaxf(fabsf(a), fabsf(b)));
+                        pairs[e] = __nv_cvt_float2_to_fp8x2(make_float2(a * scale8, b * scale8), __NV_SATFINITE,
+                                                            kFp8 == 2 ? __NV_E5M2 : __NV_E4M3);
+                    }
+                    *reinterpret_cast<uint2*>(f8.q + off + c) = *reinterpret_cast<const uint2*>(pairs);
+                }
             }
         }
     }
+    if constexpr (kFp8) {
+        amax8 = warp_reduce_max(amax8);
+        if (lane == 0) warp_amax8[warp] = amax8;
+    }
     __syncthreads();  // every warp's slice is complete
+    if (kFp8 && threadIdx.x == 0) {   // one atomic a CTA: on the one address, a warp's each would serialise
+        for (int w = 1; w < LN_BWD_WARPS; w++) amax8 = fmaxf(amax8, warp_amax8[w]);
+        atomicMax(f8.amax, __float_as_uint(amax8));
+    }
     for (int c = threadIdx.x; c < sums * C; c += blockDim.x) {   // c = which * C + channel: the slices of its part, in order
         const int which = c / C, p = (c % C) / width, local = c % C - p * width;
         float sum = 0.0f;
@@ -197,16 +232,22 @@ layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, con
 
 // the sums' slices and the row parts' exchange (two halves of LN_BWD_WARPS float2)
 inline size_t layernorm_backward_smem(int C, int sums) { return ((size_t)LN_BWD_WARPS * sums * ln_bwd_width(C) + 4 * LN_BWD_WARPS) * sizeof(float); }
-// The copy for C, opted in to the shared memory of `sums` sums (above 48 KiB a kernel must opt in).
-typedef void (*LayernormBackwardKernel)(floatX*, float*, const floatX*, const floatX*, const floatX*, const float*, const float*, int, int, int);
-inline LayernormBackwardKernel layernorm_backward_kernel_for(int C, int sums) {
+// The copy for C (fp8: 0, or 1 E4M3 / 2 E5M2), opted in to the shared memory of `sums` sums (above 48 KiB a kernel
+// must opt in).
+typedef void (*LayernormBackwardKernel)(floatX*, float*, const floatX*, const floatX*, const floatX*, const float*, const float*, int, int,
+                                        int, LnBackwardFp8);
+inline LayernormBackwardKernel layernorm_backward_kernel_for(int C, int sums, int fp8 = 0) {
     const int split = ln_bwd_split(C);
-    const LayernormBackwardKernel kernel = split == 1 ? layernorm_backward_kernel<1> : layernorm_backward_kernel<2>;
-    static size_t opted_in[2] = {0, 0};
+    static const LayernormBackwardKernel kernels[3][2] = {
+        {layernorm_backward_kernel<1, 0>, layernorm_backward_kernel<2, 0>},
+        {layernorm_backward_kernel<1, 1>, layernorm_backward_kernel<2, 1>},
+        {layernorm_backward_kernel<1, 2>, layernorm_backward_kernel<2, 2>}};
+    const LayernormBackwardKernel kernel = kernels[fp8][split - 1];
+    static size_t opted_in[3][2] = {};
     const size_t smem = layernorm_backward_smem(C, sums);
-    if (smem > opted_in[split - 1]) {
+    if (smem > opted_in[fp8][split - 1]) {
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        opted_in[split - 1] = smem;
+        opted_in[fp8][split - 1] = smem;
     }
     return kernel;
 }
@@ -229,13 +270,15 @@ inline size_t layernorm_backward_scratch_floats(int N, int C) {
 }
 
 // scratch: layernorm_backward_scratch_floats(N, C) floats. dsum (C) += the column sums of dinp as written, unless null.
+// f8: dinp also in FP8 (LnBackwardFp8; q 8-byte aligned), unless null. The FP8 copies run as many blocks as the plain
+// one (the same grid: each warp's rows, so dweight, dbias and dsum add in the same order).
 void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout, const floatX* inp,
                         const floatX* weight, const float* mean, const float* rstd, int N, int C, cudaStream_t stream,
-                        floatX* dsum = nullptr) {
+                        floatX* dsum = nullptr, const LnBackwardFp8* f8 = nullptr) {
     NVTX_RANGE_FN();
-    const int sums = dsum ? 3 : 2, num_blocks = layernorm_backward_num_blocks(N, C, sums);
-    layernorm_backward_kernel_for(C, sums)<<<num_blocks, LN_BWD_WARPS * 32, layernorm_backward_smem(C, sums), stream>>>(
-        dinp, scratch, dout, inp, weight, mean, rstd, N, C, sums);
+    const int sums = dsum ? 3 : 2, num_blocks = layernorm_backward_num_blocks(N, C, sums), fp8 = f8 ? (f8->e5m2 ? 2 : 1) : 0;
+    layernorm_backward_kernel_for(C, sums, fp8)<<<num_blocks, LN_BWD_WARPS * 32, layernorm_backward_smem(C, sums), stream>>>(
+        dinp, scratch, dout, inp, weight, mean, rstd, N, C, sums, f8 ? *f8 : LnBackwardFp8{});
     cudaCheck(cudaGetLastError());
     reduce_partials_add(dweight, dbias, scratch, num_blocks, C, stream, dsum);
 }

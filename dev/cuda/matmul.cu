@@ -36,7 +36,10 @@ Variants:
 linear's forward, dinp and dweight, bf16 as training runs them (src/matmul.cuh) and FP8 as Hopper's cuBLASLt takes
 it, both operands K-major (D = A^T B): the forward's as they are, the backward's from the transposed copies a cast
 kernel would write (W^T for dinp; dout^T and inp^T for dweight); E4M3 x E4M3 forward, E4M3 x E5M2 (dout) backward,
-each with fast accumulation and without. The lm head stays bf16, as the FP8 recipe keeps it.
+each with fast accumulation and without. The lm head stays bf16, as the FP8 recipe keeps it. Then the kernels
+around them: the casts, the layernorm with FP8 out against bf16's, the layernorm backward writing dresidual in FP8
+(and fp8_transpose its transpose) against the bf16 one followed by a cast, and a layer's four weight casts one by one
+against one batched launch.
 
 Validation (--check: M = 1000 and 4096 at each shape; otherwise M = min(-n, 4096)): randn inputs, b scaled by
 1/sqrt(K), outputs poisoned (NaN) before each launch; sampled rows (the first and last 64, 192 more at random) of
@@ -675,6 +678,43 @@ void bench_fp8_step(const HarnessArgs& args, int M, int C, std::mt19937_64& rng)
                bytes / ln8 / 1e6, ln16 / ln8);
         printf("RESULT layernorm_fp8 M=%d C=%d bf16_ms=%.4f fp8_ms=%.4f\n", M, C, ln16, ln8);
     }
+    // the layernorm backward before attproj and fcproj: bf16 dresidual then its cast both ways (E5M2), against the
+    // backward writing the FP8 copy itself and fp8_transpose adding the transpose; each reads dout, x and dinp and
+    // writes dinp (8 bytes an element), the cast reads dinp and writes 2 bytes, the FP8 copy 1 and its transpose 2
+    {
+        float* ln_scratch = device_alloc<float>(layernorm_backward_scratch_floats(M, C));
+        Fp8Scale* dslot = device_alloc<Fp8Scale>(1);
+        const Fp8Scale e5 = fp8_scale_init(true);
+        cudaCheck(cudaMemcpy(dslot, &e5, sizeof(e5), cudaMemcpyHostToDevice));
+        const LnBackwardFp8 f8 = {q, &dslot->scale, &dslot->amax, true};
+        floatX* grads = device_alloc<floatX>(3 * C);
+        cudaCheck(cudaMemset(grads, 0, 3 * C * sizeof(floatX)));
+        const double sep = time_kernel([&](int) {
+            layernorm_backward(out, grads, grads + C, ln_scratch, dout, x, w, stats, stats + M, M, C, 0, grads + 2 * C);
+            fp8_cast(q, qT, out, M, C, dslot, true, 0);
+        }, args.repeats, 0).median_ms;
+        const double fused = time_kernel([&](int) {
+            layernorm_backward(out, grads, grads + C, ln_scratch, dout, x, w, stats, stats + M, M, C, 0, grads + 2 * C, &f8);
+            fp8_transpose(qT, q, M, C, 0);
+        }, args.repeats, 0).median_ms;
+        const double ln_fp8 = time_kernel([&](int) {
+            layernorm_backward(out, grads, grads + C, ln_scratch, dout, x, w, stats, stats + M, M, C, 0, grads + 2 * C, &f8);
+        }, args.repeats, 0).median_ms;
+        printf("| layernorm backward + dresidual's FP8 both ways | %.0f MB | %.4f | %.4f | | %.2f | |\n", 11.0 * M * C / 1e6, sep, fused,
+               sep / fused);
+        printf("RESULT layernorm_backward_fp8 M=%d C=%d separate_ms=%.4f fused_ms=%.4f ln_fp8_ms=%.4f\n", M, C, sep, fused, ln_fp8);
+        // a layer's four weights (E4M3, transposed as the backward's): four casts against one batched launch
+        Fp8CastJobs jobs = {};
+        const int out_ch[kFp8CastJobs] = {3 * C, C, 4 * C, C}, in_ch[kFp8CastJobs] = {C, C, C, 4 * C};
+        for (int i = 0; i < kFp8CastJobs; i++) jobs.job[i] = {nullptr, qT + (size_t)(i == 0 ? 0 : i == 1 ? 3 : i == 2 ? 4 : 8) * C * C, w,
+                                                              out_ch[i], in_ch[i], slot};
+        const double four = time_kernel([&](int) {
+            for (int i = 0; i < kFp8CastJobs; i++) fp8_cast(nullptr, jobs.job[i].qT, w, out_ch[i], in_ch[i], slot, false, 0);
+        }, args.repeats, 0).median_ms;
+        const double batched = time_kernel([&](int) { fp8_cast_batch(jobs, kFp8CastJobs, false, 0); }, args.repeats, 0).median_ms;
+        printf("RESULT fp8_cast_weights C=%d four_ms=%.4f batched_ms=%.4f\n", C, four, batched);
+        for (void* ptr : {(void*)ln_scratch, (void*)dslot, (void*)grads}) cudaCheck(cudaFree(ptr));
+    }
     for (void* p : {(void*)slot, (void*)q, (void*)qT, (void*)stats}) cudaCheck(cudaFree(p));
     for (void* p : {(void*)x, (void*)dout, (void*)out, (void*)aux, (void*)w, (void*)dw, (void*)bias, (void*)x8, (void*)w8, (void*)dout8,
                     (void*)scales, (void*)amax})
@@ -733,6 +773,119 @@ int check_fp8_cast(std::mt19937_64& rng) {
         }
     }
     return failures;
+}
+
+// src/fp8.cuh's batched cast (training's four weights of a layer in one launch): four tensors of different shapes,
+// two row-major and two transposed, every byte against the host's conversion and each slot's own amax
+int check_fp8_cast_batch(std::mt19937_64& rng) {
+    const int shapes[kFp8CastJobs][2] = {{240, 80}, {80, 80}, {320, 80}, {80, 320}};   // a layer's at C = 80
+    Fp8CastJobs jobs = {};
+    std::vector<std::vector<floatX>> hx(kFp8CastJobs);
+    Fp8Scale* slots = device_alloc<Fp8Scale>(kFp8CastJobs);
+    std::vector<Fp8Scale> init(kFp8CastJobs, fp8_scale_init(false));
+    for (int i = 0; i < kFp8CastJobs; i++) {
+        const int M = shapes[i][0], K = shapes[i][1];
+        hx[i].resize((size_t)M * K);
+        fill_randn_bf16(hx[i], 40.0f * (i + 1), rng);   // each slot's amax its own
+        init[i].scale = 0.75f + 0.5f * i;
+        floatX* x = device_alloc<floatX>(hx[i].size());
+        to_device(x, hx[i]);
+        uint8_t* out = device_alloc<uint8_t>(hx[i].size());
+        cudaCheck(cudaMemset(out, 0x7f, hx[i].size()));
+        jobs.job[i] = {i % 2 ? nullptr : out, i % 2 ? out : nullptr, x, M, K, slots + i};
+    }
+    cudaCheck(cudaMemcpy(slots, init.data(), kFp8CastJobs * sizeof(Fp8Scale), cudaMemcpyHostToDevice));
+    fp8_cast_batch(jobs, kFp8CastJobs, false, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    const std::vector<Fp8Scale> after = from_device(slots, kFp8CastJobs);
+    int failures = 0;
+    for (int i = 0; i < kFp8CastJobs; i++) {
+        const int M = shapes[i][0], K = shapes[i][1];
+        const bool transposed = i % 2;
+        const std::vector<uint8_t> got = from_device(transposed ? jobs.job[i].qT : jobs.job[i].q, hx[i].size());
+        size_t bad = 0;
+        float amax = 0.0f;
+        for (int m = 0; m < M; m++)
+            for (int k = 0; k < K; k++) {
+                const float v = __bfloat162float(hx[i][(size_t)m * K + k]);
+                amax = std::max(amax, std::fabs(v));
+                bad += got[transposed ? (size_t)k * M + m : (size_t)m * K + k] != fp8_byte(v * init[i].scale, false);
+            }
+        const bool ok = bad == 0 && float_from_bits(after[i].amax) == amax;
+        printf("  fp8_cast_batch tensor %d (%d x %d, %s): %zu of %zu bytes differ from the host's conversion, amax %s\n", i, M, K,
+               transposed ? "transposed" : "row-major", bad, hx[i].size(), float_from_bits(after[i].amax) == amax ? "exact" : "WRONG");
+        failures += !ok;
+        for (void* ptr : {(void*)jobs.job[i].x, (void*)(transposed ? jobs.job[i].qT : jobs.job[i].q)}) cudaCheck(cudaFree(ptr));
+    }
+    cudaCheck(cudaFree(slots));
+    return failures;
+}
+
+// src/layernorm.cuh's backward with dinp in FP8 too, then src/fp8.cuh's fp8_transpose of it (training's dresidual
+// under -fp8): against the same kernel without the FP8 copy on the same inputs, dinp, dweight, dbias and dsum bit for
+// bit (dinp accumulates onto random values); every FP8 byte the host's conversion of the bf16 dinp written, the
+// transpose exactly q's, nothing left unwritten (poisoned with NaN bytes), the amax exact. C = 784 takes one warp a
+// row, 1,616 two, neither a multiple of the transpose's 64-column tiles (training's C is one of 16, as -fp8 needs);
+// N = 1,008 is no multiple of its 128-row tiles.
+int check_layernorm_backward_fp8(std::mt19937_64& rng, int N, int C, bool e5m2) {
+    std::vector<floatX> hd((size_t)N * C), hx((size_t)N * C), hdi((size_t)N * C), hw(C);
+    fill_randn_bf16(hd, 1.0f, rng); fill_randn_bf16(hx, 2.0f, rng); fill_randn_bf16(hdi, 0.5f, rng); fill_randn_bf16(hw, 1.0f, rng);
+    std::vector<float> hm(N), hr(N);
+    for (int n = 0; n < N; n++) {
+        double m = 0, v = 0;
+        for (int c = 0; c < C; c++) m += __bfloat162float(hx[(size_t)n * C + c]);
+        m /= C;
+        for (int c = 0; c < C; c++) { const double d = __bfloat162float(hx[(size_t)n * C + c]) - m; v += d * d; }
+        hm[n] = (float)m;
+        hr[n] = (float)(1.0 / std::sqrt(v / C + 1e-5));
+    }
+    floatX *dout = device_alloc<floatX>(hd.size()), *x = device_alloc<floatX>(hx.size()), *w = device_alloc<floatX>(C);
+    floatX *dinp[2] = {device_alloc<floatX>(hdi.size()), device_alloc<floatX>(hdi.size())}, *grads[2] = {device_alloc<floatX>(3 * C), device_alloc<floatX>(3 * C)};
+    float *mean = device_alloc<float>(N), *rstd = device_alloc<float>(N), *scratch = device_alloc<float>(layernorm_backward_scratch_floats(N, C));
+    to_device(dout, hd); to_device(x, hx); to_device(w, hw); to_device(mean, hm); to_device(rstd, hr);
+    uint8_t* q = device_alloc<uint8_t>(2 * hd.size());
+    cudaCheck(cudaMemset(q, 0x7f, 2 * hd.size()));
+    Fp8Scale slot = fp8_scale_init(e5m2);
+    slot.scale = e5m2 ? 20000.0f : 37.0f;   // some values saturate, small ones go subnormal
+    Fp8Scale* d_slot = device_alloc<Fp8Scale>(1);
+    cudaCheck(cudaMemcpy(d_slot, &slot, sizeof(slot), cudaMemcpyHostToDevice));
+    const LnBackwardFp8 f8 = {q, &d_slot->scale, &d_slot->amax, e5m2};
+    for (int i = 0; i < 2; i++) {   // 0 without the FP8 copy, 1 with it; dweight, dbias, dsum accumulate onto zeros
+        to_device(dinp[i], hdi);
+        cudaCheck(cudaMemset(grads[i], 0, 3 * C * sizeof(floatX)));
+        layernorm_backward(dinp[i], grads[i], grads[i] + C, scratch, dout, x, w, mean, rstd, N, C, 0, grads[i] + 2 * C, i ? &f8 : nullptr);
+    }
+    fp8_transpose(q + hd.size(), q, N, C, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    const std::vector<floatX> di0 = from_device(dinp[0], hdi.size()), di1 = from_device(dinp[1], hdi.size());
+    const std::vector<floatX> g0 = from_device(grads[0], 3 * C), g1 = from_device(grads[1], 3 * C);
+    const std::vector<uint8_t> got = from_device(q, 2 * hd.size());
+    const Fp8Scale after = from_device(d_slot, 1)[0];
+    size_t dinp_differ = 0, bytes_bad = 0, not_transposed = 0, sums_off = 0;
+    float amax = 0.0f;
+    for (size_t i = 0; i < di0.size(); i++) dinp_differ += __bfloat16_as_ushort(di0[i]) != __bfloat16_as_ushort(di1[i]);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            const float v = __bfloat162float(di1[(size_t)n * C + c]);
+            amax = std::max(amax, std::fabs(v));
+            const uint8_t have = got[(size_t)n * C + c];
+            bytes_bad += have != fp8_byte(v * slot.scale, e5m2);
+            not_transposed += got[hd.size() + (size_t)c * N + n] != have;
+        }
+    for (int i = 0; i < 3 * C; i++) sums_off += __bfloat16_as_ushort(g0[i]) != __bfloat16_as_ushort(g1[i]);
+    const bool amax_ok = float_from_bits(after.amax) == amax;
+    const bool ok = dinp_differ == 0 && bytes_bad == 0 && not_transposed == 0 && sums_off == 0 && amax_ok;
+    printf("  layernorm_backward FP8 %s N=%d C=%d: dinp %zu differ from the bf16 call's, %zu FP8 bytes from the host's cast, "
+           "%zu not transposed, %zu of dweight / dbias / dsum differ, amax %s %s\n", e5m2 ? "E5M2" : "E4M3", N, C, dinp_differ,
+           bytes_bad, not_transposed, sums_off, amax_ok ? "exact" : "WRONG", ok ? "ok" : "FAIL");
+    for (void* ptr : {(void*)dout, (void*)x, (void*)w, (void*)dinp[0], (void*)dinp[1], (void*)grads[0], (void*)grads[1], (void*)mean,
+                      (void*)rstd, (void*)scratch, (void*)q, (void*)d_slot})
+        cudaCheck(cudaFree(ptr));
+    return !ok;
+}
+int check_layernorm_backward_fp8(std::mt19937_64& rng) {
+    return check_layernorm_backward_fp8(rng, 1008, 784, true) + check_layernorm_backward_fp8(rng, 1008, 784, false) +
+           check_layernorm_backward_fp8(rng, 96, 1616, true);
 }
 
 // src/fp8.cuh's matmul_fp8 writing D in FP8 (training's fc forward: GELU in the epilogue, gelu(.) in E4M3 for fcproj):
@@ -980,7 +1133,8 @@ int main(int argc, char** argv) {
         if (args.check) for (int m : {1000, 4096}) failures += validate(args, sh, m, rng);
         else failures += validate(args, sh, std::min(M, 4096), rng);
     }
-    if (args.check && args.wants(6)) failures += check_fp8_cast(rng) + check_fp8_output(rng) + check_layernorm_fp8(rng) + check_dgelu_fp8(rng);
+    if (args.check && args.wants(6)) failures += check_fp8_cast(rng) + check_fp8_cast_batch(rng) + check_fp8_output(rng) + check_layernorm_fp8(rng) +
+                                                check_layernorm_backward_fp8(rng) + check_dgelu_fp8(rng);
     if (args.bench && failures == 0) bench(args, M, rng);
     matmul_teardown();
     printf("%s\n", failures ? "FAILED" : "all ok");
