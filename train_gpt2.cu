@@ -562,7 +562,7 @@ void gpt2_enable_fp8(GPT2* model, int mode = 1) {
     const GPT2Config& c = model->config;
     const cudaDeviceProp& props = device_props();
     const size_t N = (size_t)model->B * model->T;
-    if (props.major * 10 + props.minor < 89) exit_on_error(strfmt("-fp8 1 needs FP8 tensor cores (sm_89+); this GPU is sm_%d%d", props.major, props.minor));
+    if (!fp8_supported()) exit_on_error(strfmt("-fp8 1 needs FP8 tensor cores (sm_89+); this GPU is sm_%d%d", props.major, props.minor));
     if (N % 16 != 0 || c.channels % 16 != 0)
         exit_on_error(strfmt("-fp8 1 needs B*T and C multiples of 16 (cuBLASLt's FP8 leading dimensions): B*T=%zu C=%d", N, c.channels));
     if (gpt2_fp8_scratch_bytes(N, c.channels) > N * c.padded_vocab_size * sizeof(floatX))

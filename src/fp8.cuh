@@ -42,6 +42,9 @@ static_assert(sizeof(Fp8Scale) == 48, "cuBLASLt's scale and amax pointers must b
 constexpr int kFp8History = 16;   // steps of amax each scale looks back over
 constexpr float kFp8MaxE4M3 = 448.0f, kFp8MaxE5M2 = 57344.0f;
 
+// FP8 tensor cores and conversions: sm_89+. Below, the FP8 kernels here trap (they are not compiled there).
+inline bool fp8_supported() { return device_props().major * 10 + device_props().minor >= 89; }
+
 inline Fp8Scale fp8_scale_init(bool e5m2) {
     Fp8Scale s = {};
     s.scale_inv = s.scale = 1.0f;
@@ -72,6 +75,9 @@ struct Fp8CastJobs { Fp8CastJob job[kFp8CastJobs]; };
 
 template <bool kE5M2>
 __global__ void __launch_bounds__(256) fp8_cast_kernel(const __grid_constant__ Fp8CastJobs jobs) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890   // -fp8 runs on sm_89+ only: below, no FP8 conversions to emulate
+    __trap();
+#else
     __shared__ __align__(16) uint8_t tile[kFp8CastTile * kFp8CastStride];
     __shared__ float warp_amax[8];
     const Fp8CastJob& job = jobs.job[blockIdx.y];
@@ -123,6 +129,7 @@ __global__ void __launch_bounds__(256) fp8_cast_kernel(const __grid_constant__ F
         for (int w = 1; w < 8; w++) amax = fmaxf(amax, warp_amax[w]);
         atomicMax(&job.slot->amax, __float_as_uint(amax));
     }
+#endif
 }
 
 // the first `count` jobs, all of one format: e5m2 (every slot's fmax must be its); q and qT 16-byte aligned
@@ -229,6 +236,9 @@ constexpr int kLnFp8Rows = 32, kLnFp8Warps = 16, kLnFp8Chunks = 8;
 __global__ void __launch_bounds__(kLnFp8Warps * 32, 2) layernorm_forward_fp8_kernel(uint8_t* out8, uint8_t* out8T, float* mean,
                                                                                  float* rstd, const floatX* inp, const floatX* weight,
                                                                                  const floatX* bias, int N, int C, Fp8Scale* slot) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890   // as fp8_cast_kernel
+    __trap();
+#else
     extern __shared__ __align__(16) uint8_t ln_fp8_rows[];   // (kLnFp8Rows, C)
     __shared__ float warp_amax[kLnFp8Warps];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, row0 = blockIdx.x * kLnFp8Rows;
@@ -286,6 +296,7 @@ __global__ void __launch_bounds__(kLnFp8Warps * 32, 2) layernorm_forward_fp8_ker
         for (int w = 1; w < kLnFp8Warps; w++) amax = fmaxf(amax, warp_amax[w]);
         atomicMax(&slot->amax, __float_as_uint(amax));
     }
+#endif
 }
 
 inline bool layernorm_forward_fp8_fits(int N, int C) { return N % kLnFp8Rows == 0 && C % 8 == 0 && C <= kLnFp8Chunks * 32 * X128_SIZE; }

@@ -109,6 +109,12 @@ __global__ void __launch_bounds__(LN_BWD_WARPS * 32, 5)   // 96 registers: the t
 layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp, const floatX* weight,
                           const float* mean, const float* rstd, int N, int C, int sums, const LnBackwardFp8 f8) {
     static_assert(kSplit == 1 || kSplit == 2, "the row parts' barriers are for one or two warps a row");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+    if constexpr (kFp8 != 0) {   // -fp8 runs on sm_89+ only: below, no FP8 conversions to emulate and compile
+        __trap();
+        return;
+    }
+#endif
     constexpr int kChunks = LN_BWD_CHUNKS, split = kSplit, rows_per_block = LN_BWD_WARPS / kSplit;
     extern __shared__ float ln_bwd_smem[];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
