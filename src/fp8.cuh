@@ -4,11 +4,13 @@ layouts cuBLASLt's FP8 matmuls read, and those matmuls.
 
 Layouts. Hopper's cuBLASLt takes FP8 operands only K-major (its "TN" form). The forward out = x @ W^T reads x (N, K)
 and W (OC, K) as they lie; the backward's dinp = dout @ W reduces over OC and dW = dout^T @ x over the N tokens, so
-it reads W, x and dout transposed. One cast writes a tensor row-major, transposed, or both, in one pass over the bf16.
-Where a tensor's producer can write it in FP8 itself, no cast runs: the layernorm before qkv and fc writes both layouts
-(layernorm_forward_fp8), the fc matmul writes gelu(.) for fcproj (matmul_fp8 with an FP8 D), and on Hopper the MLP's
-DGELU kernel, itself on FP8 operands, writes dfch both ways and gelu(fch) transposed (src/matmul_hopper.cuh,
-DgeluFp8Out), and the attention's backward writes dqkv both ways (src/attention.cuh, AttentionDqkvFp8).
+it reads W, x and dout transposed. One cast writes a tensor row-major, transposed, or both, in one pass over the bf16
+(one launch for up to four tensors: a layer's weights). Where a tensor's producer can write it in FP8 itself, no cast
+runs: the layernorm before qkv and fc writes both layouts (layernorm_forward_fp8), the fc matmul writes gelu(.) for
+fcproj (matmul_fp8 with an FP8 D), on Hopper the MLP's DGELU kernel, itself on FP8 operands, writes dfch both ways
+and gelu(fch) transposed (src/matmul_hopper.cuh, DgeluFp8Out), the attention's backward writes dqkv both ways
+(src/attention.cuh, AttentionDqkvFp8), and the layernorm backward writes dresidual row-major (src/layernorm.cuh,
+LnBackwardFp8), whose transpose fp8_transpose adds from the FP8 bytes.
 
 Delayed scaling (Transformer Engine's recipe). A tensor's scale in a step is fmax / (the largest amax of its last
 kFp8History steps): it is known before the tensor is cast, so the cast needs one pass and records the tensor's amax as

@@ -12,7 +12,8 @@ backward: dinp += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),  dno
 The weight/bias gradients are column sums over B*T rows. To stay deterministic without atomics,
 each warp accumulates its rows in its own slice of shared memory, the block adds the warp
 slices in order into a per-block partial, and a second kernel adds the partials in order.
-dev/cuda/layernorm.cu validates these kernels against fp64 and times them against its other variants.
+dev/cuda/layernorm.cu validates these kernels against fp64 and times them against its other variants; dev/cuda/matmul.cu's
+FP8 checks validate the FP8 copy.
 */
 #pragma once
 #include "cuda_utils.cuh"
