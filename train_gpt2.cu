@@ -538,7 +538,7 @@ size_t gpt2_fp8_state_bytes(const GPT2* model) {
 }
 
 // The logits' memory under -fp8: the casts of one linear (at the largest: the backward's dout both ways and x
-// transposed), then a layer's four weights (row-major in the forward, transposed in the backward; fp8_weight_offset),
+// transposed), then a layer's four weights (row-major in the forward, transposed in the backward; fp8_layer_weight),
 // then dresidual in FP8 both ways, from the layernorm backward that wrote it to the projection's matmuls that read it.
 inline size_t fp8_aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 size_t gpt2_fp8_scratch_bytes(size_t N, size_t C) { return fp8_aligned(3 * N * 4 * C) + fp8_aligned(12 * C * C) + 2 * N * C; }
@@ -547,11 +547,6 @@ Fp8Regions fp8_regions(GPT2* model) {
     const size_t N = (size_t)model->B * model->T, C = model->config.channels;
     uint8_t* base = reinterpret_cast<uint8_t*>(model->acts.output);
     return {base, base + fp8_aligned(3 * N * 4 * C), base + fp8_aligned(3 * N * 4 * C) + fp8_aligned(12 * C * C)};
-}
-// a linear's weight in the weights' region: qkv (3C, C), attproj (C, C), fc (4C, C), fcproj (C, 4C)
-inline size_t fp8_weight_offset(int linear, size_t C) {
-    const size_t offsets[kFp8Linears] = {0, 3 * C * C, 4 * C * C, 8 * C * C};
-    return offsets[linear];
 }
 
 inline bool fp8_grads_e5m2(const GPT2* model) { return model->fp8 == 1; }
@@ -611,15 +606,15 @@ Fp8ForwardScratch fp8_forward_scratch(GPT2* model) {
 // layer l's four weights in FP8 (E4M3) into the weights' region, in one launch: row-major for the forward's matmuls,
 // transposed for the backward's dinp. The calibrating step records their amax only.
 void fp8_cast_weights(GPT2* model, int l, bool transposed) {
-    const size_t C = model->config.channels;
+    const int C = model->config.channels;
     const ParameterTensors& p = model->params;
-    const bool on = model->fp8_updates > 0;
-    const floatX* w[kFp8Linears] = {p.qkvw + l * 3 * C * C, p.attprojw + l * C * C, p.fcw + l * 4 * C * C, p.fcprojw + l * 4 * C * C};
-    const int out_ch[kFp8Linears] = {(int)(3 * C), (int)C, (int)(4 * C), (int)C}, in_ch[kFp8Linears] = {(int)C, (int)C, (int)C, (int)(4 * C)};
+    uint8_t* region = model->fp8_updates > 0 ? fp8_regions(model).weights : nullptr;   // none: calibrating
+    const floatX* w[kFp8Linears] = {p.qkvw, p.attprojw, p.fcw, p.fcprojw};
     Fp8CastJobs jobs = {};
     for (int i = 0; i < kFp8Linears; i++) {
-        uint8_t* dst = on ? fp8_regions(model).weights + fp8_weight_offset(i, C) : nullptr;
-        jobs.job[i] = {transposed ? nullptr : dst, transposed ? dst : nullptr, w[i], out_ch[i], in_ch[i],
+        const Fp8LayerWeight lw = fp8_layer_weight(i, C);
+        uint8_t* dst = region ? region + lw.offset : nullptr;
+        jobs.job[i] = {transposed ? nullptr : dst, transposed ? dst : nullptr, w[i] + (size_t)l * lw.out * lw.in, lw.out, lw.in,
                        model->fp8_scales + l * kFp8Slots + fp8_w_slot(i)};
     }
     fp8_cast_batch(jobs, kFp8Linears, /*e5m2=*/false, main_stream);
@@ -655,7 +650,7 @@ bool linear_forward(GPT2* model, int layer, int linear, floatX* out, const float
     const bool on = model->fp8_updates > 0;   // else calibrating: the casts only record amax
     const Fp8ForwardScratch scratch = fp8_forward_scratch(model);
     if (!on || !x8) fp8_cast(on ? scratch.x8 : nullptr, on ? x8T_keep : nullptr, x, N, K, s + fp8_x_slot(linear), false, main_stream);
-    const uint8_t* w8 = fp8_regions(model).weights + fp8_weight_offset(linear, model->config.channels);
+    const uint8_t* w8 = fp8_regions(model).weights + fp8_layer_weight(linear, model->config.channels).offset;
     if (!on) {
         matmul_forward(out, x, w, bias, residual, N, K, OC, gelu_pre, main_stream);
         return false;
@@ -702,7 +697,7 @@ void linear_backward(GPT2* model, int layer, int linear, floatX* dinp, floatX* d
         dout8T = qT;
     }
     uint8_t* x8T_cast = on && !x8T ? scratch.take((size_t)N * K) : nullptr;
-    const uint8_t* w8T = fp8_regions(model).weights + fp8_weight_offset(linear, model->config.channels);
+    const uint8_t* w8T = fp8_regions(model).weights + fp8_layer_weight(linear, model->config.channels).offset;
     if (!on || !x8T) fp8_cast(nullptr, x8T_cast, x, N, K, s + fp8_x_slot(linear), false, main_stream);
     if (!x8T) x8T = x8T_cast;
     if (!on) {
@@ -918,7 +913,7 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
             Fp8Scale* s = model->fp8_scales + l * kFp8Slots;
             Fp8Scale *dfch_slot = s + fp8_dout_slot(kFp8Fc), *gelu_slot = s + fp8_x_slot(kFp8Fcproj);
             Fp8Scale *dres_slot = s + fp8_dout_slot(kFp8Fcproj), *w_slot = s + fp8_w_slot(kFp8Fcproj);
-            const uint8_t* fcprojw8T = fp8_regions(model).weights + fp8_weight_offset(kFp8Fcproj, C);
+            const uint8_t* fcprojw8T = fp8_regions(model).weights + fp8_layer_weight(kFp8Fcproj, C).offset;
             f8 = {dfch8, dfch8 + (size_t)N * 4 * C, gelu8T, &dfch_slot->scale, &gelu_slot->scale, &dfch_slot->amax, fp8_grads_e5m2(model),
                   dres8, fcprojw8T, &dres_slot->scale_inv, &w_slot->scale_inv};
         }

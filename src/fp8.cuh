@@ -154,6 +154,15 @@ inline void fp8_cast_batch(const Fp8CastJobs& jobs, int count, bool e5m2, cudaSt
     cudaCheck(cudaGetLastError());
 }
 
+// A GPT-2 layer's four weights in FP8, one after another in 12 C^2 bytes (training casts them in one launch): linear 0
+// qkv, 1 attproj, 2 fc, 3 fcproj, each (out, in) channels at its byte offset
+struct Fp8LayerWeight { int out, in; size_t offset; };
+inline Fp8LayerWeight fp8_layer_weight(int linear, int C) {
+    const size_t CC = (size_t)C * C;
+    const Fp8LayerWeight weights[4] = {{3 * C, C, 0}, {C, C, 3 * CC}, {4 * C, C, 4 * CC}, {C, 4 * C, 8 * CC}};
+    return weights[linear];
+}
+
 // one tensor: e5m2 the format (the slot's fmax must be its); q and qT 16-byte aligned
 inline void fp8_cast(uint8_t* q, uint8_t* qT, const floatX* x, int M, int K, Fp8Scale* slot, bool e5m2, cudaStream_t stream) {
     Fp8CastJobs jobs = {};

@@ -705,11 +705,12 @@ void bench_fp8_step(const HarnessArgs& args, int M, int C, std::mt19937_64& rng)
         printf("RESULT layernorm_backward_fp8 M=%d C=%d separate_ms=%.4f fused_ms=%.4f ln_fp8_ms=%.4f\n", M, C, sep, fused, ln_fp8);
         // a layer's four weights (E4M3, transposed as the backward's): four casts against one batched launch
         Fp8CastJobs jobs = {};
-        const int out_ch[kFp8CastJobs] = {3 * C, C, 4 * C, C}, in_ch[kFp8CastJobs] = {C, C, C, 4 * C};
-        for (int i = 0; i < kFp8CastJobs; i++) jobs.job[i] = {nullptr, qT + (size_t)(i == 0 ? 0 : i == 1 ? 3 : i == 2 ? 4 : 8) * C * C, w,
-                                                              out_ch[i], in_ch[i], slot};
+        for (int i = 0; i < kFp8CastJobs; i++) {
+            const Fp8LayerWeight lw = fp8_layer_weight(i, C);
+            jobs.job[i] = {nullptr, qT + lw.offset, w, lw.out, lw.in, slot};
+        }
         const double four = time_kernel([&](int) {
-            for (int i = 0; i < kFp8CastJobs; i++) fp8_cast(nullptr, jobs.job[i].qT, w, out_ch[i], in_ch[i], slot, false, 0);
+            for (const Fp8CastJob& j : jobs.job) fp8_cast(nullptr, j.qT, w, j.M, j.K, slot, false, 0);
         }, args.repeats, 0).median_ms;
         const double batched = time_kernel([&](int) { fp8_cast_batch(jobs, kFp8CastJobs, false, 0); }, args.repeats, 0).median_ms;
         printf("RESULT fp8_cast_weights C=%d four_ms=%.4f batched_ms=%.4f\n", C, four, batched);
