@@ -25,18 +25,21 @@ and what each cost: 128 x 192 tiles, pre staged by TMA with gelu written over it
 a lane, the epilogue spread over the next tile's k-blocks, two warpgroups sharing each tile, clusters of 2 x 2
 sharing the weight too.
 
-Under -fp8 (kFp8, DgeluFp8Out) the GEMM itself runs on FP8: dout in E5M2 (or E4M3) and the weight's transpose in
-E4M3, both K-major as FP8 wgmma takes them, 128 of K a stage (the same 16 KB as bf16's 64), the product scaled back
-by their scales in the epilogue. The tensor cores accumulate it alone, without promoting partial sums into fp32
-(cuBLASLt's split accumulation, which the other backward matmuls use): a second accumulator does not fit beside the
-tile's 128 and the prefetched pre, and dev/cuda/matmul.cu finds the result within an FP8 step of fp64's on the
-dequantised operands. The epilogue writes the tensors the FP8 matmuls after it read, instead of bf16 dinp
-and gelu_out: dinp scaled and saturated to FP8 both row-major (fc's dinp reads it) and transposed (fcw's gradient),
-and gelu(pre) transposed in E4M3 (fcprojw's gradient), with dinp's amax (delayed scaling: the scales are the step's,
-src/fp8.cuh; gelu's amax is the forward's, whose fc matmul wrote the same values). The transposed tiles take the bf16
-staging's place, 128 columns x 128 rows of each in the 128-byte swizzle, and leave by TMA store as dinp does in bf16;
-the row-major one leaves each warp's 16 x 32 bytes at a time through its pre transpose, 16 bytes a lane. No cast reads
-dinp back and nothing recomputes gelu: 24 bytes a row and column of C fewer than the bf16 outputs and their casts.
+Under -fp8 (DgeluFp8Out) a second kernel, matmul_dgelu_fp8_hopper_kernel, runs the GEMM on FP8: dout in E5M2 (or
+E4M3) and the weight's transpose in E4M3, both K-major as FP8 wgmma takes them, 128 of K a stage (the same 16 KB as
+bf16's 64), the product scaled back by their scales in the epilogue. The tensor cores accumulate it alone, without
+promoting partial sums into fp32 (cuBLASLt's split accumulation, which the other backward matmuls use): a second
+accumulator does not fit beside the tile's 128, and dev/cuda/matmul.cu finds the result within an FP8 step of fp64's
+on the dequantised operands. It writes the tensors the FP8 matmuls after it read, instead of bf16 dinp and gelu_out:
+dinp scaled and saturated to FP8 both row-major (fc's dinp reads it) and transposed (fcw's gradient), and gelu(pre)
+transposed in E4M3 (fcprojw's gradient), with dinp's amax (delayed scaling: the scales are the step's, src/fp8.cuh;
+gelu's amax is the forward's, whose fc matmul wrote the same values). No cast reads dinp back and nothing recomputes
+gelu: 24 bytes a row and column of C fewer than the bf16 outputs and their casts. Its tiles are the transposed
+product, (weight^T @ dout^T), so that a thread's accumulators hold neighbouring rows of a column: two of the three
+outputs are then written as they lie, two bytes a cvt, and the bias sums need no shuffles but the quad's; pre comes
+in by TMA and out of shared memory transposed by ldmatrix, and a thread of the producer warpgroup per consumer
+warpgroup loads it and stores the outputs by TMA. That epilogue takes about two thirds of the instructions a tile of
+the bf16 layout's took with FP8 outputs (byte-wise transposes of two tiles, a butterfly of shuffles per 8 columns).
 */
 #pragma once
 #include <type_traits>
@@ -72,18 +75,14 @@ struct DgeluFp8Out {
 };
 
 // map_dout: (OC, N) boxes of 64 x 64; map_weight: (C, OC) boxes of 64 x 64, two a stage; map_dinp: (C, N) boxes of
-// 64 x 64 (kFp8: dinp8T's, (N, C) bytes in boxes of 128 x 128, and map_gelu8T gelu8T's); pre, gelu_out (N, C), gelu_out
-// may be null. kFp8: map_dout is dout8's, (OC, N) bytes in boxes of 128 x 64, map_weight weight8T's, (OC, C) bytes in
-// boxes of 128 x 128 (one a stage), and the stages past OC read as zeros. The CTAs pair up in clusters of two: pair tile t covers rows
+// 64 x 64; pre, gelu_out (N, C), gelu_out may be null. The CTAs pair up in clusters of two: pair tile t covers rows
 // 128 (t / (C / 256)) and columns 256 (t % (C / 256)), CTA rank r the 128 columns at + 128 r. Both need the same dout
 // rows, so each loads 64 of them into both (TMA multicast): a quarter less traffic out of L2 per tile than alone.
 // Consumer warpgroup w takes the CTA's tiles w, w + 2, ...
-// kFp8: 0 bf16 outputs; 1, 2: FP8 outputs (f8), dinp in E4M3 (1) or E5M2 (2)
-template <int kFp8>
 __global__ void __launch_bounds__(kDgeluThreads, 1)
 matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const __grid_constant__ CUtensorMap map_weight,
-                           const __grid_constant__ CUtensorMap map_dinp, const __grid_constant__ CUtensorMap map_gelu8T,
-                           const floatX* pre, floatX* gelu_out, float* bias_partials, int N, int C, int OC, const DgeluFp8Out f8) {
+                           const __grid_constant__ CUtensorMap map_dinp, const floatX* pre, floatX* gelu_out, float* bias_partials,
+                           int N, int C, int OC) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Tile = DgeluTile;
     constexpr int kBN = kDgeluBN;
@@ -103,7 +102,7 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
     }
     cluster_sync();   // the peer's barriers exist before anything reaches them
     const int rank = cluster_cta_rank(), cluster = blockIdx.x / kDgeluCluster, num_clusters = gridDim.x / kDgeluCluster;
-    constexpr int kBK = kFp8 ? 2 * kDgeluBK : kDgeluBK;   // K a stage: 128 bytes of each row either way
+    constexpr int kBK = kDgeluBK;
     const int n_pairs = C / (kDgeluCluster * kBN), num_tiles = ceil_div(N, kDgeluBM) * n_pairs, k_blocks = ceil_div(OC, kBK);
     auto tile_origin = [&](int t, int& m0, int& n0) { m0 = (t / n_pairs) * kDgeluBM; n0 = ((t % n_pairs) * kDgeluCluster + rank) * kBN; };
     const int wg = threadIdx.x / 128;
@@ -119,12 +118,8 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                     mbar_wait(&empty[s], ((it / Tile::kStages) & 1) ^ 1);   // a fresh barrier passes parity 1 at once
                     mbar_arrive_expect_tx(&full[s], Tile::kStageA + Tile::kStageB);   // the peer's half of dout included
                     tma_load_2d_multicast(tiles_a + s * Tile::kStageA + rank * 8192, &map_dout, &full[s], 0x3, kb * kBK, m0 + 64 * rank);
-                    if constexpr (kFp8) {   // the weight's transpose: 128 rows (the tile's columns) of 128 k
-                        tma_load_2d(tiles_b + s * Tile::kStageB, &map_weight, &full[s], kb * kBK, n0);
-                    } else {
-                        for (int blk = 0; blk < kBN / 64; blk++)
-                            tma_load_2d(tiles_b + s * Tile::kStageB + blk * 8192, &map_weight, &full[s], n0 + 64 * blk, kb * kBK);
-                    }
+                    for (int blk = 0; blk < kBN / 64; blk++)
+                        tma_load_2d(tiles_b + s * Tile::kStageB + blk * 8192, &map_weight, &full[s], n0 + 64 * blk, kb * kBK);
                 }
             }
         }
@@ -148,16 +143,6 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
             mbar_arrive_remote(&empty[s], rank ^ 1);
         }
     };
-    // kFp8: the step's scales, and this thread's amax of dinp
-    const float dinp_scale = kFp8 ? *f8.dinp_scale : 0.0f, gelu_scale = kFp8 && f8.gelu8T ? *f8.gelu_scale : 0.0f;
-    const float operand_scale = kFp8 ? *f8.dout_scale_inv * *f8.weight_scale_inv : 1.0f;   // the FP8 product's
-    constexpr __nv_fp8_interpretation_t dinp_format = kFp8 == 2 ? __NV_E5M2 : __NV_E4M3;
-    float dinp_amax = 0.0f;
-    // kFp8: the tile's dinp and gelu transposed, in the staging: column c's 128 rows at 128 c, its 16-byte chunk k
-    // at k ^ (c % 8) (TMA's 128-byte swizzle, under which a quad's byte stores also spread over the banks)
-    uint8_t* dinp_tile8 = stage_out;
-    uint8_t* gelu_tile8 = stage_out + kDgeluBM * kBN;
-    auto tile8_at = [](int c, int rr) { return c * 128 + (((rr / 16) ^ (c % 8)) * 16) + rr % 16; };
     int tile_it = cwg;
     for (int t = cluster + cwg * num_clusters; t < num_tiles; t += 2 * num_clusters, tile_it += 2) {
         int m0, n0;
@@ -187,16 +172,10 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
             const uint8_t* b = tiles_b + s * Tile::kStageB;
             wgmma_fence();
             #pragma unroll
-            for (int ks = 0; ks < 4; ks++) {   // A: k step ks at +32 bytes of each row; B: at +16 rows (bf16), +32 bytes (FP8)
-                if constexpr (kFp8) {
-                    const uint64_t desc_b = wgmma_desc(b + 32 * ks);
-                    wgmma_ss_m64n128k32_fp8<kFp8 == 2>(acc[0], wgmma_desc(a + 32 * ks), desc_b);
-                    wgmma_ss_m64n128k32_fp8<kFp8 == 2>(acc[1], wgmma_desc(a + 64 * 128 + 32 * ks), desc_b);
-                } else {
-                    const uint64_t desc_b = wgmma_desc(b + ks * 16 * 128, 8192);
-                    wgmma_ss_m64n128k16_b<1>(acc[0], wgmma_desc(a + 32 * ks), desc_b);
-                    wgmma_ss_m64n128k16_b<1>(acc[1], wgmma_desc(a + 64 * 128 + 32 * ks), desc_b);
-                }
+            for (int ks = 0; ks < 4; ks++) {   // A: k step ks at +32 bytes of each row; B: at +16 rows
+                const uint64_t desc_b = wgmma_desc(b + ks * 16 * 128, 8192);
+                wgmma_ss_m64n128k16_b<1>(acc[0], wgmma_desc(a + 32 * ks), desc_b);
+                wgmma_ss_m64n128k16_b<1>(acc[1], wgmma_desc(a + 64 * 128 + 32 * ks), desc_b);
             }
             wgmma_commit();
             wgmma_wait<1>();   // the previous stage's wgmmas are done: release it
@@ -222,7 +201,6 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                     *reinterpret_cast<uint4*>(transpose + chunk_at(g + 8 * half, tq)) = pre8[q][half];
                 __syncwarp();
                 float part[8];   // this lane's two rows summed, at columns 32 q + 8 jj + 2 tq + e: part[2 jj + e]
-                __nv_fp8x2_storage_t dinp_row8[4][2];   // kFp8: this lane's FP8 pairs of dinp, row-major after the loop
                 #pragma unroll
                 for (int jj = 0; jj < 4; jj++) {
                     const int j = 4 * q + jj, c = 8 * j + 2 * tq;   // the tile's column
@@ -238,27 +216,9 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                         float y0, y1, dy0, dy1;
                         gelu_and_grad(__bfloat162float(pre2.x), y0, dy0);
                         gelu_and_grad(__bfloat162float(pre2.y), y1, dy1);
-                        float d0 = acc[mh][4 * j + 2 * half], d1 = acc[mh][4 * j + 2 * half + 1];
-                        if constexpr (kFp8) { d0 *= operand_scale; d1 *= operand_scale; }
-                        d0 *= dy0;
-                        d1 *= dy1;
-                        if constexpr (kFp8) {
-                            const __nv_fp8x2_storage_t dq = __nv_cvt_float2_to_fp8x2(make_float2(d0 * dinp_scale, d1 * dinp_scale),
-                                                                                     __NV_SATFINITE, dinp_format);
-                            dinp_row8[jj][half] = dq;
-                            dinp_tile8[tile8_at(c, rr)] = dq;   // the low byte: column c
-                            dinp_tile8[tile8_at(c + 1, rr)] = __byte_perm(dq, 0, 0x1);   // the high byte, in one PRMT
-                            dinp_amax = fmaxf(dinp_amax, fmaxf(fabsf(d0), fabsf(d1)));
-                            if (f8.gelu8T) {
-                                const __nv_fp8x2_storage_t yq = __nv_cvt_float2_to_fp8x2(make_float2(y0 * gelu_scale, y1 * gelu_scale),
-                                                                                         __NV_SATFINITE, __NV_E4M3);
-                                gelu_tile8[tile8_at(c, rr)] = yq;
-                                gelu_tile8[tile8_at(c + 1, rr)] = __byte_perm(yq, 0, 0x1);
-                            }
-                        } else {
-                            *reinterpret_cast<__nv_bfloat162*>(stage_out + at) = __floats2bfloat162_rn(d0, d1);
-                            *pair = __floats2bfloat162_rn(y0, y1);
-                        }
+                        const float d0 = acc[mh][4 * j + 2 * half] * dy0, d1 = acc[mh][4 * j + 2 * half + 1] * dy1;
+                        *reinterpret_cast<__nv_bfloat162*>(stage_out + at) = __floats2bfloat162_rn(d0, d1);
+                        *pair = __floats2bfloat162_rn(y0, y1);
                         if (row_lo + 8 * half < N) {
                             sum0 += d0;
                             sum1 += d1;
@@ -279,26 +239,7 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                     }
                 }
                 sums[(mh * 4 + warp) * kBN + 32 * q + 8 * (g / 2) + 2 * tq + g % 2] = part[0];
-                if constexpr (kFp8) {
-                    // the warp's 16 rows x 32 bytes of dinp, row-major, through the transpose (its pre is read): row
-                    // r's two 16-byte halves swapped where r / 4 is odd, so that neither the pair stores nor the reads
-                    // meet in a bank; then each lane stores 16 bytes, two lanes a row
-                    __syncwarp();
-                    #pragma unroll
-                    for (int half = 0; half < 2; half++)
-                        #pragma unroll
-                        for (int jj = 0; jj < 4; jj++) {
-                            const int r = g + 8 * half, b = 8 * jj + 2 * tq;
-                            *reinterpret_cast<__nv_fp8x2_storage_t*>(transpose + r * 32 + (((b / 16) ^ ((r / 4) % 2)) * 16) + b % 16) =
-                                dinp_row8[jj][half];
-                        }
-                    __syncwarp();
-                    const int r = lane / 2, h16 = lane % 2, row = m0 + mh * 64 + warp * 16 + r;
-                    if (row < N)
-                        *reinterpret_cast<uint4*>(f8.dinp8 + (size_t)row * C + n0 + 32 * q + 16 * h16) =
-                            *reinterpret_cast<const uint4*>(transpose + r * 32 + ((h16 ^ ((r / 4) % 2)) * 16));
-                }
-                if (!kFp8 && gelu_out) {
+                if (gelu_out) {
                     __syncwarp();   // the quad's gelu pairs are in the transpose
                     #pragma unroll
                     for (int half = 0; half < 2; half++)
@@ -310,15 +251,10 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
         }
         fence_proxy_async();   // the staging's writes are visible to the TMA ...
         named_barrier_sync(1 + cwg, 128);   // ... from every thread of the warpgroup, and so are the sums
-        if (tid == 0) {
-            if constexpr (kFp8) {   // the transposed tiles: (128 columns, 128 rows) at (n0, m0); rows past N are clipped
-                tma_store_2d(&map_dinp, dinp_tile8, m0, n0);
-                if (f8.gelu8T) tma_store_2d(&map_gelu8T, gelu_tile8, m0, n0);
-            } else {   // the staging: column block cb of rows 64 mh.. at (cb * 2 + mh) * 8 KB
-                for (int cb = 0; cb < kBN / 64; cb++)
-                    for (int mh = 0; mh < 2; mh++)
-                        tma_store_2d(&map_dinp, stage_out + cb * 16384 + mh * 8192, n0 + 64 * cb, m0 + 64 * mh);
-            }
+        if (tid == 0) {   // the staging: column block cb of rows 64 mh.. at (cb * 2 + mh) * 8 KB
+            for (int cb = 0; cb < kBN / 64; cb++)
+                for (int mh = 0; mh < 2; mh++)
+                    tma_store_2d(&map_dinp, stage_out + cb * 16384 + mh * 8192, n0 + 64 * cb, m0 + 64 * mh);
             bulk_commit();
         }
         {   // each 64 rows' sums, its four warps added in order: threads 0-63 the first half, 64-127 the second
@@ -335,12 +271,224 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
             }
         }
     }
-    if constexpr (kFp8) {
-        #pragma unroll
-        for (int bit = 16; bit >= 1; bit /= 2) dinp_amax = fmaxf(dinp_amax, __shfl_xor_sync(0xffffffffu, dinp_amax, bit));
-        if (lane == 0) atomicMax(f8.dinp_amax, __float_as_uint(dinp_amax));
-    }
     if (tid == 0) bulk_wait<0>();   // every store done before the kernel ends
+    cluster_sync();   // no CTA leaves while its peer may still write into its ring or arrive on its barriers
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// -fp8: the same product on FP8 operands, computed transposed. Each consumer warpgroup's tile is 128 columns of C (the
+// wgmma's M: the weight's transpose, two m64 halves) by 128 rows of N (its N: dout), so a thread's accumulators hold
+// pairs of neighbouring rows of one column: one cvt makes 2 bytes of the transposed outputs (dinp8T, gelu8T) as they
+// lie in memory, and the bias sums run along a thread's own registers. pre arrives by TMA (rows past N as zeros,
+// whose products are zeros too) and leaves shared memory through ldmatrix.trans in that layout; its buffer then holds
+// the transposed outputs, and the row-major dinp8 is scattered byte by byte into a second buffer. A thread of the
+// producer warpgroup per consumer warpgroup loads its pre and stores its outputs by TMA, so the consumers wait on
+// neither; the mainloops ping-pong as in the bf16 kernel.
+struct Dgelu8Tile {
+    static constexpr int kStageA = 128 * 128, kStageB = 128 * 128;   // the weight's transpose, dout: 128 rows of 128 k
+    static constexpr int kPre = 128 * 128 * 2;   // per consumer warpgroup: pre (two boxes of 64 columns x 128 rows), then
+                                                 // per 64 columns dinp8T's and gelu8T's 64 x 128 bytes
+    static constexpr int kRowOut = 128 * 128;    // per consumer warpgroup: dinp8's 128 rows x 128 bytes
+    static constexpr int kStages = 4;
+    static constexpr int kSmemBytes = 1024 + kStages * (kStageA + kStageB) + 2 * (kPre + kRowOut) + (2 * kStages + 4) * 8;
+    static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+};
+
+// map_weight8T: (OC, C) bytes in boxes of 128 x 128; map_dout8: (OC, N) bytes, boxes of 128 x 64 (each CTA of a pair
+// loads half of the rows into both); map_pre: (C, N) bf16, boxes of 64 x 128; map_dinp8: (C, N) bytes, boxes of
+// 128 x 128; map_dinp8T, map_gelu8T: (N, C) bytes, boxes of 128 x 64. Stages past OC read as zeros. Tiles as the bf16
+// kernel's: pair tile t at rows 128 (t / (C / 256)), CTA rank r at columns 256 (t % (C / 256)) + 128 r.
+template <bool kE5M2>   // dout8 and dinp in E5M2, else E4M3
+__global__ void __launch_bounds__(kDgeluThreads, 1)
+matmul_dgelu_fp8_hopper_kernel(const __grid_constant__ CUtensorMap map_weight8T, const __grid_constant__ CUtensorMap map_dout8,
+                               const __grid_constant__ CUtensorMap map_pre, const __grid_constant__ CUtensorMap map_dinp8,
+                               const __grid_constant__ CUtensorMap map_dinp8T, const __grid_constant__ CUtensorMap map_gelu8T,
+                               float* bias_partials, int N, int C, int OC, const DgeluFp8Out f8) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using Tile = Dgelu8Tile;
+    constexpr int kStages = Tile::kStages, kBK = 128;
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    uint8_t* tiles_w = smem;                                       // A: the weight's transpose
+    uint8_t* tiles_d = tiles_w + kStages * Tile::kStageA;          // B: dout
+    uint8_t* pre_bufs = tiles_d + kStages * Tile::kStageB;         // [consumer warpgroup]
+    uint8_t* row_bufs = pre_bufs + 2 * Tile::kPre;                 // [consumer warpgroup]
+    uint64_t* full = reinterpret_cast<uint64_t*>(row_bufs + 2 * Tile::kRowOut);
+    uint64_t* empty = full + kStages;
+    uint64_t* pre_full = empty + kStages;   // [consumer warpgroup]: its tile's pre has landed (and its last stores read the buffers)
+    uint64_t* out_full = pre_full + 2;      // [consumer warpgroup]: its tile's outputs are staged
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kStages; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], 4 * kDgeluCluster); }
+        for (int w = 0; w < 2; w++) { mbar_init(&pre_full[w], 1); mbar_init(&out_full[w], 128); }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    cluster_sync();   // the peer's barriers exist before anything reaches them
+    const int rank = cluster_cta_rank(), cluster = blockIdx.x / kDgeluCluster, num_clusters = gridDim.x / kDgeluCluster;
+    const int n_pairs = C / (kDgeluCluster * 128), num_tiles = ceil_div(N, 128) * n_pairs, k_blocks = ceil_div(OC, kBK);
+    auto tile_origin = [&](int t, int& m0, int& n0) { m0 = (t / n_pairs) * 128; n0 = ((t % n_pairs) * kDgeluCluster + rank) * 128; };
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {
+        setmaxnreg_dec<24>();
+        if (threadIdx.x == 0) {   // the ring, tile after tile
+            int it = 0;
+            for (int t = cluster; t < num_tiles; t += num_clusters) {
+                int m0, n0;
+                tile_origin(t, m0, n0);
+                for (int kb = 0; kb < k_blocks; kb++, it++) {
+                    const int s = it % kStages;
+                    mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+                    mbar_arrive_expect_tx(&full[s], Tile::kStageA + Tile::kStageB);   // the peer's half of dout included
+                    tma_load_2d(tiles_w + s * Tile::kStageA, &map_weight8T, &full[s], kb * kBK, n0);
+                    tma_load_2d_multicast(tiles_d + s * Tile::kStageB + rank * 8192, &map_dout8, &full[s], 0x3, kb * kBK, m0 + 64 * rank);
+                }
+            }
+        } else if (threadIdx.x == 32 || threadIdx.x == 64) {   // consumer warpgroup cwg's pre in, outputs out
+            const int cwg = threadIdx.x / 32 - 1;
+            uint8_t* pre_buf = pre_bufs + cwg * Tile::kPre;
+            uint8_t* row_buf = row_bufs + cwg * Tile::kRowOut;
+            int it = 0;
+            for (int t = cluster + cwg * num_clusters; t < num_tiles; t += 2 * num_clusters, it++) {
+                int m0, n0;
+                tile_origin(t, m0, n0);
+                bulk_wait_read<0>();   // the previous tile's stores have read both buffers
+                mbar_arrive_expect_tx(&pre_full[cwg], Tile::kPre);
+                tma_load_2d(pre_buf, &map_pre, &pre_full[cwg], n0, m0);
+                tma_load_2d(pre_buf + Tile::kPre / 2, &map_pre, &pre_full[cwg], n0 + 64, m0);
+                mbar_wait(&out_full[cwg], it & 1);
+                tma_store_2d(&map_dinp8, row_buf, n0, m0);   // rows past N are clipped
+                for (int h = 0; h < 2; h++) {
+                    tma_store_2d(&map_dinp8T, pre_buf + h * 16384, m0, n0 + 64 * h);
+                    if (f8.gelu8T) tma_store_2d(&map_gelu8T, pre_buf + h * 16384 + 8192, m0, n0 + 64 * h);
+                }
+                bulk_commit();
+            }
+            bulk_wait<0>();   // every store done before the kernel ends
+        }
+        cluster_sync();   // matches the consumers' (see the end)
+        return;
+    }
+    // ---- consumers: warpgroup cwg owns whole tiles, every other one of the CTA's
+    setmaxnreg_inc<240>();
+    const int cwg = wg - 1, tid = threadIdx.x % 128, lane = threadIdx.x % 32, warp = tid / 32, g = lane / 4, tq = lane % 4;
+    uint8_t* pre_buf = pre_bufs + cwg * Tile::kPre;
+    uint8_t* row_buf = row_bufs + cwg * Tile::kRowOut;
+    float acc[2][64];   // columns 64 h + 16 warp + g (+ 8) of the tile, rows 8 j + 2 tq (+ 1)
+    auto release = [&](int s) {   // after this warp's wgmma_wait: both CTAs' copies of the stage are rewritten together
+        if (lane == 0) {
+            mbar_arrive(&empty[s]);
+            mbar_arrive_remote(&empty[s], rank ^ 1);
+        }
+    };
+    // the step's scales, folded: e = acc * dy * k_scale is dinp * dinp_scale, what the cast takes; the amax and the bias
+    // sums divide by dinp_scale once at the end. With t = tanh(sqrt(2/pi) (x + 0.044715 x^3)),
+    // dy = (1 + t) / 2 + x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2) / 2 and gelu = x (1 + t) / 2.
+    const float dinp_scale = *f8.dinp_scale, gelu_half = f8.gelu8T ? 0.5f * *f8.gelu_scale : 0.0f;
+    const float k_scale = *f8.dout_scale_inv * *f8.weight_scale_inv * dinp_scale;
+    const float k_half = 0.5f * k_scale, k_x2 = 0.5f * GELU_SCALE * 3.0f * 0.044715f * k_scale, k_1 = 0.5f * GELU_SCALE * k_scale;
+    constexpr __nv_fp8_interpretation_t dinp_format = kE5M2 ? __NV_E5M2 : __NV_E4M3;
+    float amax = 0.0f;   // of e
+    int tile_it = cwg, my_it = 0;
+    for (int t = cluster + cwg * num_clusters; t < num_tiles; t += 2 * num_clusters, tile_it += 2, my_it++) {
+        int m0, n0;
+        tile_origin(t, m0, n0);
+        #pragma unroll
+        for (int i = 0; i < 64; i++) { acc[0][i] = 0.0f; acc[1][i] = 0.0f; }
+        int prev = -1;   // the stage whose wgmmas are still in flight
+        // the mainloops take turns, tile by tile (the bf16 kernel's reason)
+        if (tile_it > 0) named_barrier_sync(3 + cwg, 256);
+        for (int kb = 0, it = tile_it * k_blocks; kb < k_blocks; kb++, it++) {
+            const int s = it % kStages;
+            mbar_wait(&full[s], (it / kStages) & 1);
+            const uint64_t desc_w = wgmma_desc(tiles_w + s * Tile::kStageA), desc_d = wgmma_desc(tiles_d + s * Tile::kStageB);
+            wgmma_fence();
+            #pragma unroll
+            for (int ks = 0; ks < 4; ks++) {   // k step ks at +32 bytes of each row (2 in the descriptors' 16-byte units)
+                wgmma_ss_m64n128k32_fp8<kE5M2>(acc[0], desc_w + 2 * ks, desc_d + 2 * ks);
+                wgmma_ss_m64n128k32_fp8<kE5M2>(acc[1], desc_w + 64 * 128 / 16 + 2 * ks, desc_d + 2 * ks);
+            }
+            wgmma_commit();
+            wgmma_wait<1>();   // the previous stage's wgmmas are done: release it
+            if (prev >= 0) release(prev);
+            prev = s;
+        }
+        if (t + num_clusters < num_tiles) named_barrier_arrive(3 + (cwg ^ 1), 256);   // the next tile's turn
+        wgmma_wait<0>();
+        release(prev);
+        // epilogue, while the other warpgroup's mainloop runs
+        mbar_wait(&pre_full[cwg], my_it & 1);
+        float sums[2][2][2];   // [h][half][64-row group]: e summed over this thread's rows
+        #pragma unroll
+        for (int h = 0; h < 2; h++) {   // columns 64 h ..: pre's box h, then dinp8T's and gelu8T's
+            uint8_t* box = pre_buf + h * 16384;
+            uint32_t pre2[2][16];   // [half][j]: pre at rows 8 j + 2 tq, + 1 of column 64 h + 16 warp + 8 half + g, bf16 pairs
+            #pragma unroll
+            for (int half = 0; half < 2; half++)
+                #pragma unroll
+                for (int jq = 0; jq < 4; jq++) {   // four 8 x 8 matrices, rows 8 j .. 8 j + 7 (j = 4 jq ..): lane l gives row l % 8 of matrix l / 8
+                    const int row = 32 * jq + lane, chunk = 2 * warp + half;
+                    uint32_t r[4];
+                    ldmatrix_x4_trans(r, smem_addr(box + row * 128 + ((chunk ^ (row % 8)) * 16)));
+                    #pragma unroll
+                    for (int i = 0; i < 4; i++) pre2[half][4 * jq + i] = r[i];
+                }
+            named_barrier_sync(1 + cwg, 128);   // the warpgroup has read box h: its outputs go there
+            uint8_t* out_t = box;   // dinp8T's 64 columns x 128 rows, then gelu8T's, 128-byte swizzle
+            #pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int col = 16 * warp + 8 * half + g;   // within box h
+                const int c = 64 * h + col;                 // within the tile
+                sums[h][half][0] = sums[h][half][1] = 0.0f;
+                #pragma unroll
+                for (int j = 0; j < 16; j++) {
+                    const uint32_t p = pre2[half][j];
+                    const float x[2] = {__uint_as_float(p << 16), __uint_as_float(p & 0xffff0000u)};
+                    float e[2], y[2];
+                    #pragma unroll
+                    for (int i = 0; i < 2; i++) {
+                        const float x2 = x[i] * x[i];
+                        const float th = tanhf(x[i] * fmaf(GELU_SCALE * 0.044715f, x2, GELU_SCALE));
+                        const float dy = fmaf(x[i] * fmaf(-th, th, 1.0f), fmaf(k_x2, x2, k_1), fmaf(k_half, th, k_half));   // dy * k_scale
+                        e[i] = acc[h][4 * j + 2 * half + i] * dy;
+                        y[i] = x[i] * fmaf(gelu_half, th, gelu_half);   // gelu * gelu_scale
+                    }
+                    const int r = 8 * j + 2 * tq;   // the tile's row of e[0]; e[1] is row r + 1
+                    const __nv_fp8x2_storage_t dq = __nv_cvt_float2_to_fp8x2(make_float2(e[0], e[1]), __NV_SATFINITE, dinp_format);
+                    const int at = col * 128 + (((r / 16) ^ (col % 8)) * 16) + r % 16;   // dinp8T: column col, rows r, r + 1
+                    *reinterpret_cast<__nv_fp8x2_storage_t*>(out_t + at) = dq;
+                    if (f8.gelu8T)
+                        *reinterpret_cast<__nv_fp8x2_storage_t*>(out_t + 8192 + at) =
+                            __nv_cvt_float2_to_fp8x2(make_float2(y[0], y[1]), __NV_SATFINITE, __NV_E4M3);
+                    // dinp8, row-major: rows r and r + 1 of column c, in the 128-byte swizzle (conflict-free: a quad's
+                    // rows fall in four chunks)
+                    row_buf[r * 128 + (((c / 16) ^ (r % 8)) * 16) + c % 16] = (uint8_t)dq;
+                    row_buf[(r + 1) * 128 + (((c / 16) ^ ((r + 1) % 8)) * 16) + c % 16] = (uint8_t)(dq >> 8);
+                    sums[h][half][j / 8] += e[0];
+                    sums[h][half][j / 8] += e[1];
+                    amax = fmaxf(amax, fmaxf(fabsf(e[0]), fabsf(e[1])));
+                }
+            }
+        }
+        fence_proxy_async();          // the staged outputs are visible to the TMA ...
+        mbar_arrive(&out_full[cwg]);  // ... once the storing thread has seen all 128 arrivals
+        // the bias partials: each 64 rows' sums over the quad (a fixed order), one row of partials per 64 rows
+        const float unscale = 1.0f / dinp_scale;
+        #pragma unroll
+        for (int h = 0; h < 2; h++)
+            #pragma unroll
+            for (int half = 0; half < 2; half++)
+                #pragma unroll
+                for (int grp = 0; grp < 2; grp++) {
+                    float v = sums[h][half][grp];
+                    v += __shfl_xor_sync(0xffffffffu, v, 1);
+                    v += __shfl_xor_sync(0xffffffffu, v, 2);
+                    if (tq == 0 && m0 + 64 * grp < N)
+                        bias_partials[(size_t)(m0 / 64 + grp) * C + n0 + 64 * h + 16 * warp + 8 * half + g] = v * unscale;
+                }
+    }
+    #pragma unroll
+    for (int bit = 16; bit >= 1; bit /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, bit));
+    if (lane == 0) atomicMax(f8.dinp_amax, __float_as_uint(amax / dinp_scale));
     cluster_sync();   // no CTA leaves while its peer may still write into its ring or arrive on its barriers
 #endif
 }
@@ -359,31 +507,37 @@ bool matmul_backward_dgelu_hopper(floatX* dinp, floatX* gelu_out, float* bias_pa
                                   const floatX* pre, int N, int C, int OC, cudaStream_t stream, const DgeluFp8Out* f8 = nullptr) {
     if (!matmul_dgelu_hopper_supported(N, C, OC, f8)) return false;
     NVTX_RANGE_FN();
-    const cuuint64_t dims_dout[2] = {(cuuint64_t)OC, (cuuint64_t)N}, dims_weight[2] = {(cuuint64_t)C, (cuuint64_t)OC};
-    const cuuint64_t dims_out[2] = {(cuuint64_t)C, (cuuint64_t)N};
-    const cuuint64_t stride_dout[1] = {(cuuint64_t)OC * 2}, stride_c[1] = {(cuuint64_t)C * 2};
-    const cuuint32_t box_64[2] = {64, 64};
-    const cuuint64_t dims_weight8[2] = {(cuuint64_t)OC, (cuuint64_t)C}, stride_oc8[1] = {(cuuint64_t)OC};
-    const cuuint32_t box_128x64[2] = {128, 64}, box_128x128[2] = {128, 128};
-    const CUtensorMap map_dout = f8 ? swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, f8->dout8, dims_dout, stride_oc8, box_128x64)
-                                    : swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dout, dims_dout, stride_dout, box_64);
-    const CUtensorMap map_weight = f8 ? swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, f8->weight8T, dims_weight8, stride_oc8, box_128x128)
-                                      : swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, weight, dims_weight, stride_c, box_64);
-    // -fp8: map_dinp is dinp transposed, (N, C) bytes in boxes of 128 x 128, and map_gelu8T likewise
-    const cuuint64_t dims_t[2] = {(cuuint64_t)N, (cuuint64_t)C}, stride_t[1] = {(cuuint64_t)N};
-    const CUtensorMap map_dinp = f8 ? swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, f8->dinp8T, dims_t, stride_t, box_128x128)
-                                    : swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dinp, dims_out, stride_c, box_64);
-    const CUtensorMap map_gelu8T = f8 && f8->gelu8T ? swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, f8->gelu8T, dims_t, stride_t, box_128x128)
-                                                    : map_dinp;
     const int pair_tiles = ceil_div(N, kDgeluBM) * (C / (kDgeluCluster * kDgeluBN));
     const int clusters = std::min(pair_tiles, device_props().multiProcessorCount / kDgeluCluster);
-    auto launch = [&](auto mode) {   // mode: the kernel's kFp8
-        launch_persistent_clusters<matmul_dgelu_hopper_kernel<decltype(mode)::value>, kDgeluCluster>(
-            clusters, kDgeluThreads, DgeluTile::kSmemBytes, stream, map_dout, map_weight, map_dinp, map_gelu8T, pre, f8 ? nullptr : gelu_out,
-            bias_partials, N, C, OC, f8 ? *f8 : DgeluFp8Out{});
-    };
-    if (!f8) launch(std::integral_constant<int, 0>{});
-    else if (f8->dinp_e5m2) launch(std::integral_constant<int, 2>{});
-    else launch(std::integral_constant<int, 1>{});
+    const cuuint64_t dims_dout[2] = {(cuuint64_t)OC, (cuuint64_t)N}, dims_out[2] = {(cuuint64_t)C, (cuuint64_t)N};
+    if (f8) {
+        const cuuint64_t dims_weight8[2] = {(cuuint64_t)OC, (cuuint64_t)C}, dims_t[2] = {(cuuint64_t)N, (cuuint64_t)C};
+        const cuuint64_t stride_oc8[1] = {(cuuint64_t)OC}, stride_c8[1] = {(cuuint64_t)C}, stride_n8[1] = {(cuuint64_t)N};
+        const cuuint64_t stride_pre[1] = {(cuuint64_t)C * 2};
+        const cuuint32_t box_128x64[2] = {128, 64}, box_128x128[2] = {128, 128}, box_64x128[2] = {64, 128};
+        const CUtensorMap map_weight8T = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, f8->weight8T, dims_weight8, stride_oc8, box_128x128);
+        const CUtensorMap map_dout8 = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, f8->dout8, dims_dout, stride_oc8, box_128x64);
+        const CUtensorMap map_pre = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, pre, dims_out, stride_pre, box_64x128);
+        const CUtensorMap map_dinp8 = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, f8->dinp8, dims_out, stride_c8, box_128x128);
+        const CUtensorMap map_dinp8T = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, f8->dinp8T, dims_t, stride_n8, box_128x64);
+        const CUtensorMap map_gelu8T = f8->gelu8T ? swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, f8->gelu8T, dims_t, stride_n8, box_128x64)
+                                                  : map_dinp8T;
+        auto launch = [&](auto e5m2) {
+            launch_persistent_clusters<matmul_dgelu_fp8_hopper_kernel<decltype(e5m2)::value>, kDgeluCluster>(
+                clusters, kDgeluThreads, Dgelu8Tile::kSmemBytes, stream, map_weight8T, map_dout8, map_pre, map_dinp8, map_dinp8T,
+                map_gelu8T, bias_partials, N, C, OC, *f8);
+        };
+        if (f8->dinp_e5m2) launch(std::true_type{});
+        else launch(std::false_type{});
+        return true;
+    }
+    const cuuint64_t dims_weight[2] = {(cuuint64_t)C, (cuuint64_t)OC};
+    const cuuint64_t stride_dout[1] = {(cuuint64_t)OC * 2}, stride_c[1] = {(cuuint64_t)C * 2};
+    const cuuint32_t box_64[2] = {64, 64};
+    const CUtensorMap map_dout = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dout, dims_dout, stride_dout, box_64);
+    const CUtensorMap map_weight = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, weight, dims_weight, stride_c, box_64);
+    const CUtensorMap map_dinp = swizzled_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dinp, dims_out, stride_c, box_64);
+    launch_persistent_clusters<matmul_dgelu_hopper_kernel, kDgeluCluster>(clusters, kDgeluThreads, DgeluTile::kSmemBytes, stream, map_dout,
+                                                                          map_weight, map_dinp, pre, gelu_out, bias_partials, N, C, OC);
     return true;
 }

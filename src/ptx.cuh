@@ -322,13 +322,13 @@ __device__ __forceinline__ void wgmma_ss_m64n128k16_b(float (&d)[64], uint64_t d
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64_NAMES ", %64, %65, p, 1, 1, 0, %67;\n}\n"
                  : WGMMA_D64 : "l"(desc_a), "l"(desc_b), "n"(1), "n"(kTransB));
 }
-// d (m64 x n128, fp32) += A (64 x 32, FP8, smem, K-major) * B (32 x 128, E4M3, smem, K-major: 128 rows of 32 k), A E5M2
-// (kE5M2) or E4M3: FP8 operands are K-major only, and 32 of them fill a k step's 32 bytes (the Hopper GEMM's -fp8 mode)
+// d (m64 x n128, fp32) += A (64 x 32, E4M3, smem, K-major) * B (32 x 128, FP8, smem, K-major: 128 rows of 32 k), B E5M2
+// (kE5M2) or E4M3: FP8 operands are K-major only, and 32 of them fill a k step's 32 bytes (the Hopper GEMM's -fp8 kernel)
 template <bool kE5M2>
 __device__ __forceinline__ void wgmma_ss_m64n128k32_fp8(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
     if constexpr (kE5M2)
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e4m3 " WGMMA_D64_NAMES ", %64, %65, p, 1, 1;\n}\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e5m2 " WGMMA_D64_NAMES ", %64, %65, p, 1, 1;\n}\n"
                      : WGMMA_D64 : "l"(desc_a), "l"(desc_b), "n"(1));
     else
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"

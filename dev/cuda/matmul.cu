@@ -38,8 +38,8 @@ it, both operands K-major (D = A^T B): the forward's as they are, the backward's
 kernel would write (W^T for dinp; dout^T and inp^T for dweight); E4M3 x E4M3 forward, E4M3 x E5M2 (dout) backward,
 each with fast accumulation and without. The lm head stays bf16, as the FP8 recipe keeps it. Then the kernels
 around them: the casts, the layernorm with FP8 out against bf16's, the layernorm backward writing dresidual in FP8
-(and fp8_transpose its transpose) against the bf16 one followed by a cast, and a layer's four weight casts one by one
-against one batched launch.
+(and fp8_transpose its transpose) against the bf16 one followed by a cast, a layer's four weight casts one by one
+against one batched launch, and fcproj's dinp through GELU on the Hopper kernel, FP8 against bf16.
 
 Validation (--check: M = 1000 and 4096 at each shape; otherwise M = min(-n, 4096)): randn inputs, b scaled by
 1/sqrt(K), outputs poisoned (NaN) before each launch; sampled rows (the first and last 64, 192 more at random) of
@@ -715,6 +715,27 @@ void bench_fp8_step(const HarnessArgs& args, int M, int C, std::mt19937_64& rng)
         const double batched = time_kernel([&](int) { fp8_cast_batch(jobs, kFp8CastJobs, false, 0); }, args.repeats, 0).median_ms;
         printf("RESULT fp8_cast_weights C=%d four_ms=%.4f batched_ms=%.4f\n", C, four, batched);
         for (void* ptr : {(void*)ln_scratch, (void*)dslot, (void*)grads}) cudaCheck(cudaFree(ptr));
+    }
+    // fcproj's dinp through GELU (src/matmul_hopper.cuh): bf16 operands and outputs (dinp, gelu) against -fp8's E5M2
+    // dout and E4M3 weight with FP8 outputs (dinp both ways, gelu transposed); both write the bias partials
+    if (matmul_dgelu_hopper_supported(M, 4 * C, C, true)) {
+        cudaCheck(cudaMemcpy(aux, x, most * 2, cudaMemcpyDeviceToDevice));   // pre: randn; gelu_out goes over x, read no more
+        float* partials = device_alloc<float>((size_t)matmul_dgelu_partial_rows(M) * 4 * C);
+        uint8_t* gelu8T = device_alloc<uint8_t>(most);
+        Fp8Scale* dslots = device_alloc<Fp8Scale>(2);   // dinp's (E5M2) and gelu's (E4M3)
+        const Fp8Scale h_dslots[2] = {fp8_scale_init(true), fp8_scale_init(false)};
+        cudaCheck(cudaMemcpy(dslots, h_dslots, sizeof(h_dslots), cudaMemcpyHostToDevice));
+        const DgeluFp8Out f8 = {q, qT, gelu8T, &dslots[0].scale, &dslots[1].scale, &dslots[0].amax, true,
+                                (const uint8_t*)dout8, (const uint8_t*)w8, dout_scale, w_scale};
+        const double t16 = time_kernel([&](int) { matmul_backward_dgelu_hopper(out, x, partials, dout, w, aux, M, 4 * C, C, 0); },
+                                       args.repeats, 0).median_ms;
+        const double t8 = time_kernel([&](int) { matmul_backward_dgelu_hopper(nullptr, nullptr, partials, nullptr, nullptr, aux, M, 4 * C, C, 0, &f8); },
+                                      args.repeats, 0).median_ms;
+        const double flops = 2.0 * M * 4 * C * C;
+        printf("| fcproj dinp through GELU | %d x %d x %d | %.4f (%.0f TF/s) | %.4f (%.0f TF/s) | | %.2f | |\n", M, 4 * C, C, t16,
+               flops / t16 / 1e9, t8, flops / t8 / 1e9, t16 / t8);
+        printf("RESULT dgelu_fp8 M=%d C=%d bf16_ms=%.4f fp8_ms=%.4f\n", M, C, t16, t8);
+        for (void* ptr : {(void*)partials, (void*)gelu8T, (void*)dslots}) cudaCheck(cudaFree(ptr));
     }
     for (void* p : {(void*)slot, (void*)q, (void*)qT, (void*)stats}) cudaCheck(cudaFree(p));
     for (void* p : {(void*)x, (void*)dout, (void*)out, (void*)aux, (void*)w, (void*)dw, (void*)bias, (void*)x8, (void*)w8, (void*)dout8,
