@@ -38,8 +38,8 @@ gelu: 24 bytes a row and column of C fewer than the bf16 outputs and their casts
 product, (weight^T @ dout^T), so that a thread's accumulators hold neighbouring rows of a column: two of the three
 outputs are then written as they lie, two bytes a cvt, and the bias sums need no shuffles but the quad's; pre comes
 in by TMA and out of shared memory transposed by ldmatrix, and a thread of the producer warpgroup per consumer
-warpgroup loads it and stores the outputs by TMA. That epilogue takes about two thirds of the instructions a tile of
-the bf16 layout's took with FP8 outputs (byte-wise transposes of two tiles, a butterfly of shuffles per 8 columns).
+warpgroup loads it and stores the outputs by TMA. In the bf16 kernel's layout two of the outputs would need byte-wise
+transposes and the sums a butterfly of shuffles per 8 columns; here only the row-major dinp8 is scattered byte by byte.
 */
 #pragma once
 #include <type_traits>
