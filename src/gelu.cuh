@@ -8,14 +8,23 @@ backward: dinp = dout * gelu'(x), in place over dout
 
 #define GELU_SCALE 0.7978845608028654f  // sqrt(2/pi)
 
-// gelu(x) and gelu'(x) from one tanh, in 9 fp32 operations besides it: with t = tanh(sqrt(2/pi) (x + 0.044715 x^3)),
-// gelu = x (1 + t) / 2 and gelu' = (1 + t) / 2 + x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2) / 2
+// With t = tanh(sqrt(2/pi) (x + 0.044715 x^3)): gelu = x (1 + t) / 2 and
+// gelu' = (1 + t) / 2 + x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2) / 2.
+__device__ inline float gelu_tanh(float x, float x2) { return tanhf(x * fmaf(GELU_SCALE * 0.044715f, x2, GELU_SCALE)); }
+// gelu'(x) times s from t, its constants scaled once (the -fp8 DGELU kernel folds its operands' and output's scales in)
+struct GeluGradScale { float half, x2, one; };
+__host__ __device__ constexpr GeluGradScale gelu_grad_scale(float s) {
+    return {0.5f * s, 0.5f * GELU_SCALE * 3.0f * 0.044715f * s, 0.5f * GELU_SCALE * s};
+}
+__device__ inline float gelu_grad_from_tanh(float x, float x2, float t, GeluGradScale k) {
+    return fmaf(x * fmaf(-t, t, 1.0f), fmaf(k.x2, x2, k.one), fmaf(k.half, t, k.half));
+}
+// gelu(x) and gelu'(x) from one tanh, in 9 fp32 operations besides it
 __device__ inline void gelu_and_grad(float x, float& y, float& dy) {
     const float x2 = x * x;
-    const float t = tanhf(x * fmaf(GELU_SCALE * 0.044715f, x2, GELU_SCALE));
-    const float half_1pt = fmaf(0.5f, t, 0.5f);
-    y = x * half_1pt;
-    dy = fmaf(x * fmaf(-t, t, 1.0f), fmaf(0.5f * GELU_SCALE * 3.0f * 0.044715f, x2, 0.5f * GELU_SCALE), half_1pt);
+    const float t = gelu_tanh(x, x2);
+    y = x * fmaf(0.5f, t, 0.5f);
+    dy = gelu_grad_from_tanh(x, x2, t, gelu_grad_scale(1.0f));
 }
 __device__ inline float gelu(float x) { float y, dy; gelu_and_grad(x, y, dy); return y; }
 __device__ inline float gelu_grad(float x) { float y, dy; gelu_and_grad(x, y, dy); return dy; }

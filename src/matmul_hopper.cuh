@@ -380,12 +380,10 @@ matmul_dgelu_fp8_hopper_kernel(const __grid_constant__ CUtensorMap map_weight8T,
             mbar_arrive_remote(&empty[s], rank ^ 1);
         }
     };
-    // the step's scales, folded: e = acc * dy * k_scale is dinp * dinp_scale, what the cast takes; the amax and the bias
-    // sums divide by dinp_scale once at the end. With t = tanh(sqrt(2/pi) (x + 0.044715 x^3)),
-    // dy = (1 + t) / 2 + x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2) / 2 and gelu = x (1 + t) / 2.
+    // the step's scales, folded: e = acc * gelu'(pre) * k_scale is dinp * dinp_scale, what the cast takes; the amax and
+    // the bias sums divide by dinp_scale once at the end; gelu(pre) * gelu_scale = pre * (1 + t) * gelu_scale / 2
     const float dinp_scale = *f8.dinp_scale, gelu_half = f8.gelu8T ? 0.5f * *f8.gelu_scale : 0.0f;
-    const float k_scale = *f8.dout_scale_inv * *f8.weight_scale_inv * dinp_scale;
-    const float k_half = 0.5f * k_scale, k_x2 = 0.5f * GELU_SCALE * 3.0f * 0.044715f * k_scale, k_1 = 0.5f * GELU_SCALE * k_scale;
+    const GeluGradScale k = gelu_grad_scale(*f8.dout_scale_inv * *f8.weight_scale_inv * dinp_scale);
     constexpr __nv_fp8_interpretation_t dinp_format = kE5M2 ? __NV_E5M2 : __NV_E4M3;
     float amax = 0.0f;   // of e
     int tile_it = cwg, my_it = 0;
@@ -446,11 +444,9 @@ matmul_dgelu_fp8_hopper_kernel(const __grid_constant__ CUtensorMap map_weight8T,
                     float e[2], y[2];
                     #pragma unroll
                     for (int i = 0; i < 2; i++) {
-                        const float x2 = x[i] * x[i];
-                        const float th = tanhf(x[i] * fmaf(GELU_SCALE * 0.044715f, x2, GELU_SCALE));
-                        const float dy = fmaf(x[i] * fmaf(-th, th, 1.0f), fmaf(k_x2, x2, k_1), fmaf(k_half, th, k_half));   // dy * k_scale
-                        e[i] = acc[h][4 * j + 2 * half + i] * dy;
-                        y[i] = x[i] * fmaf(gelu_half, th, gelu_half);   // gelu * gelu_scale
+                        const float x2 = x[i] * x[i], th = gelu_tanh(x[i], x2);
+                        e[i] = acc[h][4 * j + 2 * half + i] * gelu_grad_from_tanh(x[i], x2, th, k);
+                        y[i] = x[i] * fmaf(gelu_half, th, gelu_half);
                     }
                     const int r = 8 * j + 2 * tq;   // the tile's row of e[0]; e[1] is row r + 1
                     const __nv_fp8x2_storage_t dq = __nv_cvt_float2_to_fp8x2(make_float2(e[0], e[1]), __NV_SATFINITE, dinp_format);
