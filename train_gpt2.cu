@@ -521,9 +521,9 @@ void gpt2_free(GPT2* model) {
 // consumed them before the first. Some producers write FP8 themselves instead: ln1 and ln2 come out of their layernorm
 // in FP8 (fp8_layernorms), the fc matmul writes gelu(.) for fcproj, atty's forward cast keeps its transpose for the
 // backward, the MLP's DGELU kernel writes dfch and gelu(fch), the attention's backward dqkv, and the layernorms'
-// backward dresidual (the projections' dout; fp8_transpose adds its transpose) as the backward's matmuls read them. A layer's four weights are cast in
-// one launch as the layer starts, in the forward and again in the backward (6 bytes a parameter a step), so their FP8
-// copies cost no memory.
+// backward dresidual (the projections' dout; fp8_transpose adds its transpose) as the backward's matmuls read them.
+// A layer's four weights are cast in one launch as the layer starts, in the forward and again in the backward (6 bytes
+// a parameter a step), so their FP8 copies cost no memory.
 
 enum Fp8Linear { kFp8Qkv, kFp8Attproj, kFp8Fc, kFp8Fcproj, kFp8Linears };
 // a layer's slots: the linears' inputs (x), then their weights, then their output gradients
@@ -839,13 +839,13 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
     // adds its transpose: the projection's matmuls read both, and no cast reads dresidual back
     const bool dres_fp8 = model->fp8 && model->fp8_updates > 0;
     uint8_t* dres8 = dres_fp8 ? fp8_regions(model).dresidual8 : nullptr;   // (N, C), then (C, N)
-    LnBackwardFp8 dres8_out;
-    auto dres8_for = [&](int l, int linear) -> const LnBackwardFp8* {
+    Fp8Copy dres8_out;
+    auto dres8_for = [&](int l, int linear) -> const Fp8Copy* {
         Fp8Scale* slot = model->fp8_scales + l * kFp8Slots + fp8_dout_slot(linear);
         dres8_out = {dres8, &slot->scale, &slot->amax, fp8_grads_e5m2(model)};
         return dres_fp8 ? &dres8_out : nullptr;
     };
-    auto dres8_transpose = [&](const LnBackwardFp8* f8) { if (f8) fp8_transpose(dres8 + NA * C, dres8, N, C, main_stream); };
+    auto dres8_transpose = [&](const Fp8Copy* f8) { if (f8) fp8_transpose(dres8 + NA * C, dres8, N, C, main_stream); };
 
     // token buckets for the deterministic dwte backward, built on the host while the GPU works
     model->num_buckets = build_token_buckets(model->bucket_host, model->bucket_counts, inputs, N, V);
@@ -864,7 +864,7 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
     matmul_backward(model->dbtc, g.wte, nullptr, scratch, a.output, a.lnf, p.wte, N, C, Vp, nullptr, main_stream);
     cudaCheck(cudaMemsetAsync(model->dresidual, 0, NA * C * sizeof(floatX), main_stream));
     // the residual stream's gradient: the last layer's fcproj takes it as dout, so its bias gradient is summed here
-    const LnBackwardFp8* lnf_dres8 = dres8_for(L - 1, kFp8Fcproj);
+    const Fp8Copy* lnf_dres8 = dres8_for(L - 1, kFp8Fcproj);
     layernorm_backward(model->dresidual, g.lnfw, g.lnfb, scratch, model->dbtc, a.residual3 + (L - 1) * NA * C, p.lnfw,
                        a.lnf_mean, a.lnf_rstd, N, C, main_stream, g.fcprojb + (L - 1) * C, lnf_dres8);
     dres8_transpose(lnf_dres8);
@@ -939,7 +939,7 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         linear_backward(model, l, kFp8Fc, dbtc, g.fcw + (size_t)l * 4 * C * C, dgelu_fused ? nullptr : g.fcb + l * 4 * C, scratch,
                         dbt4c, ln2, p.fcw + (size_t)l * 4 * C * C, N, C, 4 * C, ln_fp8 ? reinterpret_cast<const uint8_t*>(ln2) : nullptr,
                         fp8_outputs ? dfch8 : nullptr);
-        const LnBackwardFp8* ln2_dres8 = dres8_for(l, kFp8Attproj);
+        const Fp8Copy* ln2_dres8 = dres8_for(l, kFp8Attproj);
         layernorm_backward(dresidual, g.ln2w + l * C, g.ln2b + l * C, scratch, dbtc, residual2, p.ln2w + l * C,
                            ln2_mean, ln2_rstd, N, C, main_stream, g.attprojb + l * C, ln2_dres8);
         dres8_transpose(ln2_dres8);
@@ -953,7 +953,7 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         // with no cast), its amax into the qkv linear's gradient slot
         const bool dqkv_fp8 = model->fp8 && model->fp8_updates > 0 && attention_backward_writes_dqkv8(T, HS, model->document_masking);
         uint8_t* dqkv8 = reinterpret_cast<uint8_t*>(dbt4c);   // (N, 3C), then (3C, N)
-        AttentionDqkvFp8 dqkv8_out = {};
+        Fp8Copy dqkv8_out = {};
         if (dqkv_fp8) {
             Fp8Scale* slot = model->fp8_scales + l * kFp8Slots + fp8_dout_slot(kFp8Qkv);
             dqkv8_out = {dqkv8, &slot->scale, &slot->amax, fp8_grads_e5m2(model)};
@@ -966,7 +966,7 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         linear_backward(model, l, kFp8Qkv, dbtc, g.qkvw + (size_t)l * 3 * C * C, qkvb_summed ? nullptr : g.qkvb + l * 3 * C, scratch,
                         dbt4c, ln1, p.qkvw + (size_t)l * 3 * C * C, N, C, 3 * C, ln_fp8 ? reinterpret_cast<const uint8_t*>(ln1) : nullptr,
                         dqkv_fp8 ? dqkv8 : nullptr);
-        const LnBackwardFp8* ln1_dres8 = l > 0 ? dres8_for(l - 1, kFp8Fcproj) : nullptr;
+        const Fp8Copy* ln1_dres8 = l > 0 ? dres8_for(l - 1, kFp8Fcproj) : nullptr;
         layernorm_backward(dresidual, g.ln1w + l * C, g.ln1b + l * C, scratch, dbtc, residual, p.ln1w + l * C,
                            ln1_mean, ln1_rstd, N, C, main_stream, l > 0 ? g.fcprojb + (l - 1) * C : nullptr, ln1_dres8);
         dres8_transpose(ln1_dres8);

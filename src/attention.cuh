@@ -270,15 +270,6 @@ void attention_dropout_mask(uint8_t* mask, const AttentionForwardParams& p, cuda
 // ============================================================================
 // backward (src/attention_backward.cu; the general calls' dispatch in src/attention_backward_general.cu)
 
-// GPT-2's dqkv in FP8 (train_gpt2.cu's -fp8): the QKV projection's backward matmuls read it so, row-major for dinp and
-// transposed for dweight. q = saturate(bf16(dqkv) * *scale), bf16's value cast as src/fp8.cuh's cast would cast it.
-struct AttentionDqkvFp8 {
-    uint8_t* q;              // (B * T, 3 * NH * HS) row-major, then at + B * T * 3 * NH * HS its transpose (3 * NH * HS, B * T)
-    const float* scale;
-    unsigned int* amax;      // atomically: the largest |bf16(dqkv)| as float bits (non-negative floats order as their bits)
-    bool e5m2;               // E5M2, else E4M3
-};
-
 // The forward's call (q, k, v, out, lse, shape, causal, scale) plus dout and the three gradients, each with its
 // strides (dq like q, dk and dv like k and v; they may be one fused buffer as in GPT-2)
 struct AttentionBackwardParams {
@@ -301,8 +292,10 @@ struct AttentionBackwardParams {
                                   // QKV column order, so its column sums are the QKV projection's bias gradient
     void* dbias2 = nullptr;       // optional: d loss / d bias2, as dbias
     bool fp16 = false;            // the forward's: every floatX tensor here (q .. dv, dout, dgate) IEEE fp16, else bf16
-    AttentionDqkvFp8 dqkv8 = {};  // optional (q set), GPT-2's kernels only, beside dqkv_sums (attention_backward_writes_dqkv8):
-                                  // dq, dk, dv go there in FP8 instead of to dq, dk, dv
+    Fp8Copy dqkv8 = {};           // optional (q set), GPT-2's kernels only, beside dqkv_sums (attention_backward_writes_dqkv8):
+                                  // dq, dk, dv go there in FP8 instead of to dq, dk, dv, as the QKV projection's backward
+                                  // matmuls read them: (B * T, 3 * NH * HS) row-major for dinp, then at q + B * T * 3 * NH * HS
+                                  // its transpose (3 * NH * HS, B * T) for dweight
 };
 
 // GPT-2: dqkv (B, T, 3, NH, HS) from dout (B, T, NH, HS)
@@ -345,6 +338,6 @@ void attention_backward(const AttentionBackwardParams& p, cudaStream_t stream);
 // there in FP8 instead of to dqkv.
 bool attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
                         const float* lse, int B, int T, int NH, int HS, cudaStream_t stream, const int* doc_start = nullptr,
-                        float* dqkv_sums = nullptr, const AttentionDqkvFp8* dqkv8 = nullptr);
+                        float* dqkv_sums = nullptr, const Fp8Copy* dqkv8 = nullptr);
 // GPT-2's family (attention_self_causal) on the kernels compiled for it (dev/cuda/attention_backward's variant 0)
 void attention_backward_self_causal_path(const AttentionBackwardParams& p, cudaStream_t stream);

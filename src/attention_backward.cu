@@ -133,7 +133,7 @@ void attention_backward(const AttentionBackwardParams& p, cudaStream_t stream) {
 // GPT-2's call: document masking on the mma.sync split's kExtras copies
 bool attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
                         const float* lse, int B, int T, int NH, int HS, cudaStream_t stream, const int* doc_start,
-                        float* dqkv_sums, const AttentionDqkvFp8* dqkv8) {
+                        float* dqkv_sums, const Fp8Copy* dqkv8) {
     if (const char* why = attention_unsupported_reason(B, T, NH, HS)) attention_exit_unsupported("backward", B, T, T, NH, NH, HS, why);
     AttentionBackwardParams p = fused_qkv_backward_params(dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS);
     if (dqkv8 && !(dqkv_sums && !doc_start && attention_backward_writes_dqkv8(T, HS, false)))

@@ -1342,7 +1342,7 @@ __device__ __forceinline__ void store_dqkv8(const AttentionBackwardParams& p, co
     if (t0 >= p.T) return;
     constexpr int kDT = HS / 8;
     const int lane = threadIdx.x % 32, quarter = lane / 8;   // rows 4 quarter .. + 3
-    const AttentionDqkvFp8& f = p.dqkv8;
+    const Fp8Copy& f = p.dqkv8;
     const __nv_fp8_interpretation_t format = f.e5m2 ? __NV_E5M2 : __NV_E4M3;
     const float scale = *f.scale;
     const size_t columns = (size_t)3 * p.NH * HS, tokens = (size_t)p.B * p.T, n0 = (size_t)b * p.T + t0 + 4 * quarter;

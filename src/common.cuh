@@ -60,6 +60,19 @@ inline void* grow_device_buffer(void*& buf, size_t& capacity, size_t bytes) {
 }
 
 // ----------------------------------------------------------------------------
+// An FP8 copy that a kernel writes beside its bf16 output (train_gpt2.cu's -fp8), so that no cast reads the output
+// back: the bf16 values times *scale, saturated to E5M2 or E4M3 as src/fp8.cuh's cast would, and the largest |bf16
+// value| atomically into *amax as float bits (non-negative floats order as their bits). Each producer says where in q
+// the copy lies.
+
+struct Fp8Copy {
+    uint8_t* q;
+    const float* scale;
+    unsigned int* amax;
+    bool e5m2;   // E5M2, else E4M3
+};
+
+// ----------------------------------------------------------------------------
 // NVTX range that closes at the end of the scope: NvtxRange r("attention_forward");
 
 class NvtxRange {

@@ -9,8 +9,8 @@ it reads W, x and dout transposed. One cast writes a tensor row-major, transpose
 runs: the layernorm before qkv and fc writes both layouts (layernorm_forward_fp8), the fc matmul writes gelu(.) for
 fcproj (matmul_fp8 with an FP8 D), on Hopper the MLP's DGELU kernel, itself on FP8 operands, writes dfch both ways
 and gelu(fch) transposed (src/matmul_hopper.cuh, DgeluFp8Out), the attention's backward writes dqkv both ways
-(src/attention.cuh, AttentionDqkvFp8), and the layernorm backward writes dresidual row-major (src/layernorm.cuh,
-LnBackwardFp8), whose transpose fp8_transpose adds from the FP8 bytes.
+(src/attention.cuh) and the layernorm backward dresidual row-major (src/layernorm.cuh), each as an Fp8Copy
+(src/common.cuh), and fp8_transpose adds dresidual's transpose from the FP8 bytes.
 
 Delayed scaling (Transformer Engine's recipe). A tensor's scale in a step is fmax / (the largest amax of its last
 kFp8History steps): it is known before the tensor is cast, so the cast needs one pass and records the tensor's amax as

@@ -8,7 +8,7 @@ backward: dinp += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),  dno
           the projection (attproj, fcproj) before this layernorm in the backward, so dsum is that projection's bias
           gradient, summed here instead of in another pass over dinp
           optionally (-fp8) dinp as written, in FP8 with its amax: that projection's dout as its FP8 matmuls read it
-          (LnBackwardFp8), without a cast reading dinp back
+          (an Fp8Copy), without a cast reading dinp back
 The weight/bias gradients are column sums over B*T rows. To stay deterministic without atomics,
 each warp accumulates its rows in its own slice of shared memory, the block adds the warp
 slices in order into a per-block partial, and a second kernel adds the partials in order.
@@ -94,21 +94,12 @@ __device__ __forceinline__ float bf16_at(const uint4& r, int e) {
 // warps of a row add their parts of the row means in shared memory, in order. The weight's chunks stay in registers
 // across rows. Parts wider than LN_BWD_SEGMENT (C above 2048) go through in segments, and the second pass then reads
 // each segment's row and weight again.
-// -fp8: dinp as written (the bf16 values), times *scale and saturated to FP8, row-major into q (N, C), its amax
-// (before the scale, as float bits) atomically into *amax; e5m2 the format (else E4M3). src/fp8.cuh's fp8_transpose
-// then writes the transpose the dweight matmul reads.
-struct LnBackwardFp8 {
-    uint8_t* q;
-    const float* scale;
-    unsigned int* amax;
-    bool e5m2;
-};
-
-// kFp8 (1: E4M3, 2: E5M2): also dinp in FP8 (LnBackwardFp8), 8 bytes a lane beside each 16 of bf16
+// kFp8 (1: E4M3, 2: E5M2): also dinp as written in FP8 (f8, an Fp8Copy: row-major into q (N, C); src/fp8.cuh's
+// fp8_transpose then writes the transpose the dweight matmul reads), 8 bytes a lane beside each 16 of bf16
 template <int kSplit, int kFp8 = 0>   // ln_bwd_split(C)
 __global__ void __launch_bounds__(LN_BWD_WARPS * 32, 5)   // 96 registers: the three sums leave room for 5-6 blocks an SM
 layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp, const floatX* weight,
-                          const float* mean, const float* rstd, int N, int C, int sums, const LnBackwardFp8 f8) {
+                          const float* mean, const float* rstd, int N, int C, int sums, const Fp8Copy f8) {
     static_assert(kSplit == 1 || kSplit == 2, "the row parts' barriers are for one or two warps a row");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
     if constexpr (kFp8 != 0) {   // -fp8 runs on sm_89+ only: below, no FP8 conversions to emulate and compile
@@ -242,7 +233,7 @@ inline size_t layernorm_backward_smem(int C, int sums) { return ((size_t)LN_BWD_
 // The copy for C (fp8: 0, or 1 E4M3 / 2 E5M2), opted in to the shared memory of `sums` sums (above 48 KiB a kernel
 // must opt in).
 typedef void (*LayernormBackwardKernel)(floatX*, float*, const floatX*, const floatX*, const floatX*, const float*, const float*, int, int,
-                                        int, LnBackwardFp8);
+                                        int, Fp8Copy);
 inline LayernormBackwardKernel layernorm_backward_kernel_for(int C, int sums, int fp8 = 0) {
     const int split = ln_bwd_split(C);
     static const LayernormBackwardKernel kernels[3][2] = {
@@ -277,15 +268,15 @@ inline size_t layernorm_backward_scratch_floats(int N, int C) {
 }
 
 // scratch: layernorm_backward_scratch_floats(N, C) floats. dsum (C) += the column sums of dinp as written, unless null.
-// f8: dinp also in FP8 (LnBackwardFp8; q 8-byte aligned), unless null. The FP8 copies run as many blocks as the plain
+// f8: dinp also in FP8 (q 8-byte aligned), unless null. The FP8 copies run as many blocks as the plain
 // one (the same grid: each warp's rows, so dweight, dbias and dsum add in the same order).
 void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout, const floatX* inp,
                         const floatX* weight, const float* mean, const float* rstd, int N, int C, cudaStream_t stream,
-                        floatX* dsum = nullptr, const LnBackwardFp8* f8 = nullptr) {
+                        floatX* dsum = nullptr, const Fp8Copy* f8 = nullptr) {
     NVTX_RANGE_FN();
     const int sums = dsum ? 3 : 2, num_blocks = layernorm_backward_num_blocks(N, C, sums), fp8 = f8 ? (f8->e5m2 ? 2 : 1) : 0;
     layernorm_backward_kernel_for(C, sums, fp8)<<<num_blocks, LN_BWD_WARPS * 32, layernorm_backward_smem(C, sums), stream>>>(
-        dinp, scratch, dout, inp, weight, mean, rstd, N, C, sums, f8 ? *f8 : LnBackwardFp8{});
+        dinp, scratch, dout, inp, weight, mean, rstd, N, C, sums, f8 ? *f8 : Fp8Copy{});
     cudaCheck(cudaGetLastError());
     reduce_partials_add(dweight, dbias, scratch, num_blocks, C, stream, dsum);
 }

@@ -686,7 +686,7 @@ void bench_fp8_step(const HarnessArgs& args, int M, int C, std::mt19937_64& rng)
         Fp8Scale* dslot = device_alloc<Fp8Scale>(1);
         const Fp8Scale e5 = fp8_scale_init(true);
         cudaCheck(cudaMemcpy(dslot, &e5, sizeof(e5), cudaMemcpyHostToDevice));
-        const LnBackwardFp8 f8 = {q, &dslot->scale, &dslot->amax, true};
+        const Fp8Copy f8 = {q, &dslot->scale, &dslot->amax, true};
         floatX* grads = device_alloc<floatX>(3 * C);
         cudaCheck(cudaMemset(grads, 0, 3 * C * sizeof(floatX)));
         const double sep = time_kernel([&](int) {
@@ -871,7 +871,7 @@ int check_layernorm_backward_fp8(std::mt19937_64& rng, int N, int C, bool e5m2) 
     slot.scale = e5m2 ? 20000.0f : 37.0f;   // some values saturate, small ones go subnormal
     Fp8Scale* d_slot = device_alloc<Fp8Scale>(1);
     cudaCheck(cudaMemcpy(d_slot, &slot, sizeof(slot), cudaMemcpyHostToDevice));
-    const LnBackwardFp8 f8 = {q, &d_slot->scale, &d_slot->amax, e5m2};
+    const Fp8Copy f8 = {q, &d_slot->scale, &d_slot->amax, e5m2};
     for (int i = 0; i < 2; i++) {   // 0 without the FP8 copy, 1 with it; dweight, dbias, dsum accumulate onto zeros
         to_device(dinp[i], hdi);
         cudaCheck(cudaMemset(grads[i], 0, 3 * C * sizeof(floatX)));
