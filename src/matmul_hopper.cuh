@@ -74,6 +74,26 @@ struct DgeluFp8Out {
     const float *dout_scale_inv, *weight_scale_inv;
 };
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// a consumer warpgroup's mainloop over one tile's k blocks (both kernels): each stage, once full, gets its wgmmas
+// (issue(s): one commit group), and the stage before it is released once those are done; returns the last stage,
+// its wgmmas still in flight
+template <int kStages, class Issue, class Release>
+__device__ __forceinline__ int dgelu_mainloop(uint64_t* full, int it0, int k_blocks, const Issue& issue, const Release& release) {
+    int prev = -1;
+    for (int kb = 0, it = it0; kb < k_blocks; kb++, it++) {
+        const int s = it % kStages;
+        mbar_wait(&full[s], (it / kStages) & 1);
+        issue(s);
+        wgmma_commit();
+        wgmma_wait<1>();   // the previous stage's wgmmas are done: release it
+        if (prev >= 0) release(prev);
+        prev = s;
+    }
+    return prev;
+}
+#endif
+
 // map_dout: (OC, N) boxes of 64 x 64; map_weight: (C, OC) boxes of 64 x 64, two a stage; map_dinp: (C, N) boxes of
 // 64 x 64; pre, gelu_out (N, C), gelu_out may be null. The CTAs pair up in clusters of two: pair tile t covers rows
 // 128 (t / (C / 256)) and columns 256 (t % (C / 256)), CTA rank r the 128 columns at + 128 r. Both need the same dout
@@ -161,13 +181,10 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                     const int row = min(m0 + mh * 64 + warp * 16 + g + 8 * half, N - 1);
                     pre_tile[mh][q][half] = *reinterpret_cast<const uint4*>(pre + (size_t)row * C + n0 + 32 * q + 8 * tq);
                 }
-        int prev = -1;   // the stage whose wgmmas are still in flight
         // the mainloops take turns, tile by tile: a barrier's parity tells only its last two phases apart, so this
         // warpgroup waits on its tile's stages only once the other has waited on its own tile's, one phase earlier
         if (tile_it > 0) named_barrier_sync(3 + cwg, 256);
-        for (int kb = 0, it = tile_it * k_blocks; kb < k_blocks; kb++, it++) {
-            const int s = it % Tile::kStages;
-            mbar_wait(&full[s], (it / Tile::kStages) & 1);
+        const int prev = dgelu_mainloop<Tile::kStages>(full, tile_it * k_blocks, k_blocks, [&](int s) {
             const uint8_t* a = tiles_a + s * Tile::kStageA;
             const uint8_t* b = tiles_b + s * Tile::kStageB;
             wgmma_fence();
@@ -177,11 +194,7 @@ matmul_dgelu_hopper_kernel(const __grid_constant__ CUtensorMap map_dout, const _
                 wgmma_ss_m64n128k16_b<1>(acc[0], wgmma_desc(a + 32 * ks), desc_b);
                 wgmma_ss_m64n128k16_b<1>(acc[1], wgmma_desc(a + 64 * 128 + 32 * ks), desc_b);
             }
-            wgmma_commit();
-            wgmma_wait<1>();   // the previous stage's wgmmas are done: release it
-            if (prev >= 0) release(prev);
-            prev = s;
-        }
+        }, release);
         if (t + num_clusters < num_tiles) named_barrier_arrive(3 + (cwg ^ 1), 256);   // the next tile's turn
         wgmma_wait<0>();
         release(prev);
@@ -392,12 +405,9 @@ matmul_dgelu_fp8_hopper_kernel(const __grid_constant__ CUtensorMap map_weight8T,
         tile_origin(t, m0, n0);
         #pragma unroll
         for (int i = 0; i < 64; i++) { acc[0][i] = 0.0f; acc[1][i] = 0.0f; }
-        int prev = -1;   // the stage whose wgmmas are still in flight
         // the mainloops take turns, tile by tile (the bf16 kernel's reason)
         if (tile_it > 0) named_barrier_sync(3 + cwg, 256);
-        for (int kb = 0, it = tile_it * k_blocks; kb < k_blocks; kb++, it++) {
-            const int s = it % kStages;
-            mbar_wait(&full[s], (it / kStages) & 1);
+        const int prev = dgelu_mainloop<kStages>(full, tile_it * k_blocks, k_blocks, [&](int s) {
             const uint64_t desc_w = wgmma_desc(tiles_w + s * Tile::kStageA), desc_d = wgmma_desc(tiles_d + s * Tile::kStageB);
             wgmma_fence();
             #pragma unroll
@@ -405,11 +415,7 @@ matmul_dgelu_fp8_hopper_kernel(const __grid_constant__ CUtensorMap map_weight8T,
                 wgmma_ss_m64n128k32_fp8<kE5M2>(acc[0], desc_w + 2 * ks, desc_d + 2 * ks);
                 wgmma_ss_m64n128k32_fp8<kE5M2>(acc[1], desc_w + 64 * 128 / 16 + 2 * ks, desc_d + 2 * ks);
             }
-            wgmma_commit();
-            wgmma_wait<1>();   // the previous stage's wgmmas are done: release it
-            if (prev >= 0) release(prev);
-            prev = s;
-        }
+        }, release);
         if (t + num_clusters < num_tiles) named_barrier_arrive(3 + (cwg ^ 1), 256);   // the next tile's turn
         wgmma_wait<0>();
         release(prev);
