@@ -837,13 +837,13 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
     // -fp8 with scales: each layernorm backward writes dresidual in FP8 too, at the scale of the dout of the projection
     // before it (layer l's attproj, or layer l's fcproj after layer l + 1's ln1 and after lnf), and fp8_transpose
     // adds its transpose: the projection's matmuls read both, and no cast reads dresidual back
-    const bool dres_fp8 = model->fp8 && model->fp8_updates > 0;
-    uint8_t* dres8 = dres_fp8 ? fp8_regions(model).dresidual8 : nullptr;   // (N, C), then (C, N)
+    const bool fp8_scaled = model->fp8 && model->fp8_updates > 0;   // -fp8 past its calibrating step
+    uint8_t* dres8 = fp8_scaled ? fp8_regions(model).dresidual8 : nullptr;   // (N, C), then (C, N)
     Fp8Copy dres8_out;
     auto dres8_for = [&](int l, int linear) -> const Fp8Copy* {
         Fp8Scale* slot = model->fp8_scales + l * kFp8Slots + fp8_dout_slot(linear);
         dres8_out = {dres8, &slot->scale, &slot->amax, fp8_grads_e5m2(model)};
-        return dres_fp8 ? &dres8_out : nullptr;
+        return fp8_scaled ? &dres8_out : nullptr;
     };
     auto dres8_transpose = [&](const Fp8Copy* f8) { if (f8) fp8_transpose(dres8 + NA * C, dres8, N, C, main_stream); };
 
@@ -904,7 +904,7 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         // dfch in FP8 instead, both ways, into dbt4c's memory (fc's dinp and dweight read it) with its amax, and gelu(fch)
         // transposed into fch_gelu's (fcprojw's gradient; its amax is the forward's, where the fc matmul wrote it)
         const floatX* fcprojw = p.fcprojw + (size_t)l * C * 4 * C;
-        const bool fp8_outputs = dres_fp8 && model->recompute >= 1 && model->gelu_fusion >= 2 &&
+        const bool fp8_outputs = fp8_scaled && model->recompute >= 1 && model->gelu_fusion >= 2 &&
                                  matmul_dgelu_hopper_supported(N, 4 * C, C, /*fp8=*/true);   // else the casts below would be for nothing
         uint8_t* dfch8 = reinterpret_cast<uint8_t*>(dbt4c);   // (N, 4C), then (4C, N)
         uint8_t* gelu8T = reinterpret_cast<uint8_t*>(fch_gelu);
@@ -951,7 +951,7 @@ void gpt2_backward(GPT2* model, const int* inputs, int grad_accum_steps) {
         // 16 tokens: those partials give the qkv bias gradient without another pass over dqkv. -fp8 with scales, where
         // it can: dqkv comes out in FP8 instead, both ways, into dbt4c's memory (the qkv linear's backward reads it so,
         // with no cast), its amax into the qkv linear's gradient slot
-        const bool dqkv_fp8 = model->fp8 && model->fp8_updates > 0 && attention_backward_writes_dqkv8(T, HS, model->document_masking);
+        const bool dqkv_fp8 = fp8_scaled && attention_backward_writes_dqkv8(T, HS, model->document_masking);
         uint8_t* dqkv8 = reinterpret_cast<uint8_t*>(dbt4c);   // (N, 3C), then (3C, N)
         Fp8Copy dqkv8_out = {};
         if (dqkv_fp8) {

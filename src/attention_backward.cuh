@@ -1357,9 +1357,7 @@ __device__ __forceinline__ void store_dqkv8(const AttentionBackwardParams& p, co
             uint32_t pairs[4];
             #pragma unroll
             for (int k = 0; k < 4; k++) {
-                const float lo = __uint_as_float(words[k] << 16), hi = __uint_as_float(words[k] & 0xffff0000u);
-                amax = fmaxf(amax, fmaxf(fabsf(lo), fabsf(hi)));
-                pairs[k] = __nv_cvt_float2_to_fp8x2(make_float2(lo * scale, hi * scale), __NV_SATFINITE, format);
+                pairs[k] = fp8x2_scaled(__uint_as_float(words[k] << 16), __uint_as_float(words[k] & 0xffff0000u), scale, format, amax);
             }
             bytes[i][0] = pairs[0] | pairs[1] << 16;
             bytes[i][1] = pairs[2] | pairs[3] << 16;

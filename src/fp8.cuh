@@ -103,11 +103,7 @@ __global__ void __launch_bounds__(256) fp8_cast_kernel(const __grid_constant__ F
             const int c = threadIdx.x + j * 256, r = c / 8, col = (c % 8) * 8;
             uint16_t pairs[4] = {0, 0, 0, 0};
             if (in[j]) {
-                for (int i = 0; i < 4; i++) {
-                    const float a = v[j].f(2 * i), b = v[j].f(2 * i + 1);
-                    amax = fmaxf(amax, fmaxf(fabsf(a), fabsf(b)));
-                    pairs[i] = __nv_cvt_float2_to_fp8x2(make_float2(a * scale, b * scale), __NV_SATFINITE, kE5M2 ? __NV_E5M2 : __NV_E4M3);
-                }
+                for (int i = 0; i < 4; i++) pairs[i] = fp8x2_scaled(v[j].f(2 * i), v[j].f(2 * i + 1), scale, kE5M2 ? __NV_E5M2 : __NV_E4M3, amax);
                 if (q) *reinterpret_cast<uint2*>(q + (size_t)(m0 + r) * K + k0 + col) = *reinterpret_cast<const uint2*>(pairs);
             }
             uint16_t* row = reinterpret_cast<uint16_t*>(tile + r * kFp8CastStride + col);
@@ -283,8 +279,7 @@ __global__ void __launch_bounds__(kLnFp8Warps * 32, 2) layernorm_forward_fp8_ker
             for (int e = 0; e < 4; e++) {
                 const float y0 = (bf16_at(v[i], 2 * e) - m) * s * w.f(2 * e) + b.f(2 * e);
                 const float y1 = (bf16_at(v[i], 2 * e + 1) - m) * s * w.f(2 * e + 1) + b.f(2 * e + 1);
-                amax = fmaxf(amax, fmaxf(fabsf(y0), fabsf(y1)));
-                pairs[e] = __nv_cvt_float2_to_fp8x2(make_float2(y0 * scale, y1 * scale), __NV_SATFINITE, __NV_E4M3);
+                pairs[e] = fp8x2_scaled(y0, y1, scale, __NV_E4M3, amax);
             }
             const uint2 packed = *reinterpret_cast<const uint2*>(pairs);
             *reinterpret_cast<uint2*>(out8 + (size_t)row * C + c) = packed;

@@ -17,8 +17,7 @@ FP8 checks validate the FP8 copy.
 */
 #pragma once
 #include "cuda_utils.cuh"
-#include <cuda_fp8.h>
-#include "ptx.cuh"   // named_barrier_sync
+#include "ptx.cuh"   // named_barrier_sync, fp8x2_scaled
 
 #define LN_EPS 1e-5f
 
@@ -199,12 +198,8 @@ layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, con
                     for (int e = 0; e < X128_SIZE; e++) dsum_acc[slot(c, e)] += di.f(e);
                 if constexpr (kFp8) {   // the same values in FP8, as a cast of dinp would write them
                     uint16_t pairs[4];
-                    for (int e = 0; e < 4; e++) {
-                        const float a = di.f(2 * e), b = di.f(2 * e + 1);
-                        amax8 = fmaxf(amax8, fmaxf(fabsf(a), fabsf(b)));
-                        pairs[e] = __nv_cvt_float2_to_fp8x2(make_float2(a * scale8, b * scale8), __NV_SATFINITE,
-                                                            kFp8 == 2 ? __NV_E5M2 : __NV_E4M3);
-                    }
+                    for (int e = 0; e < 4; e++)
+                        pairs[e] = fp8x2_scaled(di.f(2 * e), di.f(2 * e + 1), scale8, kFp8 == 2 ? __NV_E5M2 : __NV_E4M3, amax8);
                     *reinterpret_cast<uint2*>(f8.q + off + c) = *reinterpret_cast<const uint2*>(pairs);
                 }
             }

@@ -23,6 +23,7 @@ The sm_90a wrappers exist only where the compiler targets sm_90a (__CUDA_ARCH_FE
 #include <cuda.h>           // CUtensorMap (types only: the driver entry point is fetched at run time)
 #include <cudaTypedefs.h>   // PFN_cuTensorMapEncodeTiled
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include "common.cuh"
 
 // ----------------------------------------------------------------------------
@@ -103,6 +104,13 @@ __device__ __forceinline__ float fast_log2(float x) {
     float y;
     asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
+}
+// two values as an FP8 pair, times scale and saturated (as every FP8 copy and cast writes them), their largest |value|
+// into amax
+__device__ __forceinline__ __nv_fp8x2_storage_t fp8x2_scaled(float a, float b, float scale, __nv_fp8_interpretation_t format,
+                                                             float& amax) {
+    amax = fmaxf(amax, fmaxf(fabsf(a), fabsf(b)));
+    return __nv_cvt_float2_to_fp8x2(make_float2(a * scale, b * scale), __NV_SATFINITE, format);
 }
 
 // *p += a, p[1] += b in global memory (red.global.add: no result returned); sm_90 adds both in one instruction
