@@ -15,8 +15,9 @@ computation's error plus a small constant), every output poisoned before each la
   --bf16-values: the timed inputs hold bf16's 8 significant bits in either dtype (an A/B of fp16 and bf16 on the same
   values: the tensor cores' power, and so the clock under the power cap, depends on the operands' bits)
   ./dev/cuda/attention_general b=8,h=12,tq=1024,d=64,causal=0 one or more cases, validated then timed
-  --schedule static|dynamic, --pdl 0|1: as in the other harnesses (common.h), for A/B runs; --dbias-slots N: the ordered
-  dBias's accumulator slots (src/attention.cuh's DbiasOrder; default by shape)
+  --schedule static|dynamic, --pdl 0|1, --sync-each: as in the other harnesses (common.h), for A/B runs and the
+  anchor's way of timing (a sync after each timed forward + backward); --dbias-slots N: the ordered dBias's
+  accumulator slots (src/attention.cuh's DbiasOrder; default by shape)
 
 A case is the anchor script's syntax (../shared/bench/sdpa_general_anchor.py), so both time the same thing:
   b=[8] h=[12] hkv=[h] tq=[1024] tk=[tq] d=[64] causal=[1] bwd=[1] bias=[none]|(b|1)(h|1)(t|1)t, plus
@@ -720,9 +721,10 @@ int main(int argc, char** argv) {
             attention_tuning().schedule = !strcmp(argv[++i], "static") ? AttentionTuning::kRoundRobin : AttentionTuning::kClaimed;
         else if (a == "--pdl" && i + 1 < argc) attention_tuning().pdl = atoi(argv[++i]) != 0;
         else if (a == "--dbias-slots" && i + 1 < argc) attention_tuning().dbias_slots = atoi(argv[++i]);
+        else if (a == "--sync-each") timing_sync_each() = true;
         else if (a == "--shard" && i + 1 < argc && sscanf(argv[i + 1], "%d/%d", &shard, &shards) == 2 && shard >= 0 && shard < shards) i++;
         else if (a.find('=') != std::string::npos) cases.push_back(parse_case(a));
-        else { fprintf(stderr, "usage: %s [--check [--quick]] [--x8] [--bench] [--fp16] [--bf16-values] [--seed S] [--repeats R] [--schedule static|dynamic] [--pdl 0|1] [--dbias-slots N] [--shard I/N] [case ...]\n", argv[0]); return 1; }
+        else { fprintf(stderr, "usage: %s [--check [--quick]] [--x8] [--bench] [--fp16] [--bf16-values] [--seed S] [--repeats R] [--schedule static|dynamic] [--pdl 0|1] [--dbias-slots N] [--sync-each] [--shard I/N] [case ...]\n", argv[0]); return 1; }
     }
     if (check)   // --shard I/N: every N-th validation case from the I-th (make test runs three shards side by side)
         for (size_t i = 0; i < std::size(kValidationCases); i++)
