@@ -8,7 +8,8 @@ libflashgpt_attention.so and ctypes: no extension to build against PyTorch.
 
 q (B, H, T, D), k and v (B, H_kv, Tk, D): bf16 or fp16 CUDA tensors (one dtype), layout="bhtd" as F.scaled_dot_product_attention takes
 them; layout="bthd" takes (B, T, H, D) and (B, Tk, H_kv, D). out has q's shape (its memory is (B, T, H, D), so
-out.transpose(1, 2) is contiguous for "bhtd"). GQA / MQA when H_kv divides H. D 8, 16, 32, 64, 96, 128, 256.
+out.transpose(1, 2) is contiguous for "bhtd"). GQA / MQA when H_kv divides H. D 8, 16, 32, 64, 96, 128, 256; on Hopper
+any multiple of 8 up to 256 where attention_unsupported_reason takes it (flash_attn_interface pads to those).
 
 causal with T != Tk aligns the diagonal bottom-right (query i sees key j <= i + Tk - T, as FlashAttention 2.1+ does);
 SDPA's is_causal aligns it top-left. Rows that see no key (causal, T > Tk) give 0 and no gradient.

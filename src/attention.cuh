@@ -19,8 +19,9 @@ flashgpt fused flash attention: forward and backward, bf16 or fp16 in/out, fp32 
   modifiers (p.x too; FlashAttention's) a sliding window (a mask modifier: the band's second diagonal, every general
             kernel skips the key tiles outside it), softcap and ALiBi (score modifiers, ScoreMods, with their gradients:
             the Hopper kernels' kMods copies, the mma.sync general copies); they compose with each other and the extras
-  head dims 8, 16, 32, 64, 96, 128, 256 (on Hopper 8-32 run HS 64's kernels and 96 HS 128's, zero-padded; before
-            sm_90a 8 runs zero-padded to 16)
+  head dims 8, 16, 32, 64, 96, 128, 256 have kernels (on Hopper 8-32 run HS 64's and 96 HS 128's, zero-padded; before
+            sm_90a 8 runs zero-padded to 16); on Hopper every other multiple of 8 up to 256 runs zero-padded on the next
+            one's kernels, in the calls FlashAttention's interface makes (attention_unsupported_reason says which)
 
   attention_forward(const AttentionForwardParams&, stream), attention_backward(const AttentionBackwardParams&, stream);
   attention_unsupported_reason() / attention_backward_unsupported_reason() say why a call is refused. GPT-2's calls
@@ -139,6 +140,10 @@ __host__ __device__ inline bool attention_has_dropout(const AttentionExtras& x) 
 // any modifier: the window, a score modifier or dropout (GPT-2's kernels and the decoding ones take none)
 __host__ __device__ inline bool attention_has_modifiers(const AttentionExtras& x) {
     return x.window || attention_has_score_mods(x) || attention_has_dropout(x);
+}
+// the head dims with kernels of their own; any other multiple of 8 runs zero-padded on the next one's Hopper copies
+inline bool attention_head_dim_compiled(int HS) {
+    return HS == 8 || HS == 16 || HS == 32 || HS == 64 || HS == 96 || HS == 128 || HS == 256;
 }
 __host__ __device__ inline bool attention_has_extras(const AttentionExtras& x) {
     return x.bias || x.seqlens_k || x.cu_seqlens_q || x.cu_seqlens_k || x.gate || x.doc_start || x.bias2 || x.key_mask || x.key_bias;
@@ -327,8 +332,8 @@ bool attention_backward_writes_dqkv8(int T, int HS, bool document_masking);
 const char* attention_backward_unsupported_reason(const AttentionBackwardParams& p);
 
 // dq, dk, dv for any call attention_backward_unsupported_reason() accepts (else it exits with the reason): GPT-2's
-// family on the kernels compiled for it, everything else on the general copies of the Hopper split (HS 64, 96, 128,
-// 256) or the mma.sync split. Deterministic unless attention_backward_nondeterministic() is set (which only GPT-2's
+// family on the kernels compiled for it, everything else on the general copies of the Hopper split (HS 64, 128, 256,
+// the head dims between them zero-padded) or the mma.sync split. Deterministic unless attention_backward_nondeterministic() is set (which only GPT-2's
 // family uses).
 void attention_backward(const AttentionBackwardParams& p, cudaStream_t stream);
 // GPT-2: dqkv (B, T, 3, NH, HS) from dout (B, T, NH, HS); scratch: attention_backward_scratch_bytes(B, T, NH, HS)

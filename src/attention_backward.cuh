@@ -81,7 +81,8 @@ __global__ void attention_backward_preprocess_kernel(const AttentionBackwardPara
     // packed sequences: sequence b's rows are q0 .. q0 + T_b - 1; its rows from T_b are padding
     int T_b = T, q0 = 0;
     if (kExtras && p.x.cu_seqlens_q && row < (size_t)p.B * NH * Tp) { q0 = p.x.cu_seqlens_q[b]; T_b = p.x.cu_seqlens_q[b + 1] - q0; }
-    const bool valid = row < (size_t)p.B * NH * Tp && t < T_b && chunk < (HS == 16 ? p.HS / 8 : HS / 8);   // HS 16: 8 or 16
+    // HS 16: 8 or 16; the kExtras copy also takes a head dim below HS (its kernels' zero-padded ones)
+    const bool valid = row < (size_t)p.B * NH * Tp && t < T_b && chunk < (HS == 16 || kExtras ? p.HS / 8 : HS / 8);
     BackwardScratch sc = backward_scratch(p);
     float sum = 0.0f;
     if (valid) {
@@ -2350,7 +2351,8 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
             floatX* row = out + (it.k_row0 + t) * row_st + 2 * tq;
             #pragma unroll
             for (int dt = 0; dt < HS / 8; dt++)
-                *reinterpret_cast<uint32_t*>(row + dt * 8) = pack_x2<kHalf>(acc[4 * dt + 2 * half] * out_scale, acc[4 * dt + 2 * half + 1] * out_scale);
+                if (head_chunk_stored<HS, true>(p.HS, dt))   // head dims 136-248, zero-padded
+                    *reinterpret_cast<uint32_t*>(row + dt * 8) = pack_x2<kHalf>(acc[4 * dt + 2 * half] * out_scale, acc[4 * dt + 2 * half + 1] * out_scale);
         }
     }
 }
@@ -2530,15 +2532,16 @@ void attention_backward_split_hopper_ws(const AttentionBackwardParams& p, cudaSt
     static_assert(!kMods || (kGeneral && !kBias && !kVarlen), "the score modifiers' copies are general, without bias tiles or packs");
     PackedTables t{};   // kVarlen: built before the preprocess, which the dK/dV kernel's early start overlaps
     if constexpr (kVarlen) t = packed_blocks_tables(p.x, p.B, p.T, p.Tk, 64 * kQWG, 64 * kKVWG, stream);
-    // the preprocess at the caller's head dim (HS 8-32 on the HS 64 copies, 96 on the HS 128 ones, zero-padded); with
-    // gating (kExtras) it also writes dgate and dO * gate into the scratch, which the kernels then take as dO
+    // the preprocess at the caller's head dim (HS 8-32 on the HS 64 copies, 96 on the HS 128 ones, the other padded ones
+    // on the kExtras copy of the kernels' HS); with gating (kExtras) it also writes dgate and dO * gate into the
+    // scratch, which the kernels then take as dO
     if constexpr (kGeneral) {
         const bool extras = kVarlen || p.x.gate;
         if (HS == 64 && p.HS == 32) launch_attention_backward_preprocess<32, true, kHalf>(p, /*zero_dq=*/false, stream);
         else if (HS == 64 && p.HS < 32) launch_attention_backward_preprocess<16, true, kHalf>(p, /*zero_dq=*/false, stream);
         else if (HS == 128 && p.HS == 96 && extras) launch_attention_backward_preprocess<96, true, kHalf>(p, /*zero_dq=*/false, stream);
         else if (HS == 128 && p.HS == 96) launch_attention_backward_preprocess<96, false, kHalf>(p, /*zero_dq=*/false, stream);
-        else if (extras) launch_attention_backward_preprocess<HS, true, kHalf>(p, /*zero_dq=*/false, stream);
+        else if (extras || p.HS != HS) launch_attention_backward_preprocess<HS, true, kHalf>(p, /*zero_dq=*/false, stream);
         else launch_attention_backward_preprocess<HS, false, kHalf>(p, /*zero_dq=*/false, stream);
     } else {
         launch_attention_backward_preprocess<HS, false, kHalf>(p, /*zero_dq=*/false, stream);
@@ -2578,7 +2581,8 @@ void launch_attention_backward_dkdv256_hopper_ws(const AttentionBackwardParams& 
 // kMods: with the score modifiers (softcap, ALiBi), on the claimed schedule
 template <int kStages, bool kMods = false, bool kHalf = false>
 void attention_backward_split_hopper_ws_256(const AttentionBackwardParams& p, cudaStream_t stream) {
-    launch_attention_backward_preprocess<256, false, kHalf>(p, /*zero_dq=*/false, stream);
+    if (p.HS != 256) launch_attention_backward_preprocess<256, true, kHalf>(p, /*zero_dq=*/false, stream);   // zero-padded
+    else launch_attention_backward_preprocess<256, false, kHalf>(p, /*zero_dq=*/false, stream);
     const bool early = backward_early_start();
     if constexpr (kMods) {   // one copy, claimed
         launch_attention_backward_dkdv256_hopper_ws<kStages, true, true, kHalf>(p, stream, early);

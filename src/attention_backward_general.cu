@@ -24,8 +24,8 @@ void backward_general(const AttentionBackwardParams& p, cudaStream_t stream) {
     // softcap and ALiBi (the score modifiers): the Hopper split's kMods copies, or with bias tiles or packs the mma.sync
     // kExtras copies, which apply them too (as every mma.sync general copy does)
     const bool dropout = attention_has_dropout(k.x), mods = attention_has_score_mods(k.x) || dropout;   // (as the forward)
-    // (HS 8-32 run HS 64's Hopper copies, 96 HS 128's, zero-padded: see head_chunk_stored)
-    if (!mods && HS != 256 && attention_hopper_bias_fits(k.x)) {   // a bf16 tile bias, a key bias, gating: the Hopper split's kBias copies
+    // (HS 8-56 run HS 64's Hopper copies, 72-120 HS 128's, 136-248 HS 256's, zero-padded: see head_chunk_stored)
+    if (!mods && HS <= 128 && attention_hopper_bias_fits(k.x)) {   // a bf16 tile bias, a key bias, gating: the Hopper split's kBias copies
         k.x = with_zero_tile_bias(k.x, p.Tk);
         // the ordered dBias where the tile bias is the one bias whose gradient is asked for; else dS into the scratch
         const bool ordered = attention_backward_dbias_ordered(p);
@@ -38,7 +38,7 @@ void backward_general(const AttentionBackwardParams& p, cudaStream_t stream) {
             dbias_from_order(order, k, first ? p.x.bias_st : p.x.bias2_st, first ? p.x.bias_fp32 : p.x.bias2_fp32, first ? p.dbias : p.dbias2, stream);
             return;
         }
-    } else if (!mods && (HS == 64 || HS == 96 || HS == 128) && attention_hopper_packed_fits(k.x, {p.q_st, p.k_st, p.v_st, p.o_st, p.do_st, p.dq_st, p.dk_st, p.dv_st})) {
+    } else if (!mods && HS > 32 && HS <= 128 && attention_hopper_packed_fits(k.x, {p.q_st, p.k_st, p.v_st, p.o_st, p.do_st, p.dq_st, p.dk_st, p.dv_st})) {
         // packed sequences with their totals: the Hopper split's kVarlen copies
         if (HS != 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, false, true, false, kHalf>(k, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, false, true, false, kHalf>(k, stream);
@@ -52,12 +52,12 @@ void backward_general(const AttentionBackwardParams& p, cudaStream_t stream) {
         else if (HS == 128) attention_backward_split<128, 4, 1, 32, 4, 1, 32, true, kHalf>(k, stream);
         else attention_backward_split<256, 4, 1, 32, 4, 1, 32, true, kHalf>(k, stream);
     } else if (hopper && mods) {   // the general copies' tiles below, with the score modifiers
-        if (HS == 256) attention_backward_split_hopper_ws_256<2, true, kHalf>(k, stream);
+        if (HS > 128) attention_backward_split_hopper_ws_256<2, true, kHalf>(k, stream);
         else if (HS > 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 96, 2, true, false, false, true, kHalf>(k, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, false, false, true, kHalf>(k, stream);
     } else if (hopper) {
         // the warp-specialised split's general copies (GQA: each dK/dV item sums its group's query heads; gating)
-        if (HS == 256) attention_backward_split_hopper_ws_256<2, false, kHalf>(k, stream);
+        if (HS > 128) attention_backward_split_hopper_ws_256<2, false, kHalf>(k, stream);
         else if (HS > 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 96, 2, true, false, false, false, kHalf>(k, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, false, false, false, kHalf>(k, stream);
     } else {

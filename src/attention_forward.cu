@@ -12,8 +12,8 @@ of src/attention_forward.cuh, into build/attention.a (its bf16 and fp16 halves i
 #endif
 
 // Dispatch (tiles chosen by dev/cuda/attention_forward's sweeps, see dev/cuda/RESULTS.md):
-//   Hopper with sm_90a code in the binary, HS 64, 96, 128, 256 -> the warp-specialised TMA kernel
-//                (attention_forward_hopper_ws_kernel; HS 96 on HS 128's copies, zero-padded: see head_chunk_stored)
+//   Hopper with sm_90a code in the binary -> the warp-specialised TMA kernel (attention_forward_hopper_ws_kernel), HS 64,
+//                128 and 256 copies; head dims between them on the next one's, zero-padded (see head_chunk_stored)
 //   otherwise -> the mma.sync kernel: HS 64 128x64 tiles, HS 128 128x48 (4 warps of 32 rows: the largest key tile with no
 //                spill at 255 registers); HS 32 128x64, HS 96 128x64, HS 256 64x32 (16 rows a warp: O alone is 128 registers)
 //
@@ -56,12 +56,12 @@ void forward_general(const AttentionForwardParams& p, cudaStream_t stream) {
     if (!mods && (attention_hopper_bias_fits(k.x) || (hopper && attention_gate_only(k.x)))) {
         k.x = with_zero_tile_bias(k.x, p.Tk);
         if (HS <= 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, true, false, false, kHalf>(k, stream);
-        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, true, false, false, kHalf>(k, stream);
+        else if (HS <= 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, true, false, false, kHalf>(k, stream);
         else launch_attention_forward_hopper_ws<256, 2, 64, 2, true, 1, false, true, true, false, false, kHalf>(k, stream);
     }
     else if (!mods && attention_forward_hopper_packed_fits(k)) {   // packed sequences with their totals: the kVarlen copies
-        if (HS == 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, false, true, false, kHalf>(k, stream);
-        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, false, true, false, kHalf>(k, stream);
+        if (HS <= 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, false, true, false, kHalf>(k, stream);
+        else if (HS <= 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, false, true, false, kHalf>(k, stream);
         else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, false, true, false, true, false, kHalf>(k, stream);
     }
     else if (attention_has_extras(k.x) || (!hopper && HS <= 16) || (dropout && (!hopper || HS > 128))) {
@@ -79,18 +79,18 @@ void forward_general(const AttentionForwardParams& p, cudaStream_t stream) {
         // (one copy each: where the items are even, claiming them costs what the round-robin walk does)
         if (HS <= 64 && !dropout && (long)p.B * p.NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true, 1, false, true, false, false, true, kHalf>(k, stream);
         else if (HS <= 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, false, false, true, kHalf>(k, stream);
-        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, true, true, false, false, true, kHalf>(k, stream);
+        else if (HS <= 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, true, true, false, false, true, kHalf>(k, stream);
         else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, true, true, false, false, true, kHalf>(k, stream);
     }
     else if (hopper) {
-        // the tiles of the path above (HS 8-32: HS 64's, HS 96: HS 128's, zero-padded); HS 256: 80-key tiles (a 128-row
+        // the tiles of the path above (HS 8-56: HS 64's, 72-120: HS 128's, 136-248: HS 256's, zero-padded); HS 256: 80-key tiles (a 128-row
         // Q block and two 40 KB stages each of K and V fill the 227 KB; O takes 128 registers a thread, S 40)
         if (HS <= 64 && (long)p.B * p.NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true, 1, false, true, false, false, false, kHalf>(k, stream);
         else if (HS <= 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, false, false, false, kHalf>(k, stream);
         // HS 96 / 128 causal from T = 4096: claimed items, as the self-attention path's CTA pairs (which need T = Tk
         // and no GQA) claim theirs; round-robin, the long items of the last query blocks end on a few SMs
-        else if ((HS == 96 || HS == 128) && p.causal && claimed_schedule(T)) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, true, true, false, false, false, kHalf>(k, stream);
-        else if (HS == 96 || HS == 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, false, false, false, kHalf>(k, stream);
+        else if (HS <= 128 && p.causal && claimed_schedule(T)) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, true, true, false, false, false, kHalf>(k, stream);
+        else if (HS <= 128) launch_attention_forward_hopper_ws<128, 2, 128, 2, true, 1, false, true, false, false, false, kHalf>(k, stream);
         // HS 256 causal: the items' lengths differ, and with the heads cut into sections (see persistent_section_heads)
         // the round-robin walk leaves the SMs unevenly loaded; from T = 1024 the items are claimed
         else if (p.causal && claimed_schedule(T, 1024)) launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, true, true, false, false, false, kHalf>(k, stream);
@@ -133,9 +133,22 @@ ATTENTION_FORWARD_SHARED_LAUNCHERS(ATTENTION_LAUNCHER_INSTANCE)   // the dev har
 
 AttentionTuning& attention_tuning() { static AttentionTuning t; return t; }
 
+// A head dim without kernels of its own (attention_head_dim_compiled) runs zero-padded on the Hopper copies, in the calls
+// that reach them in both passes: without extras but packed sequences (the kVarlen copies, up to 128, without softcap,
+// ALiBi or dropout), with dropout up to 128 (FlashAttention's interface makes no other)
+static bool padded_head_dim_runs(const AttentionForwardParams& p) {
+    if (!hopper_path_available()) return false;
+    const bool dropout = attention_has_dropout(p.x), mods = attention_has_score_mods(p.x) || dropout;
+    if (dropout && p.HS > 128) return false;
+    if (!attention_has_extras(p.x)) return true;
+    return !mods && p.HS <= 128 && attention_forward_hopper_packed_fits(p);
+}
+
 const char* attention_unsupported_reason(const AttentionForwardParams& p) {
-    if (p.HS != 8 && p.HS != 16 && p.HS != 32 && p.HS != 64 && p.HS != 96 && p.HS != 128 && p.HS != 256)
-        return "head dim must be 8, 16, 32, 64, 96, 128 or 256";
+    if (p.HS < 8 || p.HS > 256 || p.HS % 8) return "head dim must be a multiple of 8 from 8 to 256";
+    if (!attention_head_dim_compiled(p.HS) && !padded_head_dim_runs(p))
+        return "head dims other than 8, 16, 32, 64, 96, 128 and 256 run on Hopper (sm_90a) only, without extras but packed "
+               "sequences (those up to 128, without softcap, ALiBi or dropout), with dropout up to 128";
     if (p.B < 1 || p.T < 1 || p.Tk < 1 || p.NH < 1 || p.NH_kv < 1) return "B, T, Tk, NH and NH_kv must be at least 1";
     if (p.NH % p.NH_kv != 0) return "the query heads NH must be a multiple of the key/value heads NH_kv";
     if ((long long)p.B * p.NH > 2147483647LL) return "B * NH too large for the grid";
@@ -173,12 +186,12 @@ const char* attention_unsupported_reason(int B, int T, int NH, int HS) {
 }
 
 const char* attention_forward_path_name(int HS) {
-    if (attention_forward_uses_hopper(HS) && HS == 256)
-        return "flash forward, wgmma+TMA sm90a, warp-specialised, 128x80 tiles (128x64 with a bias or packed sequences), 2 consumer warpgroups, 2 stages (HS=256)";
-    if (attention_forward_uses_hopper(HS) && HS == 96)
-        return "flash forward, wgmma+TMA sm90a, warp-specialised, HS 128's kernel with head dims 96..127 zero-padded, 128x128 tiles, 2 consumer warpgroups (HS=96)";
+    if (attention_forward_uses_hopper(HS) && HS > 128)
+        return "flash forward, wgmma+TMA sm90a, warp-specialised, 128x80 tiles (128x64 with a bias or packed sequences), 2 consumer warpgroups, 2 stages (HS=256; 136..248 zero-padded to it)";
+    if (attention_forward_uses_hopper(HS) && HS > 64 && HS < 128)
+        return "flash forward, wgmma+TMA sm90a, warp-specialised, HS 128's kernel with the head dims past HS zero-padded, 128x128 tiles, 2 consumer warpgroups (HS=72..120)";
     if (attention_forward_uses_hopper(HS) && HS < 64)
-        return "flash forward, wgmma+TMA sm90a, warp-specialised, HS 64's kernel with the head dims past HS zero-padded, 128x128 tiles, 2 consumer warpgroups (HS=8..32)";
+        return "flash forward, wgmma+TMA sm90a, warp-specialised, HS 64's kernel with the head dims past HS zero-padded, 128x128 tiles, 2 consumer warpgroups (HS=8..56)";
     if (attention_forward_uses_hopper(HS))
         return HS == 64 ? "flash forward, wgmma+TMA sm90a, warp-specialised, 192x128 tiles / 3 consumer warpgroups (128x128 / 2 with few tiles), 3 stages (HS=64)"
                         : "flash forward, wgmma+TMA sm90a, warp-specialised, 128x128 tiles, 2 consumer warpgroups, CTA pairs sharing K/V where the blocks pair up (causal, T = Tk), items claimed at T >= 4096 (HS=128)";

@@ -524,12 +524,12 @@ __device__ __forceinline__ void add_key_bias_frag(float (&s)[kNT * 4], const flo
     }
 }
 
-// Head dims 8, 16 and 32 run the HS 64 Hopper copies, head dim 96 the HS 128 ones, zero-padded: TMA reads the head
-// dims past the caller's as zeros (past the tensor map's inner dimension), so S and dP are exact and the padded
-// columns of O, dQ, dK and dV come out zero and are not stored. Whether the 8 head dims of chunk ch are the caller's
-// (kGeneral: the general copies, the only ones the padded head dims reach):
+// Head dims below a Hopper copy's run it zero-padded (8-56 HS 64's, 72-120 HS 128's, 136-248 HS 256's): TMA reads the
+// head dims past the caller's as zeros (past the tensor map's inner dimension; a 64-column box wholly past it too),
+// so S and dP are exact and the padded columns of O, dQ, dK and dV come out zero and are not stored. Whether the 8
+// head dims of chunk ch are the caller's (kGeneral: the general copies, the only ones the padded head dims reach):
 template <int HS, bool kGeneral>
-__device__ __forceinline__ bool head_chunk_stored(int head_dim, int ch) { return (HS != 64 && HS != 128) || !kGeneral || ch * 8 < head_dim; }
+__device__ __forceinline__ bool head_chunk_stored(int head_dim, int ch) { return !kGeneral || ch * 8 < head_dim; }
 
 // gating (the kBias copies): gated_out = O * gate over this warp's 16 rows of the tile, 16 bytes a lane, O read back
 // from the staging (o_staged, swizzle<HS>) or, unstaged, from out where this warp has just written it
@@ -1344,7 +1344,7 @@ inline bool attention_hopper_packed_fits(const AttentionExtras& x, std::initiali
     return true;
 }
 inline bool attention_forward_hopper_packed_fits(const AttentionForwardParams& p) {
-    return (p.HS == 64 || p.HS == 96 || p.HS == 128 || p.HS == 256) && attention_hopper_packed_fits(p.x, {p.q_st, p.k_st, p.v_st, p.o_st});
+    return (p.HS >= 64 || !attention_head_dim_compiled(p.HS)) && attention_hopper_packed_fits(p.x, {p.q_st, p.k_st, p.v_st, p.o_st});
 }
 
 // The Hopper kernels' kBias copies take the kernels' extras (attention_kernel_extras) of a bf16 tile bias whose

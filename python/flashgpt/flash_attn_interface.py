@@ -27,9 +27,11 @@ flash_attn_varlen_func's block_table reads k and v as a paged cache (forward onl
 dropout_p > 0: dropout with a seed from PyTorch's CPU generator (torch.manual_seed repeats it), the same mask recomputed
 in the backward; with return_attn_probs, S_dmask holds the dropped probabilities negated (as FlashAttention's tests read
 it). bf16 and fp16.
-Head dims other than flashgpt's 8, 16, 32, 64, 96, 128 and 256 (up to 256) run
-zero-padded to the next of them (a copy of q, k and v; the padding changes no score), as FlashAttention's wrapper pads
-to multiples of 8.
+Head dims up to 256: rounded up to a multiple of 8 (a copy of q, k and v, as FlashAttention's wrapper pads), which on
+Hopper the kernels take as they are (a head dim between flashgpt's 8, 16, 32, 64, 96, 128 and 256 runs zero-padded
+inside them) except where attention_unsupported_reason refuses one (packed sequences past 128 or with softcap, ALiBi or
+dropout; dropout past 128); there, and before Hopper, zero-padded to the next of flashgpt's head dims (a copy; the
+padding changes no score).
 """
 import math
 
@@ -44,11 +46,19 @@ __all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_
 _HEAD_DIMS = (8, 16, 32, 64, 96, 128, 256)
 
 
-def _padded(D):
-    """the head dim flashgpt runs for D: D itself, or the next of its head dims (zero-padded)"""
+def _padded(D, device, packed, mods):
+    """the head dim flashgpt runs for D (the inputs zero-padded to it where it is larger): D rounded up to a multiple
+    of 8, where the library takes that head dim for this call (the rule of attention_unsupported_reason in
+    src/attention_forward.cu), else the next of its own head dims"""
     if D > 256:
         raise ValueError(f"head dim {D}: FlashAttention and flashgpt take head dims up to 256")
-    return next(d for d in _HEAD_DIMS if d >= D)
+    D8 = (D + 7) // 8 * 8
+    if D8 in _HEAD_DIMS:
+        return D8
+    _, softcap, alibi_slopes, dropout_p = mods
+    takes = (torch.cuda.get_device_capability(device) == (9, 0) and (not dropout_p or D8 <= 128) and
+             (packed is None or (D8 <= 128 and not softcap and alibi_slopes is None and not dropout_p)))
+    return D8 if takes else next(d for d in _HEAD_DIMS if d >= D8)
 
 
 def _attention(q, k, v, softmax_scale, causal, mods, return_attn_probs, packed=None):
@@ -59,7 +69,7 @@ def _attention(q, k, v, softmax_scale, causal, mods, return_attn_probs, packed=N
     seed = _fg.new_dropout_seed() if dropout_p and return_attn_probs else None
     D = q.shape[-1]
     scale = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
-    Dp = _padded(D)
+    Dp = _padded(D, q.device, packed, mods)
     if Dp != D:
         q, k, v = (F.pad(x, (0, Dp - D)) for x in (q, k, v))
     if packed is None:
