@@ -151,12 +151,19 @@ def awkward_input(shape):
 
 
 def unsupported_calls():
-    q = randn_bf16(1, 2, 64, 48)
+    q = randn_bf16(1, 2, 64, 264)
     try:
         fa.flash_attention(q, q, q)
-        raise AssertionError("head dim 48 ran")
+        raise AssertionError("head dim 264 ran")
     except fa.FlashAttentionError as e:
-        print(f"  head dim 48 raises: {e}")
+        print(f"  head dim 264 raises: {e}")
+        check("head dim" in str(e), "the message must name the head dim")
+    q = randn_bf16(1, 2, 64, 160)   # a head dim between the compiled ones with dropout: refused on every GPU
+    try:
+        fa.flash_attention(q, q, q, dropout_p=0.1)
+        raise AssertionError("head dim 160 with dropout ran")
+    except fa.FlashAttentionError as e:
+        print(f"  head dim 160 with dropout raises: {e}")
         check("head dim" in str(e), "the message must name the head dim")
     q, k = randn_bf16(1, 6, 64, 64), randn_bf16(1, 4, 64, 64)
     try:
