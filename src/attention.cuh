@@ -333,8 +333,8 @@ const char* attention_backward_unsupported_reason(const AttentionBackwardParams&
 
 // dq, dk, dv for any call attention_backward_unsupported_reason() accepts (else it exits with the reason): GPT-2's
 // family on the kernels compiled for it, everything else on the general copies of the Hopper split (HS 64, 128, 256,
-// the head dims between them zero-padded) or the mma.sync split. Deterministic unless attention_backward_nondeterministic() is set (which only GPT-2's
-// family uses).
+// the head dims between them zero-padded) or the mma.sync split. Deterministic unless
+// attention_backward_nondeterministic() is set (which only GPT-2's family uses).
 void attention_backward(const AttentionBackwardParams& p, cudaStream_t stream);
 // GPT-2: dqkv (B, T, 3, NH, HS) from dout (B, T, NH, HS); scratch: attention_backward_scratch_bytes(B, T, NH, HS)
 // (doc_start: the forward's document masking). dqkv_sums (optional, (B * ceil(T / 16), 3 * NH * HS) fp32): where

@@ -83,8 +83,9 @@ void forward_general(const AttentionForwardParams& p, cudaStream_t stream) {
         else launch_attention_forward_hopper_ws<256, 2, 80, 2, true, 1, true, true, false, false, true, kHalf>(k, stream);
     }
     else if (hopper) {
-        // the tiles of the path above (HS 8-56: HS 64's, 72-120: HS 128's, 136-248: HS 256's, zero-padded); HS 256: 80-key tiles (a 128-row
-        // Q block and two 40 KB stages each of K and V fill the 227 KB; O takes 128 registers a thread, S 40)
+        // the tiles of the path above (HS 8-56 on HS 64's, 72-120 on HS 128's, 136-248 on HS 256's, zero-padded);
+        // HS 256: 80-key tiles (a 128-row Q block and two 40 KB stages each of K and V fill the 227 KB; O takes 128
+        // registers a thread, S 40)
         if (HS <= 64 && (long)p.B * p.NH * T >= 128 * 1024) launch_attention_forward_hopper_ws<64, 3, 128, 3, true, 1, false, true, false, false, false, kHalf>(k, stream);
         else if (HS <= 64) launch_attention_forward_hopper_ws<64, 2, 128, 3, true, 1, false, true, false, false, false, kHalf>(k, stream);
         // HS 96 / 128 causal from T = 4096: claimed items, as the self-attention path's CTA pairs (which need T = Tk
@@ -133,9 +134,9 @@ ATTENTION_FORWARD_SHARED_LAUNCHERS(ATTENTION_LAUNCHER_INSTANCE)   // the dev har
 
 AttentionTuning& attention_tuning() { static AttentionTuning t; return t; }
 
-// A head dim without kernels of its own (attention_head_dim_compiled) runs zero-padded on the Hopper copies, in the calls
-// that reach them in both passes: without extras but packed sequences (the kVarlen copies, up to 128, without softcap,
-// ALiBi or dropout), with dropout up to 128 (FlashAttention's interface makes no other)
+// A head dim without kernels of its own (attention_head_dim_compiled) runs zero-padded on the Hopper copies, in the
+// calls that reach them in both passes: without extras, or with packed sequences alone (the kVarlen copies: up to 128,
+// without softcap, ALiBi or dropout); with dropout up to 128
 static bool padded_head_dim_runs(const AttentionForwardParams& p) {
     if (!hopper_path_available()) return false;
     const bool dropout = attention_has_dropout(p.x), mods = attention_has_score_mods(p.x) || dropout;
