@@ -28,7 +28,7 @@ dropout_p > 0: dropout with a seed from PyTorch's CPU generator (torch.manual_se
 in the backward; with return_attn_probs, S_dmask holds the dropped probabilities negated (as FlashAttention's tests read
 it). bf16 and fp16.
 Head dims up to 256: rounded up to a multiple of 8 (a copy of q, k and v, as FlashAttention's wrapper pads), which on
-Hopper the kernels take as they are (a head dim between flashgpt's 8, 16, 32, 64, 96, 128 and 256 runs zero-padded
+Hopper (the library built with sm_90a code, as make builds it there) the kernels take as they are (a head dim between flashgpt's 8, 16, 32, 64, 96, 128 and 256 runs zero-padded
 inside them) except where attention_unsupported_reason refuses one (packed sequences past 128 or with softcap, ALiBi or
 dropout; dropout past 128); there, and before Hopper, zero-padded to the next of flashgpt's head dims (a copy; the
 padding changes no score).
