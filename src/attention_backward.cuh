@@ -1410,7 +1410,7 @@ __device__ __forceinline__ void dkdv_hopper_epilogue(const AttentionBackwardPara
     const bool to_bf16 = kGeneral || kHalf || !p.dqkv8.q;   // else to dqkv8 (below)
     for (int c = lane; c < 16 * kDT; c += 32) {
         const int row = warp_row0 + c / kDT, ch = c % kDT, t = n_start + row;
-        if (to_bf16 && t < Tk && head_chunk_stored<HS, kGeneral>(p.HS, ch)) {
+        if (to_bf16 && t < Tk && head_chunk_stored<kGeneral>(p.HS, ch)) {
             *reinterpret_cast<uint4*>(dk_gl + (row0 + t) * p.dk_st.row + ch * 8) = *reinterpret_cast<const uint4*>(dk_stage + swizzle<HS>(row, ch));
             *reinterpret_cast<uint4*>(dv_gl + (row0 + t) * p.dv_st.row + ch * 8) = *reinterpret_cast<const uint4*>(dv_stage + swizzle<HS>(row, ch));
         }
@@ -1587,7 +1587,7 @@ __device__ __forceinline__ void dq_hopper_epilogue(const AttentionBackwardParams
     const bool to_bf16 = kGeneral || kHalf || !p.dqkv8.q;   // else to dqkv8 (below)
     for (int c = lane; c < 16 * kDT; c += 32) {
         const int row = warp_row0 + c / kDT, ch = c % kDT;
-        if (to_bf16 && m_start + row < T && head_chunk_stored<HS, kGeneral>(p.HS, ch))
+        if (to_bf16 && m_start + row < T && head_chunk_stored<kGeneral>(p.HS, ch))
             *reinterpret_cast<uint4*>(dq_gl + (row0 + m_start + row) * p.dq_st.row + ch * 8) = *reinterpret_cast<const uint4*>(stage + swizzle<HS>(row, ch));
     }
     if constexpr (!kGeneral) {
@@ -2351,7 +2351,7 @@ __device__ __forceinline__ void dkdv256_consumer(const AttentionBackwardParams& 
             floatX* row = out + (it.k_row0 + t) * row_st + 2 * tq;
             #pragma unroll
             for (int dt = 0; dt < HS / 8; dt++)
-                if (head_chunk_stored<HS, true>(p.HS, dt))   // head dims 136-248, zero-padded
+                if (head_chunk_stored<true>(p.HS, dt))   // head dims 136-248, zero-padded
                     *reinterpret_cast<uint32_t*>(row + dt * 8) = pack_x2<kHalf>(acc[4 * dt + 2 * half] * out_scale, acc[4 * dt + 2 * half + 1] * out_scale);
         }
     }

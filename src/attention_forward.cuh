@@ -528,7 +528,7 @@ __device__ __forceinline__ void add_key_bias_frag(float (&s)[kNT * 4], const flo
 // head dims past the caller's as zeros (past the tensor map's inner dimension; a 64-column box wholly past it too),
 // so S and dP are exact and the padded columns of O, dQ, dK and dV come out zero and are not stored. Whether the 8
 // head dims of chunk ch are the caller's (kGeneral: the general copies, the only ones the padded head dims reach):
-template <int HS, bool kGeneral>
+template <bool kGeneral>
 __device__ __forceinline__ bool head_chunk_stored(int head_dim, int ch) { return !kGeneral || ch * 8 < head_dim; }
 
 // gating (the kBias copies): gated_out = O * gate over this warp's 16 rows of the tile, 16 bytes a lane, O read back
@@ -541,7 +541,7 @@ __device__ __forceinline__ void hopper_forward_gate(const AttentionForwardParams
     for (int c = threadIdx.x % 32; c < 16 * (HS / 8); c += 32) {
         const int row = warp_row0 + c / (HS / 8), ch = c % (HS / 8);
         const long long r = out_row0 + m_start + row;
-        if ((unsigned)(m_start + row) >= (unsigned)T || !head_chunk_stored<HS, true>(p.HS, ch)) continue;
+        if ((unsigned)(m_start + row) >= (unsigned)T || !head_chunk_stored<true>(p.HS, ch)) continue;
         const uint4 o = o_staged ? *reinterpret_cast<const uint4*>(o_staged + swizzle<HS>(row, ch))
                                  : *reinterpret_cast<const uint4*>(p.out + b * p.o_st.batch + r * p.o_st.row + h * p.o_st.head + ch * 8);
         const uint4 g = *reinterpret_cast<const uint4*>(p.x.gate + b * gs.batch + r * gs.row + h * gs.head + ch * 8);
@@ -576,7 +576,7 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
         for (int dt = 0; dt < HS / 8; dt++) {
             const uint32_t o2 = pack_x2<kHalf>(o_acc[4 * dt + 2 * half] * inv_l, o_acc[4 * dt + 2 * half + 1] * inv_l);
             if constexpr (kStaged) *reinterpret_cast<uint32_t*>(q_smem + swizzle<HS>(row, dt) + 4 * tq) = o2;
-            else if ((unsigned)(m_start + row) < (unsigned)T && head_chunk_stored<HS, kGeneral>(p.HS, dt))
+            else if ((unsigned)(m_start + row) < (unsigned)T && head_chunk_stored<kGeneral>(p.HS, dt))
                 *reinterpret_cast<uint32_t*>(p.out + b * p.o_st.batch + (out_row0 + m_start + row) * p.o_st.row + h * p.o_st.head + dt * 8 + 2 * tq) = o2;
         }
     }
@@ -588,7 +588,7 @@ __device__ __forceinline__ void hopper_forward_epilogue(const AttentionForwardPa
     floatX* out_gl = p.out + b * p.o_st.batch + h * p.o_st.head;
     for (int c = lane; c < 16 * (HS / 8); c += 32) {
         int row = warp_row0 + c / (HS / 8), ch = c % (HS / 8);
-        if ((unsigned)(m_start + row) < (unsigned)T && head_chunk_stored<HS, kGeneral>(p.HS, ch))
+        if ((unsigned)(m_start + row) < (unsigned)T && head_chunk_stored<kGeneral>(p.HS, ch))
             *reinterpret_cast<uint4*>(out_gl + (out_row0 + m_start + row) * p.o_st.row + ch * 8) =
                 *reinterpret_cast<const uint4*>(q_smem + swizzle<HS>(row, ch));
     }
