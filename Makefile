@@ -43,14 +43,11 @@ DEV_GENCODE := $(foreach a,$(DEV_GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(
 GIT_COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 NVCC_BASE_FLAGS := -DGIT_COMMIT=\"$(GIT_COMMIT)\" --use_fast_math -std=c++17 --threads=$(NVCC_THREADS) -DNDEBUG -lineinfo -Xptxas=--warn-on-spills -I. -Isrc
 # nvcc's -O sets the host compiler's level alone (the PTX is the same). The objects whose host code is dispatch,
-# launches and program glue (the attention's, gpt2_programs.o, the GPT-2 variant harnesses, whose CPU reference only
-# checks their GPU one on small shapes) take -O1, which about halves gcc's part of their compile; the harnesses with
-# fp64 CPU references (attention_general, matmul, layernorm, fused_classifier) keep -O3
+# launches and program glue (the attention's, gpt2_programs.o) take -O1, which about halves gcc's part of their
+# compile; the dev harnesses keep -O3 for their CPU references and the host loops that compare outputs
 NVCC_FLAGS := -O3 $(NVCC_BASE_FLAGS) $(GENCODE)
 NVCC_GLUE_FLAGS := -O1 $(NVCC_BASE_FLAGS) $(GENCODE)
-DEV_NVCC_FLAGS := $(NVCC_BASE_FLAGS) $(DEV_GENCODE)
-DEV_HOST_OPT := -O3
-build/dev/attention_forward.o build/dev/attention_backward.o: DEV_HOST_OPT := -O1
+DEV_NVCC_FLAGS := -O3 $(NVCC_BASE_FLAGS) $(DEV_GENCODE)
 NVCC_LDLIBS := -lcublas -lcublasLt
 CXX_FLAGS := -O2 -std=c++17 -Wall -I. -Isrc
 
@@ -123,7 +120,7 @@ dev: $(DEV_CUDA)
 # among them (ATTENTION_*_SHARED_LAUNCHERS)
 build/dev/%.o: dev/cuda/%.cu $(wildcard dev/cuda/*.h) $(wildcard src/*.cuh src/*.h) $(wildcard dev/cuda/forward_variants/*.cuh dev/cuda/backward_variants/*.cuh)
 	@mkdir -p build/dev
-	$(NVCC) $(DEV_HOST_OPT) $(DEV_NVCC_FLAGS) -c $< -o $@
+	$(NVCC) $(DEV_NVCC_FLAGS) -c $< -o $@
 
 .PRECIOUS: build/dev/%.o
 dev/cuda/%: build/dev/%.o $(ATTENTION)
