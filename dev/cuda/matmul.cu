@@ -437,18 +437,31 @@ int validate(const HarnessArgs& args, const MatmulShape& sh, int M, std::mt19937
     for (int r = 0; r < std::min(M, 64); r++) rows.push_back(r);
     for (int r = std::max(64, M - 64); r < M; r++) rows.push_back(r);
     for (int i = 0; i < 192 && M > 128; i++) rows.push_back(64 + (int)(rng() % (M - 128)));
-    // the fp64 reference of the sampled rows (out, and the forward GELU's aux) from a (M, K) and b as b_at reads it
+    // the fp64 reference of the sampled rows (out, and the forward GELU's aux) from a (M, K) and b as b_at reads it: a
+    // row a unit on every core; each output sums k = 0 .. K - 1 in order, walking b along its rows (k outer where b is
+    // (K, N), the backward's; c outer where it is (N, K)), so the values do not depend on the order or the thread count
     auto reference = [&](auto a_val, auto b_val, std::vector<double>& ref_out, std::vector<double>& ref_aux) {
         ref_out.assign(rows.size() * N, 0.0);
         ref_aux.assign(rows.size() * N, 0.0);
-        for (size_t i = 0; i < rows.size(); i++)
-            for (int c = 0; c < N; c++) {
-                double x = dgelu ? 0.0 : __bfloat162float(h_bias[c]);
-                for (int k = 0; k < K; k++) x += a_val(rows[i], k) * b_val(k, c);
-                const double pre = __bfloat162float(h_aux[(size_t)rows[i] * N + c]);
-                ref_aux[i * N + c] = x;
-                ref_out[i * N + c] = dgelu ? x * gelu_fp64(pre, true) : sh.epilogue == kEpiGeluAux ? gelu_fp64(x, false) : x;
+        parallel_units((int)rows.size(), [&](int i) {
+            double* x = &ref_aux[(size_t)i * N];
+            if (dgelu) {
+                for (int k = 0; k < K; k++) {
+                    const double a = a_val(rows[i], k);
+                    for (int c = 0; c < N; c++) x[c] += a * b_val(k, c);
+                }
+            } else {
+                for (int c = 0; c < N; c++) {
+                    double sum = __bfloat162float(h_bias[c]);
+                    for (int k = 0; k < K; k++) sum += a_val(rows[i], k) * b_val(k, c);
+                    x[c] = sum;
+                }
             }
+            for (int c = 0; c < N; c++) {
+                const double pre = __bfloat162float(h_aux[(size_t)rows[i] * N + c]);
+                ref_out[(size_t)i * N + c] = dgelu ? x[c] * gelu_fp64(pre, true) : sh.epilogue == kEpiGeluAux ? gelu_fp64(x[c], false) : x[c];
+            }
+        });
     };
     std::vector<double> ref_out, ref_aux, fp8_out, fp8_aux;
     reference([&](int r, int k) { return (double)__bfloat162float(h_a[(size_t)r * K + k]); }, b_at, ref_out, ref_aux);
@@ -506,13 +519,15 @@ int validate(const HarnessArgs& args, const MatmulShape& sh, int M, std::mt19937
                 gelu_worst = std::max(gelu_worst, frac);
                 gelu_bad += !(frac <= 1.0);
             }
-            for (int c = 0; c < N; c++) {
-                double sum = 0.0, abs_sum = 0.0;
-                for (int r = 0; r < M; r++) {
+            std::vector<double> sums(N, 0.0), abs_sums(N, 0.0);   // each column's sums in row order, walking out by rows
+            for (int r = 0; r < M; r++)
+                for (int c = 0; c < N; c++) {
                     const double o = __bfloat162float(out[(size_t)r * N + c]);
-                    sum += o;
-                    abs_sum += std::fabs(o);
+                    sums[c] += o;
+                    abs_sums[c] += std::fabs(o);
                 }
+            for (int c = 0; c < N; c++) {
+                const double sum = sums[c], abs_sum = abs_sums[c];
                 const double got = __bfloat162float(dbias[c]);
                 const double frac = std::isfinite(got) ? std::fabs(got - sum) / (std::ldexp(std::fabs(sum) + abs_sum, -8) + 1e-3) : INFINITY;
                 bias_worst = std::max(bias_worst, frac);
@@ -1009,8 +1024,7 @@ int check_dgelu_fp8(std::mt19937_64& rng) {
         to_device(dout8, h_dout8);
         to_device(w8T, h_w8T);
         std::vector<double> ref_d((size_t)M * N), ref_y((size_t)M * N), ref_slack((size_t)M * N);   // ref_slack: see above
-        double d_max = 0.0, y_max = 0.0;
-        for (int m = 0; m < M; m++)
+        parallel_units(M, [&](int m) {   // a row a unit
             for (int n = 0; n < N; n++) {
                 double acc = 0.0, abs_acc = 0.0;
                 for (int k = 0; k < K; k++) {
@@ -1022,9 +1036,13 @@ int check_dgelu_fp8(std::mt19937_64& rng) {
                 ref_d[(size_t)m * N + n] = acc * gelu_fp64(x, true);
                 ref_slack[(size_t)m * N + n] = abs_acc * std::fabs(gelu_fp64(x, true)) + std::fabs(acc);
                 ref_y[(size_t)m * N + n] = gelu_fp64(x, false);
-                d_max = std::max(d_max, std::fabs(ref_d[(size_t)m * N + n]));
-                y_max = std::max(y_max, std::fabs(ref_y[(size_t)m * N + n]));
             }
+        });
+        double d_max = 0.0, y_max = 0.0;
+        for (size_t e = 0; e < ref_d.size(); e++) {
+            d_max = std::max(d_max, std::fabs(ref_d[e]));
+            y_max = std::max(y_max, std::fabs(ref_y[e]));
+        }
         Fp8Scale h_slots[4] = {fp8_scale_init(e5m2), fp8_scale_init(false), fp8_scale_init(e5m2), fp8_scale_init(false)};
         h_slots[0].scale = (float)(0.9 * fmax / d_max);
         h_slots[1].scale = (float)(0.9 * kFp8MaxE4M3 / y_max);
