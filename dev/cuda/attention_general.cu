@@ -205,8 +205,8 @@ static const char* kValidationCases[] = {
     "b=4,h=2,tq=200,tk=300,d=64,causal=0,keylens=1,softcap=10",  "b=2,h=2,tq=200,d=64,causal=0,bias=1htt,dbias=1,alibi=2",
     "b=2,h=4,hkv=1,tq=1,tk=700,d=128,alibi=1,softcap=30",        "b=1,h=4,tq=2100,d=128,alibi=1,wl=512",
     "b=2,h=3,tq=300,d=64,docs=1,softcap=5,alibi=1",
-    // softcap alone: Gemma's head dim 256 with GQA, fp16 causal cross with a window (keys left of it at -inf before
-    // the softcap's factor), MQA non-causal
+    // softcap alone: Gemma's head dim 256 with GQA, fp16 causal cross with a window (the keys left of it at -inf,
+    // where dS's softcap factor must stay finite), MQA non-causal
     "b=2,h=4,hkv=2,tq=300,d=256,softcap=50",                     "b=2,h=4,hkv=2,tq=200,tk=333,d=128,softcap=20,wl=64,fp16=1",
     "b=3,h=4,hkv=1,tq=150,tk=260,d=64,causal=0,softcap=10",
     // fp16: every kernel family bf16 runs (general Hopper at 64 / 96 / 128 / 256 and zero-padded 8-32, GPT-2's family
