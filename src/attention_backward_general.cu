@@ -39,8 +39,8 @@ void backward_general(const AttentionBackwardParams& p, cudaStream_t stream) {
             return;
         }
     } else if (!mods && HS > 32 && HS <= 128 && attention_hopper_packed_fits(k.x, {p.q_st, p.k_st, p.v_st, p.o_st, p.do_st, p.dq_st, p.dk_st, p.dv_st})) {
-        // packed sequences with their totals: the Hopper split's kVarlen copies
-        if (HS != 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, false, true, false, kHalf>(k, stream);
+        // packed sequences with their totals: the Hopper split's kVarlen copies (HS 40-56 on HS 64's, as the forward)
+        if (HS > 64) attention_backward_split_hopper_ws<128, 2, 64, 2, 64, 2, true, false, true, false, kHalf>(k, stream);
         else attention_backward_split_hopper_ws<64, 2, 128, 2, 128, 2, true, false, true, false, kHalf>(k, stream);
     } else if ((attention_has_extras(k.x) && !(hopper && HS != 256 && attention_gate_only(k.x))) || (!hopper && HS <= 16) ||
                (dropout && (!hopper || HS > 128))) {

@@ -243,6 +243,7 @@ static const char* kValidationCases[] = {
     "b=2,h=3,tq=200,d=104,causal=0,dropout=0.17",                "b=4,h=2,tq=300,d=88,varlen=1",
     "b=3,h=2,tq=200,tk=300,d=40,varlen=1,causal=0,wl=20,wr=100", "b=2,h=4,hkv=2,tq=190,tk=250,d=136,fp16=1",
     "b=1,h=2,tq=4096,d=80,layout=bthd",                          "b=1,h=2,tq=1100,d=248,causal=0",
+    "b=4,h=4,hkv=2,tq=300,d=48,varlen=1",
 };
 // the benchmark cases of the general-attention issue (the anchor script runs the same strings)
 static const char* kBenchCases[] = {
