@@ -137,17 +137,16 @@ AttentionTuning& attention_tuning() { static AttentionTuning t; return t; }
 // A head dim without kernels of its own (attention_head_dim_compiled) runs zero-padded on the Hopper copies, in the
 // calls that reach them in both passes: without extras, or with packed sequences alone (the kVarlen copies: up to 128,
 // without softcap, ALiBi or dropout); with dropout up to 128
-static bool padded_head_dim_runs(const AttentionForwardParams& p) {
-    if (!hopper_path_available()) return false;
-    const bool dropout = attention_has_dropout(p.x), mods = attention_has_score_mods(p.x) || dropout;
-    if (dropout && p.HS > 128) return false;
-    if (!attention_has_extras(p.x)) return true;
-    return !mods && p.HS <= 128 && attention_forward_hopper_packed_fits(p);
+bool attention_padded_head_dim_runs(int HS, bool extras, bool packed_alone, bool score_mods, bool dropout) {
+    if (!hopper_path_available() || (dropout && HS > 128)) return false;
+    return !extras || (packed_alone && !score_mods && !dropout && HS <= 128);
 }
 
 const char* attention_unsupported_reason(const AttentionForwardParams& p) {
     if (p.HS < 8 || p.HS > 256 || p.HS % 8) return "head dim must be a multiple of 8 from 8 to 256";
-    if (!attention_head_dim_compiled(p.HS) && !padded_head_dim_runs(p))
+    if (!attention_head_dim_compiled(p.HS) &&
+        !attention_padded_head_dim_runs(p.HS, attention_has_extras(p.x), attention_forward_hopper_packed_fits(p),
+                                        attention_has_score_mods(p.x), attention_has_dropout(p.x)))
         return "head dims other than 8, 16, 32, 64, 96, 128 and 256 run on Hopper (sm_90a) only, without extras but packed "
                "sequences (those up to 128, without softcap, ALiBi or dropout), with dropout up to 128";
     if (p.B < 1 || p.T < 1 || p.Tk < 1 || p.NH < 1 || p.NH_kv < 1) return "B, T, Tk, NH and NH_kv must be at least 1";

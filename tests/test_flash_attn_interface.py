@@ -164,6 +164,22 @@ def case_varlen(lens_q, lens_k, H, H_kv, D, causal, packed, window=(-1, -1), sof
     return fn
 
 
+def padded_head_dims():
+    """where the library runs a head dim between its own as it is (Hopper, sm_90a code: without extras, packed
+    sequences up to 128 without softcap, ALiBi or dropout, dropout up to 128) and where the caller pads past it"""
+    import flashgpt_attention as fg
+    dev = torch.device("cuda")
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    for D, packed, mods, dropout, on_hopper in [(64, False, False, False, 64), (40, False, False, False, 40),
+                                                (40, True, False, False, 40), (136, True, False, False, 256),
+                                                (80, True, True, False, 96), (160, False, True, False, 160),
+                                                (160, False, False, True, 256), (104, False, False, True, 104),
+                                                (8, True, True, True, 8)]:
+        want = on_hopper if hopper or on_hopper in fai._HEAD_DIMS else next(d for d in fai._HEAD_DIMS if d >= D)
+        got = fg.run_head_dim(D, dev, packed, mods, dropout)
+        assert got == want, f"D={D} packed={packed} mods={mods} dropout={dropout}: {got}, want {want}"
+
+
 def dropout_repeats():
     """dropout with torch.manual_seed(s) twice: the same out and gradients, bit for bit; another seed: a different out"""
     q, k, v, dout = (torch.randn(2, 300, 4, 64, device="cuda", dtype=torch.bfloat16) for _ in range(4))
@@ -268,6 +284,7 @@ if __name__ == "__main__":
     run("dropout=0.17 flash_attn_varlen_func [113, 7, 300] x [203, 64, 300] H=4 H_kv=2 D=64 causal=1",
         case_varlen([113, 7, 300], [203, 64, 300], 4, 2, 64, True, "none", dropout=0.17))
     run("dropout: the same seed repeats bit for bit, another differs", dropout_repeats)
+    run("the head dims the library runs padded calls at (flashgpt_attention_run_head_dim)", padded_head_dims)
     failed = sum(1 for r in results if r[0] == "FAIL")
     print(f"test_flash_attn_interface: {len(results) - failed} passed, {failed} failed")
     sys.exit(1 if failed else 0)

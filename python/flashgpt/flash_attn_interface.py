@@ -43,22 +43,19 @@ import flashgpt_attention as _fg
 __all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func", "flash_attn_varlen_func",
            "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache"]
 
-_HEAD_DIMS = (8, 16, 32, 64, 96, 128, 256)
+_HEAD_DIMS = (8, 16, 32, 64, 96, 128, 256)   # the library's own kernels' (src/attention.cuh's attention_head_dim_compiled)
 
 
 def _padded(D, device, packed, mods):
     """the head dim flashgpt runs for D (the inputs zero-padded to it where it is larger): D rounded up to a multiple
-    of 8, where the library takes that head dim for this call (the rule of attention_unsupported_reason in
-    src/attention_forward.cu), else the next of its own head dims"""
+    of 8 (as FlashAttention's wrapper pads), or past it where the library says (flashgpt_attention.run_head_dim)"""
     if D > 256:
         raise ValueError(f"head dim {D}: FlashAttention and flashgpt take head dims up to 256")
     D8 = (D + 7) // 8 * 8
     if D8 in _HEAD_DIMS:
         return D8
     _, softcap, alibi_slopes, dropout_p = mods
-    takes = (torch.cuda.get_device_capability(device) == (9, 0) and (not dropout_p or D8 <= 128) and
-             (packed is None or (D8 <= 128 and not softcap and alibi_slopes is None and not dropout_p)))
-    return D8 if takes else next(d for d in _HEAD_DIMS if d >= D8)
+    return _fg.run_head_dim(D8, device, packed is not None, softcap or alibi_slopes is not None, dropout_p)
 
 
 def _attention(q, k, v, softmax_scale, causal, mods, return_attn_probs, packed=None):
