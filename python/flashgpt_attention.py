@@ -61,7 +61,6 @@ Limits (src/attention.cuh's): one GPU per process (the first one used); on Hoppe
 streams at once (its persistent schedule keeps one counter per kernel).
 """
 import ctypes
-import functools
 import math
 import os
 import struct
@@ -163,16 +162,20 @@ def library_version():
     return _library().flashgpt_attention_version().decode()
 
 
-@functools.lru_cache(maxsize=None)
+_run_head_dims = {}
+
+
 def _run_head_dim(D, device_index, packed, score_mods, dropout):
-    with torch.cuda.device(device_index):
-        Dp = _library().flashgpt_attention_run_head_dim(D, packed, score_mods, dropout)
-    if Dp == 0:
+    key = (D, device_index, packed, score_mods, dropout)
+    if key not in _run_head_dims:
+        with torch.cuda.device(device_index):
+            _run_head_dims[key] = _library().flashgpt_attention_run_head_dim(D, packed, score_mods, dropout)
+    if _run_head_dims[key] == 0:
         raise FlashAttentionError(f"head dim {D}: a multiple of 8 from 8 to 256, on a device that runs the kernels")
-    return Dp
+    return _run_head_dims[key]
 
 
-# (a constant of its arguments: under torch.compile the graph holds the answer, not the library call)
+# a constant of its arguments: under torch.compile the graph holds the answer, not the library call
 if hasattr(torch, "compiler") and hasattr(torch.compiler, "assume_constant_result"):
     _run_head_dim = torch.compiler.assume_constant_result(_run_head_dim)
 

@@ -180,6 +180,19 @@ def padded_head_dims():
         assert got == want, f"D={D} packed={packed} mods={mods} dropout={dropout}: {got}, want {want}"
 
 
+def compiled_as_eager(D):
+    """a program that compiles its model runs flash_attn_func in one graph (a head dim between the library's too,
+    whose padding the library decides: run_head_dim is a constant there), with eager's results"""
+    q, k, v = (torch.randn(2, 200, 4, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    dout = torch.randn(2, 200, 4, D, device="cuda", dtype=torch.bfloat16)
+    results = []
+    for fn in (fai.flash_attn_func, torch.compile(fai.flash_attn_func, fullgraph=True, backend="aot_eager")):
+        out = fn(q, k, v, causal=True)
+        results.append([out] + list(torch.autograd.grad(out, (q, k, v), dout)))
+    for name, a, b in zip(("out", "dq", "dk", "dv"), *results):
+        assert torch.equal(a, b), f"{name}: compiled differs from eager by {(a.float() - b.float()).abs().max().item():.3e}"
+
+
 def dropout_repeats():
     """dropout with torch.manual_seed(s) twice: the same out and gradients, bit for bit; another seed: a different out"""
     q, k, v, dout = (torch.randn(2, 300, 4, 64, device="cuda", dtype=torch.bfloat16) for _ in range(4))
@@ -285,6 +298,9 @@ if __name__ == "__main__":
         case_varlen([113, 7, 300], [203, 64, 300], 4, 2, 64, True, "none", dropout=0.17))
     run("dropout: the same seed repeats bit for bit, another differs", dropout_repeats)
     run("the head dims the library runs padded calls at (flashgpt_attention_run_head_dim)", padded_head_dims)
+    for D in (64, 40):
+        run(f"flash_attn_func under torch.compile(fullgraph=True) B=2 T=200 H=4 D={D} causal=1: as eager, bit for bit",
+            lambda D=D: compiled_as_eager(D))
     failed = sum(1 for r in results if r[0] == "FAIL")
     print(f"test_flash_attn_interface: {len(results) - failed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
