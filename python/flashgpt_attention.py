@@ -71,7 +71,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB_NAME = "libflashgpt_attention.so"
 LAYOUTS = ("bhtd", "bthd")
 DTYPES = (torch.bfloat16, torch.float16)   # q, k, v, out and the gate: one of these, all alike
-# the version of src/attention_capi.h's signatures this module calls (flashgpt_attention_abi; 9: run_head_dim)
+# the version of src/attention_capi.h's signatures this module calls (flashgpt_attention_abi; 9: the padded head dims' limit)
 ABI = 9
 
 
@@ -109,7 +109,7 @@ def _library():
             abi = lib.flashgpt_attention_abi()
         if abi < ABI:
             raise FlashAttentionError(f"{path} predates this module's interface (its ABI {abi or 'unnumbered'}, this "
-                                      f"module needs {ABI}: flashgpt_attention_run_head_dim): rebuild it with "
+                                      f"module needs {ABI}: flashgpt_attention_padded_head_dim_limit): rebuild it with "
                                       f"`make lib` in {REPO_ROOT}")
         ptr, strides, i32 = ctypes.c_void_p, ctypes.POINTER(ctypes.c_longlong), ctypes.c_int
         shape = [i32] * 7  # B, T, Tk, NH, NH_kv, HS, causal
@@ -149,8 +149,8 @@ def _library():
                                                     ptr, ptr, strides, strides, i32, ptr, ptr, i32, i32, i32] +
                                                    window + [i32, i32, ptr])
         lib.flashgpt_attention_kvcache.restype = ctypes.c_char_p
-        lib.flashgpt_attention_run_head_dim.argtypes = [i32] * 4
-        lib.flashgpt_attention_run_head_dim.restype = i32
+        lib.flashgpt_attention_padded_head_dim_limit.argtypes = [i32] * 3
+        lib.flashgpt_attention_padded_head_dim_limit.restype = i32
         lib.flashgpt_attention_version.argtypes = []
         lib.flashgpt_attention_version.restype = ctypes.c_char_p
         _lib = lib
@@ -162,29 +162,28 @@ def library_version():
     return _library().flashgpt_attention_version().decode()
 
 
-_run_head_dims = {}
+_padded_limits = {}
 
 
-def _run_head_dim(D, device_index, packed, score_mods, dropout):
-    key = (D, device_index, packed, score_mods, dropout)
-    if key not in _run_head_dims:
+def _padded_head_dim_limit(device_index, packed, score_mods, dropout):
+    key = (device_index, packed, score_mods, dropout)
+    if key not in _padded_limits:
         with torch.cuda.device(device_index):
-            _run_head_dims[key] = _library().flashgpt_attention_run_head_dim(D, packed, score_mods, dropout)
-    if _run_head_dims[key] == 0:
-        raise FlashAttentionError(f"head dim {D}: a multiple of 8 from 8 to 256, on a device that runs the kernels")
-    return _run_head_dims[key]
+            _padded_limits[key] = _library().flashgpt_attention_padded_head_dim_limit(packed, score_mods, dropout)
+    return _padded_limits[key]
 
 
 # a constant of its arguments: under torch.compile the graph holds the answer, not the library call
 if hasattr(torch, "compiler") and hasattr(torch.compiler, "assume_constant_result"):
-    _run_head_dim = torch.compiler.assume_constant_result(_run_head_dim)
+    _padded_head_dim_limit = torch.compiler.assume_constant_result(_padded_head_dim_limit)
 
 
-def run_head_dim(D, device, packed=False, score_mods=False, dropout=False):
-    """the head dim a call of head dim D (a multiple of 8 up to 256) runs at on device: D where the library takes it as it
-    is, else the next of 8, 16, 32, 64, 96, 128 and 256, to which the caller pads q, k and v (the library's
-    flashgpt_attention_run_head_dim says; packed: packed sequences without other extras, score_mods: softcap or ALiBi)"""
-    return _run_head_dim(D, device.index, int(bool(packed)), int(bool(score_mods)), int(bool(dropout)))
+def padded_head_dim_limit(device, packed=False, score_mods=False, dropout=False):
+    """the largest head dim between the library's own (8, 16, 32, 64, 96, 128, 256) that a call with these features takes
+    on device as it is, zero-padded inside its kernels (0: none; packed: packed sequences without other extras,
+    score_mods: softcap or ALiBi); a caller pads a head dim past it to the next of the library's own
+    (src/attention_capi.h's flashgpt_attention_padded_head_dim_limit)"""
+    return _padded_head_dim_limit(device.index, int(bool(packed)), int(bool(score_mods)), int(bool(dropout)))
 
 
 # ----------------------------------------------------------------------------

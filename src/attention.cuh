@@ -212,7 +212,8 @@ AttentionTuning& attention_tuning();
 const char* attention_unsupported_reason(const AttentionForwardParams& p);
 // whether head dim HS, a multiple of 8 without kernels of its own (attention_head_dim_compiled), runs zero-padded on
 // the Hopper copies in a call with: extras (attention_has_extras), and if so whether they are packed sequences alone
-// that the kVarlen copies take (attention_forward_hopper_packed_fits); softcap or ALiBi; dropout
+// that the kVarlen copies take (attention_forward_hopper_packed_fits); softcap or ALiBi; dropout. For given features
+// it holds up to a head dim and not past it (flashgpt_attention_padded_head_dim_limit reports that one)
 bool attention_padded_head_dim_runs(int HS, bool extras, bool packed_alone, bool score_mods, bool dropout);
 // GPT-2's shape (fused QKV, causal, scale 1/sqrt(HS))
 const char* attention_unsupported_reason(int B, int T, int NH, int HS);

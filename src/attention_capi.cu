@@ -310,15 +310,14 @@ const char* flashgpt_attention_dropout_mask(unsigned char* mask, int B, int NH, 
     return launch_problem();
 }
 
-int flashgpt_attention_run_head_dim(int HS, int packed, int score_mods, int dropout) {
-    if (HS < 8 || HS > 256 || HS % 8) return 0;
+int flashgpt_attention_padded_head_dim_limit(int packed, int score_mods, int dropout) {
     std::lock_guard<std::mutex> lock(g_call_mutex);
     if (device_problem()) return 0;
-    if (attention_head_dim_compiled(HS) || attention_padded_head_dim_runs(HS, packed != 0, packed != 0, score_mods != 0, dropout != 0))
-        return HS;
-    int next = 8;
-    while (next < HS || !attention_head_dim_compiled(next)) next += 8;
-    return next;
+    int limit = 0;
+    for (int HS = 8; HS <= 256; HS += 8)   // (attention_padded_head_dim_runs holds up to a limit)
+        if (!attention_head_dim_compiled(HS) && attention_padded_head_dim_runs(HS, packed != 0, packed != 0, score_mods != 0, dropout != 0))
+            limit = HS;
+    return limit;
 }
 
 const char* flashgpt_attention_version(void) { return GIT_COMMIT; }

@@ -187,12 +187,11 @@ FLASHGPT_API const char* flashgpt_attention_kvcache(const void* q, void* k_cache
                                                     int window_right, float softcap, const float* alibi_slopes,
                                                     long long alibi_batch, int num_splits, int fp16, void* stream);
 
-// the head dim a call of head dim HS (a multiple of 8 from 8 to 256) runs at on the current device: HS itself where the
-// library takes it as it is (its own kernels, or zero-padded inside the Hopper ones), else the next of 8, 16, 32, 64,
-// 96, 128 and 256, to which the caller pads the inputs (flashgpt.flash_attn_interface does, as FlashAttention's wrapper
-// pads to a multiple of 8). The call's features: packed sequences (cu_seqlens, no other extras), softcap or ALiBi
-// (score_mods), dropout. 0 where HS is out of range or the device cannot run the kernels.
-FLASHGPT_API int flashgpt_attention_run_head_dim(int HS, int packed, int score_mods, int dropout);
+// On the current device, the largest head dim between the library's own (8, 16, 32, 64, 96, 128, 256) that a call with
+// these features takes as it is, zero-padded inside the Hopper kernels (a multiple of 8; 0: none): packed sequences
+// (cu_seqlens, no other extras), softcap or ALiBi (score_mods), dropout. A caller pads a head dim past it to the next of
+// the library's own (flashgpt.flash_attn_interface does, where FlashAttention's wrapper pads to a multiple of 8).
+FLASHGPT_API int flashgpt_attention_padded_head_dim_limit(int packed, int score_mods, int dropout);
 
 // the git commit the library was built from
 FLASHGPT_API const char* flashgpt_attention_version(void);

@@ -166,23 +166,23 @@ def case_varlen(lens_q, lens_k, H, H_kv, D, causal, packed, window=(-1, -1), sof
 
 def padded_head_dims():
     """where the library runs a head dim between its own as it is (Hopper, sm_90a code: without extras, packed
-    sequences up to 128 without softcap, ALiBi or dropout, dropout up to 128) and where the caller pads past it"""
-    import flashgpt_attention as fg
-    dev = torch.device("cuda")
+    sequences up to 128 without softcap, ALiBi or dropout, dropout up to 128) and where the interface pads past it"""
+    dev, none = torch.device("cuda"), ((-1, -1), 0.0, None, 0.0)
     hopper = torch.cuda.get_device_capability() == (9, 0)
-    for D, packed, mods, dropout, on_hopper in [(64, False, False, False, 64), (40, False, False, False, 40),
-                                                (40, True, False, False, 40), (136, True, False, False, 256),
-                                                (80, True, True, False, 96), (160, False, True, False, 160),
-                                                (160, False, False, True, 256), (104, False, False, True, 104),
-                                                (8, True, True, True, 8)]:
-        want = on_hopper if hopper or on_hopper in fai._HEAD_DIMS else next(d for d in fai._HEAD_DIMS if d >= D)
-        got = fg.run_head_dim(D, dev, packed, mods, dropout)
-        assert got == want, f"D={D} packed={packed} mods={mods} dropout={dropout}: {got}, want {want}"
+    packed = (None, None, 0, 0)
+    for D, pack, mods, on_hopper in [(64, None, none, 64), (33, None, none, 40), (40, packed, none, 40),
+                                     (136, packed, none, 256), (80, packed, ((-1, -1), 30.0, None, 0.0), 96),
+                                     (160, None, ((-1, -1), 30.0, None, 0.0), 160), (160, None, ((-1, -1), 0.0, None, 0.1), 256),
+                                     (97, None, ((-1, -1), 0.0, None, 0.1), 104), (8, packed, ((-1, -1), 30.0, None, 0.1), 8)]:
+        D8 = (D + 7) // 8 * 8
+        want = on_hopper if hopper or D8 in fai._HEAD_DIMS else next(d for d in fai._HEAD_DIMS if d >= D8)
+        got = fai._padded(D, dev, pack, mods)
+        assert got == want, f"D={D} packed={pack is not None} mods={mods}: {got}, want {want}"
 
 
 def compiled_as_eager(D):
     """a program that compiles its model runs flash_attn_func in one graph (a head dim between the library's too,
-    whose padding the library decides: run_head_dim is a constant there), with eager's results"""
+    whose padding the library decides: padded_head_dim_limit is a constant there), with eager's results"""
     q, k, v = (torch.randn(2, 200, 4, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     dout = torch.randn(2, 200, 4, D, device="cuda", dtype=torch.bfloat16)
     results = []
@@ -297,7 +297,7 @@ if __name__ == "__main__":
     run("dropout=0.17 flash_attn_varlen_func [113, 7, 300] x [203, 64, 300] H=4 H_kv=2 D=64 causal=1",
         case_varlen([113, 7, 300], [203, 64, 300], 4, 2, 64, True, "none", dropout=0.17))
     run("dropout: the same seed repeats bit for bit, another differs", dropout_repeats)
-    run("the head dims the library runs padded calls at (flashgpt_attention_run_head_dim)", padded_head_dims)
+    run("the head dims the interface pads to (flashgpt_attention_padded_head_dim_limit)", padded_head_dims)
     for D in (64, 40):
         run(f"flash_attn_func under torch.compile(fullgraph=True) B=2 T=200 H=4 D={D} causal=1: as eager, bit for bit",
             lambda D=D: compiled_as_eager(D))

@@ -56,7 +56,7 @@ const char* flashgpt_attention_forward_ex(void) { return "not in the stub"; }
 const char* flashgpt_attention_backward_ex(void) { return "not in the stub"; }
 const char* flashgpt_attention_dropout_mask(void) { return "not in the stub"; }
 const char* flashgpt_attention_kvcache(void) { return "not in the stub"; }
-int flashgpt_attention_run_head_dim(void) { return 0; }
+int flashgpt_attention_padded_head_dim_limit(void) { return 0; }
 """
 FIELDS = (["q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv", "scratch", "stream", "alibi_slopes", "scratch_bytes",
            "alibi_batch", "dropout_seed", "dropout_offset"] +

@@ -48,14 +48,17 @@ _HEAD_DIMS = (8, 16, 32, 64, 96, 128, 256)   # the library's own kernels' (src/a
 
 def _padded(D, device, packed, mods):
     """the head dim flashgpt runs for D (the inputs zero-padded to it where it is larger): D rounded up to a multiple
-    of 8 (as FlashAttention's wrapper pads), or past it where the library says (flashgpt_attention.run_head_dim)"""
+    of 8 (as FlashAttention's wrapper pads), or the next of the library's own where the call's features take no head
+    dim between them that large (flashgpt_attention.padded_head_dim_limit). Comparisons only, so that a symbolic D
+    under torch.compile stays one"""
     if D > 256:
         raise ValueError(f"head dim {D}: FlashAttention and flashgpt take head dims up to 256")
-    D8 = (D + 7) // 8 * 8
-    if D8 in _HEAD_DIMS:
-        return D8
     _, softcap, alibi_slopes, dropout_p = mods
-    return _fg.run_head_dim(D8, device, packed is not None, softcap or alibi_slopes is not None, dropout_p)
+    limit = _fg.padded_head_dim_limit(device, packed is not None, softcap or alibi_slopes is not None, dropout_p)
+    D8 = (D + 7) // 8 * 8
+    for d in _HEAD_DIMS:
+        if d >= D8:
+            return D8 if d == D8 or D8 <= limit else d
 
 
 def _attention(q, k, v, softmax_scale, causal, mods, return_attn_probs, packed=None):
