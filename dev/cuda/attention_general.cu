@@ -28,7 +28,8 @@ A case is the anchor script's syntax (../shared/bench/sdpa_general_anchor.py), s
   lengths tq / tk, the same tokens as the unpadded batch), gate=1 (output
   gating), docs=1 (document masking), kvlens=1 (a KV cache of per-sequence lengths), wl=N / wr=N (a sliding window:
   N keys left / right of the diagonal, FlashAttention's window_size; -1 unbounded), softcap=F (FlashAttention's
-  softcap), alibi=1 (ALiBi slopes per head, FlashAttention's geometric ones; alibi=2: per sequence and head, random),
+  softcap), alibi=1 (ALiBi slopes per head, FlashAttention's geometric ones; alibi=2: per sequence and head, random;
+  alibi=3: per head, all 0: the score modifiers' copies at the plain call's work),
   fp16=1 (q, k, v, out and the gradients IEEE fp16 instead of bf16: the naive computation and the rule's constant fp16's),
   dropout=P (FlashAttention's dropout_p, a fresh seed and offset each run; the reference takes the kernels' mask)
 FLOPs as the anchor script counts them: forward 4*B*H*Tq*Tk*D, halved for causal with tq = tk (per sequence with
@@ -477,10 +478,10 @@ struct CaseBuffers {
     void fill_extras(std::mt19937_64& rng) {
         fill_documents(rng);
         if (c.dropout > 0.0) dropout_seed = rng(), dropout_offset = rng() >> 20;   // a fresh seed and offset
-        if (c.alibi) {   // alibi=1: the geometric slopes 2^(-8 (h + 1) / NH); alibi=2: random ones in (0, 1) per (b, h)
+        if (c.alibi) {   // alibi=1: the geometric slopes 2^(-8 (h + 1) / NH); alibi=2: random ones in (0, 1) per (b, h); 3: 0
             std::uniform_real_distribution<float> slope(0.0f, 1.0f);
             for (size_t i = 0; i < ref_x.alibi.size(); i++)
-                ref_x.alibi[i] = c.alibi == 2 ? slope(rng) : std::exp2(-8.0f * (float)(i % c.s.NH + 1) / c.s.NH);
+                ref_x.alibi[i] = c.alibi == 2 ? slope(rng) : c.alibi == 3 ? 0.0f : std::exp2(-8.0f * (float)(i % c.s.NH + 1) / c.s.NH);
             to_device(d_alibi, ref_x.alibi);
         }
         std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -566,7 +567,7 @@ static std::string case_name(const GeneralCase& c) {
     if (c.docs) name += " docs";
     if (c.window_left >= 0 || c.window_right >= 0) name += " window=(" + std::to_string(c.window_left) + "," + std::to_string(c.window_right) + ")";
     if (c.softcap > 0.0) { char b[32]; snprintf(b, sizeof b, " softcap=%g", c.softcap); name += b; }
-    if (c.alibi) name += c.alibi == 2 ? " alibi=(b,h)" : " alibi=(h)";
+    if (c.alibi) name += c.alibi == 2 ? " alibi=(b,h)" : c.alibi == 3 ? " alibi=(h)=0" : " alibi=(h)";
     if (c.fp16) name += " fp16";
     if (c.dropout > 0.0) { char b[32]; snprintf(b, sizeof b, " dropout=%g", c.dropout); name += b; }
     return name;
