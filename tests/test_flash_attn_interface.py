@@ -8,6 +8,8 @@ same seed giving the same result), the packed forms and varlen; bf16 and fp16.
 Prints one PASS/FAIL line per case; exits 0 with a SKIP line where torch or a CUDA GPU is missing.
 
   make lib && python3 tests/test_flash_attn_interface.py
+  python3 tests/test_flash_attn_interface.py --sample 500 [--seed S]   N cases drawn from FlashAttention's whole grid
+                                                                        instead (its shapes: batch 4, 9 heads)
 
 Rule (FlashAttention's tests): out and dq, dk, dv against the same attention in fp32 (PyTorch, from the bf16 or fp16
 inputs) within 2x the error of the naive computation in the inputs' dtype (softmax of bf16 / fp16 logits) plus 1e-3;
@@ -16,6 +18,7 @@ softmax_lse within 1e-3 of the fp32 LSE; S_dmask against the fp32 probabilities.
 """
 import math
 import os
+import random
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -207,8 +210,51 @@ def dropout_repeats():
     assert not torch.equal(results[0][0], results[2][0]), "another seed gave the same out"
 
 
+def sample_grid(n, seed):
+    """n parametrizations drawn from FlashAttention's test grid (tests/test_flash_attn.py's test_flash_attn_output and
+    test_flash_attn_varlen_output: batch 4, 9 query heads over 9, 3 or 1 key/value heads, its head dims, (T, Tk) pairs,
+    causal, local windows drawn below Tk, ALiBi, dropout 0.17, softcap 50, kv-packed, fp16 / bf16; varlen with each
+    sequence 0-20 shorter than T, Tk), each run as the slice above runs its cases. Like FlashAttention's tests it skips
+    dropout with softcap; qkv-packed where T = Tk and the heads are MHA"""
+    rng = random.Random(seed)
+    dims = [32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256]
+    pairs = [(113, 203), (128, 217), (113, 211), (108, 256), (256, 512), (512, 256), (1024, 1024), (1023, 1024),
+             (1024, 1023), (2048, 2048)]
+    drawn = 0
+    while drawn < n:
+        D, (T, Tk), H_kv = rng.choice(dims), rng.choice(pairs), rng.choice([9, 3, 1])
+        causal, local, alibi, varlen, packed = (rng.random() < 0.5 for _ in range(5))
+        dropout, softcap = rng.choice([0.0, 0.17]), rng.choice([0.0, 50.0])
+        dtype = rng.choice([torch.float16, torch.bfloat16])
+        if dropout and softcap:
+            continue
+        drawn += 1
+        window = (rng.randrange(Tk), rng.randrange(Tk)) if local else (-1, -1)
+        pack = ("qkv" if T == Tk and H_kv == 9 else "kv") if packed else "none"
+        desc = (f"D={D} T={T} Tk={Tk} H=9 H_kv={H_kv} causal={int(causal)} window={window} alibi={int(alibi)} "
+                f"dropout={dropout} softcap={softcap} {str(dtype)[6:]} {pack}")
+        if varlen:
+            lens_q = [rng.randint(max(1, T - 20), T) for _ in range(4)]
+            lens_k = lens_q if pack == "qkv" else [rng.randint(max(1, Tk - 20), Tk) for _ in range(4)]
+            run(f"varlen {desc} lens {lens_q} x {lens_k}",
+                case_varlen(lens_q, lens_k, 9, H_kv, D, causal, "qkv" if pack == "qkv" else "none", window, softcap,
+                            "bh" if alibi else None, dtype, dropout))
+        else:
+            run(f"dense B=4 {desc}", case_dense(4, T, Tk, 9, H_kv, D, causal, pack, window, softcap, "bh" if alibi else None,
+                                                dtype, dropout))
+
+
 if __name__ == "__main__":
     torch.manual_seed(int.from_bytes(os.urandom(4), "little"))   # fresh inputs every run
+    if "--sample" in sys.argv:
+        args = sys.argv[1:]
+        n = int(args[args.index("--sample") + 1])
+        seed = int(args[args.index("--seed") + 1]) if "--seed" in args else int.from_bytes(os.urandom(4), "little")
+        print(f"{n} cases of FlashAttention's grid, seed {seed}")
+        sample_grid(n, seed)
+        failed = sum(1 for r in results if r[0] == "FAIL")
+        print(f"test_flash_attn_interface --sample: {len(results) - failed} passed, {failed} failed")
+        sys.exit(1 if failed else 0)
     pairs = [(113, 203), (128, 217), (113, 211), (108, 256), (256, 512), (512, 256), (1023, 1024), (1024, 1023)]
     dims = [32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256]
     heads = [(4, 4), (4, 1), (6, 2)]   # MHA, MQA, GQA
