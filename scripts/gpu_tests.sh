@@ -41,8 +41,8 @@ start_gpu "fused_classifier all --check" ./dev/cuda/fused_classifier all --check
 start_gpu "layernorm all --check" ./dev/cuda/layernorm all --check
 # python/flashgpt_attention.py (libflashgpt_attention.so through ctypes; make test builds the library here) against
 # PyTorch's SDPA: out and q/k/v gradients by FlashAttention's rule, a nanoGPT attention block's loss and gradients;
-# the Evoformer block against fp32 PyTorch; FlashAttention's Python API (python/flashgpt) on a slice of its test grid,
-# its KV-cache call on draws from its KV-cache grid
+# the Evoformer block against fp32 PyTorch; FlashAttention's Python API (python/flashgpt) on a slice of its test grid
+# (make test-all: and 2,000 cases drawn from the whole grid), its KV-cache call on draws from its KV-cache grid
 if python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     # torch.compile: AOTAutograd's trace run eagerly (make test-all: Inductor too)
     if [ "${TEST_ALL:-0}" = 1 ]; then
@@ -52,6 +52,9 @@ if python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
     fi
     start_gpu "python Evoformer block vs fp32 PyTorch" python3 tests/test_evoformer.py
     start_gpu "python flash_attn_interface vs fp32 PyTorch" python3 tests/test_flash_attn_interface.py
+    if [ "${TEST_ALL:-0}" = 1 ]; then
+        start_gpu "python flash_attn_interface, FlashAttention's grid sampled" python3 tests/test_flash_attn_interface.py --sample 2000
+    fi
     start_gpu "python flash_attn_with_kvcache vs fp64 PyTorch" python3 tests/test_kvcache.py
 else
     echo "no torch with CUDA: the Python GPU tests skipped"
