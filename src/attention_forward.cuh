@@ -449,16 +449,36 @@ void launch_attention_forward(const AttentionForwardParams& p, cudaStream_t stre
 
 // mask on a tile that crosses this warp's limits: key > row + diag or (kKeyBound: the general copies) key >= Tk or
 // key < row + lo (the window's left side); lim0 = the warp's first query row + diag, lo0 = that row + lo, key0 = the
-// tile's first key. Causal self-attention needs neither: row + 0 < T = Tk, no window.
+// tile's first key. Causal self-attention needs neither: row + 0 < T = Tk, no window. The general copies compare each
+// score once against its row's last key (the smaller of row + diag and Tk - 1), and against its row's first only on
+// tiles the window's left side crosses (a branch uniform over the warp): a causal diagonal tile costs what it does in
+// the self-attention kernels
 template <int kNT, bool kKeyBound = true>
 __device__ __forceinline__ void mask_tile(float (&s)[kNT * 4], int lim0, int key0, int Tk, int g, int tq, int lo0 = -kBandFar) {
-    #pragma unroll
-    for (int i = 0; i < kNT; i++)
+    if constexpr (!kKeyBound) {
         #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int key = key0 + i * 8 + 2 * tq + (e % 2);
-            if (key > lim0 + g + 8 * (e / 2) || (kKeyBound && (key >= Tk || key < lo0 + g + 8 * (e / 2)))) s[4 * i + e] = -INFINITY;
+        for (int i = 0; i < kNT; i++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (key0 + i * 8 + 2 * tq + (e % 2) > lim0 + g + 8 * (e / 2)) s[4 * i + e] = -INFINITY;
+    } else {
+        const int last[2] = {min(lim0 + g, Tk - 1), min(lim0 + g + 8, Tk - 1)};
+        if (key0 < lo0 + 15) {
+            #pragma unroll
+            for (int i = 0; i < kNT; i++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = key0 + i * 8 + 2 * tq + (e % 2);
+                    if (key > last[e / 2] || key < lo0 + g + 8 * (e / 2)) s[4 * i + e] = -INFINITY;
+                }
+        } else {
+            #pragma unroll
+            for (int i = 0; i < kNT; i++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (key0 + i * 8 + 2 * tq + (e % 2) > last[e / 2]) s[4 * i + e] = -INFINITY;
         }
+    }
 }
 
 // online softmax, as in the mma.sync kernel: new row max (quad shuffles), P = exp2(s * c - m * c) in place,
