@@ -449,18 +449,21 @@ void launch_attention_forward(const AttentionForwardParams& p, cudaStream_t stre
 
 // mask on a tile that crosses this warp's limits: key > row + diag or (kKeyBound: the general copies) key >= Tk or
 // key < row + lo (the window's left side); lim0 = the warp's first query row + diag, lo0 = that row + lo, key0 = the
-// tile's first key. Causal self-attention needs neither: row + 0 < T = Tk, no window. The general copies compare each
-// score once against its row's last key (the smaller of row + diag and Tk - 1), and against its row's first only on
-// tiles the window's left side crosses (a branch uniform over the warp): a causal diagonal tile costs what it does in
-// the self-attention kernels
-template <int kNT, bool kKeyBound = true>
+// tile's first key. Causal self-attention needs neither: row + 0 < T = Tk, no window. kLeftApart (HS 64, whose softmax
+// is issue-bound): each score compared once against its row's last key (the smaller of row + diag and Tk - 1), and
+// against its row's first only on tiles the window's left side crosses (a branch uniform over the warp), so that a
+// causal diagonal tile costs what it does in the self-attention kernels; at HS 128 the second loop's code costs more
+// than the compares it saves
+template <int kNT, bool kKeyBound = true, bool kLeftApart = false>
 __device__ __forceinline__ void mask_tile(float (&s)[kNT * 4], int lim0, int key0, int Tk, int g, int tq, int lo0 = -kBandFar) {
-    if constexpr (!kKeyBound) {
+    if constexpr (!kKeyBound || !kLeftApart) {
         #pragma unroll
         for (int i = 0; i < kNT; i++)
             #pragma unroll
-            for (int e = 0; e < 4; e++)
-                if (key0 + i * 8 + 2 * tq + (e % 2) > lim0 + g + 8 * (e / 2)) s[4 * i + e] = -INFINITY;
+            for (int e = 0; e < 4; e++) {
+                const int key = key0 + i * 8 + 2 * tq + (e % 2);
+                if (key > lim0 + g + 8 * (e / 2) || (kKeyBound && (key >= Tk || key < lo0 + g + 8 * (e / 2)))) s[4 * i + e] = -INFINITY;
+            }
     } else {
         const int last[2] = {min(lim0 + g, Tk - 1), min(lim0 + g + 8, Tk - 1)};
         if (key0 < lo0 + 15) {
@@ -1186,7 +1189,7 @@ __device__ __forceinline__ void forward_ws_consumer(const AttentionForwardParams
                 constexpr bool kKeyBound = !std::remove_reference_t<decltype(walk)>::kSelfCausal;
                 if (key0 + kBlockN - 1 > (kKeyBound ? min(m_start + warp_row0 + item_diag, item_Tk - 1) : m_start + warp_row0 + item_diag) ||
                     (kKeyBound && key0 < m_start + warp_row0 + 15 + item_lo))
-                    mask_tile<kNT, kKeyBound>(s, m_start + warp_row0 + item_diag, key0, item_Tk, g, tq, m_start + warp_row0 + item_lo);
+                    mask_tile<kNT, kKeyBound, HS == 64>(s, m_start + warp_row0 + item_diag, key0, item_Tk, g, tq, m_start + warp_row0 + item_lo);
                 online_softmax_tile<kNT, Tile::kMods>(s, row_max, row_sum, alpha, scale_log2, shift);
                 if constexpr (Tile::kMods && HS <= 128) {   // dropout: P V over the kept probabilities (the row sums keep them all)
                     if (p.x.dropout_p > 0.0f) {
