@@ -36,18 +36,21 @@ GENCODE := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 NVCC_THREADS := $(if $(filter-out 1 2 3 4 5 6 7,$(NPROC)),0,1)
 
 # the dev harnesses run on the GPU at hand, so they build for GPU_ARCH where there is one; with none (a build that
-# only checks that they compile, as CI's) for its last arch alone
+# only checks that they compile, as CI's) for its last arch alone and as PTX: nvcc's front end checks the code, and
+# ptxas runs where a harness runs (the driver compiles its PTX at the first launch, then caches it)
 DEV_GPU_ARCH ?= $(if $(DETECTED_CC),$(GPU_ARCH),$(lastword $(GPU_ARCH)))
-DEV_GENCODE := $(foreach a,$(DEV_GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+DEV_CODE ?= $(if $(DETECTED_CC),sm,compute)
+DEV_GENCODE := $(foreach a,$(DEV_GPU_ARCH),-gencode arch=compute_$(a),code=$(DEV_CODE)_$(a))
 
 GIT_COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 NVCC_BASE_FLAGS := -DGIT_COMMIT=\"$(GIT_COMMIT)\" --use_fast_math -std=c++17 --threads=$(NVCC_THREADS) -DNDEBUG -lineinfo -Xptxas=--warn-on-spills -I. -Isrc
 # nvcc's -O sets the host compiler's level alone (the PTX is the same). The objects whose host code is dispatch,
 # launches and program glue (the attention's, gpt2_programs.o) take -O1, which about halves gcc's part of their
-# compile; the dev harnesses keep -O3 for their CPU references and the host loops that compare outputs
+# compile; the dev harnesses keep -O3 for their CPU references and the host loops that compare outputs (-O1 where
+# they build as PTX, DEV_CODE compute: a build that only checks that they compile)
 NVCC_FLAGS := -O3 $(NVCC_BASE_FLAGS) $(GENCODE)
 NVCC_GLUE_FLAGS := -O1 $(NVCC_BASE_FLAGS) $(GENCODE)
-DEV_NVCC_FLAGS := -O3 $(NVCC_BASE_FLAGS) $(DEV_GENCODE)
+DEV_NVCC_FLAGS := $(if $(filter sm,$(DEV_CODE)),-O3,-O1) $(NVCC_BASE_FLAGS) $(DEV_GENCODE)
 NVCC_LDLIBS := -lcublas -lcublasLt
 CXX_FLAGS := -O2 -std=c++17 -Wall -I. -Isrc
 
