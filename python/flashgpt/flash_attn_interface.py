@@ -53,12 +53,14 @@ def _padded(D, device, packed, mods):
     under torch.compile stays one"""
     if D > 256:
         raise ValueError(f"head dim {D}: FlashAttention and flashgpt take head dims up to 256")
-    _, softcap, alibi_slopes, dropout_p = mods
-    limit = _fg.padded_head_dim_limit(device, packed is not None, softcap or alibi_slopes is not None, dropout_p)
     D8 = (D + 7) // 8 * 8
     for d in _HEAD_DIMS:
-        if d >= D8:
-            return D8 if d == D8 or D8 <= limit else d
+        if d == D8:   # the library's own: no question to ask
+            return D8
+        if d > D8:
+            _, softcap, alibi_slopes, dropout_p = mods
+            limit = _fg.padded_head_dim_limit(device, packed is not None, softcap or alibi_slopes is not None, dropout_p)
+            return D8 if D8 <= limit else d
 
 
 def _attention(q, k, v, softmax_scale, causal, mods, return_attn_probs, packed=None):
